@@ -1,0 +1,39 @@
+# Set-up and entry points of the course. Everything lands in $(VENV); nothing is installed elsewhere,
+# except Debian's slurm/munge/fashion-mnist packages that `make test` adds when run as root (CI).
+PYTHON ?= python3
+VENV ?= .venv
+# The CPU wheel; a site that provides PyTorch sets SITE_TORCH=1 instead (see README).
+TORCH ?= torch==2.13.0
+SITE_TORCH ?=
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+.PHONY: lab test notebooks venv kernel clean
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser $(ROOT_FLAG) notebooks/00_welcome.ipynb
+
+test: $(STAMP)
+	-@bash scripts/system-deps.sh
+	$(PY) -m pytest
+
+notebooks: $(STAMP)
+	$(VENV)/bin/course notebooks
+
+venv: $(STAMP)
+
+# A named Jupyter kernel for JupyterHub users (it shows up as "Multi-GPU course" in the launcher).
+kernel: $(STAMP)
+	$(PY) -m ipykernel install --user --name multigpu-course --display-name "Multi-GPU course"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10 or newer is needed; set PYTHON=python3.11")'
+	$(PYTHON) -m venv $(if $(SITE_TORCH),--system-site-packages) $(VENV)
+	$(if $(SITE_TORCH),$(PY) -c 'import torch; print("using the site PyTorch", torch.__version__)',$(PY) -m pip install -q "$(TORCH)")
+	$(PY) -m pip install -q -e ".[lab,test]"
+	@$(PY) -c 'import torch, course_lib; print("torch", torch.__version__, "| course_lib ready")'
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) out jobs/runs

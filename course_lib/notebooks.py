@@ -1,0 +1,10 @@
+"""TODO: notebooks (being written)."""
+
+
+def add_arguments(p):
+    pass
+
+
+def run(args) -> int:
+    print("not implemented yet")
+    return 2

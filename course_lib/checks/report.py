@@ -47,6 +47,10 @@ class Report:
 
     __str__ = text
 
+    def brief(self) -> str:
+        """Verdicts only (no messages, no timing): deterministic, for outputs that nbval compares."""
+        return "\n".join(f"{_MARK[v.result]:<7} {v.item}" for v in self.verdicts)
+
     def _repr_html_(self) -> str:
         colour = {PASS: "#1a7f37", FAIL: "#cf222e", MISSING: "#9a6700"}
         rows = "".join(

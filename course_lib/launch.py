@@ -125,23 +125,63 @@ def _reader(stream, rank, q):
     q.put((rank, None))
 
 
+def descendants(pid: int) -> list[int]:
+    """All live descendants of ``pid`` (Linux /proc; empty elsewhere), found through parent links."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def kill_group(proc: subprocess.Popen, grace: float = 3.0) -> None:
-    """TERM the process group of ``proc`` (it leads its own session), then KILL what is left."""
+    """TERM the process group of ``proc`` (it leads its own session), then KILL what is left.
+
+    Descendants are collected first, while their parents still live, so a child that moved to a
+    session of its own (setsid) is found and killed too.
+    """
+    family = descendants(proc.pid)
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        for pid in family:
+            _signal(pid, sig)
         try:
             os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
         try:
             proc.wait(wait)
+            break
         except subprocess.TimeoutExpired:
             continue
-        # the leader is gone; children of the group may still be there, so KILL the group once more
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        return
+    # the leader is gone; whatever is left of its group or family gets KILL
+    for pid in family + descendants(proc.pid):
+        _signal(pid, signal.SIGKILL)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal(pid: int, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def default_printer(rank: int, line: str) -> None:

@@ -1,0 +1,114 @@
+"""The local launcher: real processes, real gloo, real torchrun; deadlines, failures and no survivors."""
+import os
+import textwrap
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from course_lib.launch import MAX_LINE, launch
+
+pytestmark = pytest.mark.slow
+
+REPORT = """
+import os, torch, torch.distributed as dist
+rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", 0)))
+world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", 1)))
+dist.init_process_group("gloo", rank=rank, world_size=world)
+t = torch.tensor([rank + 1.0]); dist.all_reduce(t)
+print("rank", dist.get_rank(), "world", dist.get_world_size(), "sum", int(t.item()),
+      "port", os.environ["MASTER_PORT"], "local", os.environ.get("SLURM_LOCALID", os.environ.get("LOCAL_RANK")))
+dist.destroy_process_group()
+"""
+
+
+def script(tmp_path: Path, body: str, name="s.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def alive_with(marker: str) -> list[int]:
+    """PIDs of live processes whose command line or environment holds ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if (proc / "stat").read_text().split(") ")[1].startswith("Z"):
+                continue
+            blob = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in blob:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.parametrize("style", ["srun", "torchrun"])
+def test_ranks_get_the_launcher_environment(tmp_path, style):
+    lines = []
+    res = launch([script(tmp_path, REPORT)], 3, style=style, timeout=120, on_line=lambda r, l: lines.append((r, l)))
+    assert res.ok, res.summary()
+    assert [r.returncode for r in res.ranks] == [0, 0, 0]
+    for rank in range(3):
+        [line] = [l for r, l in lines if r == rank and l.startswith("rank")]
+        words = line.split()
+        assert words[1:6] == [str(rank), "world", "3", "sum", "6"]   # 1+2+3 over real gloo
+        assert words[-1] == str(rank)                                 # local rank on one node
+
+
+def test_first_failing_rank_stops_the_others_and_is_named(tmp_path):
+    body = REPORT.replace("t = torch", "import sys\nif rank == 1: print('boom'); sys.exit(7)\nt = torch")
+    res = launch([script(tmp_path, body)], 3, timeout=120, on_line=None)
+    assert not res.ok and not res.timed_out
+    assert res.failed_rank == 1 and res.ranks[1].returncode == 7
+    assert "rank 1 failed first" in res.summary() and "boom" in res.summary()
+
+
+@pytest.mark.parametrize("style", ["srun", "torchrun"])
+def test_deadline_kills_a_hang_and_everything_it_started(tmp_path, style):
+    marker = f"course-test-{uuid.uuid4()}"
+    body = f"""
+    import subprocess, sys, time
+    # a grandchild in the same group, and one that tries to escape into a session of its own
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{marker}"])
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{marker}"], start_new_session=True)
+    print("started", flush=True)
+    time.sleep(300)
+    """
+    res = launch([script(tmp_path, body)], 2, style=style, timeout=8, on_line=None)
+    assert res.timed_out and res.stuck_ranks == [0, 1]
+    assert res.elapsed < 30
+    assert "deadline" in res.summary() and "[0, 1]" in res.summary()
+    assert alive_with(marker) == []
+
+
+def test_two_launches_at_once_do_not_collide(tmp_path):
+    results = []
+    path = script(tmp_path, REPORT)
+    threads = [threading.Thread(target=lambda: results.append(launch([path], 2, timeout=120, on_line=None)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.ok for r in results), [r.summary() for r in results]
+    ports = {line.split()[-3] for r in results for line in r.ranks[0].lines if line.startswith("rank")}
+    assert len(ports) == 2
+
+
+def test_output_is_bounded(tmp_path):
+    body = f"""
+    import sys
+    sys.stdout.write("x" * {MAX_LINE * 5} + "\\n")
+    for i in range(5000):
+        print("line", i)
+    """
+    res = launch([script(tmp_path, body)], 1, timeout=60, on_line=None)
+    assert res.ok
+    kept = list(res.ranks[0].lines)
+    assert len(kept) == res.ranks[0].lines.maxlen
+    assert kept[-1] == "line 4999"
+    assert max(len(line) for line in kept) <= MAX_LINE

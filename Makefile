@@ -8,11 +8,12 @@ SITE_TORCH ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+LAB_ARGS ?=
 
 .PHONY: lab test notebooks venv kernel clean
 
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser $(ROOT_FLAG) notebooks/00_welcome.ipynb
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_welcome.ipynb
 
 test: $(STAMP)
 	-@bash scripts/system-deps.sh

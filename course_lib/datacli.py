@@ -1,8 +1,6 @@
 """Where the data sets are, and an opt-in download: ``course data [info|download NAME]``."""
 from __future__ import annotations
 
-from course_lib import data
-
 
 def add_arguments(p):
     p.add_argument("action", choices=["info", "download"], nargs="?", default="info")
@@ -11,6 +9,8 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    from course_lib import data   # torch is imported only when the command runs, not for `course --help`
+
     data_dir = args.data_dir or data.default_data_dir()
     if args.action == "download":
         try:

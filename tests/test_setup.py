@@ -1,0 +1,58 @@
+"""The README's promises: command 1 serves the course, the CLI answers, exercises are current."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from conftest import ROOT
+from course_lib.launch import free_port
+
+
+def test_readme_starts_with_the_two_commands():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert lines[:4] == ["```", "make lab", "make test", "```"]
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.slow
+def test_make_lab_serves_jupyterlab_on_localhost():
+    port = free_port()
+    proc = subprocess.Popen(["make", "-s", "lab", f"LAB_ARGS=--port={port} --IdentityProvider.token=course-test",
+                             f"PYTHON={sys.executable}", f"VENV={sys.prefix}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline, status = time.monotonic() + 90, None
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token=course-test", timeout=2) as r:
+                    status = json.load(r)
+                break
+            except OSError:
+                time.sleep(0.5)
+        assert status is not None, f"JupyterLab did not answer on port {port}: {proc.stdout.read1(4000)!r}"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab/tree/notebooks/00_welcome.ipynb"
+                                    "?token=course-test", timeout=10) as r:
+            assert r.status == 200 and b"JupyterLab" in r.read()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_course_env_reports_this_machine():
+    out = subprocess.run([sys.executable, "-m", "course_lib.cli", "env"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    facts = dict(line.split(None, 1) if "  " not in line else [p.strip() for p in line.split("  ", 1)]
+                 for line in out.stdout.splitlines())
+    import torch
+    assert facts["torch"] == torch.__version__
+    assert facts["backend"] == ("nccl (GPUs)" if torch.cuda.is_available() else "gloo (CPU)")

@@ -19,3 +19,76 @@ def _offline_defaults():
     # the tests never download: pin the data dir to an empty folder unless one is given
     os.environ.setdefault("COURSE_DATA_DIR", str(ROOT / "out" / "test-data"))
     yield
+
+
+# ------------------------------------------------------------------------------------------- Slurm
+# A real one-node Slurm on loopback for the whole session (scripts/local-slurm/start.sh): started the first
+# time a test asks for it, stopped (by pid file) at the end. Free ports and a short state dir under /tmp,
+# so a stray cluster elsewhere never blocks it. Where it cannot start, tests that need it skip, saying why.
+class SlurmCluster:
+    def __init__(self, directory: Path):
+        self.dir = directory
+        self.conf = directory / "etc" / "slurm.conf"
+
+    @property
+    def env(self) -> dict:
+        """What a client needs (and what makes course_lib pick the Slurm engine)."""
+        return {"SLURM_CONF": str(self.conf), "COURSE_ENGINE": "slurm", "COURSE_SITE": "local"}
+
+
+def _start_slurm() -> SlurmCluster:
+    import shutil
+    import subprocess
+    import tempfile
+
+    from course_lib.launch import free_port
+
+    if os.geteuid() != 0:
+        pytest.skip("local Slurm needs root (it runs munged, slurmctld and slurmd as root): Slurm tests skipped")
+    directory = Path(tempfile.mkdtemp(prefix="cs-", dir="/tmp"))   # short: unix socket paths < 108 chars
+    ctld, slurmd = free_port(), free_port()
+    while slurmd == ctld:
+        slurmd = free_port()
+    env = dict(os.environ, SLURM_LAB_CTLD_PORT=str(ctld), SLURM_LAB_SLURMD_PORT=str(slurmd))
+    try:
+        r = subprocess.run(["bash", str(ROOT / "scripts" / "local-slurm" / "start.sh"), str(directory)], env=env,
+                           capture_output=True, text=True, timeout=300)
+        ok, out = r.returncode == 0, (r.stdout + r.stderr).strip()
+    except subprocess.TimeoutExpired as e:
+        ok, out = False, f"start.sh did not finish in 300 s: {e.stdout or ''}"
+    if not ok:
+        _stop_slurm(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+        pytest.skip("local Slurm could not start: " + " | ".join(str(out).splitlines()[-6:]))
+    print(f"\n[local-slurm] up in {directory} (slurmctld port {ctld}, slurmd port {slurmd})")
+    return SlurmCluster(directory)
+
+
+def _stop_slurm(directory: Path) -> None:
+    import subprocess
+
+    subprocess.run(["bash", str(ROOT / "scripts" / "local-slurm" / "stop.sh"), str(directory)],
+                   capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The session's local Slurm (skips, with the reason, where it cannot start)."""
+    import shutil
+
+    cluster = _start_slurm()
+    yield cluster
+    _stop_slurm(cluster.dir)
+    shutil.rmtree(cluster.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm(slurm_cluster, monkeypatch):
+    """Use the local Slurm in this test: SLURM_CONF set, COURSE_ENGINE=slurm, COURSE_SITE=local."""
+    from course_lib import jobs
+
+    for key, value in slurm_cluster.env.items():
+        monkeypatch.setenv(key, value)
+    jobs._probe_cache.clear()
+    yield slurm_cluster
+    jobs._probe_cache.clear()

@@ -1,10 +1,83 @@
-"""TODO: grading (being written)."""
+"""Write the workshop's sbatch scripts into jobs/ from the templates (--check: fail if they drift).
+
+    course jobs                 write jobs/*.sbatch (site 'generic': any Slurm, CPU only)
+    course jobs --check         exit 1, with a diff, when jobs/ differs from what the templates give
+    course jobs --site mysite --out ~/myjobs    the same scripts for your site (GPUs, account, modules)
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from course_lib import ROOT
+
+DEFAULT_SITE = "generic"   # fixed, so --check does not depend on $COURSE_SITE
 
 
 def add_arguments(p):
-    pass
+    p.add_argument("--check", action="store_true", help="do not write; exit 1 (with a diff) if the files drift")
+    p.add_argument("--site", default=None, help=f"site profile name or .toml path (default: {DEFAULT_SITE})")
+    p.add_argument("--out", default=None, help="folder to write into (default: jobs/ of the course)")
+    p.add_argument("--force", action="store_true", help="overwrite scripts that differ (edited by hand?)")
 
 
 def run(args) -> int:
-    print("not implemented yet")
-    return 2
+    from course_lib.jobs.site import SiteError, load_site
+    from course_lib.jobs.workshop import render_all
+
+    try:
+        site = load_site(args.site or DEFAULT_SITE)
+    except SiteError as e:
+        print(f"course jobs: {e}")
+        return 2
+    out = Path(args.out).expanduser() if args.out else ROOT / "jobs"
+    texts = render_all(site)
+    if args.check:
+        return _check(out, texts)
+    out.mkdir(parents=True, exist_ok=True)
+    status = 0
+    for name, text in texts.items():
+        path = out / name
+        old = path.read_text() if path.exists() else None
+        if old == text:
+            print(f"unchanged {path}")
+            continue
+        if old is not None and not args.force:
+            print(f"kept      {path}: it differs from the template (edited by hand?); --force overwrites it, "
+                  "--check shows the difference")
+            status = 1
+            continue
+        path.write_text(text)
+        path.chmod(0o755)
+        print(f"wrote     {path}")
+    return status
+
+
+def _check(out: Path, texts: dict) -> int:
+    drift = 0
+    for name, text in texts.items():
+        path = out / name
+        old = path.read_text() if path.exists() else ""
+        if old != text:
+            drift += 1
+            print(f"{path}: differs from the template" + ("" if path.exists() else " (missing)"))
+            print("".join(difflib.unified_diff(old.splitlines(True), text.splitlines(True),
+                                               f"{path} (in the folder)", f"{path} (from the template)")))
+    if drift:
+        print(f"{drift} job script(s) drifted: run `course jobs --force` to rewrite them from the template")
+        return 1
+    print(f"{len(texts)} job scripts in {out} match the template")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``course jobs ...`` without the rest of the ``course`` command (tests, ``python -m``)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="course jobs", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""A submitted job, the same on both engines: state, wait() with a live display, log, cancel, exit code, metrics.
+
+The engines (slurm.py, local.py) subclass Job and fill in ``_query()`` and ``_cancel()``; everything a
+notebook calls lives here.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from course_lib.jobs.spec import JobSpec
+from course_lib.metrics import parse_epoch_lines
+
+# Slurm's end states; the local engine uses the first four
+TERMINAL = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+            "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED")
+LOG_NAME = "output.log"
+SCRIPT_NAME = "job.sbatch"
+INFO_NAME = "job.json"
+QUERY_EVERY = 0.25   # seconds
+# "  3: text", "0: [default1]:text" or "[default1]:text"
+LABEL = re.compile(r"^(?:\s*(\d+): )?(?:\[default(\d+)\]:)?(.*)$")
+
+
+class SubmitError(RuntimeError):
+    """The job could not be submitted; the message is the scheduler's own (e.g. sbatch's error)."""
+
+
+class Job:
+    engine = "?"
+
+    def __init__(self, job_id: str, spec: JobSpec, run_dir: Path, submitted: float):
+        self.id = str(job_id)
+        self.spec = spec
+        self.run_dir = Path(run_dir)
+        self.submitted = submitted          # time.monotonic() just before submitting
+        self.finished: float | None = None  # time.monotonic() when the end state was first seen
+        self._state, self._reason, self._exit_code = "PENDING", "", None
+        self._queried = float("-inf")
+
+    # ------------------------------------------------------------ what engines provide
+    def _query(self) -> tuple[str, str, int | None]:
+        """(state, reason, exit code) now."""
+        raise NotImplementedError
+
+    def _cancel(self) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ state
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / LOG_NAME
+
+    @property
+    def script_path(self) -> Path:
+        return self.run_dir / SCRIPT_NAME
+
+    def refresh(self) -> str:
+        # one scheduler query per QUERY_EVERY seconds, however many properties a display reads
+        if self._state not in TERMINAL and time.monotonic() - self._queried >= QUERY_EVERY:
+            self._state, self._reason, self._exit_code = self._query()
+            self._queried = time.monotonic()
+            if self._state in TERMINAL and self.finished is None:
+                self.finished = time.monotonic()
+                self._record()
+        return self._state
+
+    @property
+    def state(self) -> str:
+        """PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT or CANCELLED (Slurm may say more, e.g. OUT_OF_MEMORY)."""
+        return self.refresh()
+
+    @property
+    def done(self) -> bool:
+        return self.refresh() in TERMINAL
+
+    @property
+    def ok(self) -> bool:
+        return self.refresh() == "COMPLETED"
+
+    @property
+    def reason(self) -> str:
+        """Why the job waits or why it ended (Slurm's Reason, or the local launcher's account)."""
+        self.refresh()
+        return self._reason
+
+    @property
+    def exit_code(self) -> int | None:
+        """The job's exit code once it has ended (the first failing rank's), else None."""
+        self.refresh()
+        return self._exit_code
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds from submission to the end state (or to now, while it runs)."""
+        return (self.finished or time.monotonic()) - self.submitted
+
+    # ------------------------------------------------------------ output
+    def log(self, tail: int | None = None) -> str:
+        """The job's output (all ranks, each line prefixed ``rank: ``); ``tail``: only the last lines."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        if tail is not None:
+            text = "\n".join(text.splitlines()[-tail:])
+        return text
+
+    def metrics(self, rank: int | None = 0) -> list[dict]:
+        """The per-epoch records (epoch, train_loss, test_acc, images_per_s, epoch_s ...) from the log.
+
+        ``rank=0``: rank 0's (and unlabelled) lines; ``rank=None``: every rank's, each with its ``rank``.
+        """
+        return parse_epoch_lines(rank_labelled(self.log(), self.spec), rank=rank)
+
+    def epochs_done(self) -> int:
+        return len({rec.get("epoch") for rec in self.metrics(rank=0)})
+
+    # ------------------------------------------------------------ control
+    def cancel(self) -> "Job":
+        """Stop the job (Slurm: scancel; local: every process it started) and wait until it has ended."""
+        if not self.done:
+            self._cancel()
+            deadline = time.monotonic() + 60
+            while not self.done and time.monotonic() < deadline:
+                time.sleep(0.3)
+        return self
+
+    def wait(self, timeout: float | None = None, progress: bool = True, poll: float = 0.5) -> "Job":
+        """Wait until the job ends (or ``timeout`` seconds), showing its progress; returns the job.
+
+        In Jupyter: a widget with state, elapsed time, epochs done and the last log lines; in a terminal a
+        progress bar. Interrupting (Ctrl-C / the stop button) stops the waiting, not the job.
+        """
+        from course_lib.jobs.progress import follow
+
+        follow(self, timeout=timeout, poll=poll, display=progress)
+        return self
+
+    # ------------------------------------------------------------ reports
+    def summary(self, tail: int = 15) -> str:
+        """One line on the outcome; for a job that did not complete, the reason and the log's last lines."""
+        state = self.state
+        line = f"job {self.id} ({self.name}, {self.engine}): {state}"
+        if state in TERMINAL:
+            line += f" after {self.elapsed:.1f} s, exit code {self._exit_code}"
+        if self._reason and state != "COMPLETED":
+            line += f", reason: {self._reason}"
+        if state in TERMINAL and state != "COMPLETED":
+            last = self.log(tail=tail)
+            line += f"\n--- last lines of {self.log_path}:\n" + (last or "(the log is empty)")
+        return line
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self.name!r} {self.engine} {self._state}>"
+
+    def _record(self) -> None:
+        """Keep the outcome beside the log (job.json), for a later look at the run folder."""
+        path = self.run_dir / INFO_NAME
+        try:
+            info = json.loads(path.read_text())
+        except (OSError, ValueError):
+            info = {}
+        info.update(state=self._state, reason=self._reason, exit_code=self._exit_code,
+                    submit_to_end_s=round(self.elapsed, 3))
+        try:
+            path.write_text(json.dumps(info, indent=2))
+        except OSError:
+            pass
+
+
+def rank_labelled(text: str, spec: JobSpec) -> str:
+    """The log with each rank's lines labelled ``rank: ``, whichever launcher wrote it.
+
+    ``srun --label`` writes ``rank: `` (padded, `` 3: ``, from 10 tasks on). Under torchrun the label is the
+    node (one srun task per node) and torchrun's ``--tee`` adds ``[default<local rank>]:``; the global rank
+    is node * ranks_per_node + local rank.
+    """
+    out = []
+    for line in text.splitlines():
+        m = LABEL.match(line)
+        if m is None:
+            out.append(line)
+        elif m.group(2) is not None:
+            out.append(f"{int(m.group(1) or 0) * spec.ntasks_per_node + int(m.group(2))}: {m.group(3)}")
+        elif m.group(1) is not None:
+            out.append(f"{int(m.group(1))}: {m.group(3)}")
+        else:
+            out.append(line)
+    return "\n".join(out)

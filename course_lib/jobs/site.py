@@ -1,0 +1,119 @@
+"""Site profiles: what a cluster needs in every job script (partition, account, modules, node shape).
+
+A profile is a TOML file. ``COURSE_SITE`` picks one: a name from ``course_lib/sites/`` (``local``,
+``generic``, ``example-gpu-cluster``) or a path to your own ``.toml``. Unset: ``generic``.
+Every key must be present (``""``, ``0`` or ``[]`` for "not used"), so a typo is an error that names the
+key instead of silently losing the account or the reservation.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+SITES_DIR = Path(__file__).resolve().parent.parent / "sites"
+DEFAULT_SITE = "generic"
+
+# key -> type; the profile must have exactly these (plus the optional tables env and nccl)
+KEYS = {
+    "description": str, "partition": str, "account": str, "reservation": str, "qos": str,
+    "modules": list, "python": str, "gpus_per_node": int, "cpus_per_node": int,
+    "gpu_request": str, "data_dir": str,
+}
+TABLES = ("env", "nccl")
+GPU_REQUESTS = ("gpus-per-node", "gres")
+
+
+class SiteError(ValueError):
+    """A site profile that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Site:
+    name: str
+    path: Path
+    description: str = ""
+    partition: str = ""
+    account: str = ""
+    reservation: str = ""
+    qos: str = ""
+    modules: tuple = ()
+    python: str = ""
+    gpus_per_node: int = 0
+    cpus_per_node: int = 1
+    gpu_request: str = "gpus-per-node"
+    data_dir: str = ""
+    env: dict = field(default_factory=dict)
+    nccl: dict = field(default_factory=dict)
+
+    def sbatch_options(self) -> list[tuple[str, str]]:
+        """The ``#SBATCH --key=value`` pairs this site adds (only the ones it sets)."""
+        return [(k, getattr(self, k)) for k in ("partition", "account", "reservation", "qos") if getattr(self, k)]
+
+
+def available() -> list[str]:
+    """The names of the profiles shipped with the course."""
+    return sorted(p.stem for p in SITES_DIR.glob("*.toml"))
+
+
+def _resolve(name_or_path: str) -> Path:
+    p = Path(name_or_path).expanduser()
+    if p.suffix == ".toml" or os.sep in name_or_path:
+        if not p.is_file():
+            raise SiteError(f"site profile {p} does not exist (COURSE_SITE names a file or one of {available()})")
+        return p
+    p = SITES_DIR / f"{name_or_path}.toml"
+    if not p.is_file():
+        hint = difflib.get_close_matches(name_or_path, available(), n=1)
+        raise SiteError(f"no site profile called {name_or_path!r}"
+                        + (f"; did you mean {hint[0]!r}?" if hint else "")
+                        + f" (shipped: {', '.join(available())}; or give a path to a .toml file)")
+    return p
+
+
+def load_site(name_or_path: str | None = None) -> Site:
+    """The profile ``name_or_path``, else ``$COURSE_SITE``, else ``generic``; checked key by key."""
+    path = _resolve(name_or_path or os.environ.get("COURSE_SITE") or DEFAULT_SITE)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise SiteError(f"{path}: not valid TOML: {e}") from None
+    return Site(name=path.stem, path=path, **_checked(data, path))
+
+
+def _checked(data: dict, path: Path) -> dict:
+    allowed = list(KEYS) + list(TABLES)
+    for key in data:
+        if key not in allowed:
+            hint = difflib.get_close_matches(key, allowed, n=1)
+            raise SiteError(f"{path}: unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                            + f"; the keys are: {', '.join(allowed)}")
+    missing = [k for k in KEYS if k not in data]
+    if missing:
+        also = f" (and {', '.join(missing[1:])})" if missing[1:] else ""
+        raise SiteError(f"{path}: missing key {missing[0]!r}{also}"
+                        + "; every key must be there, with \"\", 0 or [] when not used (see example-gpu-cluster.toml)")
+    out = {}
+    for key, kind in KEYS.items():
+        value = data[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise SiteError(f"{path}: {key} must be a {kind.__name__}, not {type(value).__name__} ({value!r})")
+        out[key] = tuple(value) if kind is list else value
+    if not all(isinstance(m, str) and m for m in out["modules"]):
+        raise SiteError(f"{path}: modules must be a list of module names (strings), e.g. [\"pytorch/2.5\"]")
+    if out["gpus_per_node"] < 0 or out["cpus_per_node"] < 1:
+        raise SiteError(f"{path}: gpus_per_node must be >= 0 and cpus_per_node >= 1")
+    if out["gpu_request"] not in GPU_REQUESTS:
+        raise SiteError(f"{path}: gpu_request must be one of {GPU_REQUESTS}, not {out['gpu_request']!r}")
+    for table in TABLES:
+        values = data.get(table, {})
+        if not isinstance(values, dict) or not all(isinstance(v, (str, int)) for v in values.values()):
+            raise SiteError(f"{path}: [{table}] must be a table of NAME = \"value\" lines")
+        out[table] = {k: str(v) for k, v in values.items()}
+    return out

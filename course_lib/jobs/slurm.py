@@ -1,0 +1,153 @@
+"""The Slurm engine: real ``sbatch``, ``squeue -t all``, ``scontrol``, ``sacct`` (``sacct -c`` where
+accounting is off) and ``scancel``.
+
+A job's files land in ``<runs>/<name>-<jobid>/``: the script (job.sbatch), its output (output.log) and
+job.json. The id is only known after sbatch answers, so the job is checked (``sbatch --test-only``),
+submitted held (``--hold``), its folder made, then released: the folder exists before the job can start
+writing into it.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from course_lib import ROOT
+from course_lib.jobs.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, TERMINAL, Job, SubmitError
+from course_lib.jobs.site import Site
+from course_lib.jobs.spec import JobSpec, render
+
+TIMEOUT = 30    # seconds for one Slurm command (a busy controller can be slow)
+
+
+def _run(cmd: list[str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 124, "", f"{cmd[0]}: no answer in {timeout} s")
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(cmd, 127, "", f"{cmd[0]}: command not found")
+
+
+def available() -> tuple[bool, str]:
+    """(True, "") when sbatch is on PATH and the controller answers; else (False, why not)."""
+    if shutil.which("sbatch") is None:
+        return False, "no sbatch on PATH"
+    r = _run(["sinfo", "-h", "-o", "%P"], timeout=15)
+    if r.returncode != 0:
+        lines = (r.stderr or r.stdout).strip().splitlines()   # the last line is the verdict ("fatal: ...")
+        return False, ("sbatch is there but Slurm does not answer (is SLURM_CONF set?): "
+                       + (lines[-1] if lines else f"sinfo exit {r.returncode}"))
+    return True, ""
+
+
+def _torchrun_for(site: Site, python: str) -> str:
+    """The venv's own torchrun when jobs use the notebook's python (so both come from the same torch)."""
+    if site.python:
+        return "torchrun"
+    beside = Path(sys.executable).with_name("torchrun")
+    return shlex.quote(str(beside)) if beside.exists() else f"{python} -m torch.distributed.run"
+
+
+def script_for(spec: JobSpec, site: Site, runs_dir: Path) -> str:
+    """The script the Slurm engine submits for ``spec`` (what a notebook shows before submitting)."""
+    python = site.python or shlex.quote(sys.executable)
+    pattern = f"{runs_dir}/{spec.name}-"
+    return render(spec, site, python=python, torchrun=_torchrun_for(site, python),
+                  torchrun_logs="torchrun-logs", pythonpath=shlex.quote(str(ROOT)),
+                  output=shlex.quote(f"{pattern}%j/{LOG_NAME}"),
+                  workdir='"' + f"{pattern}$SLURM_JOB_ID".replace('"', '\\"') + '"',
+                  header=[f"Written by course_lib.jobs for site '{site.name}'; files of this job: {pattern}<job id>/"])
+
+
+class SlurmJob(Job):
+    engine = "slurm"
+
+    def _query(self) -> tuple[str, str, int | None]:
+        r = _run(["squeue", "-h", "-t", "all", "-j", self.id, "-o", "%T|%r"])
+        if r.returncode == 0 and r.stdout.strip():
+            state, _, reason = r.stdout.strip().splitlines()[0].partition("|")
+            if state not in TERMINAL:
+                return state, "" if reason == "None" else reason, None
+        # ended (or squeue forgot it): scontrol has the exit code while the job is in the controller's memory
+        fields = self._scontrol()
+        if fields:
+            return fields.get("JobState", "UNKNOWN"), _none(fields.get("Reason")), _code(fields.get("ExitCode"))
+        # gone from the controller (MinJobAge passed): accounting
+        return self._from_accounting()
+
+    def _from_accounting(self) -> tuple[str, str, int | None]:
+        """sacct, or ``sacct -c`` (the job-completion log) where accounting storage is off."""
+        for cmd in (["sacct", "-n", "-P", "-X", "-j", self.id, "-o", "State,ExitCode"],
+                    ["sacct", "-c", "-n", "-P", "-X", "-j", self.id, "-o", "State,ExitCode"]):
+            rows = [row for row in _run(cmd).stdout.strip().splitlines() if "|" in row]
+            if rows:
+                state, _, code = rows[-1].partition("|")
+                return state.split()[0], "", _code(code)
+        return "UNKNOWN", "Slurm has no record of this job (squeue, scontrol, sacct, sacct -c)", None
+
+    def _scontrol(self) -> dict:
+        r = _run(["scontrol", "-o", "show", "job", self.id])
+        if r.returncode != 0 or not r.stdout.strip():
+            return {}
+        return dict(item.split("=", 1) for item in r.stdout.split() if "=" in item)
+
+    def _cancel(self) -> None:
+        r = _run(["scancel", self.id])
+        if r.returncode != 0:
+            raise SubmitError(f"scancel {self.id} failed: {r.stderr.strip()}")
+
+
+def _none(text: str | None) -> str:
+    return "" if text in (None, "None", "(null)") else text
+
+
+def _code(text: str | None) -> int | None:
+    """Slurm's ``ExitCode=3:0`` (exit code : signal) -> 3; killed by signal 15 -> -15, like Popen."""
+    if not text or ":" not in text:
+        return None
+    code, signal = (int(x) for x in text.split(":", 1))
+    return -signal if signal and not code else code
+
+
+def submit(spec: JobSpec, site: Site, runs_dir: Path, tries: int = 20) -> SlurmJob:
+    """sbatch ``spec``: held, its folder made, released. An sbatch error is raised as SubmitError, verbatim."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    text = script_for(spec, site, runs_dir)
+    with tempfile.NamedTemporaryFile("w", suffix=".sbatch", prefix=f".{spec.name}-", dir=runs_dir, delete=False) as f:
+        f.write(text)
+    tmp = Path(f.name)
+    try:
+        # a held job skips some of sbatch's checks (e.g. GPUs the nodes do not have): ask Slurm first
+        r = _run(["sbatch", "--test-only", str(tmp)])
+        if r.returncode != 0:
+            raise SubmitError("sbatch refused the job: " + ((r.stderr or r.stdout).strip() or f"exit {r.returncode}"))
+        for _ in range(tries):
+            start = time.monotonic()
+            r = _run(["sbatch", "--parsable", "--hold", str(tmp)])
+            if r.returncode != 0:
+                raise SubmitError((r.stderr or r.stdout).strip() or f"sbatch exited with {r.returncode}")
+            job_id = r.stdout.strip().split(";")[0]
+            run_dir = runs_dir / f"{spec.name}-{job_id}"
+            try:
+                run_dir.mkdir()
+            except FileExistsError:
+                # job ids restart when a test cluster starts afresh: never write into an older run's folder
+                _run(["scancel", job_id])
+                continue
+            (run_dir / SCRIPT_NAME).write_text(text)
+            (run_dir / INFO_NAME).write_text(json.dumps(
+                {"engine": "slurm", "id": job_id, "site": site.name, "spec": spec.to_dict()}, indent=2))
+            r = _run(["scontrol", "release", job_id])
+            if r.returncode != 0:
+                _run(["scancel", job_id])
+                raise SubmitError(f"scontrol release {job_id} failed: {r.stderr.strip()}")
+            return SlurmJob(job_id, spec, run_dir, start)
+        raise SubmitError(f"{tries} job ids in a row already have a folder in {runs_dir}; move old runs away")
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,66 @@
+"""The workshop's shell-ready job scripts (jobs/*.sbatch), rendered from the same template as notebook jobs.
+
+With the ``generic`` profile (what jobs/ holds) they ask for CPUs only and run on any Slurm; rendered
+for a GPU site (``COURSE_SITE=mysite course jobs --out DIR``) they ask for one rank per GPU.
+"""
+from __future__ import annotations
+
+import shlex
+
+from course_lib.jobs.site import Site
+from course_lib.jobs.spec import JobSpec, render
+
+SERIAL = "solutions/01_serial/mnist_classify.py"
+DDP = "exercises/02_ddp/mnist_classify_ddp.py"
+ARGS = ["--dataset", "auto", "--epochs", "3"]
+
+# file name -> (one-line title, how the job differs from the others)
+SCRIPTS = {
+    "serial.sbatch": ("serial baseline, one process", dict(launcher="python", script=SERIAL)),
+    "ddp_srun.sbatch": ("DDP on one node, one srun task per rank", dict(launcher="srun", script=DDP)),
+    "ddp_torchrun.sbatch": ("DDP on one node, torchrun starts the ranks", dict(launcher="torchrun", script=DDP)),
+    "ddp_torchrun_2nodes.sbatch": ("DDP on two nodes, one torchrun per node",
+                                   dict(launcher="torchrun", script=DDP, nodes=2)),
+}
+
+
+def specs(site: Site) -> dict[str, JobSpec]:
+    """The workshop's jobs on ``site``: one rank per GPU where it has GPUs, else 2 CPU ranks per node."""
+    ranks = site.gpus_per_node or 2
+    cpus = max(1, site.cpus_per_node // ranks)
+    out = {}
+    for filename, (_, how) in SCRIPTS.items():
+        serial = how["launcher"] == "python"
+        out[filename] = JobSpec(
+            name=filename.split(".")[0].replace("_", "-"), args=ARGS, time="00:30:00",
+            ntasks_per_node=1 if serial else ranks, cpus_per_task=cpus,
+            gpus_per_node=(1 if serial else ranks) if site.gpus_per_node else 0,
+            monitor=not serial, **how)
+    return out
+
+
+def render_all(site: Site) -> dict[str, str]:
+    """file name -> script text, as ``course jobs`` writes them."""
+    texts = {}
+    for filename, spec in specs(site).items():
+        title = SCRIPTS[filename][0]
+        header = [
+            f"Workshop job: {title}.",
+            f"Submit from the course's folder:  sbatch jobs/{filename}",
+            f"Output: {spec.name}-<job id>.out there. Partition, account: sbatch -p P -A A jobs/{filename}",
+            "(or set SBATCH_PARTITION / SBATCH_ACCOUNT); activate the course's environment first.",
+        ]
+        if spec.script == DDP:
+            header.append("Your exercise by default; the reference: "
+                          f"SCRIPT=solutions/02_ddp/mnist_classify_ddp.py sbatch jobs/{filename}")
+        header.append(f"Written by `course jobs` from course_lib/templates/sbatch.sh.j2 (site '{site.name}'): "
+                      "change the template, not this file.")
+        header.insert(4, "Arguments after the script name go to the training script: "
+                         f"sbatch jobs/{filename} --epochs 1")
+        spec_for_shell = JobSpec(**{**spec.to_dict(), "script": "SCRIPT_PLACEHOLDER",
+                                    "args": [*spec.args, "ARGS_PLACEHOLDER"]})
+        text = render(spec_for_shell, site, python=site.python or "python", torchrun="torchrun",
+                      pythonpath='"$SLURM_SUBMIT_DIR"', output="%x-%j.out", header=header)
+        script = f'"${{SCRIPT:-{spec.script}}}"' if spec.script == DDP else shlex.quote(spec.script)
+        texts[filename] = text.replace("SCRIPT_PLACEHOLDER", script).replace("ARGS_PLACEHOLDER", '"$@"')
+    return texts

@@ -1,0 +1,300 @@
+"""course_lib.jobs without Slurm: job descriptions, rendered scripts, site profiles, jobs/ drift, the local engine."""
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from course_lib import jobs
+from course_lib.jobs import JobSpec, JobSpecError, SiteError, SubmitError, load_site, time_seconds
+from course_lib.jobs.job import rank_labelled
+from course_lib.jobs.slurm import _code
+from course_lib.jobs.workshop import render_all
+
+from conftest import PYTHON, ROOT
+
+SERIAL = str(ROOT / "solutions" / "01_serial" / "mnist_classify.py")
+DDP = str(ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py")
+
+
+def script_text(spec, site="local"):
+    return jobs.script(spec, site, engine_name="slurm", runs="/tmp/runs")
+
+
+def bash_syntax_ok(text, tmp_path):
+    path = tmp_path / "job.sbatch"
+    path.write_text(text)
+    r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------------------------------------------------- descriptions
+@pytest.mark.parametrize("text, seconds", [("10", 600), ("5:30", 330), ("01:00:00", 3600), ("1-12", 129600),
+                                           ("1-0:30:00", 88200), ("0:03", 3)])
+def test_time_limits_in_slurm_forms(text, seconds):
+    assert time_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(time="ten minutes"), "not a Slurm time limit"),
+    (dict(name="my job"), "name 'my job'"),
+    (dict(launcher="mpirun"), "launcher 'mpirun'"),
+    (dict(ntasks_per_node=0), "ntasks_per_node"),
+    (dict(launcher="python", ntasks_per_node=2), "launcher 'python' runs one process"),
+    (dict(env={"1BAD": "x"}), "not a valid environment variable"),
+])
+def test_a_bad_description_says_which_field(kwargs, words):
+    with pytest.raises(JobSpecError, match=words):
+        JobSpec(**{"name": "j", "script": "x.py", **kwargs})
+
+
+def test_epochs_are_read_from_the_arguments():
+    assert JobSpec("j", "x.py", args=["--epochs", "3"]).epochs() == 3
+    assert JobSpec("j", "x.py", args=["--epochs=4"]).epochs() == 4
+    assert JobSpec("j", "x.py").epochs(14) == 14
+
+
+# ------------------------------------------------------------------------------------------- rendering
+def test_srun_script_teaches_what_the_workshop_teaches(tmp_path):
+    text = script_text(JobSpec("ddp", DDP, args=["--epochs", "1"], ntasks_per_node=2, cpus_per_task=2))
+    assert "#SBATCH --ntasks-per-node=2\n#SBATCH --cpus-per-task=2\n" in text
+    assert 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in text
+    assert "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))" in text
+    assert "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK" in text
+    assert f"srun --label {PYTHON} {DDP} --epochs 1" in text
+    assert "gpu" not in text.lower().replace("gpu use", "")   # no GPU lines when none are asked for
+    assert "trap" not in text and "NCCL" not in text
+    assert f"export PYTHONPATH={ROOT}" in text and "export GLOO_SOCKET_IFNAME=lo" in text
+    bash_syntax_ok(text, tmp_path)
+
+
+def test_torchrun_script_has_one_task_per_node_and_a_c10d_rendezvous(tmp_path):
+    text = script_text(JobSpec("tr", DDP, nodes=2, ntasks_per_node=4, cpus_per_task=2, launcher="torchrun"))
+    assert "#SBATCH --nodes=2\n" in text
+    assert "#SBATCH --ntasks-per-node=1\n" in text and "#SBATCH --cpus-per-task=8\n" in text
+    assert "--nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=4" in text
+    assert "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" in text
+    assert "export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / 4 ))" in text
+    assert text.count("srun --label") == 1
+    bash_syntax_ok(text, tmp_path)
+
+
+def test_plain_python_runs_without_srun(tmp_path):
+    text = script_text(JobSpec("serial", SERIAL, launcher="python"))
+    assert f"\n{PYTHON} {SERIAL}\n" in text and "srun --label" not in text
+    bash_syntax_ok(text, tmp_path)
+
+
+def test_gpu_lines_nccl_and_monitoring_only_when_asked(tmp_path):
+    site = load_site("example-gpu-cluster")
+    text = jobs.script(JobSpec("g", DDP, ntasks_per_node=4, gpus_per_node=4, monitor=True), site, "slurm", "/tmp/r")
+    assert "#SBATCH --gpus-per-node=4\n" in text
+    assert "export NCCL_IB_HCA=mlx5" in text and "export NCCL_SOCKET_IFNAME=ib0" in text
+    assert "nvidia-smi dmon" in text and "top -b" in text and "trap 'kill $MONITOR_PIDS" in text
+    assert "module load cuda/12.4\nmodule load pytorch/2.5\n" in text
+    assert "#SBATCH --partition=gpu\n#SBATCH --account=my-project\n#SBATCH --reservation=workshop\n" in text
+    bash_syntax_ok(text, tmp_path)
+    cpu = jobs.script(JobSpec("c", DDP, ntasks_per_node=4), site, "slurm", "/tmp/r")
+    assert "--gpus-per-node" not in cpu and "--gres" not in cpu and "NCCL_" not in cpu and "dmon" not in cpu
+
+
+def test_the_job_overrides_the_site_and_gres_is_a_site_choice(tmp_path):
+    site = load_site("example-gpu-cluster")
+    text = jobs.script(JobSpec("g", DDP, account="other", reservation="", modules=[]), site, "slurm", "/tmp/r")
+    assert "--account=other" in text and "--reservation" not in text and "module load" not in text
+    path = tmp_path / "gres.toml"
+    path.write_text(site.path.read_text().replace('gpu_request = "gpus-per-node"', 'gpu_request = "gres"'))
+    text = jobs.script(JobSpec("g", DDP, gpus_per_node=2), load_site(str(path)), "slurm", "/tmp/r")
+    assert "#SBATCH --gres=gpu:2\n" in text and "--gpus-per-node" not in text
+
+
+# ------------------------------------------------------------------------------------------- site profiles
+@pytest.mark.parametrize("name", ["local", "generic", "example-gpu-cluster"])
+def test_shipped_profiles_load(name):
+    site = load_site(name)
+    assert site.name == name and site.cpus_per_node >= 1
+
+
+def test_course_site_selects_the_profile(monkeypatch):
+    monkeypatch.setenv("COURSE_SITE", "example-gpu-cluster")
+    assert load_site().gpus_per_node == 4
+    monkeypatch.setenv("COURSE_SITE", "exmple-gpu-cluster")
+    with pytest.raises(SiteError, match="did you mean 'example-gpu-cluster'"):
+        load_site()
+
+
+def _profile(tmp_path, edit):
+    text = (ROOT / "course_lib" / "sites" / "local.toml").read_text()
+    path = tmp_path / "mysite.toml"
+    path.write_text(edit(text))
+    return str(path)
+
+
+def test_a_misspelled_key_is_named(tmp_path):
+    path = _profile(tmp_path, lambda t: t.replace('account = ""', 'acount = ""'))
+    with pytest.raises(SiteError, match=r"unknown key 'acount' \(did you mean 'account'\?\)"):
+        load_site(path)
+
+
+def test_a_missing_key_is_named(tmp_path):
+    path = _profile(tmp_path, lambda t: t.replace('reservation = ""', ""))
+    with pytest.raises(SiteError, match="missing key 'reservation'"):
+        load_site(path)
+
+
+def test_a_wrong_type_is_named(tmp_path):
+    path = _profile(tmp_path, lambda t: t.replace("gpus_per_node = 0", 'gpus_per_node = "four"'))
+    with pytest.raises(SiteError, match="gpus_per_node must be a int"):
+        load_site(path)
+
+
+# ------------------------------------------------------------------------------------------- jobs/
+def test_jobs_folder_matches_the_templates():
+    r = subprocess.run([PYTHON, "-m", "course_lib.cli", "jobs", "--check"], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_drift_is_caught_and_hand_edits_are_kept(tmp_path):
+    from course_lib.jobs.cli import main as course_jobs
+
+    assert course_jobs(["--out", str(tmp_path)]) == 0
+    assert course_jobs(["--out", str(tmp_path), "--check"]) == 0
+    edited = tmp_path / "ddp_srun.sbatch"
+    edited.write_text(edited.read_text().replace("--time=00:30:00", "--time=02:00:00"))
+    assert course_jobs(["--out", str(tmp_path), "--check"]) == 1
+    assert course_jobs(["--out", str(tmp_path)]) == 1          # kept, with a message
+    assert "--time=02:00:00" in edited.read_text()
+    assert course_jobs(["--out", str(tmp_path), "--force"]) == 0
+    assert "--time=02:00:00" not in edited.read_text()
+
+
+def test_workshop_scripts_render_for_a_gpu_site_with_one_rank_per_gpu(tmp_path):
+    texts = render_all(load_site("example-gpu-cluster"))
+    assert "#SBATCH --ntasks-per-node=4\n" in texts["ddp_srun.sbatch"]
+    assert "#SBATCH --gpus-per-node=4\n" in texts["ddp_srun.sbatch"]
+    assert "--nproc_per_node=4" in texts["ddp_torchrun_2nodes.sbatch"]
+    assert "#SBATCH --nodes=2\n" in texts["ddp_torchrun_2nodes.sbatch"]
+    for name, text in texts.items():
+        bash_syntax_ok(text, tmp_path)
+
+
+# ------------------------------------------------------------------------------------------- reading logs
+def test_rank_labels_from_srun_and_torchrun():
+    srun = JobSpec("s", "x.py", ntasks_per_node=12)
+    assert rank_labelled(" 3: epoch=1 a=1\n11: epoch=1 a=2", srun) == "3: epoch=1 a=1\n11: epoch=1 a=2"
+    tr = JobSpec("t", "x.py", nodes=2, ntasks_per_node=4, launcher="torchrun")
+    assert rank_labelled("1: [default2]:epoch=1 a=1\n[default1]:x", tr) == "6: epoch=1 a=1\n1: x"
+
+
+def test_slurm_exit_codes():
+    assert _code("3:0") == 3 and _code("0:0") == 0 and _code("0:15") == -15 and _code(None) is None
+
+
+# ------------------------------------------------------------------------------------------- engines
+def test_engine_choice(monkeypatch):
+    monkeypatch.setenv("COURSE_ENGINE", "local")
+    assert jobs.engine()[0] == "local"
+    monkeypatch.setenv("COURSE_ENGINE", "lsf")
+    with pytest.raises(ValueError, match="COURSE_ENGINE"):
+        jobs.engine()
+    monkeypatch.setenv("COURSE_ENGINE", "auto")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert jobs.engine() == ("local", "no sbatch on PATH")
+    with pytest.raises(SubmitError, match="no sbatch on PATH"):
+        jobs.engine("slurm")
+
+
+@pytest.fixture
+def local(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_ENGINE", "local")
+    monkeypatch.setenv("COURSE_SITE", "local")
+    monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
+    return tmp_path
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_local_serial_job_completes_with_metrics(local):
+    spec = JobSpec("serial", SERIAL, args=["--dataset", "digits", "--epochs", "1", "--dry-run"], launcher="python")
+    job = jobs.submit(spec).wait(timeout=180, progress=False)
+    assert job.state == "COMPLETED", job.summary()
+    assert job.exit_code == 0 and job.engine == "local" and job.id.startswith("local-")
+    assert job.run_dir == local / "runs" / f"serial-{job.id}"
+    (rec,) = job.metrics()
+    assert rec["epoch"] == 1 and rec["images_per_s"] > 0 and 0 <= rec["test_acc"] <= 1
+    assert "srun" not in job.script_path.read_text().split("#SBATCH --output")[1].split("\n", 1)[0]
+
+
+def test_local_failing_job_gives_exit_code_reason_and_log_tail(local):
+    bad = local / "bad.py"
+    bad.write_text("print('loading the data', flush=True)\nraise SystemExit('no data here: giving up')\n")
+    job = jobs.submit(JobSpec("bad", str(bad), launcher="python")).wait(timeout=60, progress=False)
+    assert job.state == "FAILED" and job.exit_code == 1
+    assert "rank 0 failed first" in job.reason
+    summary = job.summary()
+    assert "no data here: giving up" in summary and "FAILED" in summary and "exit code 1" in summary
+
+
+def test_local_cancel_stops_every_rank(local):
+    sleeper = local / "sleeper.py"
+    sleeper.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")
+    job = jobs.submit(JobSpec("sleepy", str(sleeper), ntasks_per_node=2))
+    deadline = time.monotonic() + 60
+    while "started" not in job.log() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(p) for p in (job.run_dir / "pids").read_text().split()]
+    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    job.cancel()
+    assert job.state == "CANCELLED"
+    assert not any(_alive(p) for p in pids) and job.proc.poll() is not None
+
+
+def test_local_time_limit_is_a_deadline(local):
+    sleeper = local / "sleeper.py"
+    sleeper.write_text("import time\ntime.sleep(300)\n")
+    job = jobs.submit(JobSpec("slow", str(sleeper), time="0:03", launcher="python")).wait(timeout=90, progress=False)
+    assert job.state == "TIMEOUT" and "time limit" in job.reason
+    assert job.elapsed < 60
+
+
+def test_local_gpu_request_is_refused_like_sbatch_would(local):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has GPUs")
+    with pytest.raises(SubmitError, match="asks for 1 GPU"):
+        jobs.submit(JobSpec("gpu", SERIAL, gpus_per_node=1))
+
+
+def test_run_folders_are_never_reused(local):
+    runs = local / "runs"
+    (runs / "x-local-1").mkdir(parents=True)
+    (runs / "x-local-1" / "mine.txt").write_text("keep me")
+    ok = local / "ok.py"
+    ok.write_text("print('epoch=1 x=1')\n")
+    job = jobs.submit(JobSpec("x", str(ok), launcher="python")).wait(timeout=60, progress=False)
+    assert job.id == "local-2" and job.ok
+    assert (runs / "x-local-1" / "mine.txt").read_text() == "keep me"
+
+
+# The DDP solution on 2 ranks under both launchers runs in tests/test_jobs_notebooks.py (notebook 03).
+
+
+def test_terminal_progress_shows_state_and_summary(local, capsys):
+    bad = local / "bad.py"
+    bad.write_text(textwrap.dedent("""\
+        print("epoch=1 train_loss=1.0", flush=True)
+        raise SystemExit(3)
+    """))
+    job = jobs.submit(JobSpec("bar", str(bad), args=["--epochs", "2"], launcher="python"))
+    job.wait(timeout=60)
+    out = capsys.readouterr()
+    assert "FAILED" in out.err and "exit code 3" in out.err and "epoch=1 train_loss=1.0" in out.err
+    assert job.epochs_done() == 1

@@ -1,0 +1,99 @@
+"""Notebooks 03 (launching jobs) and 04 (scaling study) executed headless, on the local engine and on the real
+Slurm of this test session (tests/conftest.py); the Slurm runs skip, with the reason, where it cannot start."""
+import re
+
+import nbformat
+import papermill
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+NB03 = ROOT / "notebooks" / "03_launching_jobs.ipynb"
+NB04 = ROOT / "notebooks" / "04_scaling_study.ipynb"
+
+
+def execute(path, out, **parameters):
+    papermill.execute_notebook(str(path), str(out), parameters={"QUICK": True, **parameters},
+                               cwd=str(path.parent), kernel_name="python3", progress_bar=False)
+    return nbformat.read(out, as_version=4)
+
+
+def text_of(nb):
+    parts = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            if o.output_type == "stream":
+                parts.append(o.text)
+            elif o.output_type in ("display_data", "execute_result"):
+                parts.append(o.data.get("text/html", "") or o.data.get("text/plain", ""))
+    return "\n".join(parts)
+
+
+def has_widget(nb):
+    return any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+               for c in nb.cells for o in c.get("outputs", []))
+
+
+@pytest.fixture
+def local_engine(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_ENGINE", "local")
+    monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
+    return tmp_path
+
+
+@pytest.fixture
+def slurm_engine(slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
+    return tmp_path
+
+
+def _ddp_job_report(nb, engine):
+    """The notebook's own line for the srun DDP job: state and seconds from submission to the end."""
+    m = re.search(rf"job (\S+) \(ddp-srun, {engine}\): (\w+) after ([\d.]+) s", text_of(nb))
+    assert m, f"no summary line of the ddp-srun job on the {engine} engine"
+    return m.group(1), m.group(2), float(m.group(3))
+
+
+def test_03_solutions_on_the_local_engine(local_engine):
+    nb = execute(NB03, local_engine / "03.ipynb", TREE="solutions", STRICT=True)
+    job_id, state, seconds = _ddp_job_report(nb, "local")
+    assert state == "COMPLETED" and has_widget(nb)
+    assert "MASTER_ADDR" in text_of(nb) and "export NCCL_IB_HCA=mlx5" in text_of(nb)
+    assert (local_engine / "runs" / f"ddp-srun-{job_id}" / "output.log").exists()
+    print(f"\n[03 local] DDP solution, 2 ranks (srun-style): submit -> COMPLETED in {seconds:.1f} s")
+
+
+@pytest.mark.slurm
+def test_03_solutions_on_slurm(slurm_engine):
+    nb = execute(NB03, slurm_engine / "03.ipynb", TREE="solutions", STRICT=True)
+    job_id, state, seconds = _ddp_job_report(nb, "slurm")
+    assert state == "COMPLETED" and job_id.isdigit() and has_widget(nb)
+    text = text_of(nb)
+    assert f"$ squeue -t all -j {job_id}" in text and "COMPLETED" in text
+    log = (slurm_engine / "runs" / f"ddp-srun-{job_id}" / "output.log").read_text()
+    assert re.search(r"^0: epoch=1 .*test_acc=", log, re.M) and re.search(r"^1: epoch=1 ", log, re.M)
+    print(f"\n[03 slurm] DDP solution, 2 ranks (sbatch + srun): submit -> COMPLETED in {seconds:.1f} s")
+
+
+def test_03_exercises_run_to_the_end_with_red_checks(local_engine):
+    nb = execute(NB03, local_engine / "03.ipynb", TREE="exercises")
+    assert "FAIL" in text_of(nb)
+
+
+def test_04_solutions_on_the_local_engine(local_engine):
+    nb = execute(NB04, local_engine / "04.ipynb", TREE="solutions", STRICT=True)
+    text = text_of(nb)
+    assert "<th>speedup</th>" in text and "1 -> 2 ranks" in text
+
+
+@pytest.mark.slurm
+def test_04_solutions_on_slurm(slurm_engine):
+    nb = execute(NB04, slurm_engine / "04.ipynb", TREE="solutions", STRICT=True)
+    text = text_of(nb)
+    assert "(scaling-2, slurm): COMPLETED" in text and "1 -> 2 ranks" in text
+
+
+def test_04_exercises_run_to_the_end_with_red_checks(local_engine):
+    nb = execute(NB04, local_engine / "04.ipynb", TREE="exercises")
+    assert "FAIL" in text_of(nb)

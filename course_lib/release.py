@@ -12,6 +12,11 @@ In the exercise each marked region becomes its stub: the region's ``# STUB: `` l
 (at the marker's indentation), or, with none, nbgrader's own stub ``raise NotImplementedError()``.
 Everything outside the regions is copied as it is. ``solution_view`` gives the file without markers and
 stub lines: the clean solution a learner reads (and the diff notebook 02 shows).
+
+nbgrader reads any line that *contains* "BEGIN SOLUTION" as a marker, so such a line is an error here
+unless it is exactly the marker. A notebook in solutions/ is released cell by cell: code cells as above,
+text cells with nbgrader's conventions (a marked region, or a cell whose nbgrader metadata says
+``solution``, becomes "YOUR ANSWER HERE"), outputs cleared.
 """
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from course_lib import ROOT
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = re.compile(r"^(\s*)# STUB:(?: (.*))?$")
+CODE_STUB, TEXT_STUB = "# YOUR CODE HERE\nraise NotImplementedError()", "YOUR ANSWER HERE"   # nbgrader's
 NOT_EXERCISES = ("01_serial",)   # the serial baseline is a solution only
 
 
@@ -35,6 +41,10 @@ def _regions(text: str, name: str):
     region, indent = None, ""
     for number, line in enumerate(text.splitlines(keepends=True), 1):
         stripped = line.strip()
+        for marker, word in ((BEGIN, "BEGIN SOLUTION"), (END, "END SOLUTION")):
+            if word in line and stripped != marker:
+                raise MarkerError(f"{name}:{number}: nbgrader reads this line as a marker; write {marker} "
+                                  "alone on its line, or reword it")
         if stripped == BEGIN:
             if region is not None:
                 raise MarkerError(f"{name}:{number}: {BEGIN} inside another region")
@@ -52,7 +62,8 @@ def _regions(text: str, name: str):
         raise MarkerError(f"{name}: {BEGIN} is never closed")
 
 
-def exercise_view(text: str, name: str = "<source>") -> str:
+def exercise_view(text: str, name: str = "<source>", stub: str = CODE_STUB) -> str:
+    """The learner's version: each marked region replaced by its STUB lines, else by ``stub``."""
     out = []
     for item in _regions(text, name):
         if item[0] == "text":
@@ -63,11 +74,12 @@ def exercise_view(text: str, name: str = "<source>") -> str:
         if stubs:
             out.extend(f"{m.group(1)}{m.group(2) or ''}".rstrip() + "\n" for m in stubs)
         else:
-            out.append(f"{indent}# YOUR CODE HERE\n{indent}raise NotImplementedError()\n")
+            out.extend(f"{indent}{line}\n" for line in stub.split("\n"))
     return "".join(out)
 
 
 def solution_view(text: str, name: str = "<source>") -> str:
+    """The clean solution: markers and STUB lines removed."""
     out = []
     for item in _regions(text, name):
         if item[0] == "text":
@@ -77,16 +89,50 @@ def solution_view(text: str, name: str = "<source>") -> str:
     return "".join(out)
 
 
+def notebook_exercise_view(text: str, name: str = "<notebook>") -> str:
+    """A solution notebook as the learner gets it: solution cells stubbed (nbgrader's rules), no outputs."""
+    import nbformat
+
+    nb = nbformat.reads(text, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        where = f"{name} cell {i}"
+        is_solution = bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
+        stub = CODE_STUB if cell.cell_type == "code" else TEXT_STUB
+        source = exercise_view(cell.source, where, stub)
+        if is_solution and source == cell.source:
+            source = stub       # a solution cell without markers is replaced whole, as nbgrader does
+        cell.source = source.rstrip("\n") if not cell.source.endswith("\n") else source
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nbformat.writes(nb) + "\n"
+
+
 def plan(solutions: Path, exercises: Path) -> dict[Path, str]:
     """{exercise path: content} for every file under solutions/ that is an exercise."""
     files = {}
     for src in sorted(solutions.rglob("*")):
         rel = src.relative_to(solutions)
-        if not src.is_file() or rel.parts[0] in NOT_EXERCISES or "__pycache__" in rel.parts:
+        if not src.is_file() or rel.parts[0] in NOT_EXERCISES or "__pycache__" in rel.parts \
+                or ".ipynb_checkpoints" in rel.parts:
             continue
         text = src.read_text(encoding="utf-8")
-        files[exercises / rel] = exercise_view(text, str(src)) if src.suffix == ".py" else text
+        if src.suffix == ".py":
+            text = exercise_view(text, str(src))
+        elif src.suffix == ".ipynb":
+            text = notebook_exercise_view(text, str(src))
+        files[exercises / rel] = text
     return files
+
+
+def orphans(files: dict[Path, str], exercises: Path) -> list[Path]:
+    """Sources in exercises/ that no solution produces (a renamed or deleted solution leaves them behind).
+
+    Only .py and .ipynb files count: a run leaves other files (mnist_cnn.pt, logs) that are not sources.
+    """
+    if not exercises.is_dir():
+        return []
+    return [p for p in sorted(exercises.rglob("*")) if p.suffix in (".py", ".ipynb") and p.is_file()
+            and p not in files and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts]
 
 
 def add_arguments(p):
@@ -102,11 +148,14 @@ def run(args) -> int:
         print(f"release: {e}", file=sys.stderr)
         return 2
     stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+    extra = orphans(files, args.exercises)
+    for p in extra:
+        print(f"no solution for {p}: delete it, or add its source to {args.solutions}")
     if args.check:
         for p in stale:
             print(f"out of date: {p} (run `course release`)")
         print(f"{len(files) - len(stale)}/{len(files)} exercise files up to date")
-        return 1 if stale else 0
+        return 1 if stale or extra else 0
     for p in stale:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(files[p], encoding="utf-8")

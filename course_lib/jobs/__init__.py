@@ -26,7 +26,7 @@ ENGINES = ("slurm", "local")
 _probe_cache: dict = {}
 
 __all__ = ["Job", "JobSpec", "JobSpecError", "Site", "SiteError", "SubmitError", "TERMINAL", "engine",
-           "load_site", "render", "runs_dir", "script", "submit", "time_seconds"]
+           "load_site", "render", "runs_dir", "script", "submit", "time_seconds", "training_spec"]
 
 
 def runs_dir(path: str | os.PathLike | None = None) -> Path:
@@ -75,3 +75,14 @@ def submit(spec: JobSpec, engine_name: str | None = None, site: Site | str | Non
     from course_lib.jobs import local, slurm
 
     return (slurm if name == "slurm" else local).submit(spec, site, runs_dir(runs))
+
+
+def training_spec(name: str, script, args=(), ranks: int = 1, launcher: str = "srun",
+                  site: Site | str | None = None, **extra) -> JobSpec:
+    """A training job sized for the site: one rank per GPU, sharing the node's CPUs, where the site profile
+    has GPUs; otherwise ``ranks`` CPU ranks of one core each (more would only oversubscribe the cores)."""
+    site = site if isinstance(site, Site) else load_site(site)
+    gpus = site.gpus_per_node > 0
+    return JobSpec(name=name, script=str(script), args=list(args), ntasks_per_node=ranks, launcher=launcher,
+                   gpus_per_node=ranks if gpus else 0,
+                   cpus_per_task=max(1, site.cpus_per_node // ranks) if gpus else 1, **extra)

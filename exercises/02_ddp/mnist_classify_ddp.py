@@ -1,0 +1,161 @@
+"""MNIST training with DistributedDataParallel: the serial script plus the six steps of notebook 02.
+
+Your exercise: turn this serial script into DistributedDataParallel in six steps.
+
+As it is, this is the serial script (solutions/01_serial/mnist_classify.py) with a TODO where each
+step goes. It runs; under srun or torchrun every rank trains its own model on all the data, alone.
+Notebook 02 explains each step; after each one, check your work:
+
+    course check ddp exercises/02_ddp/mnist_classify_ddp.py
+
+The steps: 1 join the process group, 2 wrap the model, 3 shard the data, 4 use this rank's device,
+5 save once, 6 launch it (srun or torchrun), time it and shut down cleanly.
+
+Adapted from pytorch/examples (mnist/main.py). Same command line, plus --dataset, --data-dir,
+--num-workers, --amp and --compile. After each epoch each rank prints one line a program can parse
+(images_per_s: the whole training set per second; images_per_s_rank: this rank's share per second):
+
+    epoch=1 train_loss=0.2981 test_loss=0.0712 test_acc=0.9781 images_per_s=4214.3 images_per_s_rank=2107.1 epoch_s=13.95
+
+Run it:  torchrun --standalone --nproc_per_node 2 mnist_classify_ddp.py --dataset digits --epochs 1
+or, in a Slurm job that exports MASTER_ADDR and MASTER_PORT:  srun python mnist_classify_ddp.py ...
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+import torch.optim as optim
+from torch.optim.lr_scheduler import StepLR
+# TODO: import what the six steps need
+
+from course_lib.data import DATASETS, DataError, load_dataset
+from course_lib.metrics import format_epoch_line
+from course_lib.model import Net
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="PyTorch MNIST example (serial)")
+    p.add_argument("--batch-size", type=int, default=64, help="input batch size for training (default: 64)")
+    p.add_argument("--test-batch-size", type=int, default=1000, help="input batch size for testing (default: 1000)")
+    p.add_argument("--epochs", type=int, default=14, help="number of epochs to train (default: 14)")
+    p.add_argument("--lr", type=float, default=1.0, help="learning rate (default: 1.0)")
+    p.add_argument("--gamma", type=float, default=0.7, help="learning rate step gamma (default: 0.7)")
+    p.add_argument("--seed", type=int, default=1, help="random seed (default: 1)")
+    p.add_argument("--log-interval", type=int, default=10, help="batches between training log lines")
+    p.add_argument("--save-model", action="store_true", help="write mnist_cnn.pt in the working directory")
+    p.add_argument("--dry-run", action="store_true", help="one batch per epoch, to check that it runs")
+    p.add_argument("--data-dir", default=None, help="where MNIST/raw/ lives (default: $COURSE_DATA_DIR)")
+    p.add_argument("--dataset", choices=DATASETS, default="auto", help="auto: MNIST if present, else digits")
+    p.add_argument("--num-workers", type=int, default=int(os.environ.get("SLURM_CPUS_PER_TASK", 0)),
+                   help="data-loader worker processes (default: $SLURM_CPUS_PER_TASK, else 0)")
+    p.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision autocast")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    return p.parse_args(argv)
+
+
+def sync(device):
+    # CUDA runs asynchronously: wait for the GPU before reading the clock, or the time is a lie.
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# TODO Step 1: find out who this process is: its rank, its local rank (on this node) and the world size.
+# srun and torchrun each tell a process in their own environment variables; support both.
+
+
+def train(args, model, device, train_loader, optimizer, epoch, autocast):
+    model.train()
+    total_loss, seen = 0.0, 0
+    for batch_idx, (data, target) in enumerate(train_loader):
+        data, target = data.to(device), target.to(device)
+        optimizer.zero_grad()
+        with autocast():
+            output = model(data)
+            loss = F.nll_loss(output.float(), target)
+        loss.backward()
+        optimizer.step()
+        total_loss += loss.item() * len(data)
+        seen += len(data)
+        if batch_idx % args.log_interval == 0:
+            print(f"Train Epoch: {epoch} [{seen}/{len(train_loader.sampler)}]\tLoss: {loss.item():.6f}", flush=True)
+        if args.dry_run:
+            break
+    return total_loss / max(seen, 1), seen
+
+
+def test(model, device, test_loader, autocast):
+    model.eval()
+    test_loss, correct = 0.0, 0
+    with torch.no_grad():
+        for data, target in test_loader:
+            data, target = data.to(device), target.to(device)
+            with autocast():
+                output = model(data).float()
+            test_loss += F.nll_loss(output, target, reduction="sum").item()
+            correct += (output.argmax(dim=1) == target).sum().item()
+    n = len(test_loader.dataset)
+    return test_loss / n, correct / n
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    use_cuda = torch.cuda.is_available()
+    torch.manual_seed(args.seed)
+    # TODO Step 1: join the process group of all ranks (NCCL between GPUs, Gloo between CPUs).
+    # With GPUs, tell CUDA which GPU is this rank's before you join.
+
+    # TODO Step 4: with several GPUs on a node, each rank uses its own one
+    device = torch.device("cuda" if use_cuda else "cpu")
+
+    try:
+        train_set, test_set = load_dataset(args.dataset, args.data_dir)
+    except DataError as e:
+        sys.exit(f"data error: {e}")
+    print(f"device={device} dataset={train_set.name} train={len(train_set)} test={len(test_set)}", flush=True)
+
+    # TODO Step 3: each rank trains on its own share of the training set, in a new order every epoch
+    train_kwargs = {"batch_size": args.batch_size, "shuffle": True}
+    test_kwargs = {"batch_size": args.test_batch_size}
+    loader_kwargs = {"num_workers": args.num_workers, "pin_memory": use_cuda,
+                     "persistent_workers": args.num_workers > 0}
+    train_loader = torch.utils.data.DataLoader(train_set, **train_kwargs, **loader_kwargs)
+    test_loader = torch.utils.data.DataLoader(test_set, **test_kwargs, **loader_kwargs)
+
+    model = Net().to(device)
+    # TODO Step 2: make backward average the gradients over all ranks, so every copy stays the same
+    optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
+    scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
+    step_model = torch.compile(model) if args.compile else model
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
+
+    def autocast():  # mixed precision only when asked for; a no-op context otherwise
+        return torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None)
+
+    for epoch in range(1, args.epochs + 1):
+        # TODO Step 3: a new order each epoch (the same on every rank, so the shards stay disjoint)
+        sync(device)
+        # TODO Step 6: time the epoch across ranks: start the clock when every rank is here ...
+        start = time.perf_counter()
+        train_loss, seen = train(args, step_model, device, train_loader, optimizer, epoch, autocast)
+        sync(device)
+        # TODO Step 6: ... and stop it when the slowest rank is done
+        epoch_s = time.perf_counter() - start
+        test_loss, test_acc = test(step_model, device, test_loader, autocast)
+        scheduler.step()
+        # Per rank: what this process trained on. Total: the whole training set went through in epoch_s.
+        total = seen if args.dry_run else len(train_loader.dataset)
+        print(format_epoch_line(epoch=epoch, train_loss=train_loss, test_loss=test_loss, test_acc=test_acc,
+                                images_per_s=total / epoch_s, images_per_s_rank=seen / epoch_s,
+                                epoch_s=epoch_s), flush=True)
+
+    # TODO Step 5: one checkpoint, written once, that loads into a plain Net()
+    if args.save_model:
+        torch.save(model.state_dict(), "mnist_cnn.pt")
+    # TODO Step 6: leave the process group cleanly
+
+
+if __name__ == "__main__":
+    main()

@@ -1,5 +1,6 @@
-"""Notebooks 03 (launching jobs) and 04 (scaling study) executed headless, on the local engine and on the real
-Slurm of this test session (tests/conftest.py); the Slurm runs skip, with the reason, where it cannot start."""
+"""Notebooks 03 (launching jobs) and 04 (scaling study) executed headless on the real Slurm of this test
+session (tests/conftest.py); they skip, with the reason, where it cannot start. The local-engine runs of
+every notebook are in test_notebooks.py."""
 import re
 
 import nbformat
@@ -36,13 +37,6 @@ def has_widget(nb):
 
 
 @pytest.fixture
-def local_engine(tmp_path, monkeypatch):
-    monkeypatch.setenv("COURSE_ENGINE", "local")
-    monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
-    return tmp_path
-
-
-@pytest.fixture
 def slurm_engine(slurm, tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
     return tmp_path
@@ -53,15 +47,6 @@ def _ddp_job_report(nb, engine):
     m = re.search(rf"job (\S+) \(ddp-srun, {engine}\): (\w+) after ([\d.]+) s", text_of(nb))
     assert m, f"no summary line of the ddp-srun job on the {engine} engine"
     return m.group(1), m.group(2), float(m.group(3))
-
-
-def test_03_solutions_on_the_local_engine(local_engine):
-    nb = execute(NB03, local_engine / "03.ipynb", TREE="solutions", STRICT=True)
-    job_id, state, seconds = _ddp_job_report(nb, "local")
-    assert state == "COMPLETED" and has_widget(nb)
-    assert "MASTER_ADDR" in text_of(nb) and "export NCCL_IB_HCA=mlx5" in text_of(nb)
-    assert (local_engine / "runs" / f"ddp-srun-{job_id}" / "output.log").exists()
-    print(f"\n[03 local] DDP solution, 2 ranks (srun-style): submit -> COMPLETED in {seconds:.1f} s")
 
 
 @pytest.mark.slurm
@@ -76,17 +61,6 @@ def test_03_solutions_on_slurm(slurm_engine):
     print(f"\n[03 slurm] DDP solution, 2 ranks (sbatch + srun): submit -> COMPLETED in {seconds:.1f} s")
 
 
-def test_03_exercises_run_to_the_end_with_red_checks(local_engine):
-    nb = execute(NB03, local_engine / "03.ipynb", TREE="exercises")
-    assert "FAIL" in text_of(nb)
-
-
-def test_04_solutions_on_the_local_engine(local_engine):
-    nb = execute(NB04, local_engine / "04.ipynb", TREE="solutions", STRICT=True)
-    text = text_of(nb)
-    assert "<th>speedup</th>" in text and "1 -> 2 ranks" in text
-
-
 @pytest.mark.slurm
 def test_04_solutions_on_slurm(slurm_engine):
     nb = execute(NB04, slurm_engine / "04.ipynb", TREE="solutions", STRICT=True)
@@ -94,6 +68,3 @@ def test_04_solutions_on_slurm(slurm_engine):
     assert "(scaling-2, slurm): COMPLETED" in text and "1 -> 2 ranks" in text
 
 
-def test_04_exercises_run_to_the_end_with_red_checks(local_engine):
-    nb = execute(NB04, local_engine / "04.ipynb", TREE="exercises")
-    assert "FAIL" in text_of(nb)

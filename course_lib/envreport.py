@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 
 
 def collect() -> dict:
@@ -20,7 +19,9 @@ def collect() -> dict:
         if torch.cuda.is_available() else []
     backends = [b for b, ok in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available()),
                                 ("mpi", dist.is_mpi_available())) if ok]
-    sbatch = shutil.which("sbatch")
+    from course_lib import jobs
+
+    engine, why = jobs.engine()
     dataset, folder = data.resolve("auto", quiet=True)
     return {
         "python": platform.python_version(),
@@ -29,7 +30,7 @@ def collect() -> dict:
         "gpus": ", ".join(f"{i}: {n}" for i, n in enumerate(gpus)) or "none (CPU only)",
         "backend": "nccl (GPUs)" if gpus and "nccl" in backends else "gloo (CPU)",
         "backends built in": ", ".join(backends) or "none",
-        "jobs run with": f"Slurm ({sbatch})" if sbatch else "local processes (no sbatch on PATH)",
+        "jobs run with": f"{'Slurm' if engine == 'slurm' else 'local processes'} ({why})",
         "in a Slurm job": os.environ.get("SLURM_JOB_ID", "no"),
         "site profile": os.environ.get("COURSE_SITE", "none (COURSE_SITE unset)"),
         "data dir": str(data.default_data_dir()),

@@ -6,7 +6,6 @@ solutions/ with STRICT=True, so a check that fails on this machine fails the run
 """
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 

@@ -9,6 +9,25 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
 
+def live_processes(*needles: str, environ: bool = False) -> list[str]:
+    """``"pid: command"`` of live processes (no zombies, no pytest) whose command line (and environment, if
+    asked) holds every one of ``needles``: what a run that must leave nothing behind left behind."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if (proc / "stat").read_text().rsplit(") ", 1)[1].startswith("Z"):
+                continue
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            blob = cmd + ((proc / "environ").read_bytes().decode(errors="replace") if environ else "")
+        except (OSError, IndexError):
+            continue
+        if "pytest" not in cmd and all(n in blob for n in needles):
+            found.append(f"{proc.name}: {cmd[:200]}")
+    return found
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

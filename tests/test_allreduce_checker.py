@@ -1,6 +1,5 @@
 """`course check allreduce`: the solution passes, the starter fails per function, and each faulty
 submission in tests/allreduce_faulty/ fails at the right function for the right reason (real gloo ranks)."""
-import os
 import re
 import subprocess
 import sys
@@ -8,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import live_processes
 from course_lib.checks import allreduce_worker as worker
 from course_lib.checks.allreduce import FUNCTIONS, check
 
@@ -62,20 +62,6 @@ def test_diagnose_names_the_mistake():
     assert "1 of 3 elements wrong (indices 2..2)" in msg and "chunk boundaries" in msg
 
 
-def _workers_left(path: Path):
-    """No process of ours (the worker on this file) survives a check."""
-    left = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if worker.__name__ in cmd and str(path) in cmd:
-                left.append(f"{proc.name}: {cmd}")
-    return left
-
-
 @pytest.mark.slow
 def test_solution_passes():
     report = check(str(SOLUTION))
@@ -115,4 +101,4 @@ def test_faulty_submission_is_caught(name):
         result, pattern = expected.get(fn, ("pass", ""))
         assert got[fn].result == result, f"{fn}: {report.text()}"
         assert re.search(pattern, got[fn].message, re.S), f"{fn}: {got[fn].message}"
-    assert not _workers_left(path), "a worker process survived the check"
+    assert not live_processes(worker.__name__, str(path)), "a worker process survived the check"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import live_processes
 from course_lib.checks import ddp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,22 +76,7 @@ def test_checker_names_the_step_and_the_reason(path):
             assert re.search(rule, verdicts[step].message, re.S), f"Step {step} should say /{rule}/:\n{text}"
     if not any(step is None for step, _ in expect):
         assert not report.passed, text
-    assert not _leftovers(path), _leftovers(path)
-
-
-def _leftovers(path: Path) -> list[str]:
-    """Processes still running the given script (the checker must leave none)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(path) in cmd and "pytest" not in cmd:
-            found.append(f"{proc.name}: {cmd[:200]}")
-    return found
+    assert not live_processes(str(path)), live_processes(str(path))
 
 
 @pytest.mark.slow

@@ -110,7 +110,6 @@ def test_ddp_equals_serial_with_the_global_batch(tmp_path, world):
     Dropout off and the serial script fed the sample order DistributedSampler uses (a permutation
     seeded with seed + epoch): then DDP's averaged gradient is the serial gradient of the global batch.
     """
-    import torch
     b, steps, epochs = 8, 3, 2
     env = {"EQUIV_TRAIN": str(world * b * steps), "EQUIV_SEED": "1"}
     args = ["--dataset", "digits", "--epochs", str(epochs), "--seed", "1", "--log-interval", "1000"]

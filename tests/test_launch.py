@@ -1,5 +1,4 @@
 """The local launcher: real processes, real gloo, real torchrun; deadlines, failures and no survivors."""
-import os
 import textwrap
 import threading
 import uuid
@@ -7,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import live_processes
 from course_lib.launch import MAX_LINE, launch
 
 pytestmark = pytest.mark.slow
@@ -27,23 +27,6 @@ def script(tmp_path: Path, body: str, name="s.py") -> str:
     path = tmp_path / name
     path.write_text(textwrap.dedent(body))
     return str(path)
-
-
-def alive_with(marker: str) -> list[int]:
-    """PIDs of live processes whose command line or environment holds ``marker``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if (proc / "stat").read_text().split(") ")[1].startswith("Z"):
-                continue
-            blob = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in blob:
-            found.append(int(proc.name))
-    return found
 
 
 @pytest.mark.parametrize("style", ["srun", "torchrun"])
@@ -82,7 +65,7 @@ def test_deadline_kills_a_hang_and_everything_it_started(tmp_path, style):
     assert res.timed_out and res.stuck_ranks == [0, 1]
     assert res.elapsed < 30
     assert "deadline" in res.summary() and "[0, 1]" in res.summary()
-    assert alive_with(marker) == []
+    assert live_processes(marker, environ=True) == []
 
 
 def test_two_launches_at_once_do_not_collide(tmp_path):

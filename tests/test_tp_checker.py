@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import live_processes
 from course_lib.checks import tp as tp_check
 from course_lib.release import solution_view
 
@@ -211,7 +212,7 @@ def test_hang_is_reported_and_nothing_survives(tmp_path, name):
     report = tp_check.check(str(path), case_timeout=10, world_sizes=ranks)
     assert_expected(report, expect)
     # every worker was stopped: no process still runs the learner's file
-    left = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True).stdout.split()
+    left = live_processes(str(path))
     assert not left, f"processes left running: {left}"
 
 

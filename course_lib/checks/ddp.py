@@ -375,9 +375,9 @@ def step2(run: Run):
     if all(x >= params[0].numel() for x in reduced):
         return True, (f"parameters identical on all {n} ranks after {steps[0]} optimizer steps: "
                       "the gradients were averaged with all_reduce")
-    return False, (f"the parameters are identical on all ranks only because every rank trained on the same data "
-                   f"in the same order; nothing averaged the gradients between ranks. Wrap the model in "
-                   f"DistributedDataParallel, so that backward averages them.")
+    return False, ("the parameters are identical on all ranks only because every rank trained on the same data "
+                   "in the same order; nothing averaged the gradients between ranks. Wrap the model in "
+                   "DistributedDataParallel, so that backward averages them.")
 
 
 def _train_loader(rec: dict):

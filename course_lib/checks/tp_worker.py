@@ -382,7 +382,6 @@ N_IN, N_OUT = 8, 12   # divisible by 2 and 4; different, so a transposed weight 
 
 
 def case_column(c, gather):
-    import torch
     cls = need(c.mod, "ColumnParallelLinear")
     name = "ColumnParallelLinear(gather_output=True)" if gather else "ColumnParallelLinear"
     layer = cls(N_IN, N_OUT, bias=True, gather_output=gather, **c.kw).double()
@@ -480,7 +479,6 @@ def case_row(c, parallel_input):
 
 
 def case_mlp(c):
-    import torch
     import torch.nn.functional as F
     cls = need(c.mod, "ParallelMLP")
     h, ffn = N_IN, 16
@@ -506,7 +504,7 @@ def case_mlp(c):
     (y * grad_out).sum().backward()
     bwd = c.counter.take()
     (want * grad_out).sum().backward()
-    s1, s2 = slice(c.r * ffn // c.tp, (c.r + 1) * ffn // c.tp), None
+    s1 = slice(c.r * ffn // c.tp, (c.r + 1) * ffn // c.tp)
     compare_grads("ParallelMLP", [
         ("input grads", x.grad, xs.grad, None, "no gradient reached the input"),
         ("fc1 weight grads", w1.grad, fc1.weight.grad[s1], None, "is fc1 used?"),
@@ -530,7 +528,6 @@ def _calls(counts):
 
 
 def case_attention(c):
-    import torch
     import torch.nn.functional as F
     cls = need(c.mod, "ParallelSelfAttention")
     h, heads, b, t = N_IN, 4, 2, 5

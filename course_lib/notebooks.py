@@ -19,8 +19,12 @@ def notebook_paths(pattern: str = "*") -> list[Path]:
 def execute(path: Path, out_dir: Path, tree: str = "solutions", quick: bool = False, strict: bool | None = None,
             timeout: int = 900) -> tuple[bool, float, str]:
     """Run one notebook; returns (ok, seconds, first line of the error or '')."""
+    import logging
+
     import papermill
 
+    # papermill warns that it cannot parse `QUICK = os.environ...` as a literal; it injects QUICK anyway
+    logging.getLogger("papermill").setLevel(logging.ERROR)
     out_dir.mkdir(parents=True, exist_ok=True)
     params = {"TREE": tree, "QUICK": quick, "STRICT": tree == "solutions" if strict is None else strict}
     start = time.monotonic()

@@ -12,11 +12,11 @@ hang); one that fails is left out with a ``skip`` marker. Then, for each size an
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import time
 
+from course_lib.checks import import_path
 from course_lib.checks.allreduce_worker import Watchdog, emit
 
 FLOAT_BYTES = 4
@@ -33,10 +33,8 @@ def load_algorithms(path: str, names: list[str]) -> dict:
     algos = {}
     learner = [n for n in names if n != "gloo"]
     if learner:
-        spec = importlib.util.spec_from_file_location("learner_allreduce", path)
-        module = importlib.util.module_from_spec(spec)
         try:
-            spec.loader.exec_module(module)
+            module = import_path(path, "learner_allreduce")
         except BaseException as e:
             for n in learner:
                 emit("skip", algo=n, why=f"{os.path.basename(path)} could not be loaded: {type(e).__name__}: {e}")

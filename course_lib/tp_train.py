@@ -17,10 +17,11 @@ so the loss curve equals the serial one to rounding. One line per step, then one
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import sys
+
+from course_lib.checks import import_path
 
 STEP_LINE = re.compile(r"^step=(\d+) loss=(\S+)$")
 MEMORY_LINE = re.compile(r"^params_per_rank=(\d+) bytes_per_rank=(\d+) serial_params=(\d+) serial_bytes=(\d+)")
@@ -92,10 +93,7 @@ def train_serial(args) -> list[float]:
 
 
 def load_tp(path):
-    spec = importlib.util.spec_from_file_location("tp_for_training", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return import_path(path, "tp_for_training")
 
 
 def train_parallel(args):

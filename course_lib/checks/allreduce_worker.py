@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import inspect
 import json
 import os
 import sys
 import threading
 import traceback
+
+from course_lib.checks import import_path
 
 FUNCTIONS = ("naive_allreduce", "ring_allreduce", "tree_allreduce")
 BIG = 1_000_003          # one case per function and world size: large messages
@@ -195,11 +196,8 @@ class Watchdog:
 
 def load(path: str, guard: Guard):
     """Import the learner's file by path; collectives are wrapped already (a `from ... import` sees the guard)."""
-    spec = importlib.util.spec_from_file_location("learner_allreduce", path)
-    module = importlib.util.module_from_spec(spec)
     with guard:
-        spec.loader.exec_module(module)
-    return module
+        return import_path(path, "learner_allreduce")
 
 
 def run_case(fn, fname: str, case: dict, world: int, rank: int, guard: Guard, path: str) -> dict:

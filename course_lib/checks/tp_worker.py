@@ -8,13 +8,14 @@ Every comparison is against the serial computation in float64, within ``TOL``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
 import threading
 import traceback
 from pathlib import Path
+
+from course_lib.checks import import_path
 
 TOL = 1e-10
 
@@ -33,10 +34,7 @@ def emit(tag, payload):
 
 
 def load(path):
-    spec = importlib.util.spec_from_file_location("learner_tp", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return import_path(path, "learner_tp")
 
 
 def explain(exc, path):

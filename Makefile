@@ -10,14 +10,22 @@ STAMP := $(VENV)/.installed
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB_ARGS ?=
 
-.PHONY: lab test notebooks venv kernel clean
+.PHONY: lab test test-fast lint notebooks venv kernel clean
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_welcome.ipynb
 
-test: $(STAMP)
+# Two workers: the suite is mostly waiting on ranks and deadlines; the Slurm tests share one worker (conftest).
+test: $(STAMP) lint
 	-@bash scripts/system-deps.sh
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup
+
+# The unit tests alone (no multi-process, notebook or Slurm runs): under a minute.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow and not slurm" -n 2
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
 
 notebooks: $(STAMP)
 	$(VENV)/bin/course notebooks

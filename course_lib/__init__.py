@@ -1,11 +1,17 @@
-"""course_lib: the small library the course notebooks call.
+"""course_lib: the library the course notebooks and the ``course`` command call.
 
-One module per job: data (datasets), model (the MNIST CNN), metrics (parse training output),
-launch (N local processes), jobs (sbatch or local), checks (the learner's work), grading, plots.
+    data, model, metrics, nb   at the top, where learners' files import them: data sets, the MNIST CNN,
+                               parsing training output, what every notebook shares
+    registry    the one list of exercises: file, checker, notebook, how to recognise a stray file
+    check       ``course check EXERCISE PATH``, through the registry
+    core/       shared by all: launching ranks, process trees, the rank toolkit, reports, paths, atomic writes
+    ddp/        DDP in six steps: its checker, the probe inside each rank, the step diff
+    allreduce/  all-reduce algorithms: checker, rank worker, benchmark, cost model, plots, NCCL_ALGO
+    tp/         tensor parallelism: checker, rank worker, dp x tp training, plots
+    grading/    ``course grade``: a whole class, each check in a sandbox, grades.csv
+    jobs/       sbatch scripts from templates, submitted to Slurm or run locally, watched, read back
+    instructor/ ``course release``, ``notebooks``, ``env`` and ``data``: an instructor's tools
+    cli         ``course <verb> [<topic>]``: wires the commands above, nothing else
 """
-from pathlib import Path
 
 __version__ = "0.1.0"
-
-# The repository root: notebooks, solutions/ and exercises/ live beside the package.
-ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,8 @@
-"""The ``course`` command: check, grade, release, bench, notebooks, env, data.
+"""The ``course`` command: ``course <verb> [<topic>] ...`` (check, grade, release, bench, notebooks, env, data, jobs).
 
 Each sub-command lives in the module that does the work; this file only wires the command line.
-A module that owns a sub-command exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+A module that owns a sub-command exposes ``add_arguments(parser)`` and ``run(args) -> int``; it is imported
+only when its command runs, so ``course --help`` stays fast (no torch).
 """
 from __future__ import annotations
 
@@ -9,23 +10,61 @@ import argparse
 import importlib
 import sys
 
-# sub-command -> (module, one-line help)
+# sub-command -> (module, one-line help: its arguments, then what it does)
 COMMANDS = {
-    "check": ("course_lib.checks.cli", "check a learner's exercise file: ddp, allreduce or tp"),
-    "grade": ("course_lib.grading", "grade a folder of learners' exercise folders"),
-    "release": ("course_lib.release", "write exercises/ from solutions/ (--check: fail if they differ)"),
-    "bench": ("course_lib.bench", "benchmarks: all-reduce algorithms against the library"),
-    "notebooks": ("course_lib.notebooks", "execute every notebook headless and print a line per notebook"),
-    "env": ("course_lib.envreport", "report torch, devices, backend, Slurm or local, data"),
-    "data": ("course_lib.datacli", "where the data sets are; download MNIST or Fashion-MNIST on request"),
-    "jobs": ("course_lib.jobs.cli", "write the workshop's sbatch scripts into jobs/ (--check: fail if they drift)"),
+    "check": ("course_lib.check", "EXERCISE PATH: check an exercise file (ddp, allreduce, tp)"),
+    "grade": ("course_lib.grading.cli", "DIR: grade a folder of learners' exercise folders"),
+    "release": ("course_lib.instructor.release", "write exercises/ from solutions/ (--check: drift?)"),
+    "bench": ("course_lib.allreduce.bench", "TOPIC [PATH]: all-reduce algorithms against the library"),
+    "notebooks": ("course_lib.instructor.notebooks", "execute every notebook headless, a line each"),
+    "env": ("course_lib.instructor.envreport", "torch, devices, backend, Slurm or local, data"),
+    "data": ("course_lib.instructor.datacli", "[info|download NAME]: the data sets; download on request"),
+    "jobs": ("course_lib.jobs.cli", "write jobs/*.sbatch from the templates (--check: drift?)"),
 }
 
+EPILOG = """\
+exit codes:
+  0    ok
+  1    the learner's work failed (a check, a grade), or drift found (release --check, jobs --check)
+  2    bad input, or the command could not run (errors go to stderr as "course <verb>: ...")
+  130  interrupted (Ctrl-C)
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="course", description="Multi-GPU deep learning course tools")
+options with one meaning everywhere:
+  --timeout SECONDS   the deadline of each multi-process run (course grade: --check-timeout for a whole check)
+
+environment:
+  COURSE_HOME         the course's folder (notebooks/, exercises/, solutions/) when it is not beside course_lib
+  COURSE_SITE         site profile for jobs: a name in course_lib/jobs/sites/ or a .toml path (default generic)
+  COURSE_ENGINE       jobs engine: slurm, local or auto (default auto: Slurm when sbatch answers)
+  COURSE_RUNS_DIR     where job run folders go (default jobs/runs/ of the workspace)
+  COURSE_DATA_DIR     where the data sets are (default ~/.cache/multigpu-course/data)
+  COURSE_QUICK        1: the notebooks' small settings (CI, a first look)
+  set by the course for its own processes: COURSE_PROBE_* (DDP checker), COURSE_GRADE_* (grading sandbox)
+"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def _format_action(self, action):
+        # list the commands in one column: argparse would put "notebooks" on a line of its own
+        self._action_max_length = max(self._action_max_length, 15)
+        return super()._format_action(action)
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The sub-command named in ``argv`` (the first word not an option), if it is one."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``course`` parser; only ``command``'s module is imported and gets its options."""
+    parser = argparse.ArgumentParser(prog="course", description="Multi-GPU deep learning course tools",
+                                     epilog=EPILOG, formatter_class=_Formatter)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
+        if name != command:
+            sub.add_parser(name, help=help_text)
+            continue
         mod = importlib.import_module(module)
         p = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip().splitlines()[0])
         mod.add_arguments(p)
@@ -34,11 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command_of(argv)
     try:
+        args = build_parser(command).parse_args(argv)
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(f"course {command}: interrupted" if command else "course: interrupted", file=sys.stderr)
         return 130
 
 

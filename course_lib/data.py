@@ -17,13 +17,14 @@ import gzip
 import hashlib
 import os
 import sys
-import tempfile
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+from course_lib.core.atomic import atomic_writer
 
 DATASETS = ("auto", "mnist", "fashion-mnist", "digits")
 DEBIAN_FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -219,21 +220,22 @@ def download_idx(name: str, data_dir: Path | str | None = None, base_url: str | 
     folder.mkdir(parents=True, exist_ok=True)
     for fname, md5 in md5s.items():
         target = folder / fname
-        if target.is_file() and _md5(target) == md5:
-            continue
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{fname}.")
-        try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen((base_url or url) + fname, timeout=60) as r:
-                for block in iter(lambda: r.read(1 << 20), b""):
-                    out.write(block)
-            got = _md5(Path(tmp))
-            if got != md5:
-                raise DataError(f"{fname}: checksum {got} does not match {md5}; the download is corrupt, try again")
-            os.replace(tmp, target)
-        except OSError as e:
-            raise DataError(f"downloading {(base_url or url) + fname} failed ({e}); check the network or "
-                            f"stage the files in {folder} by hand") from None
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        if not (target.is_file() and _md5(target) == md5):
+            _fetch((base_url or url) + fname, target, md5)
     return folder
+
+
+def _fetch(url: str, target: Path, md5: str) -> None:
+    """``url`` into ``target``, which appears only if the MD5 sum of what came is ``md5``."""
+    try:
+        with atomic_writer(target, "wb") as out, urllib.request.urlopen(url, timeout=60) as r:
+            digest = hashlib.md5(usedforsecurity=False)
+            for block in iter(lambda: r.read(1 << 20), b""):
+                out.write(block)
+                digest.update(block)
+            if digest.hexdigest() != md5:
+                raise DataError(f"{target.name}: checksum {digest.hexdigest()} does not match {md5}; "
+                                "the download is corrupt, try again")
+    except OSError as e:
+        raise DataError(f"downloading {url} failed ({e}); check the network or "
+                        f"stage the files in {target.parent} by hand") from None

@@ -12,19 +12,16 @@ PYTHON = sys.executable
 def live_processes(*needles: str, environ: bool = False) -> list[str]:
     """``"pid: command"`` of live processes (no zombies, no pytest) whose command line (and environment, if
     asked) holds every one of ``needles``: what a run that must leave nothing behind left behind."""
+    from course_lib.core import proc
+
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+    for p in proc.live(["cmdline", "environ"] if environ else ["cmdline"]):
+        if p.pid == os.getpid():
             continue
-        try:
-            if (proc / "stat").read_text().rsplit(") ", 1)[1].startswith("Z"):
-                continue
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            blob = cmd + ((proc / "environ").read_bytes().decode(errors="replace") if environ else "")
-        except (OSError, IndexError):
-            continue
+        cmd = " ".join(p.info["cmdline"] or [])
+        blob = cmd + ("".join(f"{k}={v}" for k, v in (p.info["environ"] or {}).items()) if environ else "")
         if "pytest" not in cmd and all(n in blob for n in needles):
-            found.append(f"{proc.name}: {cmd[:200]}")
+            found.append(f"{p.pid}: {cmd[:200]}")
     return found
 
 
@@ -60,7 +57,7 @@ def _start_slurm() -> SlurmCluster:
     import subprocess
     import tempfile
 
-    from course_lib.launch import free_port
+    from course_lib.core.launch import free_port
 
     if os.geteuid() != 0:
         pytest.skip("local Slurm needs root (it runs munged, slurmctld and slurmd as root): Slurm tests skipped")
@@ -88,6 +85,13 @@ def _stop_slurm(directory: Path) -> None:
 
     subprocess.run(["bash", str(ROOT / "scripts" / "local-slurm" / "stop.sh"), str(directory)],
                    capture_output=True, text=True, timeout=120)
+
+
+def pytest_collection_modifyitems(items):
+    """Under xdist (--dist loadgroup) every test that uses the local Slurm runs on one worker: one cluster."""
+    for item in items:
+        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 @pytest.fixture(scope="session")

@@ -1,44 +1,32 @@
 """`course check allreduce`: the solution passes, the starter fails per function, and each faulty
-submission in tests/allreduce_faulty/ fails at the right function for the right reason (real gloo ranks)."""
+submission in tests/allreduce_faulty/cases.py fails at the right function for the right reason (real gloo ranks)."""
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
+from allreduce_faulty.cases import CASES
 from conftest import live_processes
-from course_lib.checks import allreduce_worker as worker
-from course_lib.checks.allreduce import FUNCTIONS, check
+from faulty import ids
+
+from course_lib.allreduce import worker
+from course_lib.allreduce.check import FUNCTIONS, check
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = ROOT / "tests" / "allreduce_faulty"
 SOLUTION = ROOT / "solutions" / "05_allreduce" / "allreduce.py"
 STARTER = ROOT / "exercises" / "05_allreduce" / "allreduce.py"
-
-# file -> (world sizes to check (the smallest that shows the fault, to keep the suite quick), {function: (verdict, regex the message must match)}); unlisted functions pass
-EXPECT = {
-    "all_correct.py": ((3, 5), {}),
-    "naive_float32_accumulator.py": ((1,), {"naive_allreduce": ("fail", r"float64.*float32 precision")}),
-    "naive_no_group_parameter.py": ((2,), {"naive_allreduce": ("fail", r"must accept group=None")}),
-    "naive_returns_new_tensor.py": ((2,), {"naive_allreduce": ("fail", r"W=2.*returned the sum as a new tensor")}),
-    "naive_uses_all_reduce.py": ((2,), {"naive_allreduce": ("fail", r"calls dist\.all_reduce .*:7 ")}),
-    "naive_recv_before_send.py": ((2,), {"naive_allreduce": ("fail", r"W=2.*deadlock.*ranks \[0, 1\].*rank 1 was waiting at "
-                                                                       r"naive_recv_before_send\.py:9")}),
-    "ring_averages.py": ((2,), {"ring_allreduce": ("fail", r"W=2, 1,009 elements, float32.*the mean")}),
-    "ring_missing.py": ((2,), {"ring_allreduce": ("missing", r"no function ring_allreduce")}),
-    "ring_send_before_recv.py": ((2,), {"ring_allreduce": ("fail", r"W=2.*deadlock.*ring_send_before_recv\.py:29")}),
-    "ring_tail_lost.py": ((2,), {"ring_allreduce": ("fail", r"W=2, 1,009 elements.*1 of 1009 elements wrong.*chunk boundaries")}),
-    "ring_torch_chunk.py": ((2,), {"ring_allreduce": ("fail", r"W=2, 1 element,.*IndexError")}),
-    "tree_no_broadcast.py": ((2,), {"tree_allreduce": ("fail", r"W=2.*rank 1: .*never comes back")}),
-    "tree_pow2_only.py": ((3,), {"tree_allreduce": ("fail", r"W=3.*deadlock|W=3.*[Ii]nvalid")}),
-    "tree_rebinds_name.py": ((2,), {"tree_allreduce": ("fail", r"W=2.*in place")}),
-    "tree_uses_broadcast.py": ((2,), {"tree_allreduce": ("fail", r"calls dist\.broadcast")}),
-}
+# a case expecting "import" is a file that does not load: one verdict, not one per function
+PER_FUNCTION = [c for c in CASES if "import" not in c.expect]
+SYNTAX_ERROR = next(c for c in CASES if c.name == "syntax_error")
 
 
-def test_every_faulty_file_has_an_expectation():
-    assert sorted(p.name for p in FAULTY.glob("*.py") if p.name != "syntax_error.py") == sorted(EXPECT)
+def test_every_case_applies_and_every_file_is_used():
+    for case in CASES:
+        case.source(SOLUTION, FAULTY)   # each edit's old text occurs exactly once in the solution
+    assert {c.file for c in CASES if c.file} == {p.name for p in FAULTY.glob("*.py")} - {"cases.py"}
+    assert len(set(ids(CASES))) == len(CASES)
 
 
 def test_cases_cover_the_edges():
@@ -82,23 +70,25 @@ def test_starter_fails_fast_with_a_message_per_function():
     assert seconds < 120, "the starter must fail at once, not run into deadlines"
 
 
-def test_syntax_error_is_one_verdict():
-    report = check(str(FAULTY / "syntax_error.py"), world_sizes=(1,))
+def test_syntax_error_is_one_verdict(tmp_path):
+    path = SYNTAX_ERROR.write(SOLUTION, FAULTY, tmp_path)
+    report = check(str(path), **SYNTAX_ERROR.options)
     assert [(v.item, v.result) for v in report.verdicts] == [("import", "fail")]
-    assert re.search(r"syntax_error\.py:20.*SyntaxError", report.verdicts[0].message), report.text()
+    assert re.search(SYNTAX_ERROR.pattern("import", path.read_text()), report.verdicts[0].message), report.text()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(EXPECT))
-def test_faulty_submission_is_caught(name):
-    worlds, expected = EXPECT[name]
-    path = FAULTY / name
-    report = check(str(path), case_timeout=6, world_sizes=worlds)
+@pytest.mark.parametrize("case", PER_FUNCTION, ids=ids(PER_FUNCTION))
+def test_faulty_submission_is_caught(tmp_path, case):
+    path = case.write(SOLUTION, FAULTY, tmp_path)
+    text = path.read_text()
+    report = check(str(path), case_timeout=6, **case.options)
     print(report.text())
     got = {v.item: v for v in report.verdicts}
     assert list(got) == list(FUNCTIONS), report.text()
     for fn in FUNCTIONS:
-        result, pattern = expected.get(fn, ("pass", ""))
+        result = case.expect.get(fn, ("pass", ""))[0]
+        pattern = case.pattern(fn, text) if fn in case.expect else ""
         assert got[fn].result == result, f"{fn}: {report.text()}"
         assert re.search(pattern, got[fn].message, re.S), f"{fn}: {got[fn].message}"
     assert not live_processes(worker.__name__, str(path)), "a worker process survived the check"

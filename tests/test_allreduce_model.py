@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from allreduce_faulty.cases import CASES
 
-from course_lib import allreduce_model as model
-from course_lib import allreduce_viz as viz
-from course_lib import bench
+from course_lib.allreduce import bench
+from course_lib.allreduce import costmodel as model
+from course_lib.allreduce import plots as viz
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,9 +89,11 @@ def test_quick_benchmark_writes_table_ratio_and_csv(tmp_path):
 
 
 @pytest.mark.slow
-def test_benchmark_skips_a_ring_that_hangs():
-    res = bench.run_allreduce(ROOT / "tests" / "allreduce_faulty" / "ring_send_before_recv.py", ranks=(2,),
-                              sizes=(4096,), algos=("ring", "gloo"), quick=True, echo=None,
+def test_benchmark_skips_a_ring_that_hangs(tmp_path):
+    hangs = next(c for c in CASES if c.name == "ring_send_before_recv")
+    path = hangs.write(ROOT / "solutions" / "05_allreduce" / "allreduce.py", ROOT / "tests" / "allreduce_faulty",
+                       tmp_path)
+    res = bench.run_allreduce(path, ranks=(2,), sizes=(4096,), algos=("ring", "gloo"), quick=True, echo=None,
                               sanity_timeout=5)
     assert "ring" in res.skipped and "hung" in res.skipped["ring"]
     assert {r["algo"] for r in res.rows} == {"gloo"}

@@ -1,9 +1,6 @@
-"""The DDP checker on the reference solution, the starter exercise and a folder of faulty scripts.
-
-Each file in tests/ddp_faulty/ says in its docstring what is wrong with it and what the checker must say:
-``# EXPECT: Step N: <regex>`` (that step fails and its message matches), ``# EXPECT: Step N: PASS``, or
-``# EXPECT: all pass``; ``# CHECK: styles=srun,torchrun more_ranks=3|none timeout=S stall=S cpu_only=1`` sets up
-the check (the fewer runs, the quicker). An instructor adds their own files the same way.
+"""The DDP checker on the reference solution, the starter exercise and the faulty scripts of
+tests/ddp_faulty/cases.py: each fails at the step it names, with a message that matches its regex
+(tests/ddp_faulty/README.md says how an instructor adds one).
 """
 import re
 import subprocess
@@ -11,42 +8,17 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import live_processes
-from course_lib.checks import ddp
+from ddp_faulty.cases import CASES, DEFAULT
+from faulty import ids
+
+from course_lib.ddp import check as ddp
 
 ROOT = Path(__file__).resolve().parent.parent
-FAULTY = sorted((ROOT / "tests" / "ddp_faulty").glob("*.py"))
+FAULTY = ROOT / "tests" / "ddp_faulty"
 SOLUTION = ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py"
 EXERCISE = ROOT / "exercises" / "02_ddp" / "mnist_classify_ddp.py"
-
-
-def expectations(path: Path):
-    """(check options, [(step or None for all, regex or 'PASS')]) from a faulty file's header."""
-    text = path.read_text()
-    opts = {"styles": ("srun",), "more_ranks": None, "timeout": 120.0, "cpu_only": False}
-    m = re.search(r"^# CHECK: (.*)$", text, re.M)
-    for item in (m.group(1).split() if m else []):
-        k, v = item.split("=", 1)
-        if k == "styles":
-            opts["styles"] = tuple(v.split(","))
-        elif k == "more_ranks":
-            opts["more_ranks"] = None if v == "none" else int(v)
-        elif k == "timeout":
-            opts["timeout"] = float(v)
-        elif k == "stall":
-            opts["stall"] = float(v)
-        elif k == "cpu_only":
-            opts["cpu_only"] = v == "1"
-    expect = []
-    for line in re.findall(r"^# EXPECT: (.*)$", text, re.M):
-        if line.strip() == "all pass":
-            expect.append((None, "PASS"))
-        else:
-            step, rule = re.match(r"Step (\d): (.*)$", line).groups()
-            expect.append((int(step), rule.strip()))
-    assert expect, f"{path.name} has no '# EXPECT:' line"
-    return opts, expect
+STEPS = [f"Step {n}" for n in range(1, 7)]
 
 
 def _gpus():
@@ -54,27 +26,35 @@ def _gpus():
     return torch.cuda.device_count()
 
 
+def test_every_case_applies_and_every_file_is_used():
+    for case in CASES:
+        text = case.source(SOLUTION, FAULTY)   # each edit's old text occurs exactly once in the solution
+        assert case.expect and set(case.expect) <= set(STEPS), case.name
+        for item in case.expect:
+            case.pattern(item, text)           # every {line:TEXT} names a line of the submission
+    assert {c.file for c in CASES if c.file} == {p.name for p in FAULTY.glob("*.py")} - {"cases.py"}
+    assert len(set(ids(CASES))) == len(CASES)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("path", FAULTY, ids=[p.stem for p in FAULTY])
-def test_checker_names_the_step_and_the_reason(path):
-    opts, expect = expectations(path)
-    if opts.pop("cpu_only") and _gpus() >= 2:
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_checker_names_the_step_and_the_reason(tmp_path, case):
+    opts = {**DEFAULT, **case.options}
+    if opts.pop("cpu_only", False) and _gpus() >= 2:
         pytest.skip("this mistake only shows without GPUs")
+    path = case.write(SOLUTION, FAULTY, tmp_path)
+    source = path.read_text()
     report = ddp.check(str(path), cache=False, **opts)
     if "stall" in opts:   # a deadlock is reported once a rank waited `stall` seconds, not at the deadline
         assert report.seconds < 6 * opts["stall"], f"took {report.seconds:.0f} s:\n{report.text()}"
     text = report.text()
-    verdicts = {int(v.item.split()[1]): v for v in report.verdicts}
-    assert sorted(verdicts) == [1, 2, 3, 4, 5, 6], text
-    for step, rule in expect:
-        if step is None:
-            assert report.passed, text
-        elif rule == "PASS":
-            assert verdicts[step].result == "pass", text
-        else:
-            assert verdicts[step].result == "fail", f"Step {step} should fail:\n{text}"
-            assert re.search(rule, verdicts[step].message, re.S), f"Step {step} should say /{rule}/:\n{text}"
-    if not any(step is None for step, _ in expect):
+    verdicts = {v.item: v for v in report.verdicts}
+    assert sorted(verdicts) == STEPS, text
+    for step, (result, _) in case.expect.items():
+        rule = case.pattern(step, source)
+        assert verdicts[step].result == result, f"{step} should {result}:\n{text}"
+        assert re.search(rule, verdicts[step].message, re.S), f"{step} should say /{rule}/:\n{text}"
+    if any(result != "pass" for result, _ in case.expect.values()) or set(case.expect) != set(STEPS):
         assert not report.passed, text
     assert not live_processes(str(path)), live_processes(str(path))
 
@@ -109,7 +89,7 @@ def test_starter_exercise_fails_every_step_with_a_message():
 def test_cli_exit_codes(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "course_lib.cli", "check", "ddp", str(tmp_path / "nope.py")],
                              capture_output=True, text=True, timeout=60)
-    assert missing.returncode == 2 and "no such file" in missing.stdout
+    assert missing.returncode == 2 and "no such file" in missing.stderr   # errors go to stderr
     bad = tmp_path / "broken.py"
     bad.write_text("def main(:\n    pass\n")
     out = subprocess.run([sys.executable, "-m", "course_lib.cli", "check", "ddp", str(bad)],

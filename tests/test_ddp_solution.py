@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import release, stepdiff
-from course_lib.launch import launch
+from course_lib.core.launch import launch
+from course_lib.ddp import stepdiff
+from course_lib.instructor import release
 
 ROOT = Path(__file__).resolve().parent.parent
 SERIAL = ROOT / "solutions" / "01_serial" / "mnist_classify.py"
@@ -61,6 +62,66 @@ def test_solution_view_has_no_markers():
     compile(clean, str(SOLUTION), "exec")
 
 
+# runs a script as if course_lib were not installed (-I: no PYTHONPATH, no user site; this finder answers before
+# the editable install's), and torchvision neither unless a stand-in is put first on the path (argv[1], or "")
+WITHOUT_COURSE_LIB = """
+import runpy, sys
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        hidden = ("course_lib",) if sys.argv[1] else ("course_lib", "torchvision")
+        if name.split(".")[0] in hidden:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Hide())
+sys.path.insert(0, sys.argv[1])
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+# a stand-in for torchvision: MNIST is 96 random images (what matters is the script around it)
+FAKE_TORCHVISION = {
+    "__init__.py": "",
+    "transforms.py": "Compose = ToTensor = Normalize = lambda *a, **k: None\n",
+    "datasets.py": "import torch\n"
+                   "from torch.utils.data import TensorDataset\n\n\n"
+                   "def MNIST(root, train, download, transform):\n"
+                   "    g = torch.Generator().manual_seed(int(train))\n"
+                   "    return TensorDataset(torch.randn(96, 1, 28, 28, generator=g),\n"
+                   "                         torch.randint(0, 10, (96,), generator=g))\n",
+}
+
+
+def _without_course_lib(script, tmp_path, args, torchvision=""):
+    copy = tmp_path / script.name
+    copy.write_text(release.solution_view(script.read_text()))
+    return subprocess.run([sys.executable, "-I", "-c", WITHOUT_COURSE_LIB, torchvision, str(copy), *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_scripts_say_what_to_install_without_course_lib_or_torchvision(tmp_path):
+    # copied to a cluster without the course and without torchvision: one line saying what to do
+    for script in (SERIAL, SOLUTION):
+        out = _without_course_lib(script, tmp_path, ["--dataset", "mnist"])
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert out.stderr.strip().splitlines() == [
+            "no course_lib and no torchvision here: install the course (pip install -e COURSE_FOLDER) "
+            "or torchvision (pip install torchvision) to load MNIST"], out.stderr
+
+
+def test_serial_script_trains_on_torchvision_without_course_lib(tmp_path):
+    import torch
+
+    from course_lib.metrics import parse_epoch_lines
+    from course_lib.model import Net
+    fake = tmp_path / "fake" / "torchvision"
+    fake.mkdir(parents=True)
+    for name, text in FAKE_TORCHVISION.items():
+        (fake / name).write_text(text)
+    out = _without_course_lib(SERIAL, tmp_path, ["--epochs", "1", "--save-model"], torchvision=str(fake.parent))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "dataset=mnist train=96 test=96" in out.stdout, out.stdout
+    assert [r["epoch"] for r in parse_epoch_lines(out.stdout)] == [1], out.stdout
+    Net().load_state_dict(torch.load(tmp_path / "mnist_cnn.pt", weights_only=True), strict=True)
+
+
 def _run(script, nprocs, args, cwd, env=None, timeout=180):
     lines = []
     res = launch([str(script), *args], nprocs=nprocs, timeout=timeout, cwd=cwd, env=env,
@@ -70,8 +131,9 @@ def _run(script, nprocs, args, cwd, env=None, timeout=180):
 
 @pytest.mark.slow
 def test_solution_trains_and_prints_epoch_lines(tmp_path):
-    from course_lib.metrics import parse_epoch_lines
     import torch
+
+    from course_lib.metrics import parse_epoch_lines
     from course_lib.model import Net
     res, out = _run(SOLUTION, 2, ["--dataset", "digits", "--epochs", "1", "--save-model"], tmp_path)
     assert res.ok, res.summary()

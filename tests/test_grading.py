@@ -1,6 +1,6 @@
 """`course grade`: what is found in learners' folders, the reports, resume, and a whole made-up class.
 
-The class test runs the course's real checkers (course_lib.checks.allreduce and .tp) in the grader's
+The class test runs the course's real checkers (course_lib.allreduce.check and .tp) in the grader's
 sandbox on the class of tests/grading_class/make_class.py and checks the report row by row.
 """
 import csv
@@ -34,7 +34,7 @@ def write(path: Path, text: str = "x = 1\n") -> Path:
 
 def learners_of(subs, tmp_path, exercises=("allreduce", "tp")):
     found, ignored = discover(subs, list(exercises), tmp_path / "scratch")
-    return {l.name: l for l in found}, ignored
+    return {learner.name: learner for learner in found}, ignored
 
 
 # ---------------------------------------------------------------- what is found where
@@ -60,7 +60,8 @@ def test_files_are_found_where_learners_put_them(tmp_path):
     assert got["both"].found["allreduce"].path == subs / "both" / AR
     assert "also there, not graded: `old/allreduce.py`" in got["both"].found["allreduce"].note
     nb = got["nb"].found["allreduce"]
-    assert nb.path is None and nb.problem[0] == "missing" and "allreduce.ipynb, which is not a .py file" in nb.problem[1]
+    assert nb.path is None and nb.problem[0] == "missing"
+    assert "allreduce.ipynb, which is not a .py file" in nb.problem[1]
 
 
 def test_what_cannot_be_graded_says_why(tmp_path):
@@ -178,7 +179,7 @@ def sandbox_processes() -> list[str]:
             cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue
-        if "course_lib.grading_sandbox" in cmd or "course-grade-work-" in cmd + cwd:
+        if "course_lib.grading.sandbox" in cmd or "course-grade-work-" in cmd + cwd:
             found.append(f"{pid}: {cmd[:120]}")
     return found
 
@@ -190,7 +191,8 @@ def test_interrupted_run_keeps_what_is_done_and_resume_finishes(tmp_path):
     write(subs / "b-empty" / "notes.txt", "nothing\n")
     write(subs / "c-hangs" / AR, "import time\nwhile True:\n    time.sleep(1)\n" + starter(AR))
     proc = subprocess.Popen([*COURSE, "grade", str(subs), "--out", str(out), "--exercise", "allreduce",
-                             "--timeout", "300"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--check-timeout", "300"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:     # the first two learners need no checker: wait for them
@@ -210,7 +212,7 @@ def test_interrupted_run_keeps_what_is_done_and_resume_finishes(tmp_path):
     time.sleep(1)
     assert not sandbox_processes()
 
-    p = course("grade", subs, "--out", out, "--exercise", "allreduce", "--resume", "--timeout", "5")
+    p = course("grade", subs, "--out", out, "--exercise", "allreduce", "--resume", "--check-timeout", "5")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "1 checks to run, 2 already in" in p.stdout
     rows = read_rows(out / "grades.csv")
@@ -226,7 +228,7 @@ def test_a_made_up_class(tmp_path):
     out = tmp_path / "grades"
     digest = tree_digest(subs)
     start = time.monotonic()
-    p = course("grade", subs, "--out", out, "--jobs", 2, "--timeout", 150, "--max-processes", 256,
+    p = course("grade", subs, "--out", out, "--jobs", 2, "--check-timeout", 150, "--max-processes", 256,
                "--exercise", "allreduce", "--exercise", "tp", timeout=900)
     took = time.monotonic() - start
     md = (out / "grades.md").read_text(encoding="utf-8")
@@ -243,7 +245,7 @@ def test_a_made_up_class(tmp_path):
     learners = {"alice", "bob (late)", "Zoë.Durand", "-rf", "henry", "mallory", "forky", "frank_allreduce",
                 "grace", "empty", "eve"}
     assert {k[0] for k in by} == learners
-    assert set(by) == {(l, ex) for l in learners for ex in ("allreduce", "tp")}, "a row for every pair"
+    assert set(by) == {(name, ex) for name in learners for ex in ("allreduce", "tp")}, "a row for every pair"
 
     def results(learner, ex):
         return [r["result"] for r in by[learner, ex]]
@@ -282,9 +284,9 @@ def test_a_made_up_class(tmp_path):
     # the Markdown report: one table for the class, one section per learner with what was found
     for line in ("| alice | pass ", "| henry | **fail** 0/1 | missing |", "| empty | missing | missing |",
                  "| -rf | **fail** 0/1 | **fail** 0/1 |"):
-        assert any(l.startswith(line) for l in md.splitlines()), line
+        assert any(row.startswith(line) for row in md.splitlines()), line
     for heading in learners:
-        assert f"## {grading._md_name(heading)}\n" in md, heading
+        assert f"## {grading.md_name(heading)}\n" in md, heading
     assert "`exercises/05_allreduce/allreduce.py` (in a sub-folder)" in md
     assert "a single file `frank_allreduce.py` at the top of SUBMISSIONS_DIR, graded as allreduce" in md
     assert "unpacked from `grace.zip`" in md and "`notes.txt`" in md

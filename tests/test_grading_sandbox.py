@@ -1,7 +1,7 @@
-"""The grader's sandbox (course_lib.grading_sandbox.run_check) against hostile learners' files.
+"""The grader's sandbox (course_lib.grading.sandbox.run_check) against hostile learners' files.
 
 The checker here is tests/grading_class/run_file_check.py: it runs the learner's file as 2 ranks through
-course_lib.launch, each rank in a session of its own, as the course's checkers do, and nothing else, so
+course_lib.core.launch, each rank in a session of its own, as the course's checkers do, and nothing else, so
 these tests take seconds and do not depend on the real checkers. Each learner's file records the pids it
 starts in $PIDS_DIR, so a test can tell whether every one of them is gone afterwards.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading_sandbox import Cgroups, Limits, run_check
+from course_lib.grading.sandbox import Cgroups, Limits, run_check
 
 HERE = Path(__file__).resolve().parent
 RECORD = "import os\nopen(os.path.join(os.environ['PIDS_DIR'], str(os.getpid())), 'w').close()\n"

@@ -4,14 +4,14 @@ import textwrap
 import time
 
 import pytest
+from conftest import PYTHON, ROOT
 
 from course_lib import jobs
+from course_lib.core.proc import alive
 from course_lib.jobs import JobSpec, JobSpecError, SiteError, SubmitError, load_site, time_seconds
 from course_lib.jobs.job import rank_labelled
 from course_lib.jobs.slurm import _code
 from course_lib.jobs.workshop import render_all
-
-from conftest import PYTHON, ROOT
 
 SERIAL = str(ROOT / "solutions" / "01_serial" / "mnist_classify.py")
 DDP = str(ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py")
@@ -124,7 +124,7 @@ def test_course_site_selects_the_profile(monkeypatch):
 
 
 def _profile(tmp_path, edit):
-    text = (ROOT / "course_lib" / "sites" / "local.toml").read_text()
+    text = (ROOT / "course_lib" / "jobs" / "sites" / "local.toml").read_text()
     path = tmp_path / "mysite.toml"
     path.write_text(edit(text))
     return str(path)
@@ -175,7 +175,7 @@ def test_workshop_scripts_render_for_a_gpu_site_with_one_rank_per_gpu(tmp_path):
     assert "#SBATCH --gpus-per-node=4\n" in texts["ddp_srun.sbatch"]
     assert "--nproc_per_node=4" in texts["ddp_torchrun_2nodes.sbatch"]
     assert "#SBATCH --nodes=2\n" in texts["ddp_torchrun_2nodes.sbatch"]
-    for name, text in texts.items():
+    for text in texts.values():
         bash_syntax_ok(text, tmp_path)
 
 
@@ -214,11 +214,7 @@ def local(tmp_path, monkeypatch):
 
 
 def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return bool(alive([pid]))   # running and not a zombie
 
 
 def test_local_serial_job_completes_with_metrics(local):

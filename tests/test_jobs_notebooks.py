@@ -6,7 +6,6 @@ import re
 import nbformat
 import papermill
 import pytest
-
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow

@@ -5,9 +5,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from conftest import live_processes
-from course_lib.launch import MAX_LINE, launch
+
+from course_lib.core.launch import MAX_LINE, launch
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +32,11 @@ def script(tmp_path: Path, body: str, name="s.py") -> str:
 @pytest.mark.parametrize("style", ["srun", "torchrun"])
 def test_ranks_get_the_launcher_environment(tmp_path, style):
     lines = []
-    res = launch([script(tmp_path, REPORT)], 3, style=style, timeout=120, on_line=lambda r, l: lines.append((r, l)))
+    res = launch([script(tmp_path, REPORT)], 3, style=style, timeout=120, on_line=lambda r, s: lines.append((r, s)))
     assert res.ok, res.summary()
     assert [r.returncode for r in res.ranks] == [0, 0, 0]
     for rank in range(3):
-        [line] = [l for r, l in lines if r == rank and l.startswith("rank")]
+        [line] = [text for r, text in lines if r == rank and text.startswith("rank")]
         words = line.split()
         assert words[1:6] == [str(rank), "world", "3", "sum", "6"]   # 1+2+3 over real gloo
         assert words[-1] == str(rank)                                 # local rank on one node

@@ -72,13 +72,15 @@ def test_no_stale_outputs(nb_path):
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":
             continue
-        where = f"{nb_path.name} cell {i} ({source(cell).strip().splitlines()[0][:60] if source(cell).strip() else 'empty'})"
+        first = source(cell).strip().splitlines()[0][:60] if source(cell).strip() else "empty"
+        where = f"{nb_path.name} cell {i} ({first})"
         assert "papermill" not in cell.get("metadata", {}), f"{where}: papermill metadata committed"
         if source(cell).startswith(CHECKED):
             assert cell.get("outputs"), f"{where}: an nbval-checked cell needs its committed output"
             assert not any(o.get("output_type") == "error" for o in cell["outputs"]), f"{where}: an error is committed"
         else:
-            assert not cell.get("outputs"), f"{where}: committed with outputs; clear them (only {CHECKED} cells keep theirs)"
+            assert not cell.get("outputs"), \
+                f"{where}: committed with outputs; clear them (only {CHECKED} cells keep theirs)"
             assert cell.get("execution_count") is None, f"{where}: execution count committed; clear outputs"
 
 
@@ -124,7 +126,8 @@ def test_papermill(nb_path, tree, tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
     out = tmp_path / nb_path.name
     pm.execute_notebook(str(nb_path), str(out),
-                        parameters={"TREE": tree, "QUICK": True, "STRICT": tree == "solutions"},
+                        parameters={"TREE": tree, "QUICK": True, "STRICT": tree == "solutions",
+                                    "ANSWERS": "key" if tree == "solutions" else "first"},   # quiz.AUTO
                         cwd=str(nb_path.parent), kernel_name="python3", execution_timeout=DEADLINE,
                         progress_bar=False)
     text = text_of(out)

@@ -1,4 +1,4 @@
-"""exercises/ is generated from solutions/ (course_lib.release); the committed tree must be what it writes."""
+"""exercises/ is generated from solutions/ (course_lib.instructor.release): the committed tree is what it writes."""
 import subprocess
 import sys
 from pathlib import Path
@@ -6,8 +6,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib import release
-from course_lib.release import MarkerError, exercise_view, notebook_exercise_view, solution_view
+from course_lib.instructor import release
+from course_lib.instructor.release import MarkerError, exercise_view, notebook_exercise_view, solution_view
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted(p for p in (ROOT / "solutions").rglob("*.py")
@@ -129,7 +129,8 @@ def test_marker_error_is_one_message_and_exit_2(tmp_path, capsys):
 def _solution_notebook():
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    code = nbformat.v4.new_code_cell("x = 1\n### BEGIN SOLUTION\n# STUB: y = None\ny = x + 1\n### END SOLUTION\nprint(y)")
+    code = nbformat.v4.new_code_cell("x = 1\n### BEGIN SOLUTION\n# STUB: y = None\ny = x + 1\n### END SOLUTION\n"
+                                     "print(y)")
     code.outputs = [nbformat.v4.new_output("stream", text="2\n")]
     code.execution_count = 3
     whole = nbformat.v4.new_code_cell("answer = 42")

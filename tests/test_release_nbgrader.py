@@ -9,8 +9,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_lib import release
-from course_lib.release import STUB, exercise_view, notebook_exercise_view
+from course_lib.instructor import release
+from course_lib.instructor.release import STUB, exercise_view, notebook_exercise_view
 
 pytest.importorskip("nbgrader", reason="nbgrader is a test dependency (pip install -e '.[test]')")
 from nbgrader.preprocessors import ClearSolutions  # noqa: E402
@@ -84,7 +84,8 @@ def test_nbgrader_generate_assignment_releases_our_sources(tmp_path):
         expected[name] = nbgrader_would_write(text)
     demo = nbformat.v4.new_notebook(metadata={"kernelspec": KERNEL})
     demo.cells = [nbformat.v4.new_markdown_cell("Why is ring all-reduce bandwidth-optimal?"),
-                  nbformat.v4.new_code_cell("y = 1\n### BEGIN SOLUTION\n# STUB: z = None\nz = y + 1\n### END SOLUTION\n")]
+                  nbformat.v4.new_code_cell("y = 1\n### BEGIN SOLUTION\n# STUB: z = None\nz = y + 1\n"
+                                            "### END SOLUTION\n")]
     for cell, gid in zip(demo.cells, ("why", "z")):
         cell.metadata["nbgrader"] = {"solution": True, "grade": False, "locked": False, "grade_id": gid,
                                      "schema_version": 3}

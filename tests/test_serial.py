@@ -5,11 +5,10 @@ import sys
 
 import pytest
 import torch
+from conftest import ROOT
 
 from course_lib.metrics import parse_epoch_lines
 from course_lib.model import Net
-
-from conftest import ROOT
 
 SCRIPT = ROOT / "solutions" / "01_serial" / "mnist_classify.py"
 # Measured on this machine kind (torch 2.13 CPU, digits, 1 epoch, batch 64): test_acc 0.783, 0.788, 0.791
@@ -71,3 +70,31 @@ def test_cli_defaults_match_the_pytorch_example(monkeypatch):
     assert args.num_workers == 0 and args.dataset == "auto" and not args.save_model
     monkeypatch.setenv("SLURM_CPUS_PER_TASK", "6")
     assert load_script_module().parse_args([]).num_workers == 6
+
+
+SCALER_PROBE = """
+import runpy, sys, torch
+made = []
+class Counting(torch.amp.GradScaler):
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        made.append(self)
+torch.amp.GradScaler = Counting
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print("SCALERS", [s.is_enabled() for s in made])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("amp, scaled", [("fp16", True), ("bf16", False)])
+def test_fp16_trains_with_a_grad_scaler_and_bf16_without(amp, scaled, tmp_path):
+    """fp16 needs loss scaling (5 exponent bits: small gradients underflow); bf16 keeps float32's range."""
+    proc = subprocess.run([sys.executable, "-c", SCALER_PROBE, str(SCRIPT), "--dataset", "digits", "--epochs", "1",
+                           "--amp", amp, "--dry-run"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"SCALERS [{scaled}]" in proc.stdout, proc.stdout[-500:]
+    [record] = parse_epoch_lines(proc.stdout)
+    assert record["train_loss"] == record["train_loss"], "the loss is NaN"

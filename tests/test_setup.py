@@ -4,13 +4,14 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 
 import pytest
-
 from conftest import ROOT
-from course_lib.launch import free_port
+
+from course_lib.core.launch import free_port
 
 
 def test_readme_starts_with_the_two_commands():
@@ -45,6 +46,28 @@ def test_make_lab_serves_jupyterlab_on_localhost():
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_course_help_lists_exit_codes_and_imports_no_torch():
+    from course_lib.cli import COMMANDS
+
+    probe = textwrap.dedent("""\
+        import sys
+        from course_lib.cli import main
+        for argv in [["--help"]] + [[command, "--help"] for command in sys.argv[1:]]:
+            try:
+                main(argv)
+            except SystemExit:
+                pass
+        print("torch imported:", "torch" in sys.modules)
+    """)
+    p = subprocess.run([sys.executable, "-c", probe, *COMMANDS], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.rstrip().endswith("torch imported: False"), "`course --help` must stay fast: no torch"
+    for code in ("0 ", "1 ", "2 ", "130 "):
+        assert f"\n  {code}" in p.stdout, f"exit code {code}not in `course --help`"
+    for var in ("COURSE_SITE", "COURSE_ENGINE", "COURSE_RUNS_DIR", "COURSE_DATA_DIR", "COURSE_HOME"):
+        assert var in p.stdout
 
 
 def test_course_env_reports_this_machine():

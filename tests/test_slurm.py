@@ -7,11 +7,10 @@ import subprocess
 import time
 
 import pytest
+from conftest import ROOT
 
 from course_lib import jobs
 from course_lib.jobs import JobSpec, SubmitError
-
-from conftest import ROOT
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -1,8 +1,8 @@
 """dp=2 x tp=2 on 4 real gloo ranks trains the MLP exactly as the serial run does (float64)."""
 import pytest
 
-from course_lib.launch import launch
-from course_lib.tp_train import parse_args, parse_output, train_serial
+from course_lib.core.launch import launch
+from course_lib.tp.train import parse_args, parse_output, train_serial
 
 STEPS = 15
 
@@ -10,7 +10,7 @@ STEPS = 15
 @pytest.mark.slow
 def test_dp2_tp2_loss_curve_equals_serial(root):
     tp_file = str(root / "solutions" / "06_tensor_parallel" / "tp.py")
-    run = launch(["-m", "course_lib.tp_train", "--tp-file", tp_file, "--tp", "2", "--dp", "2", "--steps", str(STEPS)],
+    run = launch(["-m", "course_lib.tp.train", "--tp-file", tp_file, "--tp", "2", "--dp", "2", "--steps", str(STEPS)],
                  nprocs=4, timeout=300, on_line=None)
     assert run.ok, run.summary()
     losses, memory = parse_output(run.output(0).splitlines())
@@ -29,7 +29,7 @@ def test_dp2_tp2_loss_curve_equals_serial(root):
 @pytest.mark.slow
 def test_starter_training_stops_with_the_message(root):
     tp_file = str(root / "exercises" / "06_tensor_parallel" / "tp.py")
-    run = launch(["-m", "course_lib.tp_train", "--tp-file", tp_file, "--steps", "2"], nprocs=4, timeout=300,
+    run = launch(["-m", "course_lib.tp.train", "--tp-file", tp_file, "--steps", "2"], nprocs=4, timeout=300,
                  on_line=None)
     assert not run.ok and not run.timed_out, run.summary()
     assert "NotImplementedError" in run.output()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from course_lib import ROOT
+from course_lib.core.paths import workspace
 from course_lib.jobs.job import TERMINAL, Job, SubmitError
 from course_lib.jobs.site import Site, SiteError, load_site
 from course_lib.jobs.spec import JobSpec, JobSpecError, render, time_seconds
@@ -30,7 +30,7 @@ __all__ = ["Job", "JobSpec", "JobSpecError", "Site", "SiteError", "SubmitError",
 
 
 def runs_dir(path: str | os.PathLike | None = None) -> Path:
-    return Path(path or os.environ.get("COURSE_RUNS_DIR") or ROOT / "jobs" / "runs").resolve()
+    return Path(path or os.environ.get("COURSE_RUNS_DIR") or workspace() / "jobs" / "runs").resolve()
 
 
 def engine(choice: str | None = None) -> tuple[str, str]:

@@ -7,9 +7,11 @@
 from __future__ import annotations
 
 import difflib
+import sys
 from pathlib import Path
 
-from course_lib import ROOT
+from course_lib.core.atomic import write_text
+from course_lib.core.paths import course_root
 
 DEFAULT_SITE = "generic"   # fixed, so --check does not depend on $COURSE_SITE
 
@@ -28,12 +30,21 @@ def run(args) -> int:
     try:
         site = load_site(args.site or DEFAULT_SITE)
     except SiteError as e:
-        print(f"course jobs: {e}")
+        print(f"course jobs: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out).expanduser() if args.out else ROOT / "jobs"
+    out = Path(args.out).expanduser() if args.out else course_root() / "jobs"
     texts = render_all(site)
     if args.check:
         return _check(out, texts)
+    try:
+        return _write(out, texts, args.force)
+    except OSError as e:
+        print(f"course jobs: cannot write into {out}: {e}", file=sys.stderr)
+        return 2
+
+
+def _write(out: Path, texts: dict, force: bool) -> int:
+    """Write each script that changed; one edited by hand is kept (exit 1) unless ``force``."""
     out.mkdir(parents=True, exist_ok=True)
     status = 0
     for name, text in texts.items():
@@ -42,12 +53,12 @@ def run(args) -> int:
         if old == text:
             print(f"unchanged {path}")
             continue
-        if old is not None and not args.force:
+        if old is not None and not force:
             print(f"kept      {path}: it differs from the template (edited by hand?); --force overwrites it, "
                   "--check shows the difference")
             status = 1
             continue
-        path.write_text(text)
+        write_text(path, text)
         path.chmod(0o755)
         print(f"wrote     {path}")
     return status

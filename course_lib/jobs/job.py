@@ -10,6 +10,7 @@ import re
 import time
 from pathlib import Path
 
+from course_lib.core.atomic import write_text
 from course_lib.jobs.spec import JobSpec
 from course_lib.metrics import parse_epoch_lines
 
@@ -170,7 +171,7 @@ class Job:
         info.update(state=self._state, reason=self._reason, exit_code=self._exit_code,
                     submit_to_end_s=round(self.elapsed, 3))
         try:
-            path.write_text(json.dumps(info, indent=2))
+            write_text(path, json.dumps(info, indent=2))   # atomic: the runner or a notebook may read it now
         except OSError:
             pass
 

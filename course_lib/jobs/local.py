@@ -2,13 +2,14 @@
 
 ``submit`` writes the same run folder as the Slurm engine (job.sbatch shown for reference, output.log,
 job.json) and starts a runner process, ``python -m course_lib.jobs.local RUN_DIR``, which runs the job
-with course_lib.launch: srun-style environment or the real torchrun, the job's time limit as deadline,
+with course_lib.core.launch: srun-style environment or the real torchrun, the job's time limit as deadline,
 the first failing rank stopping the rest, nothing left running. The runner writes each rank's lines as
 ``rank: line`` (like ``srun --label``) and its state into state.json; the Job reads both.
 A job in the background means wait() and cancel() work exactly as with Slurm.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -18,7 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from course_lib import ROOT
+import psutil
+
+from course_lib.core.atomic import write_text
+from course_lib.core.paths import PACKAGE_PARENT
+from course_lib.core.proc import alive, descendants, signal_all, wait_gone
 from course_lib.jobs.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError
 from course_lib.jobs.site import Site
 from course_lib.jobs.spec import JobSpec, render
@@ -32,17 +37,15 @@ def script_for(spec: JobSpec, site: Site, runs_dir: Path) -> str:
     python = site.python or shlex.quote(sys.executable)
     pattern = f"{runs_dir}/{spec.name}-"
     return render(spec, site, python=python, torchrun=f"{python} -m torch.distributed.run",
-                  torchrun_logs="torchrun-logs", pythonpath=shlex.quote(str(ROOT)),
+                  torchrun_logs="torchrun-logs", pythonpath=shlex.quote(str(PACKAGE_PARENT)),
                   output=shlex.quote(f"{pattern}%j/{LOG_NAME}"),
                   workdir='"' + f"{pattern}$SLURM_JOB_ID" + '"',
-                  header=["No Slurm here: the local engine ran this job with course_lib.launch instead",
+                  header=["No Slurm here: the local engine ran this job with course_lib.core.launch instead",
                           "(same ranks, environment and time limit; this script is what sbatch would get)."])
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)   # atomic: a reader sees the old or the new state, never half
+    write_text(path, json.dumps(data, indent=2))   # atomic: a reader sees the old or the new state, never half
 
 
 class LocalJob(Job):
@@ -65,7 +68,8 @@ class LocalJob(Job):
             info = self._read_state()   # it may have written its end state just before exiting
             state = info.get("state", state)
             if state in ("PENDING", "RUNNING"):
-                return "FAILED", f"the local runner exited ({self.proc.returncode}) without an end state; see runner.log", None
+                return ("FAILED", f"the local runner exited ({self.proc.returncode}) without an end state; "
+                        "see runner.log", None)
         return state, info.get("reason", ""), info.get("exit_code")
 
     def _cancel(self) -> None:
@@ -75,32 +79,45 @@ class LocalJob(Job):
         try:
             self.proc.wait(30)
         except subprocess.TimeoutExpired:
-            # it did not answer: stop it and every rank it started, by the process groups it recorded
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            # it did not answer: KILL it and everything below it, then the ranks it recorded (one may have
+            # left its tree), wait until all of that is gone, and write the end state it could not write
+            tree = descendants(self.proc.pid)
+            self.proc.kill()
+            signal_all(tree, signal.SIGKILL)
             self.proc.wait(10)
             kill_recorded(self.run_dir)
+            wait_gone(tree, 10)
             _write_json(self.run_dir / STATE_NAME, {"state": "CANCELLED", "reason": "cancelled (runner killed)",
                                                     "exit_code": -signal.SIGKILL})
 
 
 def kill_recorded(run_dir: Path) -> None:
-    """KILL the process groups the ranks of this job ran in (recorded in ``pids`` as they started)."""
+    """KILL the ranks of this job (recorded in ``pids`` as they started), with their process groups and
+    everything they started."""
     try:
         pids = [int(x) for x in (run_dir / PIDS_NAME).read_text().split()]
     except (OSError, ValueError):
         return
-    for pid in pids:
-        try:   # only a group whose leader still runs in this job's folder: pids get reused
-            if os.readlink(f"/proc/{pid}/cwd") == str(run_dir):
-                os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    for pid in alive(pids):
+        if _cwd(pid) != str(run_dir):   # pids get reused: only a rank still running in this job's folder
+            continue
+        tree = descendants(pid)         # first: a child that left the rank's group is still in its tree
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)   # each rank leads its own group: an orphan of the tree is in it
+        signal_all(tree, signal.SIGKILL)
 
 
-def _with_root(pythonpath: str | None) -> str:
+def _cwd(pid: int) -> str | None:
+    try:
+        return psutil.Process(pid).cwd()
+    except psutil.Error:
+        return None
+
+
+def _with_course_on_path(pythonpath: str | None) -> str:
     """PYTHONPATH with the course's folder first (course_lib importable), once."""
-    parts = [p for p in (pythonpath or "").split(os.pathsep) if p and p != str(ROOT)]
-    return os.pathsep.join([str(ROOT), *parts])
+    parts = [p for p in (pythonpath or "").split(os.pathsep) if p and p != str(PACKAGE_PARENT)]
+    return os.pathsep.join([str(PACKAGE_PARENT), *parts])
 
 
 def _next_id(runs_dir: Path, name: str) -> tuple[str, Path]:
@@ -120,7 +137,7 @@ def _next_id(runs_dir: Path, name: str) -> tuple[str, Path]:
 def check_resources(spec: JobSpec, site: Site) -> None:
     """Refuse what this machine cannot give, as sbatch would (GPUs that are not there)."""
     if spec.gpus_per_node:
-        import torch   # only here: a GPU job is rare on the local engine
+        import torch  # only here: a GPU job is rare on the local engine
 
         have = torch.cuda.device_count()
         if spec.gpus_per_node > have:
@@ -140,7 +157,7 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path) -> LocalJob:
             "data_dir": site.data_dir}
     _write_json(run_dir / INFO_NAME, info)
     env = dict(os.environ)
-    env["PYTHONPATH"] = _with_root(env.get("PYTHONPATH"))
+    env["PYTHONPATH"] = _with_course_on_path(env.get("PYTHONPATH"))
     with open(run_dir / "runner.log", "ab") as runner_log:
         proc = subprocess.Popen([sys.executable, "-m", "course_lib.jobs.local", str(run_dir)], cwd=run_dir,
                                 env=env, stdin=subprocess.DEVNULL, stdout=runner_log, stderr=subprocess.STDOUT,
@@ -157,28 +174,49 @@ def _on_term(signum, frame):
     raise Cancelled()
 
 
-def run_job(run_dir: Path) -> int:
-    from course_lib.launch import launch
-
-    info = json.loads((run_dir / INFO_NAME).read_text())
-    spec = JobSpec(**info["spec"])
-    state_path = run_dir / STATE_NAME
+def _rank_env(info: dict, spec: JobSpec) -> dict:
+    """What the ranks get on top of the runner's environment: what the sbatch script and srun would set."""
     env = dict(info.get("env", {}))
     env["OMP_NUM_THREADS"] = str(spec.cpus_per_task)   # as the sbatch script sets it
     env["PYTHONUNBUFFERED"] = "1"
     env["SLURM_JOB_ID"] = info["id"]
     env["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
-    env["PYTHONPATH"] = _with_root(os.environ.get("PYTHONPATH"))
+    env["PYTHONPATH"] = _with_course_on_path(os.environ.get("PYTHONPATH"))
     if info.get("data_dir"):
         env["COURSE_DATA_DIR"] = info["data_dir"]
-    style = "torchrun" if spec.launcher == "torchrun" else "srun"
-    pids_path = run_dir / PIDS_NAME
+    return env
 
+
+def _pid_recorder(pids_path: Path):
     def record_pid():   # in each rank's process, before exec: its process group, for a last-resort kill
         fd = os.open(pids_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.write(fd, f"{os.getpid()}\n".encode())
         os.close(fd)
+    return record_pid
 
+
+def _end_state(res, spec: JobSpec) -> dict:
+    """The job's end state, in Slurm's words, from launch()'s result."""
+    if res.ok:
+        final = {"state": "COMPLETED", "reason": "", "exit_code": 0}
+    elif res.timed_out:
+        final = {"state": "TIMEOUT", "reason": f"time limit {spec.time} reached", "exit_code": None}
+    else:
+        failed = res.ranks[res.failed_rank] if res.failed_rank is not None else None
+        code = failed.returncode if failed is not None else res.returncode
+        final = {"state": "FAILED", "reason": res.summary(tail=0).splitlines()[0], "exit_code": code}
+    final["ranks"] = [r.returncode for r in res.ranks]
+    final["elapsed"] = round(res.elapsed, 3)
+    return final
+
+
+def run_job(run_dir: Path) -> int:
+    from course_lib.core.launch import launch
+
+    info = json.loads((run_dir / INFO_NAME).read_text())
+    spec = JobSpec(**info["spec"])
+    state_path = run_dir / STATE_NAME
+    style = "torchrun" if spec.launcher == "torchrun" else "srun"
     with open(run_dir / LOG_NAME, "a", buffering=1) as log:
         def on_line(rank: int, line: str) -> None:
             log.write(f"{rank}: {line}\n" if rank >= 0 else f"{line}\n")
@@ -192,17 +230,9 @@ def run_job(run_dir: Path) -> int:
         final = {"state": "FAILED", "reason": "", "exit_code": None}
         try:
             res = launch([spec.script, *spec.args], nprocs=spec.ranks, style=style, timeout=spec.time_limit_s,
-                         env=env, cwd=run_dir, on_line=on_line, preexec_fn=record_pid)
-            if res.ok:
-                final = {"state": "COMPLETED", "reason": "", "exit_code": 0}
-            elif res.timed_out:
-                final = {"state": "TIMEOUT", "reason": f"time limit {spec.time} reached", "exit_code": None}
-            else:
-                failed = res.ranks[res.failed_rank] if res.failed_rank is not None else None
-                code = failed.returncode if failed is not None else res.returncode
-                final = {"state": "FAILED", "reason": res.summary(tail=0).splitlines()[0], "exit_code": code}
-            final["ranks"] = [r.returncode for r in res.ranks]
-            final["elapsed"] = round(res.elapsed, 3)
+                         env=_rank_env(info, spec), cwd=run_dir, on_line=on_line,
+                         preexec_fn=_pid_recorder(run_dir / PIDS_NAME))
+            final = _end_state(res, spec)
         except Cancelled:
             final = {"state": "CANCELLED", "reason": "cancelled", "exit_code": -signal.SIGTERM}
         except Exception as e:  # the launcher itself failed (e.g. no such script): the job failed, say why

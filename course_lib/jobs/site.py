@@ -1,6 +1,6 @@
 """Site profiles: what a cluster needs in every job script (partition, account, modules, node shape).
 
-A profile is a TOML file. ``COURSE_SITE`` picks one: a name from ``course_lib/sites/`` (``local``,
+A profile is a TOML file. ``COURSE_SITE`` picks one: a name from ``course_lib/jobs/sites/`` (``local``,
 ``generic``, ``example-gpu-cluster``) or a path to your own ``.toml``. Unset: ``generic``.
 Every key must be present (``""``, ``0`` or ``[]`` for "not used"), so a typo is an error that names the
 key instead of silently losing the account or the reservation.
@@ -17,7 +17,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-SITES_DIR = Path(__file__).resolve().parent.parent / "sites"
+SITES_DIR = Path(__file__).resolve().parent / "sites"
 DEFAULT_SITE = "generic"
 
 # key -> type; the profile must have exactly these (plus the optional tables env and nccl)

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from course_lib import ROOT
+from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.jobs.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, TERMINAL, Job, SubmitError
 from course_lib.jobs.site import Site
 from course_lib.jobs.spec import JobSpec, render
@@ -59,7 +59,7 @@ def script_for(spec: JobSpec, site: Site, runs_dir: Path) -> str:
     python = site.python or shlex.quote(sys.executable)
     pattern = f"{runs_dir}/{spec.name}-"
     return render(spec, site, python=python, torchrun=_torchrun_for(site, python),
-                  torchrun_logs="torchrun-logs", pythonpath=shlex.quote(str(ROOT)),
+                  torchrun_logs="torchrun-logs", pythonpath=shlex.quote(str(PACKAGE_PARENT)),
                   output=shlex.quote(f"{pattern}%j/{LOG_NAME}"),
                   workdir='"' + f"{pattern}$SLURM_JOB_ID".replace('"', '\\"') + '"',
                   header=[f"Written by course_lib.jobs for site '{site.name}'; files of this job: {pattern}<job id>/"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from course_lib.jobs.site import Site, load_site
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 LAUNCHERS = ("srun", "torchrun", "python")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S
@@ -102,7 +102,7 @@ class JobSpec:
             raise JobSpecError("launcher 'python' runs one process: use nodes=1, ntasks_per_node=1 "
                                "(or launcher 'srun'/'torchrun' for more ranks)")
         time_seconds(self.time)
-        for key, value in self.env.items():
+        for key in self.env:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(key)):
                 raise JobSpecError(f"env: {key!r} is not a valid environment variable name")
 
@@ -121,7 +121,7 @@ class JobSpec:
 
 
 def _environment():
-    import jinja2   # here, not at import: `course --help` stays fast
+    import jinja2  # here, not at import: `course --help` stays fast
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)), trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,

@@ -53,7 +53,7 @@ def render_all(site: Site) -> dict[str, str]:
         if spec.script == DDP:
             header.append("Your exercise by default; the reference: "
                           f"SCRIPT=solutions/02_ddp/mnist_classify_ddp.py sbatch jobs/{filename}")
-        header.append(f"Written by `course jobs` from course_lib/templates/sbatch.sh.j2 (site '{site.name}'): "
+        header.append(f"Written by `course jobs` from course_lib/jobs/templates/sbatch.sh.j2 (site '{site.name}'): "
                       "change the template, not this file.")
         header.insert(4, "Arguments after the script name go to the training script: "
                          f"sbatch jobs/{filename} --epochs 1")

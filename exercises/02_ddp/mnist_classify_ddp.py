@@ -15,10 +15,11 @@ Adapted from pytorch/examples (mnist/main.py). Same command line, plus --dataset
 --num-workers, --amp and --compile. After each epoch each rank prints one line a program can parse
 (images_per_s: the whole training set per second; images_per_s_rank: this rank's share per second):
 
-    epoch=1 train_loss=0.2981 test_loss=0.0712 test_acc=0.9781 images_per_s=4214.3 images_per_s_rank=2107.1 epoch_s=13.95
+  epoch=1 train_loss=0.2981 test_loss=0.0712 test_acc=0.9781 images_per_s=4214.3 images_per_s_rank=2107.1 epoch_s=13.95
 
 Run it:  torchrun --standalone --nproc_per_node 2 mnist_classify_ddp.py --dataset digits --epochs 1
 or, in a Slurm job that exports MASTER_ADDR and MASTER_PORT:  srun python mnist_classify_ddp.py ...
+Copied to a machine without the course (no course_lib), it trains on torchvision's MNIST.
 """
 import argparse
 import os
@@ -31,9 +32,42 @@ import torch.optim as optim
 from torch.optim.lr_scheduler import StepLR
 # TODO: import what the six steps need
 
-from course_lib.data import DATASETS, DataError, load_dataset
-from course_lib.metrics import format_epoch_line
-from course_lib.model import Net
+try:  # the course's data sets, model and epoch lines
+    from course_lib.data import DATASETS, DataError, load_dataset
+    from course_lib.metrics import format_epoch_line
+    from course_lib.model import Net
+except ModuleNotFoundError as missing:  # copied somewhere without the course: torchvision's MNIST, the same
+    if missing.name != "course_lib":  # model and epoch lines (an error inside course_lib is not hidden)
+        raise
+    try:
+        from torchvision import datasets, transforms
+    except ModuleNotFoundError:
+        sys.exit("no course_lib and no torchvision here: install the course (pip install -e COURSE_FOLDER) "
+                 "or torchvision (pip install torchvision) to load MNIST")
+    DATASETS, DataError = ("auto", "mnist"), RuntimeError
+
+    def load_dataset(name, data_dir):  # torchvision downloads MNIST once (run it on one rank first)
+        root = data_dir or os.environ.get("COURSE_DATA_DIR") or os.path.expanduser("~/.cache/multigpu-course/data")
+        tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+        sets = [datasets.MNIST(root, train=train, download=True, transform=tf) for train in (True, False)]
+        for s in sets:
+            s.name = "mnist"
+        return sets
+
+    def format_epoch_line(**values):  # course_lib.metrics: `epoch=1 train_loss=0.2981 ...`
+        return " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+
+    class Net(torch.nn.Module):  # course_lib.model: the classic MNIST CNN, the same parameter names
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = torch.nn.Conv2d(1, 32, 3, 1), torch.nn.Conv2d(32, 64, 3, 1)
+            self.dropout1, self.dropout2 = torch.nn.Dropout(0.25), torch.nn.Dropout(0.5)
+            self.fc1, self.fc2 = torch.nn.Linear(9216, 128), torch.nn.Linear(128, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.conv2(F.relu(self.conv1(x)))), 2)
+            x = self.dropout2(F.relu(self.fc1(torch.flatten(self.dropout1(x), 1))))
+            return F.log_softmax(self.fc2(x), dim=1)
 
 
 def parse_args(argv=None):
@@ -66,7 +100,7 @@ def sync(device):
 # srun and torchrun each tell a process in their own environment variables; support both.
 
 
-def train(args, model, device, train_loader, optimizer, epoch, autocast):
+def train(args, model, device, train_loader, optimizer, epoch, autocast, scaler):
     model.train()
     total_loss, seen = 0.0, 0
     for batch_idx, (data, target) in enumerate(train_loader):
@@ -75,8 +109,9 @@ def train(args, model, device, train_loader, optimizer, epoch, autocast):
         with autocast():
             output = model(data)
             loss = F.nll_loss(output.float(), target)
-        loss.backward()
-        optimizer.step()
+        scaler.scale(loss).backward()   # fp16: a scaled loss keeps small gradients from underflowing
+        scaler.step(optimizer)          # unscales first; skips the step when a gradient overflowed
+        scaler.update()
         total_loss += loss.item() * len(data)
         seen += len(data)
         if batch_idx % args.log_interval == 0:
@@ -134,12 +169,15 @@ def main(argv=None):
     def autocast():  # mixed precision only when asked for; a no-op context otherwise
         return torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None)
 
+    # fp16 has 5 exponent bits and needs loss scaling; bf16 keeps float32's range and needs none (a no-op then)
+    scaler = torch.amp.GradScaler(device.type, enabled=args.amp == "fp16")
+
     for epoch in range(1, args.epochs + 1):
         # TODO Step 3: a new order each epoch (the same on every rank, so the shards stay disjoint)
         sync(device)
         # TODO Step 6: time the epoch across ranks: start the clock when every rank is here ...
         start = time.perf_counter()
-        train_loss, seen = train(args, step_model, device, train_loader, optimizer, epoch, autocast)
+        train_loss, seen = train(args, step_model, device, train_loader, optimizer, epoch, autocast, scaler)
         sync(device)
         # TODO Step 6: ... and stop it when the slowest rank is done
         epoch_s = time.perf_counter() - start

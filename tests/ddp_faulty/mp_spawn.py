@@ -1,7 +1,5 @@
 """Faulty DDP script in the mp.spawn style of older tutorials: it starts its own worker processes.
 Under srun or torchrun the launcher already starts one process per rank, so each of them spawns more.
-# EXPECT: Step 1: starts its own processes
-# CHECK: styles=srun more_ranks=none
 """
 import argparse
 import os

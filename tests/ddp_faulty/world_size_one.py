@@ -1,6 +1,4 @@
 """Faulty DDP script: copied from a single-process example, every process joins a group of one.
-# EXPECT: Step 1: world.size
-# CHECK: styles=srun more_ranks=none
 """
 import argparse
 import gc

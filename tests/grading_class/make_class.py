@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from course_lib.release import solution_view  # noqa: E402
+from course_lib.instructor.release import solution_view  # noqa: E402
 
 AR, TP = "05_allreduce/allreduce.py", "06_tensor_parallel/tp.py"
 

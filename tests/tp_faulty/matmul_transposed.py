@@ -9,11 +9,6 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-EXPECT = {"ColumnParallelLinear": "[in_features, out_features/tp]",
-          "RowParallelLinear": "[in_features/tp, out_features]",
-          "rank_groups": "LAST name",
-          "copy_to_parallel_region": None, "reduce_from_parallel_region": None}
-
 
 class _Copy(torch.autograd.Function):
     @staticmethod

@@ -1,0 +1,92 @@
+"""The NCCL_ALGO experiment of notebook 05: time NCCL's all-reduce forced to Ring, then to Tree.
+
+NCCL chooses ring or tree (and a protocol) from the topology and the message size; ``NCCL_ALGO=Ring``
+or ``NCCL_ALGO=Tree`` forces one, and ``NCCL_DEBUG=INFO`` prints what it set up. Run on GPUs, one rank
+per GPU, under srun or torchrun::
+
+    NCCL_ALGO=Tree NCCL_DEBUG=INFO srun python -m course_lib.allreduce.nccl_experiment --sizes 1M 16M 256M
+
+``job_script()`` writes that as an sbatch script for a GPU cluster. Without CUDA GPUs the module says so
+and exits 0: the experiment is for a GPU cluster.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from course_lib.core.rankkit import RankEnvError, rank_env
+
+SIZES = ("1M", "16M", "256M")
+
+
+def gpus() -> int:
+    try:
+        import torch
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        return 0
+
+
+def job_script(nodes: int = 2, gpus_per_node: int = 4, partition: str | None = None,
+               account: str | None = None, sizes=SIZES) -> str:
+    """An sbatch script that runs the experiment with NCCL_ALGO=Ring, then Tree."""
+    extra = "".join(f"#SBATCH --{k}={v}\n" for k, v in (("partition", partition), ("account", account)) if v)
+    return f"""#!/bin/bash
+#SBATCH --job-name=nccl-algo
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node={gpus_per_node}
+#SBATCH --gpus-per-node={gpus_per_node}
+#SBATCH --time=00:10:00
+{extra}export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_PORT=29500
+export NCCL_DEBUG=INFO                 # NCCL prints its set-up: channels, rings, trees
+export NCCL_DEBUG_SUBSYS=INIT,TUNING   # ... and the algorithm/protocol tuning
+for algo in Ring Tree; do
+    echo "=== NCCL_ALGO=$algo"
+    NCCL_ALGO=$algo srun python -m course_lib.allreduce.nccl_experiment --sizes {' '.join(sizes)}
+done
+"""
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", nargs="+", default=list(SIZES))
+    p.add_argument("--iters", type=int, default=20)
+    args = p.parse_args(argv)
+    if gpus() == 0:
+        print("no CUDA GPU here: the NCCL_ALGO experiment needs NVIDIA GPUs and NCCL (run it as a job on a "
+              "GPU cluster: course_lib.allreduce.nccl_experiment.job_script()); skipped")
+        return 0
+    try:
+        rank, local, world, _launcher = rank_env()
+    except RankEnvError as e:
+        print(f"nccl_experiment: {e}", file=sys.stderr)
+        return 2
+    import torch
+    import torch.distributed as dist
+
+    from course_lib.allreduce.bench import human, parse_size
+    from course_lib.allreduce.costmodel import busbw
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", local))
+    for nbytes in map(parse_size, args.sizes):
+        x = torch.ones(nbytes // 4, device="cuda")
+        for _ in range(3):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(args.iters):
+            dist.all_reduce(x)
+        torch.cuda.synchronize()
+        seconds = (time.perf_counter() - start) / args.iters
+        if rank == 0:
+            print(f"NCCL_ALGO={os.environ.get('NCCL_ALGO', '(NCCL chooses)')} W={world} {human(nbytes):>8}: "
+                  f"{seconds * 1e6:9.1f} us  busbw {busbw(nbytes, seconds, world) / 1e9:7.2f} GB/s", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""Run a script as N processes on this machine, the way srun or torchrun would on one node.
+
+``launch(["train.py", "--epochs", "1"], nprocs=2)`` starts two Python processes with the variables
+srun gives each task (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ...) plus MASTER_ADDR/MASTER_PORT
+as the course's job script exports them. ``style="torchrun"`` runs the real
+``torchrun --standalone --nproc_per_node N`` instead (RANK, LOCAL_RANK, WORLD_SIZE).
+
+Guarantees, because a stuck collective otherwise hangs a notebook forever:
+- a deadline (``timeout`` seconds) for the whole run;
+- the first rank that fails stops the others (after ``grace`` seconds to let them print why);
+- every process started runs in its own session; it is killed by process group and, through
+  ``course_lib.core.proc`` (psutil), with all its descendants, so even a child that left the group
+  (setsid) is not left running when ``launch`` returns;
+- output streams live with a ``[rank N]`` prefix, long lines are cut and only the last lines are kept.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from course_lib.core import proc
+
+MAX_LINE = 2000          # characters kept of one output line
+TORCHRUN_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
+
+
+def free_port() -> int:
+    """A TCP port that is free now (the OS picks it, so two launches at once get different ones)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def srun_env(rank: int, nprocs: int, port: int, base: dict | None = None) -> dict:
+    """The environment srun (plus the course's job script) gives task ``rank`` of a one-node job."""
+    env = dict(os.environ if base is None else base)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+        env.pop(name, None)  # a torchrun-style variable left over would contradict the SLURM_* ones
+    env.update({
+        "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NTASKS": str(nprocs),
+        "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_JOB_ID": env.get("SLURM_JOB_ID", "local"),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+    })
+    return env
+
+
+def _base_env(extra: dict | None) -> dict:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if sys.platform.startswith("linux"):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")   # local processes talk over loopback
+    # torch sets 1 under torchrun; do the same for srun-style so both styles compare fairly
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class RankResult:
+    rank: int
+    returncode: int | None = None     # None: still running when stopped (deadline or another rank failed)
+    lines: deque = field(default_factory=lambda: deque(maxlen=200))
+
+    def tail(self, n: int = 10) -> list[str]:
+        return list(self.lines)[-n:]
+
+
+@dataclass
+class LaunchResult:
+    style: str
+    nprocs: int
+    ranks: list[RankResult]
+    timed_out: bool = False
+    failed_rank: int | None = None    # the first rank seen failing
+    elapsed: float = 0.0
+    returncode: int | None = None     # torchrun's own exit code (style="torchrun")
+    launcher_lines: deque = field(default_factory=lambda: deque(maxlen=200))   # torchrun's own messages
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and all(r.returncode == 0 for r in self.ranks)
+
+    @property
+    def stuck_ranks(self) -> list[int]:
+        return [r.rank for r in self.ranks if r.returncode is None]
+
+    def output(self, rank: int | None = None) -> str:
+        """The kept lines of one rank (or all, prefixed) as text."""
+        if rank is not None:
+            return "\n".join(self.ranks[rank].lines)
+        return "\n".join(f"[rank {r.rank}] {line}" for r in self.ranks for line in r.lines)
+
+    def summary(self, tail: int = 5) -> str:
+        """One line on the outcome, then the last lines of each rank that did not finish cleanly."""
+        if self.ok:
+            return f"{self.nprocs} ranks ({self.style}) finished in {self.elapsed:.1f} s"
+        if self.timed_out:
+            head = (f"deadline of {self.elapsed:.0f} s reached; ranks {self.stuck_ranks} were still running "
+                    "(a collective that not every rank calls, or a send without a matching receive, waits forever)")
+        else:
+            codes = ", ".join(f"rank {r.rank}: {'stopped' if r.returncode is None else r.returncode}"
+                              for r in self.ranks)
+            head = f"rank {self.failed_rank} failed first (exit codes: {codes})"
+        parts = [head]
+        for r in self.ranks:
+            if r.returncode != 0 and r.lines:
+                parts.append(f"--- last lines of rank {r.rank}:")
+                parts.extend("    " + line for line in r.tail(tail))
+        return "\n".join(parts)
+
+
+def _reader(stream, rank, q):
+    """Forward lines of one pipe to the queue; cuts very long lines instead of buffering them."""
+    for raw in iter(lambda: stream.readline(MAX_LINE), b""):
+        q.put((rank, raw.decode("utf-8", "replace").rstrip("\r\n")))
+    q.put((rank, None))
+
+
+def kill_group(popen: subprocess.Popen, grace: float = 3.0) -> None:
+    """TERM the process group of ``popen`` (it leads its own session), then KILL what is left.
+
+    Descendants are collected first, while their parents still live, so a child that moved to a
+    session of its own (setsid) is found and killed too.
+    """
+    family = proc.descendants(popen.pid)
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        proc.signal_all(family, sig)
+        _killpg(popen.pid, sig)
+        try:
+            popen.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # whatever is left of its family or group gets KILL (the leader's pid is asked only while it is ours)
+    proc.signal_all(family + (proc.descendants(popen.pid) if popen.poll() is None else []), signal.SIGKILL)
+    _killpg(popen.pid, signal.SIGKILL)
+
+
+def _killpg(pgid: int, sig) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def default_printer(rank: int, line: str) -> None:
+    print(f"[rank {rank}] {line}" if rank >= 0 else f"[torchrun] {line}", flush=True)
+
+
+def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", timeout: float = 120,
+           env: dict | None = None, cwd: str | os.PathLike | None = None,
+           on_line: Callable[[int, str], None] | None = default_printer, grace: float = 2.0,
+           preexec_fn: Callable[[], None] | None = None, torchrun_args: Sequence[str] = ()) -> LaunchResult:
+    """Run ``python *script_args`` as ``nprocs`` ranks; see the module docstring for the guarantees.
+
+    ``script_args`` is what follows ``python``: a script and its arguments, or ``["-m", "module", ...]``.
+    ``on_line(rank, line)`` sees each line as it comes (None: silent). ``preexec_fn`` runs in each child
+    before exec (the grader uses it to set resource limits). ``torchrun_args`` go to torchrun itself
+    (``["--max-restarts", "1"]``); the lines of every attempt go to the same ranks.
+    """
+    if style not in ("srun", "torchrun"):
+        raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
+    if torchrun_args and style != "torchrun":
+        raise ValueError("torchrun_args need style='torchrun'")
+    base = _base_env(env)
+    q: queue.Queue = queue.Queue()
+    result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)])
+    procs: list[subprocess.Popen] = []
+    popen = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
+                 start_new_session=True, preexec_fn=preexec_fn)
+    log_dir = None
+    start = time.monotonic()
+    try:
+        if style == "srun":
+            port = free_port()
+            for rank in range(nprocs):
+                procs.append(subprocess.Popen([sys.executable, *script_args],
+                                              env=srun_env(rank, nprocs, port, base), **popen))
+        else:
+            log_dir = tempfile.TemporaryDirectory(prefix="torchrun-logs-")
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}",
+                   "--tee=3", f"--log-dir={log_dir.name}", *torchrun_args, *script_args]
+            procs.append(subprocess.Popen(cmd, env=base, **popen))
+        threads = [threading.Thread(target=_reader, args=(p.stdout, i, q), daemon=True)
+                   for i, p in enumerate(procs)]
+        for t in threads:
+            t.start()
+        _supervise(result, procs, q, start + timeout, grace, on_line)
+    finally:
+        for p in procs:
+            kill_group(p)
+        result.elapsed = time.monotonic() - start
+        if log_dir is not None:
+            log_dir.cleanup()
+    return result
+
+
+def _route(result: LaunchResult, style: str, stream_idx: int, line: str) -> tuple[int, str]:
+    """Which rank printed ``line``: the stream's own for srun-style, torchrun's [defaultN]: prefix otherwise."""
+    if style == "torchrun":
+        m = TORCHRUN_PREFIX.match(line)
+        if m:
+            return int(m.group(1)), m.group(2)
+        return -1, line   # torchrun's own messages
+    return stream_idx, line
+
+
+def _supervise(result, procs, q, deadline, grace, on_line):
+    open_streams = len(procs)
+    stop_at = None   # set when a rank failed: the others get `grace` seconds
+    while True:
+        now = time.monotonic()
+        limit = min(deadline, stop_at) if stop_at else deadline
+        try:
+            idx, line = q.get(timeout=max(0.0, min(0.2, limit - now)))
+            if line is None:
+                open_streams -= 1
+            else:
+                rank, text = _route(result, result.style, idx, line)
+                if 0 <= rank < result.nprocs:
+                    result.ranks[rank].lines.append(text)
+                else:
+                    result.launcher_lines.append(text)
+                if on_line is not None:
+                    on_line(rank, text)
+        except queue.Empty:
+            pass
+        _collect_exit_codes(result, procs)
+        if result.failed_rank is not None and stop_at is None:
+            stop_at = time.monotonic() + grace
+        if all(p.poll() is not None for p in procs) and open_streams == 0:
+            break
+        now = time.monotonic()
+        if now >= deadline:
+            result.timed_out = True
+            break
+        if stop_at and now >= stop_at:
+            break
+    _collect_exit_codes(result, procs)
+    if result.style == "torchrun":
+        _torchrun_codes(result, procs[0])
+
+
+def _collect_exit_codes(result, procs):
+    if result.style != "srun":
+        return
+    for rank, p in enumerate(procs):
+        code = p.poll()
+        if code is not None and result.ranks[rank].returncode is None:
+            result.ranks[rank].returncode = code
+            if code != 0 and result.failed_rank is None:
+                result.failed_rank = rank
+
+
+FAILURE_ROW = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def _torchrun_codes(result, leader):
+    """torchrun reports only its own exit code; read the failed ranks from its failure summary."""
+    result.returncode = leader.poll()
+    if result.returncode is None:
+        return   # still running: deadline or stopped, per-rank codes stay unknown
+    if result.returncode == 0:
+        for r in result.ranks:
+            r.returncode = 0
+        return
+    text = "\n".join(result.launcher_lines)
+    failed = {int(rk): int(code) for rk, code in FAILURE_ROW.findall(text)}
+    for r in result.ranks:
+        r.returncode = failed.get(r.rank, r.returncode)
+    if failed:
+        result.failed_rank = min(failed)
+    else:
+        result.failed_rank = 0
+        result.ranks[0].returncode = result.returncode

@@ -1,0 +1,1 @@
+"""DDP in six steps: the checker (check), the probe inside each rank (probe), the step diff (stepdiff)."""

@@ -1,0 +1,144 @@
+"""Check a DDP training script step by step: ``course check ddp PATH``.
+
+The learner's script runs as real ranks (``course_lib.core.launch``: srun-style, then the real torchrun, then
+3 ranks), each under ``course_lib.ddp.probe``, which watches torch from outside the learner's code
+and leaves one JSON record per rank. The script runs in a temporary folder (its checkpoint lands there;
+nothing of the learner's is touched) with ``--dataset digits --epochs 2 --save-model`` on a small
+subset of the data. From the records, one verdict per step:
+
+1. process group: initialised on every rank, the right world size, distinct ranks
+2. gradients averaged: the parameters are the same on every rank after training, and something
+   (DistributedDataParallel, or the learner's own all_reduce) averaged the gradients
+3. data: disjoint shards that cover the data set each epoch, a new order each epoch (set_epoch)
+4. device: the inputs on the model's device; each rank on its own GPU (verifiable only with GPUs)
+5. checkpoint: written by rank 0 only, loads with ``strict=True`` into the plain ``Net``
+6. launch: which launch styles work (srun's SLURM_* variables, torchrun's RANK/...), a clean shutdown
+
+A crash, a deadlock or a syntax error gets a verdict at the step it stops, naming the rank, where it
+was in the learner's file and the last lines it printed; every process is gone when ``check`` returns.
+
+This module runs the launches and assembles the report: ``runs`` launches and reads the records,
+``steps`` and ``launchers`` judge Steps 1-5 and 6, ``failures`` describes a crash or a deadlock.
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from course_lib.core.report import Report
+from course_lib.ddp.failures import describe_failure, waiting_in_init
+from course_lib.ddp.launchers import step6
+from course_lib.ddp.runs import Run, prepare_data, run_script, works
+from course_lib.ddp.steps import step1, step2, step3, step4, step5
+
+STEP_NAMES = {1: "Step 1", 2: "Step 2", 3: "Step 3", 4: "Step 4", 5: "Step 5", 6: "Step 6"}
+_CACHE: dict = {}
+
+
+def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ranks: int | None = 3,
+          steps=None, echo: bool = False, cache: bool = True, stall: float | None = None) -> Report:
+    """Run the learner's DDP script and return one verdict per step (``steps``: only those, e.g. ``[3]``).
+
+    ``timeout`` is the deadline of each multi-process run; a rank that waits longer than ``stall`` seconds in
+    a collective counts as deadlocked (default: a quarter of ``timeout``, between 10 and 30 s). ``styles``: the
+    launch styles to try (the first that works is the one Steps 1-5 are judged on); ``more_ranks``: also run
+    with that many ranks (None: no). A repeated call on an unchanged file returns the cached verdicts
+    (``cache=False``: run again).
+    """
+    script = Path(path).resolve()
+    key = None
+    if script.is_file():
+        key = (str(script), hashlib.sha256(script.read_bytes()).hexdigest(), timeout, tuple(styles), more_ranks, stall)
+    if cache and key in _CACHE:
+        full = _CACHE[key]
+    else:
+        full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall)
+        if key is not None:
+            _CACHE[key] = full
+    if steps is None:
+        return full
+    wanted = {STEP_NAMES[int(s)] for s in ([steps] if isinstance(steps, int) else steps)}
+    return Report("ddp", str(path), [v for v in full.verdicts if v.item in wanted], full.seconds)
+
+
+def _check(script: Path, shown: str, timeout: float, styles: tuple, more_ranks, echo: bool, stall) -> Report:
+    report = Report("ddp", str(shown))
+    start = time.monotonic()
+    if not script.is_file():
+        for s in STEP_NAMES.values():
+            report.add(s, False, f"no such file: {shown}")
+        return report
+    with tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:
+        root = Path(tmp)
+        data = prepare_data(root)
+        runs: dict = {}
+        for style in styles:
+            runs[style] = run_script(script, style, 2, root, data, timeout, echo, stall)
+            failure = describe_failure(runs[style], script)
+            if runs[style].result.timed_out or (failure and failure.message.startswith("deadlock")):
+                break   # a deadlock would only repeat under the other launcher: no need to wait twice
+        primary = next((runs[s] for s in runs if works(runs[s])), None)
+        more = None
+        if primary is not None and more_ranks and more_ranks != primary.nprocs:
+            more = run_script(script, primary.style, more_ranks, root, data, timeout, echo, stall)
+        if primary is None:
+            primary = next((runs[s] for s in runs if runs[s].result.ok and runs[s].finished()), None) or runs[styles[0]]
+        _verdicts(report, script, runs, primary, more)
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _verdicts(report: Report, script: Path, runs: dict, primary: Run, more: Run | None):
+    judged = {1: step1(primary), 2: step2(primary), 3: step3(primary, more), 4: step4(primary), 5: step5(primary)}
+    if more is not None and judged[1] and judged[1][0] and not works(more):
+        m = step1(more)
+        if m and not m[0]:
+            judged[1] = (False, f"with {more.nprocs} ranks: {m[1]}")
+    failure = describe_failure(primary, script)
+    target = _place_failure(judged, failure, primary) if failure is not None else None
+    judged[6] = step6(runs, primary, more, script, failure, target)
+    for s in range(1, 7):
+        ok, message = judged[s]
+        report.add(STEP_NAMES[s], ok, message)
+
+
+def _place_failure(judged: dict, failure, primary: Run) -> int:
+    """Put a crash or deadlock at the step it happened in; the steps after it were not seen. Returns that step."""
+    if judged[1] is None and failure.message.startswith("deadlock"):
+        failure.message += waiting_in_init(primary)
+    # the step the probe saw it happen in; else the first step the run did not get far enough to judge
+    target = failure.step
+    if target is None or (judged[target] is not None and judged[target][0]):
+        target = next((s for s in range(1, 6) if judged[s] is None), 6)
+    if target < 6 and (judged[target] is None or judged[target][0]):
+        judged[target] = (False, failure.message)
+    for s in range(1, 6):
+        if judged[s] is None:
+            judged[s] = (False, f"not checked: the run stopped before this step could be seen (see Step {target})")
+    return target
+
+
+def main(argv=None) -> int:
+    """``python -m course_lib.ddp.check PATH``: the same as ``course check ddp PATH``, plus ``--echo``."""
+    import argparse
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("path")
+    p.add_argument("--timeout", type=float, default=120, help="deadline in seconds for each multi-process run")
+    p.add_argument("--echo", action="store_true", help="show what every rank prints")
+    args = p.parse_args(argv)
+    if not Path(args.path).is_file():
+        print(f"course check: no such file: {args.path} (give the path of your exercise file)", file=sys.stderr)
+        return 2
+    report = check(args.path, timeout=args.timeout, echo=args.echo)
+    print(report.text())
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,166 @@
+"""The probe's hooks for Step 3 (data): every index each DataLoader iteration hands out (the sampler's
+whole epoch), ``set_epoch`` calls, DataLoader errors (``shuffle=True`` with a sampler); and, with
+``$COURSE_PROBE_DATA`` (a file the checker prepares), the ``digits`` data set read from that file: a small
+subset, and no scikit-learn import."""
+from __future__ import annotations
+
+from course_lib.ddp.recorder import Recorder, called, describe
+
+MAX_INDICES = 1_000_000     # a sampler longer than this is recorded only in part (an infinite sampler)
+
+
+def install_data(rec: Recorder):
+    _hook_iterations(rec, _epoch_recorder(rec))
+    _note_loader_errors(rec)
+    _note_sampler(rec)
+
+
+def _epoch_recorder(rec: Recorder):
+    """``record_epoch(it, loader)``: note the indices of the iteration ``it`` starts, under its loader's number."""
+    import torch.utils.data as tud
+
+    loaders = {}   # id(loader) -> number
+
+    def loader_info(loader):
+        key = id(loader)
+        if key not in loaders:
+            loaders[key] = len(loaders)
+            try:
+                n = len(loader.dataset)
+            except TypeError:
+                n = None
+            rec.data["loaders"][str(loaders[key])] = {
+                "dataset_len": n, "sampler": type(loader.sampler).__name__,
+                "batch_sampler": type(loader.batch_sampler).__name__ if loader.batch_sampler is not None else None,
+                "batch_size": loader.batch_size, "drop_last": loader.drop_last, "iters": []}
+        return rec.data["loaders"][str(loaders[key])]
+
+    def record_epoch(it, loader):
+        """Materialise this iteration's indices (the sampler's whole epoch) and note them.
+
+        Whatever goes wrong here is the probe's problem, never the learner's: the iteration goes on as it was.
+        """
+        if isinstance(loader.dataset, tud.IterableDataset):
+            return   # no indices to record: the data set yields the samples itself
+        indices = _take_epoch(it)
+        entry = {"indices": indices, "batches": 0, "steps": 0, "done": False, "dist_rank": rec.dist_rank()}
+        loader_info(loader)["iters"].append(entry)
+        it._course_probe_entry = entry
+        rec.write()
+
+    return record_epoch
+
+
+def _take_epoch(it) -> list:
+    """Every index the iterator's sampler will hand out this epoch; the iterator then replays them."""
+    batches, flat = [], []
+    source = it._sampler_iter
+    try:
+        for item in source:
+            batches.append(item)
+            flat.extend(item if isinstance(item, (list, tuple)) else [item])
+            if len(flat) >= MAX_INDICES:
+                break
+    finally:
+        it._sampler_iter = _chain(batches, source)
+    try:
+        return [int(i) for i in flat]
+    except (TypeError, ValueError):
+        return []
+
+
+def _chain(first, rest):
+    yield from first
+    yield from rest
+
+
+def _hook_iterations(rec: Recorder, record_epoch):
+    """Each iteration over a DataLoader: its indices at the start, its batches, its end (the epoch's params)."""
+    from torch.utils.data import dataloader as dl
+
+    base = dl._BaseDataLoaderIter
+    base_init, base_reset, base_next = base.__init__, base._reset, base.__next__
+
+    def init(self, loader, *args, **kwargs):
+        base_init(self, loader, *args, **kwargs)
+        record_epoch(self, loader)
+
+    def reset(self, loader, *args, **kwargs):
+        base_reset(self, loader, *args, **kwargs)
+        record_epoch(self, loader)
+
+    def next_(self):
+        entry = getattr(self, "_course_probe_entry", None)
+        try:
+            batch = base_next(self)
+        except StopIteration:
+            if entry is not None and not entry["done"]:
+                entry["done"] = True
+                rec.current_iter = None
+                rec.write_params()
+                rec.write()
+            raise
+        if entry is not None:
+            entry["batches"] += 1
+            rec.current_iter = entry
+        return batch
+
+    base.__init__, base._reset, base.__next__ = init, reset, next_
+
+
+def _note_loader_errors(rec: Recorder):
+    """A DataLoader that refuses its arguments (shuffle=True with a sampler) leaves its error in the record."""
+    import torch.utils.data as tud
+    from torch.utils.data import dataloader as dl
+
+    dl_init = tud.DataLoader.__init__
+
+    def before_loader(self, dataset=None, *args, **kwargs):
+        names = ("batch_size", "shuffle", "sampler", "batch_sampler")
+        given = dict(zip(names, args))
+        given.update(kwargs)
+        rec.data["loader_errors"].append({"shuffle": repr(given.get("shuffle")),
+                                          "sampler": type(given.get("sampler")).__name__
+                                          if given.get("sampler") is not None else None,
+                                          "error": None})
+        return rec.data["loader_errors"][-1]
+
+    def loader_init(self, *args, **kwargs):
+        entry = before_loader(self, *args, **kwargs)
+        try:
+            dl_init(self, *args, **kwargs)
+        except BaseException as e:
+            entry["error"] = describe(e)
+            rec.data["error_in"] = {"call": "DataLoader", "step": 3, "error": describe(e)}
+            rec.write()
+            raise
+        rec.data["loader_errors"].remove(entry)   # only failed constructions are kept
+
+    tud.DataLoader.__init__ = loader_init
+    dl.DataLoader.__init__ = loader_init
+
+
+def _note_sampler(rec: Recorder):
+    from torch.utils.data.distributed import DistributedSampler
+
+    set_epoch = DistributedSampler.set_epoch
+
+    def note_epoch(self, epoch, *args, **kwargs):
+        rec.data["set_epoch"].append(int(epoch) if isinstance(epoch, int) else repr(epoch))
+
+    DistributedSampler.set_epoch = called("set_epoch", set_epoch, rec, note_epoch)
+    DistributedSampler.__init__ = called("DistributedSampler", DistributedSampler.__init__, rec)
+
+
+def install_data_file(path: str):
+    import torch
+
+    import course_lib.data as data
+
+    prepared = torch.load(path, weights_only=True)
+
+    def load_digits_split(split: str):
+        images, targets = prepared[split]
+        return data.InMemoryDataset(images, targets, "digits", split)
+
+    data.load_digits_split = load_digits_split

@@ -1,0 +1,234 @@
+"""The probe's hooks on torch for Steps 1, 2, 4, 5 and 6 (the data hooks of Step 3 are in ``datahooks``).
+
+Each ``install_*`` replaces or hooks torch functions so that what the learner's code does lands in the
+rank's record; the learner's calls still run as they would.
+
+- Step 1: ``init_process_group`` (arguments, resulting rank, world size, backend, error), which launcher
+  variables the script itself reads (SLURM_*, RANK, LOCAL_RANK, WORLD_SIZE), processes it spawns itself;
+- Step 2: ``DistributedDataParallel`` construction and forward calls, the user's collectives, optimizer
+  steps, and the trained parameters;
+- Step 4: ``torch.cuda.set_device``, the devices of the inputs and parameters of every module call;
+- Step 5: every ``torch.save``: which rank, where, the keys of the saved dict;
+- Step 6: ``destroy_process_group``, and whether a DDP model was still alive then.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from course_lib.ddp.recorder import COLLECTIVES, ORIGINAL, Recorder, called, device_of
+
+LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID",
+               "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NODEID", "SLURM_NNODES", "OMPI_COMM_WORLD_RANK",
+               "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE")
+
+
+# -------------------------------------------------------------------- Step 1: process group, environment
+def install_env_reads(rec: Recorder):
+    cls = type(os.environ)
+    original = cls.__getitem__
+
+    def getitem(self, key):
+        if self is os.environ and key in LAUNCH_VARS and key not in rec.data["env_reads"] and rec.learner_frame():
+            rec.data["env_reads"].append(key)
+        return original(self, key)
+
+    cls.__getitem__ = getitem
+
+
+def install_process_group(rec: Recorder):
+    _wrap_init(rec)
+    _wrap_destroy(rec)
+    _count_collectives(rec)
+    _note_local_rank(rec)
+    _note_spawn(rec)
+    _note_set_device(rec)
+
+
+def _wrap_init(rec: Recorder):
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def before_init(*args, **kwargs):
+        names = ("backend", "init_method", "timeout", "world_size", "rank")
+        requested = {k: v for k, v in zip(names, args)}
+        requested.update(kwargs)
+        entry = {"requested": {k: (v if isinstance(v, (int, str, type(None))) else repr(v))
+                               for k, v in requested.items() if k in ("backend", "init_method", "world_size", "rank")},
+                 "env": {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")},
+                 "time": time.time()}
+        rec.data["init"].append(entry)
+        rec.write()
+        return entry
+
+    def after_init(_result, entry, *args, **kwargs):
+        entry.update(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=str(dist.get_backend()))
+        rec.phase("init")
+
+    init = called("init_process_group", c10d.init_process_group, rec, before_init, after_init)
+    dist.init_process_group = c10d.init_process_group = init
+
+
+def _wrap_destroy(rec: Recorder):
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    def before_destroy(*args, **kwargs):
+        alive = len(rec.ddp_models)   # no gc.collect() here: what the learner's code left alive
+        rec.data["destroy"].append({"ddp_alive": alive, "group": bool(args or kwargs.get("group"))})
+        rec.write_params()
+        rec.write()
+
+    def after_destroy(*_):
+        rec.phase("destroyed")
+
+    destroy = called("destroy_process_group", c10d.destroy_process_group, rec, before_destroy, after_destroy)
+    dist.destroy_process_group = c10d.destroy_process_group = destroy
+
+
+def _count_collectives(rec: Recorder):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    for name in COLLECTIVES:
+        fn = getattr(c10d, name, None)
+        if fn is None:
+            continue
+
+        def count(*args, _name=name, **kwargs):
+            c = rec.data["collectives"]
+            c[_name] = c.get(_name, 0) + 1
+            numel = sum(a.numel() for a in args if isinstance(a, torch.Tensor))
+            c[_name + ":numel"] = c.get(_name + ":numel", 0) + numel
+
+        wrapped = called(name, fn, rec, count)
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is fn:
+            setattr(dist, name, wrapped)
+
+
+def _note_local_rank(rec: Recorder):
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    if hasattr(c10d, "get_node_local_rank"):
+        def note_local_rank(*_a, **_k):
+            if "LOCAL_RANK" not in rec.data["env_reads"]:
+                rec.data["env_reads"].append("LOCAL_RANK")
+        wrapped = called("get_node_local_rank", c10d.get_node_local_rank, rec, note_local_rank)
+        dist.get_node_local_rank = c10d.get_node_local_rank = wrapped
+
+
+def _note_spawn(rec: Recorder):
+    import torch.multiprocessing as tmp
+    for name in ("spawn", "start_processes"):
+        if hasattr(tmp, name):   # processes the script starts itself run without the probe: say so
+            def note_spawn(*args, _name=name, **kwargs):
+                rec.data.setdefault("spawned", []).append(_name)
+                rec.write()
+            setattr(tmp, name, called(name, getattr(tmp, name), rec, note_spawn))
+
+
+def _note_set_device(rec: Recorder):
+    import torch
+    import torch.distributed as dist
+
+    if torch.cuda.is_available():
+        def note_device(*args, **kwargs):
+            rec.data["set_device"].append({"device": str(args[0] if args else kwargs.get("device")),
+                                           "before_init": not dist.is_initialized()})
+        torch.cuda.set_device = called("set_device", torch.cuda.set_device, rec, note_device)
+
+
+# -------------------------------------------------------------------- Step 2: DDP, optimizer, parameters
+def install_training(rec: Recorder):
+    _wrap_ddp(rec)
+    _note_optimizer_steps(rec)
+    _note_forward_devices(rec)
+
+
+def _wrap_ddp(rec: Recorder):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def before_ddp(self, module=None, device_ids=None, *args, **kwargs):
+        params = list(module.parameters()) if module is not None else []
+        rec.data["ddp"].append({"device_ids": repr(device_ids),
+                                "param_device": device_of(params[0]) if params else None,
+                                "module": type(module).__name__})
+        rec.write()
+
+    def after_ddp(_result, _info, self, *args, **kwargs):
+        rec.ddp_models.add(self)
+        rec.phase("ddp")
+
+    DDP.__init__ = called("DistributedDataParallel", DDP.__init__, rec, before_ddp, after_ddp)
+    forward = DDP.forward
+
+    def ddp_forward(self, *args, **kwargs):
+        rec.data["ddp_forward"] += 1
+        return forward(self, *args, **kwargs)
+
+    DDP.forward = ddp_forward
+
+
+def _note_optimizer_steps(rec: Recorder):
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    optimizers = {}   # id(optimizer) -> its number, in order of the first step
+
+    def after_step(optimizer, _args, _kwargs):
+        number = optimizers.setdefault(id(optimizer), len(optimizers))
+        try:
+            with torch.no_grad():
+                rec.params[number] = torch.cat([p.detach().reshape(-1).float().cpu()
+                                                for g in optimizer.param_groups for p in g["params"]])
+        except Exception:  # noqa: BLE001 - odd parameters (sparse, meta): Step 2 then says it could not read them
+            rec.params.pop(number, None)
+        rec._dirty_params = True
+        rec.data["optimizer_steps"] += 1
+        if rec.current_iter is not None:
+            rec.current_iter["steps"] += 1
+        if rec.data["phase"] in ("start", "init", "ddp"):
+            rec.data["phase"] = "train"
+
+    register_optimizer_step_post_hook(after_step)
+
+
+def _note_forward_devices(rec: Recorder):
+    import torch
+
+    seen = rec.data["forward_devices"]
+
+    def forward_pre(module, args):
+        tensor = next((a for a in args if isinstance(a, torch.Tensor)), None) if isinstance(args, tuple) else None
+        param = next(module.parameters(recurse=False), None)
+        if tensor is None or param is None:
+            return
+        pair = [str(tensor.device), str(param.device)]
+        if pair not in seen and len(seen) < 20:
+            seen.append(pair)
+
+    torch.nn.modules.module.register_module_forward_pre_hook(forward_pre)
+
+
+# -------------------------------------------------------------------- Step 5: checkpoints
+def install_save(rec: Recorder):
+    import torch
+
+    ORIGINAL["save"] = torch.save
+
+    def before_save(obj, f, *args, **kwargs):
+        entry = {"rank": rec.dist_rank(), "launch_rank": rec.rank, "type": type(obj).__name__,
+                 "path": os.path.abspath(os.fspath(f)) if isinstance(f, (str, os.PathLike)) else repr(f)}
+        if isinstance(obj, dict):
+            keys = [str(k) for k in obj]
+            entry.update(keys=keys[:50], n_keys=len(keys),
+                         all_tensors=all(isinstance(v, torch.Tensor) for v in obj.values()))
+        rec.data["saves"].append(entry)
+        rec.data["phase"] = "save"
+        rec.write_params()
+        rec.write()
+
+    torch.save = called("save", torch.save, rec, before_save)

@@ -1,0 +1,165 @@
+"""Run a learner's training script as one rank, watching what it does from outside its code.
+
+    python -m course_lib.ddp.probe SCRIPT [ARGS...]     (one per rank, via course_lib.core.launch)
+
+Before the script runs (``runpy``, as ``python SCRIPT ARGS`` would), the probe wraps the parts of torch
+that the six DDP steps touch (``hooks``, ``datahooks``) and writes what it saw to
+``$COURSE_PROBE_DIR/rank-<N>.json`` (N: the launcher's rank; ``recorder``), rewritten at every event so
+that a rank killed in a deadlock still leaves its record; the trained parameters go to ``params-<N>.pt``
+at the end of each epoch and at the end.
+
+A rank that waits in a collective (or in the rendezvous) longer than ``$COURSE_PROBE_STALL`` seconds, or
+runs longer than ``$COURSE_PROBE_HANG`` seconds, dumps its stack to ``stack-<N>.txt`` (``faulthandler``)
+and exits; one stopped by SIGTERM dumps it there too. With ``$COURSE_PROBE_DATA`` (a file the
+checker prepares) the ``digits`` data set is read from that file: a small subset, and no scikit-learn import.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+import runpy
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from course_lib.core.rankkit import RankEnvError, exit_now, rank_env
+from course_lib.ddp.datahooks import install_data, install_data_file
+from course_lib.ddp.hooks import install_env_reads, install_process_group, install_save, install_training
+from course_lib.ddp.recorder import COLLECTIVES, Recorder, describe
+
+REC: Recorder | None = None   # this rank's record, for a debugger
+
+
+def launch_rank() -> int:
+    """The rank the launcher gave this process (torchrun's RANK, else srun's SLURM_PROCID); 0 without one."""
+    try:
+        return rank_env().rank
+    except RankEnvError:
+        return 0
+
+
+def _learner_tb(tb, script: Path):
+    """The traceback from the learner's first frame on (the probe's and runpy's frames are noise)."""
+    t = tb
+    while t is not None and Path(t.tb_frame.f_code.co_filename) != script:
+        t = t.tb_next
+    return t or tb
+
+
+def _where(e: BaseException, rec: Recorder) -> dict:
+    """File, line and source line of the deepest frame of the learner's code in ``e``'s traceback."""
+    if isinstance(e, SyntaxError):
+        return {"file": e.filename, "line": e.lineno, "code": (e.text or "").strip()}
+    where = {}
+    for frame in traceback.extract_tb(e.__traceback__):
+        if rec.is_learner_file(frame.filename):
+            where = {"file": frame.filename, "line": frame.lineno, "code": (frame.line or "").strip()}
+    return where
+
+
+def _watch_collectives(rec: Recorder, stall: float, stack) -> None:
+    """A daemon thread: a collective (or the rendezvous) that waits longer than ``stall`` seconds is a deadlock.
+
+    Collectives release the GIL while they wait, so this thread runs; it dumps every thread's stack and
+    ends the process, which spares the checker from waiting for its deadline.
+    """
+    def watch():
+        while True:
+            time.sleep(0.5)
+            name, since = rec.data["in_call"], rec.call_since
+            if name is None or since is None or (name not in COLLECTIVES and name != "init_process_group"):
+                continue
+            limit = stall * (2 if name == "init_process_group" else 1)   # peers may still be starting
+            if time.monotonic() - since > limit:
+                rec.data["stalled"] = {"call": name, "seconds": round(time.monotonic() - since, 1)}
+                rec.write()
+                faulthandler.dump_traceback(file=stack, all_threads=True)
+                stack.flush()
+                exit_now(3)
+
+    threading.Thread(target=watch, name="course-probe-watchdog", daemon=True).start()
+
+
+def _arm_deadlines(rec: Recorder, folder: Path, rank: int) -> None:
+    """A deadlock: dump every thread's stack, then exit; a SIGTERM from the launcher: dump, then die."""
+    stack = open(folder / f"stack-{rank}.txt", "w")   # open until the process ends
+    hang = float(os.environ.get("COURSE_PROBE_HANG", "0") or 0)
+    if hang > 0:
+        faulthandler.dump_traceback_later(hang, exit=True, file=stack)
+    faulthandler.register(signal.SIGTERM, file=stack, all_threads=True, chain=True)
+    stall = float(os.environ.get("COURSE_PROBE_STALL", "0") or 0)
+    if stall > 0:
+        _watch_collectives(rec, stall, stack)
+
+
+def _install(rec: Recorder) -> None:
+    install_env_reads(rec)
+    install_process_group(rec)
+    install_training(rec)
+    install_data(rec)
+    install_save(rec)
+    if os.environ.get("COURSE_PROBE_DATA"):
+        install_data_file(os.environ["COURSE_PROBE_DATA"])
+    rec.write()
+
+
+def _run(rec: Recorder, script: Path, args: list) -> int:
+    """Run the script as ``python SCRIPT ARGS`` would; note how it ended in the record. Returns the exit code."""
+    sys.argv = [str(script), *args]
+    sys.path.insert(0, str(script.parent))   # as `python SCRIPT` does
+    code = 0
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        rec.data["exit"] = {"code": code, "message": None if isinstance(e.code, (int, type(None))) else str(e.code),
+                            "phase": rec.data["phase"], "where": _where(e, rec)}
+        if code and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except BaseException as e:  # noqa: BLE001 - whatever the learner's code raised is reported, then exits 1
+        code = 1
+        rec.data["exit"] = {"code": 1, "error": describe(e), "type": type(e).__name__,
+                            "phase": rec.data["phase"], "where": _where(e, rec), "in": rec.data.get("error_in")}
+        tb = None if isinstance(e, SyntaxError) else _learner_tb(e.__traceback__, script)
+        traceback.print_exception(type(e), e, tb)
+    else:
+        rec.data["exit"] = {"code": 0, "phase": rec.data["phase"]}
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        rec.data["initialized_at_exit"] = _initialized()
+        rec.data["ddp_alive_at_exit"] = len(rec.ddp_models)
+        rec.write_params()
+        rec.write()
+    return code
+
+
+def main(argv=None) -> int:
+    global REC
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print("usage: python -m course_lib.ddp.probe SCRIPT [ARGS...]", file=sys.stderr)
+        return 2
+    script = Path(argv[0]).resolve()
+    folder = Path(os.environ.get("COURSE_PROBE_DIR") or ".")
+    folder.mkdir(parents=True, exist_ok=True)
+    rank = launch_rank()
+    REC = rec = Recorder(folder, rank, script)
+    _arm_deadlines(rec, folder, rank)
+    _install(rec)
+    code = _run(rec, script, argv[1:])
+    # a normal return, not exit_now: the interpreter's own shutdown is part of Step 6 (a clean exit)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _initialized() -> bool:
+    import torch.distributed as dist
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

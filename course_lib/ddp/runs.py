@@ -1,0 +1,115 @@
+"""Launch the learner's script under the probe and read back what each rank did.
+
+``run_script`` starts the ranks (``course_lib.core.launch``, srun-style or the real torchrun), each as
+``python -m course_lib.ddp.probe SCRIPT ARGS``, in a fresh working directory; a ``Run`` holds the
+launcher's result and each rank's record (``rank-<N>.json``), stack dump and trained parameters.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCRIPT_ARGS = ["--dataset", "digits", "--epochs", "2", "--save-model"]
+EPOCHS = int(SCRIPT_ARGS[SCRIPT_ARGS.index("--epochs") + 1])
+TRAIN_IMAGES, TEST_IMAGES = 128, 64     # the digits subset each check trains on: seconds, not minutes
+
+
+@dataclass
+class Run:
+    """One launch of the script under the probe: the launcher's result and each rank's record."""
+    style: str
+    nprocs: int
+    result: object                  # course_lib.core.launch.LaunchResult
+    folder: Path                    # the probe's records
+    workdir: Path                   # the script's working directory
+    gpu: bool
+    records: list = field(default_factory=list)
+
+    def stack(self, rank: int) -> str:
+        p = self.folder / f"stack-{rank}.txt"
+        return p.read_text(errors="replace") if p.is_file() else ""
+
+    def params(self, rank: int):
+        import torch
+        p = self.folder / f"params-{rank}.pt"
+        return torch.load(p, weights_only=True) if p.is_file() else None
+
+    def rec(self, rank: int) -> dict:
+        return self.records[rank] or {}
+
+    def exited_normally(self, rank: int) -> bool:
+        ex = self.rec(rank).get("exit")
+        return bool(ex) and ex.get("code") == 0
+
+    def finished(self) -> bool:
+        """Every rank ran the script to its end (whatever the process did after that)."""
+        return all(self.exited_normally(r) for r in range(self.nprocs))
+
+
+def prepare_data(folder: Path) -> Path:
+    """The first TRAIN_IMAGES/TEST_IMAGES digits, saved once for all ranks (they skip scikit-learn)."""
+    import torch
+
+    from course_lib.data import load_digits_split
+    prepared = {}
+    for split, n in (("train", TRAIN_IMAGES), ("test", TEST_IMAGES)):
+        ds = load_digits_split(split)
+        prepared[split] = (ds.images[:n].clone(), ds.targets[:n].clone())
+    path = folder / "digits-subset.pt"
+    torch.save(prepared, path)
+    return path
+
+
+def _gpus() -> int:
+    try:
+        import torch
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no CUDA at all
+        return 0
+
+
+def run_script(script: Path, style: str, nprocs: int, root: Path, data: Path, timeout: float,
+               echo: bool = False, stall: float | None = None) -> Run:
+    """Launch ``script`` under the probe as ``nprocs`` ranks; read back every rank's record."""
+    from course_lib.core.launch import launch
+    folder = root / f"{style}-{nprocs}"
+    workdir = folder / "work"
+    workdir.mkdir(parents=True)
+    gpu = _gpus() >= nprocs
+    env = {"COURSE_PROBE_DIR": str(folder), "COURSE_PROBE_DATA": str(data),
+           "COURSE_PROBE_HANG": str(max(5.0, timeout - 6)), "PYTHONDONTWRITEBYTECODE": "1",
+           "COURSE_PROBE_STALL": str(stall if stall else max(10.0, min(30.0, timeout / 4)))}
+    if not gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""   # fewer GPUs than ranks: check on CPU, say so at Step 4
+    printer = (lambda rank, line: print(f"[{style} {nprocs}] [rank {rank}] {line}", flush=True)) if echo else None
+    result = launch(["-m", "course_lib.ddp.probe", str(script), *SCRIPT_ARGS], nprocs=nprocs,
+                    style=style, timeout=timeout, env=env, cwd=workdir, on_line=printer)
+    run = Run(style, nprocs, result, folder, workdir, gpu)
+    run.records = [_record(folder / f"rank-{rank}.json") for rank in range(nprocs)]
+    return run
+
+
+def _record(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except json.JSONDecodeError:
+        return None
+
+
+def group(run: Run):
+    """Per rank: (rank, world_size) the group gave it, or None."""
+    out = []
+    for r in range(run.nprocs):
+        inits = [e for e in run.rec(r).get("init", []) if "world_size" in e]
+        out.append((inits[-1]["rank"], inits[-1]["world_size"]) if inits else None)
+    return out
+
+
+def group_ok(run: Run) -> bool:
+    g = group(run)
+    return all(g) and sorted(r for r, _ in g) == list(range(run.nprocs)) and all(w == run.nprocs for _, w in g)
+
+
+def works(run: Run) -> bool:
+    return run.result.ok and run.finished() and group_ok(run)

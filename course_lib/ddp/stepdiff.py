@@ -1,0 +1,96 @@
+"""The lesson of notebook 02: the diff from the serial script to the DDP script, hunk by hunk, by step.
+
+Every changed hunk of ``solutions/02_ddp/mnist_classify_ddp.py`` (its clean view: no exercise markers)
+against ``solutions/01_serial/mnist_classify.py`` carries a ``# Step N`` comment; ``hunks()`` returns them
+with the steps they name, ``show(step)`` displays one step's hunks (HTML in Jupyter, text elsewhere).
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import html
+import re
+from dataclasses import dataclass
+
+from course_lib.core.paths import course_root
+
+SERIAL = course_root() / "solutions" / "01_serial" / "mnist_classify.py"
+DDP = course_root() / "solutions" / "02_ddp" / "mnist_classify_ddp.py"
+MARK = re.compile(r"#\s*Step (\d)")
+
+
+@dataclass
+class Hunk:
+    header: str           # "@@ -88,0 +112,6 @@"
+    lines: list[str]      # "-old", "+new" and " context" lines
+    steps: set[int]       # the steps its added lines name
+    in_docstring: bool    # only the module docstring changed (it describes the steps; no marker needed)
+
+    def text(self) -> str:
+        return "\n".join([self.header, *self.lines])
+
+
+def _docstring_lines(text: str) -> range:
+    tree = ast.parse(text)
+    node = tree.body[0] if tree.body else None
+    if isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant):
+        return range(node.lineno, node.end_lineno + 1)
+    return range(0)
+
+
+def hunks(serial: str | None = None, ddp: str | None = None, context: int = 0) -> list[Hunk]:
+    """The hunks of serial -> DDP (the clean solution view), each with the steps it is marked with."""
+    from course_lib.instructor.release import solution_view
+    serial = SERIAL.read_text(encoding="utf-8") if serial is None else serial
+    ddp = solution_view(DDP.read_text(encoding="utf-8")) if ddp is None else ddp
+    a, b = serial.splitlines(), ddp.splitlines()
+    doc_a, doc_b = _docstring_lines(serial), _docstring_lines(ddp)
+    out = []
+    for group in difflib.SequenceMatcher(None, a, b, autojunk=False).get_grouped_opcodes(context):
+        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        lines, steps, changed_a, changed_b = [], set(), [], []
+        for tag, a1, a2, b1, b2 in group:
+            if tag == "equal":
+                lines += [" " + line for line in a[a1:a2]]
+                continue
+            lines += ["-" + line for line in a[a1:a2]]
+            lines += ["+" + line for line in b[b1:b2]]
+            steps |= {int(m) for line in b[b1:b2] for m in MARK.findall(line)}
+            changed_a += range(a1 + 1, a2 + 1)
+            changed_b += range(b1 + 1, b2 + 1)
+        in_doc = all(n in doc_a for n in changed_a) and all(n in doc_b for n in changed_b)
+        out.append(Hunk(f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@", lines, steps, in_doc))
+    return out
+
+
+def step_hunks(step: int, context: int = 2) -> list[Hunk]:
+    return [h for h in hunks(context=context) if step in h.steps]
+
+
+class StepDiff:
+    """One step's change, shown as a coloured diff in a notebook (folded unless ``open``)."""
+
+    def __init__(self, step: int, open: bool = True, context: int = 2):
+        self.step, self.open, self.hunks = step, open, step_hunks(step, context)
+
+    def __str__(self) -> str:
+        return "\n".join(h.text() for h in self.hunks)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        colour = {"+": "#e6ffec", "-": "#ffebe9"}
+        rows = []
+        for h in self.hunks:
+            rows.append(f"<div style='color:#6e7781'>{html.escape(h.header)}</div>")
+            for line in h.lines:
+                bg = colour.get(line[:1], "transparent")
+                rows.append(f"<div style='background:{bg};white-space:pre'>{html.escape(line)}</div>")
+        body = "<pre style='font-size:12px;line-height:1.35'>" + "".join(rows) + "</pre>"
+        summary = f"Step {self.step}: the change from the serial script ({len(self.hunks)} place(s))"
+        return f"<details{' open' if self.open else ''}><summary>{summary}</summary>{body}</details>"
+
+
+def show(step: int, open: bool = True) -> StepDiff:
+    """``show(3)``: the hunks marked ``# Step 3``, to display in a notebook cell."""
+    return StepDiff(step, open)

@@ -1,0 +1,333 @@
+"""The verdicts of Steps 1-5 from the probe's records of one run.
+
+Each ``stepN(run)`` returns (ok, message), or None when the run stopped before the evidence for that
+step was there (the failure is then reported at the step it stopped in).
+
+1. process group: initialised on every rank, the right world size, distinct ranks
+2. gradients averaged: the parameters are the same on every rank after training, and something
+   (DistributedDataParallel, or the learner's own all_reduce) averaged the gradients
+3. data: disjoint shards that cover the data set each epoch, a new order each epoch (set_epoch)
+4. device: the inputs on the model's device; each rank on its own GPU (verifiable only with GPUs)
+5. checkpoint: written by rank 0 only, loads with ``strict=True`` into the plain ``Net``
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from course_lib.ddp.messages import ENV_HELP, first, short
+from course_lib.ddp.runs import EPOCHS, Run, group
+
+
+# ------------------------------------------------------------------------------------------ Step 1
+def step1(run: Run):
+    if not all(run.records):
+        return None
+    g = group(run)
+    return _group_formed(run, g) if all(g) else _no_group(run)
+
+
+def _group_formed(run: Run, g: list):
+    """Every rank got a group: of the right size, with distinct ranks and the right backend?"""
+    n = run.nprocs
+    ranks, sizes = [r for r, _ in g], [w for _, w in g]
+    if any(w != n for w in sizes):
+        hint = " (is it hard-coded?)" if len(set(sizes)) == 1 and sizes[0] not in (1, n) else ""
+        return False, (f"{n} processes were started, but they joined groups of world size {sizes}{hint}. "
+                       f"Pass the world size the launcher gives ({ENV_HELP}).")
+    if sorted(ranks) != list(range(n)):
+        return False, (f"the processes got ranks {ranks}: each must have its own rank 0..{n - 1}. "
+                       f"Take it from the launcher ({ENV_HELP}).")
+    backends = sorted({e["backend"] for r in range(n) for e in run.rec(r)["init"] if "backend" in e})
+    want = "nccl" if run.gpu else "gloo"
+    if backends != [want]:
+        return False, f"backend {backends}: use {want} {'between GPUs' if run.gpu else 'on CPUs'}."
+    return True, (f"{n} ranks ({run.style}-style launch) joined one {backends[0]} group: ranks {sorted(ranks)}, "
+                  f"world size {n}")
+
+
+def _no_group(run: Run):
+    """Some rank never got a group: it never asked, asked for the wrong thing, or init failed."""
+    recs = [run.rec(r) for r in range(run.nprocs)]
+    requested = [rec["init"][-1]["requested"] if rec.get("init") else None for rec in recs]
+    if not any(requested):
+        return _never_asked(run, recs)
+    verdict = _asked_wrong(run, requested) or _init_failed(run, requested)
+    if verdict is None and all(run.exited_normally(r) for r in range(run.nprocs)):
+        return False, f"not every rank joined the process group (asked for: {_asked(requested)})"
+    return verdict
+
+
+def _never_asked(run: Run, recs: list):
+    n = run.nprocs
+    if any(rec.get("spawned") for rec in recs):
+        return False, ("the script starts its own processes (torch.multiprocessing.spawn): under srun or torchrun "
+                       "the launcher already starts one process per rank. Drop the spawn; each process joins the "
+                       f"group itself ({ENV_HELP}).")
+    if all(run.exited_normally(r) for r in range(n)):
+        return False, (f"no rank called torch.distributed.init_process_group: the {n} processes trained as "
+                       f"{n} separate serial runs. Find each process's rank and the world size "
+                       f"({ENV_HELP}) and join the process group.")
+    return None
+
+
+def _asked(requested: list) -> str:
+    return ", ".join(f"rank={q.get('rank', 'env')} world_size={q.get('world_size', 'env')}" if q else "no call"
+                     for q in requested)
+
+
+def _asked_wrong(run: Run, requested: list):
+    """init_process_group was given a world size or ranks that do not fit the launch."""
+    n = run.nprocs
+    sizes = [q.get("world_size") for q in requested if q]
+    if sizes and all(isinstance(w, int) and w != n for w in sizes):
+        return False, (f"{n} processes were started, but they asked init_process_group for world_size={sizes[0]}"
+                       f"{' (hard-coded?)' if sizes[0] not in (1, n) else ''}. Pass the world size the launcher gives "
+                       f"({ENV_HELP}).\nAsked for: {_asked(requested)}")
+    ranks = [q.get("rank") for q in requested if q]
+    if len(ranks) == n and all(isinstance(r, int) for r in ranks) and sorted(ranks) != list(range(n)):
+        return False, (f"the processes asked for ranks {ranks}: each must have its own rank 0..{n - 1}. Take it from "
+                       f"the launcher ({ENV_HELP}).")
+    return None
+
+
+def _init_failed(run: Run, requested: list):
+    """init_process_group raised on some rank: its error, with a hint for the usual causes."""
+    errors = [((run.rec(r).get("exit") or {}).get("in") or {}) for r in range(run.nprocs)]
+    errors = [(r, e.get("error")) for r, e in enumerate(errors) if e.get("call") == "init_process_group"]
+    if not errors:
+        return None
+    r, err = errors[0]
+    hint = ""
+    if "EADDRINUSE" in err or "address already in use" in err:
+        hint = (" Two processes both acted as rank 0 (the one that opens MASTER_PORT): "
+                "each process needs its own rank and the full world size.")
+    elif "environment variable" in err and "expected" in err:
+        hint = (" With no rank/world_size arguments, init_process_group reads RANK and WORLD_SIZE, which "
+                f"torchrun sets but srun does not: read them yourself ({ENV_HELP}).")
+    return False, f"init_process_group failed on rank {r}: {first(err)}{hint}\nAsked for: {_asked(requested)}"
+
+
+# ------------------------------------------------------------------------------------------ Step 2
+def trained(run: Run, rank: int) -> bool:
+    """Rank ``rank`` got past its training (finished, started saving, or ran every epoch)."""
+    rec = run.rec(rank)
+    if run.exited_normally(rank) or rec.get("phase") in ("save", "destroyed"):
+        return True
+    loader = train_loader(rec)
+    return bool(loader) and sum(it["done"] for it in loader["iters"]) >= EPOCHS and rec.get("optimizer_steps", 0) > 0
+
+
+def step2(run: Run):
+    if not all(trained(run, r) for r in range(run.nprocs)):
+        return None
+    n = run.nprocs
+    steps = [run.rec(r)["optimizer_steps"] for r in range(n)]
+    if not any(steps):
+        return False, "no optimizer step was seen on any rank: does the script train (optimizer.step())?"
+    params = [run.params(r) for r in range(n)]
+    if any(p is None for p in params):
+        return False, "could not read the trained parameters of every rank"
+    if len({p.numel() for p in params}) > 1:
+        return False, f"the ranks trained models of different sizes ({[p.numel() for p in params]} parameters)"
+    diff = max(float((params[0] - p).abs().max()) for p in params[1:]) if n > 1 else 0.0
+    scale = float(params[0].abs().max()) or 1.0
+    ddp_made = [bool(run.rec(r)["ddp"]) for r in range(n)]
+    ddp_used = [run.rec(r)["ddp_forward"] > 0 for r in range(n)]
+    if diff > 1e-5 * scale + 1e-6:
+        return False, (f"after {steps[0]} steps the parameters differ between ranks (largest difference {diff:.2e}): "
+                       f"{_not_averaged(ddp_made, ddp_used)}")
+    if all(ddp_made) and all(ddp_used):
+        return True, (f"parameters identical on all {n} ranks after {steps[0]} optimizer steps: "
+                      "DDP averaged the gradients")
+    reduced = [run.rec(r)["collectives"].get("all_reduce:numel", 0)
+               + run.rec(r)["collectives"].get("reduce_scatter:numel", 0) for r in range(n)]
+    if all(x >= params[0].numel() for x in reduced):
+        return True, (f"parameters identical on all {n} ranks after {steps[0]} optimizer steps: "
+                      "the gradients were averaged with all_reduce")
+    return False, ("the parameters are identical on all ranks only because every rank trained on the same data "
+                   "in the same order; nothing averaged the gradients between ranks. Wrap the model in "
+                   "DistributedDataParallel, so that backward averages them.")
+
+
+def _not_averaged(ddp_made: list, ddp_used: list) -> str:
+    """Why the parameters drifted apart."""
+    if all(ddp_made) and not any(ddp_used):
+        return ("the model is wrapped in DistributedDataParallel, but training calls the model inside it "
+                "(model.module(...)) or the unwrapped model, so backward averages nothing. Train through the wrapper.")
+    if not any(ddp_made):
+        return ("nothing averaged the gradients: wrap the model in DistributedDataParallel "
+                "(after moving it to its device).")
+    return "the gradients were not averaged the same way on every rank."
+
+
+# ------------------------------------------------------------------------------------------ Step 3
+def train_loader(rec: dict):
+    """The loader the rank trained on: the one with the most optimizer steps (then the largest data set)."""
+    loaders = list(rec.get("loaders", {}).values())
+    if not loaders:
+        return None
+    trained = [ld for ld in loaders if sum(it["steps"] for it in ld["iters"]) > 0]
+    pool = trained or loaders
+    return max(pool, key=lambda ld: (sum(it["steps"] for it in ld["iters"]), ld["dataset_len"] or 0))
+
+
+def _shuffle_and_sampler(run: Run):
+    for r in range(run.nprocs):
+        for err in run.rec(r).get("loader_errors", []):
+            if err.get("error") and "sampler" in err["error"] and "shuffle" in err["error"]:
+                return (f"shuffle=True together with sampler={err.get('sampler')}: the DataLoader refuses both "
+                        "(rank {r}). The sampler already shuffles (DistributedSampler's shuffle=True is its "
+                        "default; set_epoch gives a new order each epoch): drop shuffle=True.").replace("{r}", str(r))
+    return None
+
+
+def step3(run: Run, more: Run | None = None):
+    both = _shuffle_and_sampler(run)
+    if both:
+        return False, both
+    loaders = [train_loader(run.rec(r)) for r in range(run.nprocs)]
+    if not all(loaders):
+        if not run.finished():
+            return None
+        return False, "no DataLoader iteration was seen: the data must come from a DataLoader"
+    epochs = min(len(ld["iters"]) for ld in loaders)
+    if epochs == 0:
+        return None
+    verdict = _shards(run.nprocs, loaders, epochs)
+    if verdict:
+        return verdict
+    if epochs < 2:
+        if not run.finished():
+            return None
+        return False, "only one epoch ran (--epochs 2 was asked for): cannot see whether the order changes"
+    if all(ld["iters"][0]["indices"] == ld["iters"][1]["indices"] for ld in loaders):
+        return False, ("each rank saw its images in exactly the same order in epoch 1 and epoch 2: "
+                       f"{_no_new_order(run)}.")
+    sizes = "+".join(str(len(ld["iters"][0]["indices"])) for ld in loaders)
+    msg = (f"{run.nprocs} ranks saw disjoint shards ({sizes}) "
+           f"covering all {loaders[0]['dataset_len']} images, in a new order each epoch")
+    if more is not None and more.finished():
+        extra = step3(more)
+        if extra and not extra[0]:
+            return False, f"with {more.nprocs} ranks: {extra[1]}"
+        if extra:
+            msg += f"; with {more.nprocs} ranks too"
+    return True, msg
+
+
+def _shards(n: int, loaders: list, epochs: int):
+    """Each epoch's shards: disjoint, and together the whole data set? None when they are."""
+    size = loaders[0]["dataset_len"]
+    for e in range(epochs):
+        shards = [ld["iters"][e]["indices"] for ld in loaders]
+        union = set().union(*map(set, shards))
+        overlap = sum(len(s) for s in shards) - len(union)
+        if overlap > n - 1:
+            if all(len(set(s)) >= size for s in shards):
+                return False, (f"every rank trained on all {size} images in epoch {e + 1}: the ranks repeat each "
+                               "other's work. Give the training DataLoader a DistributedSampler, so that each rank "
+                               "gets its own 1/world_size share.")
+            return False, (f"the ranks' shards overlap in {overlap} images in epoch {e + 1} (shard sizes "
+                           f"{[len(s) for s in shards]} of {size}): each rank needs a disjoint share "
+                           "(DistributedSampler with the group's rank and world size)")
+        if size and len(union) < size - (n - 1):
+            return False, (f"together the ranks saw only {len(union)} of the {size} training images in epoch "
+                           f"{e + 1}: the shards must cover the data set (DistributedSampler with the group's rank "
+                           "and world size)")
+    return None
+
+
+def _no_new_order(run: Run) -> str:
+    """Why every epoch repeated the same order."""
+    calls = run.rec(0).get("set_epoch", [])
+    if not calls:
+        return ("call train_sampler.set_epoch(epoch) at the start of every epoch: without it the sampler repeats "
+                "its order")
+    if len(set(map(str, calls))) == 1:
+        return f"set_epoch is called with the same value ({calls[0]}) every epoch: pass the epoch number"
+    return "set_epoch is called, but the sampler does not shuffle: keep DistributedSampler's shuffle=True"
+
+
+# ------------------------------------------------------------------------------------------ Step 4
+def step4(run: Run):
+    n = run.nprocs
+    seen = [run.rec(r).get("forward_devices", []) for r in range(n)]
+    if not all(seen):
+        return None if not run.finished() else (False, "no module call with parameters was seen")
+    for r, pairs in enumerate(seen):
+        bad = [p for p in pairs if p[0] != p[1]]
+        if bad:
+            return False, (f"rank {r} called a layer on {bad[0][1]} with inputs on {bad[0][0]}: move the inputs to "
+                           "the model's device")
+    return _own_gpus(run, seen) if run.gpu else _reads_local_rank(run)
+
+
+def _own_gpus(run: Run, seen: list):
+    n = run.nprocs
+    devices = [sorted({p[1] for p in pairs}) for pairs in seen]
+    want = [[f"cuda:{r}"] for r in range(n)]   # one node: local rank = rank
+    if devices != want:
+        return False, (f"the ranks used devices {devices}; each rank must use its own GPU, cuda:<local rank> "
+                       "(set device = cuda:LOCAL_RANK and torch.cuda.set_device(local_rank) before init)")
+    late = [r for r in range(n) if any(not s["before_init"] for s in run.rec(r).get("set_device", []))]
+    note = "" if not late else " (note: set the device before init_process_group)"
+    return True, (f"every rank computes on its own GPU ({', '.join(d[0] for d in devices)}), inputs on the model's "
+                  f"device{note}")
+
+
+def _reads_local_rank(run: Run):
+    """Without GPUs, the most that can be seen: does the script read the local rank at all?"""
+    reads = sorted({k for r in range(run.nprocs) for k in run.rec(r).get("env_reads", [])})
+    local = [k for k in reads if k in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")]
+    honest = ("On CPU: inputs and model on 'cpu' in every call. That each rank uses its own GPU (cuda:<local rank>) "
+              "can only be verified with 2 or more GPUs.")
+    if not local:
+        return False, ("the script never reads the local rank (LOCAL_RANK from torchrun, SLURM_LOCALID from srun): "
+                       "on a GPU node every rank would put its model on the same GPU. Use cuda:<local rank> when "
+                       "there are GPUs.\n" + honest)
+    return True, f"the script reads the local rank ({', '.join(local)}). {honest}"
+
+
+# ------------------------------------------------------------------------------------------ Step 5
+def step5(run: Run):
+    if not run.finished():
+        return None
+    saves = [s for r in range(run.nprocs) for s in run.rec(r).get("saves", [])]
+    if not saves:
+        return False, "no checkpoint was written with --save-model: save the model's state_dict on rank 0"
+    writers = sorted({s["rank"] if s["rank"] is not None else s["launch_rank"] for s in saves})
+    names = sorted({short(s["path"]) for s in saves})
+    if writers != [0]:
+        if 0 in writers:
+            return False, (f"ranks {writers} all wrote {', '.join(names)}: the copies are the same weights, written "
+                           f"{len(writers)} times into one file (on a shared file system they collide). "
+                           "Save on rank 0 only.")
+        return False, f"rank {writers} wrote {', '.join(names)}, rank 0 did not: let rank 0 write the checkpoint."
+    last = [s for s in saves if s["rank"] in (0, None)][-1]
+    return _loads_into_net(Path(last["path"]), last["type"])
+
+
+def _loads_into_net(path: Path, saved_type: str):
+    """Rank 0's checkpoint: a state_dict without DDP's prefix that loads into Net() with strict=True?"""
+    import torch
+
+    from course_lib.model import Net
+    if not path.is_file():
+        return False, f"rank 0 saved {path.name}, but the file is not there"
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever was saved, say what it is
+        return False, (f"{path.name} does not load as a state_dict ({saved_type} was saved; "
+                       f"{type(e).__name__}): save model.module.state_dict(), not the model object")
+    if not isinstance(state, dict):
+        return False, f"{path.name} holds a {type(state).__name__}: save the model's state_dict"
+    keys = list(state)
+    if keys and all(str(k).startswith("module.") for k in keys):
+        return False, (f"the keys of {path.name} start with 'module.' ({keys[0]}): that is the DDP wrapper's "
+                       "state_dict, which does not load into a plain Net. Save model.module.state_dict().")
+    try:
+        Net().load_state_dict(state, strict=True)
+    except Exception as e:  # noqa: BLE001
+        return False, (f"{path.name} does not load into Net() with strict=True: {str(e).splitlines()[0][:200]} "
+                       f"(keys: {', '.join(map(str, keys[:4]))}{', ...' if len(keys) > 4 else ''})")
+    return True, f"only rank 0 wrote {path.name}; it loads into Net() with strict=True"

@@ -1,0 +1,17 @@
+"""Grading a class: discover learners, run each check in a sandbox, write grades.csv and grades.md.
+
+    discover    what each learner handed in, where (folders, zips, single files)
+    reports     grades.csv and grades.md, written atomically; read_rows reads grades.csv back
+    sandbox     run_check: one checker on one file, with a deadline, bounded output, limits, everything killed
+    cgroups, sweep, sandbox_worker   the sandbox's parts: cgroup v1 limits, killing a check's processes, the
+                worker process
+    run         the class: a pool of checks, Ctrl-C and --resume
+    cli         ``course grade`` (its options and exit codes)
+"""
+from course_lib.grading.discover import MAX_FILE, Found, Learner, discover, guess_exercise, locate, precheck
+from course_lib.grading.reports import md_name, outcome_rows, read_rows, summary_cell, write_reports
+from course_lib.grading.run import grade
+from course_lib.grading.sandbox import Limits, Outcome, run_check
+
+__all__ = ["MAX_FILE", "Found", "Learner", "discover", "guess_exercise", "locate", "precheck", "md_name",
+           "outcome_rows", "read_rows", "summary_cell", "write_reports", "grade", "Limits", "Outcome", "run_check"]

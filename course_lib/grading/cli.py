@@ -1,0 +1,92 @@
+"""Grade a class: ``course grade SUBMISSIONS_DIR`` runs the checkers on every learner's exercise folder.
+
+Each entry of SUBMISSIONS_DIR is one learner: a copy of exercises/ (complete or not), a zip of one, or a
+single exercise file (course_lib.grading.discover). For each learner and exercise the checker runs on a
+temporary copy, in a sandbox (course_lib.grading.sandbox: deadline, bounded output, process limits,
+everything killed afterwards); the submissions are only read. Results go to ``--out``
+(course_lib.grading.reports):
+- ``grades.csv``: learner, exercise, item, result (pass, fail or missing), message; one row per verdict, and
+  a ``missing`` row for an exercise that was not handed in;
+- ``grades.md``: one table for the class, then one section per learner with what was found and the messages;
+- ``logs/``: what each check printed (its first and last KB).
+Both files are rewritten as each learner finishes, so an interrupted run loses nothing; ``--resume`` skips
+what is in grades.csv.
+
+Deadlines: ``--timeout`` is the checker's deadline for each multi-process run (as in ``course check``);
+``--check-timeout`` is the grader's deadline for one whole check, after which everything it started is killed.
+
+Exit codes: 0 grading ran (learners' failures are results, in the report); 2 it could not (bad arguments,
+--out not writable, a check the grader itself could not run); 130 interrupted (Ctrl-C or SIGTERM: what is
+done is kept, --resume continues). Errors go to stderr.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from course_lib.registry import EXERCISES
+
+
+def add_arguments(p):
+    p.add_argument("submissions", type=Path, metavar="SUBMISSIONS_DIR",
+                   help="a folder with one entry per learner: a copy of exercises/, a zip of one, or a single file")
+    p.add_argument("--out", type=Path, default=None,
+                   help="where grades.csv, grades.md and logs/ go (default: grades/<name of SUBMISSIONS_DIR>)")
+    p.add_argument("--exercise", action="append", choices=list(EXERCISES), metavar="EX",
+                   help=f"grade only this exercise ({', '.join(EXERCISES)}); repeat for more; default: all")
+    p.add_argument("--jobs", "-j", type=int, default=1, help="checks run at the same time (default 1)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="deadline in seconds of each multi-process run, passed to the checker (default: the "
+                        "checker's)")
+    p.add_argument("--check-timeout", type=float, default=600,
+                   help="deadline in seconds of one whole check (default 600)")
+    p.add_argument("--max-processes", type=int, default=512, help="processes and threads one check may have")
+    p.add_argument("--memory-mb", type=int, default=4096, help="memory of one check (where cgroups are usable)")
+    p.add_argument("--resume", action="store_true", help="keep grades.csv in --out and grade only what is not there")
+
+
+def _fail(message: str) -> int:
+    print(f"grade: {message}", file=sys.stderr)
+    return 2
+
+
+def _done_rows(csv_path: Path, resume: bool) -> list[dict] | str:
+    """The rows of an earlier run to keep (--resume), or why grading cannot go on."""
+    from course_lib.grading.reports import read_rows
+
+    if not csv_path.exists():
+        return []
+    if not resume:
+        return f"{csv_path} exists from an earlier run: --resume continues it, or choose another --out"
+    try:
+        return read_rows(csv_path)
+    except (OSError, ValueError) as e:
+        return f"cannot resume: {e}"
+
+
+def run(args) -> int:
+    from course_lib.grading.run import grade
+    from course_lib.grading.sandbox import Limits
+
+    subs: Path = args.submissions
+    if not subs.is_dir():
+        return _fail(f"{subs} is not a folder (give the folder that holds one folder per learner)")
+    exercises = [ex for ex in EXERCISES if ex in (args.exercise or EXERCISES)]
+    out: Path = args.out or Path("grades") / (subs.resolve().name or "class")
+    if Path(os.path.realpath(out)).is_relative_to(Path(os.path.realpath(subs))):
+        return _fail(f"--out {out} is inside SUBMISSIONS_DIR, which grading never writes into")
+    if args.jobs < 1 or args.check_timeout <= 0:
+        return _fail("--jobs must be 1 or more and --check-timeout positive")
+    done_rows = _done_rows(out / "grades.csv", args.resume)
+    if isinstance(done_rows, str):
+        return _fail(done_rows)
+    try:
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return _fail(f"cannot write to {out}: {e}")
+    limits = Limits(deadline=args.check_timeout, run_timeout=args.timeout, max_processes=args.max_processes,
+                    memory_mb=args.memory_mb)
+    with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
+        return grade(subs, out, exercises, limits, args.jobs, done_rows, Path(scratch))

@@ -1,0 +1,156 @@
+"""Grading a class: every (learner, exercise) check on a pool of threads, reports rewritten as learners finish.
+
+Each check runs in its own sandbox process (course_lib.grading.sandbox); the threads only wait for them.
+Ctrl-C (or SIGTERM) stops the running checks, keeps the reports of the learners already done, and returns
+130; a later run with ``done_rows`` (``--resume``) grades only what those rows do not hold.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
+
+from course_lib.grading.discover import Learner, discover
+from course_lib.grading.reports import outcome_rows, write_reports
+from course_lib.grading.sandbox import Limits, run_check
+from course_lib.registry import EXERCISES
+
+
+def _slug(name: str) -> str:
+    safe = re.sub(r"[^\w.-]+", "_", name).strip("._-")[:40] or "learner"
+    return f"{safe}-{hashlib.sha1(name.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
+
+
+def _timing_note(ex: str, outcome) -> str:
+    extra = f"{ex} {outcome.seconds:.1f} s"
+    if outcome.output_bytes > 1 << 20:
+        extra += f", printed {outcome.output_bytes / 2**20:.1f} MB (log keeps its first and last KB)"
+    if outcome.leftovers:
+        extra += f", {outcome.leftovers} process(es) left running were killed"
+    return extra
+
+
+class _Grading:
+    """One run: the rows so far, the checks still pending per learner, and what Ctrl-C must stop."""
+
+    def __init__(self, out: Path, learners: list[Learner], exercises: list[str], limits: Limits,
+                 header: str, ignored: list[str], done_rows: list[dict]):
+        self.out, self.learners, self.exercises, self.limits = out, learners, exercises, limits
+        self.header, self.ignored = header, ignored
+        self.rows = list(done_rows)
+        done = {(r["learner"], r["exercise"]) for r in done_rows}
+        self.todo = [(lr, ex) for lr in learners for ex in exercises if (lr.name, ex) not in done]
+        self.pending = {lr.name: sum(1 for t in self.todo if t[0] is lr) for lr in learners}
+        self.seconds: dict[str, list[str]] = {}
+        self.timing: dict[str, str] = {}
+        self.errors: list[str] = []
+        self.kills: dict[int, object] = {}
+        self.stopping = threading.Event()
+        self.lock = threading.Lock()
+
+    def _started(self, n: int, kill) -> None:
+        self.kills[n] = kill
+        if self.stopping.is_set():     # Ctrl-C came while this check was starting
+            kill()
+
+    def task(self, n: int, learner: Learner, ex: str):
+        """Grade one (learner, exercise) in a pool thread: (learner, ex, rows, outcome), or None when stopped."""
+        found = learner.found[ex]
+        if found.problem:
+            return learner, ex, [{"item": "file", "result": found.problem[0], "message": found.problem[1]}], None
+        if self.stopping.is_set():
+            return None
+        try:
+            outcome = run_check(ex, found.path, EXERCISES[ex].file, self.limits,
+                                on_start=lambda kill: self._started(n, kill))
+        except OSError as e:       # the grader's own trouble (disk full, no /tmp): say so, go on
+            self.errors.append(f"{learner.name} / {ex}: {e}")
+            return learner, ex, [{"item": "grader", "result": "fail",
+                                  "message": f"the grader could not run this check: {e}"}], None
+        self.kills.pop(n, None)
+        log = self.out / "logs" / _slug(learner.name) / f"{ex}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(outcome.output, encoding="utf-8", errors="replace")
+        return learner, ex, outcome_rows(outcome, self.limits.deadline), outcome
+
+    def finished(self, learner: Learner, ex: str, new_rows: list[dict], outcome) -> None:
+        """Record one check; when it was the learner's last, rewrite the reports."""
+        with self.lock:
+            self.rows.extend({"learner": learner.name, "exercise": ex, **r} for r in new_rows)
+            if outcome is not None:
+                self.seconds.setdefault(learner.name, []).append(_timing_note(ex, outcome))
+            self.pending[learner.name] -= 1
+            n_ok = sum(r["result"] == "pass" for r in new_rows)
+            took = f" in {outcome.seconds:.1f} s" if outcome else ""
+            print(f"  {learner.name} / {ex}: {n_ok}/{len(new_rows)} passed{took}", flush=True)
+            if self.pending[learner.name] == 0:
+                if learner.name in self.seconds:
+                    self.timing[learner.name] = "Check times: " + "; ".join(self.seconds[learner.name]) + "."
+                self.write()
+
+    def write(self) -> None:
+        write_reports(self.out, self.rows, self.learners, self.exercises, self.header, self.ignored, self.timing)
+
+    def stop(self, futures) -> None:
+        """Ctrl-C: start no more checks and kill the running ones."""
+        self.stopping.set()
+        for f in futures:
+            f.cancel()
+        for kill in list(self.kills.values()):
+            kill()
+
+    def run(self, jobs: int) -> bool:
+        """Run every check, ``jobs`` at a time; False when interrupted."""
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        futures = {pool.submit(self.task, n, lr, ex) for n, (lr, ex) in enumerate(self.todo)}
+        old = None
+        if threading.current_thread() is threading.main_thread():
+            old = signal.signal(signal.SIGTERM, _raise_interrupt)   # SIGTERM stops as Ctrl-C does
+        try:
+            while futures:
+                ready, futures = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
+                for f in ready:
+                    if f.result() is not None:
+                        self.finished(*f.result())
+        except KeyboardInterrupt:
+            self.stop(futures)
+            pool.shutdown(wait=True, cancel_futures=True)
+            return False
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            if old is not None:
+                signal.signal(signal.SIGTERM, old)
+        return True
+
+
+def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int, done_rows: list[dict],
+          scratch: Path) -> int:
+    """Grade every learner of ``subs`` into ``out``; the exit code (0 graded, 2 could not, 130 interrupted)."""
+    learners, ignored = discover(subs, exercises, scratch)
+    header = (f"# Grades of `{subs}`\n\n{len(learners)} learners; exercises: {', '.join(exercises)}; "
+              f"deadline {limits.deadline:.0f} s per check. Results: pass, **fail**, missing (not handed in).")
+    g = _Grading(out, learners, exercises, limits, header, ignored, done_rows)
+    done = {(r["learner"], r["exercise"]) for r in done_rows}
+    print(f"grading {len(learners)} learners x {len(exercises)} exercises in {subs} "
+          f"({len(g.todo)} checks to run, {len(done)} already in {out / 'grades.csv'}), {jobs} at a time", flush=True)
+    g.write()
+    start = time.monotonic()
+    if not g.run(jobs):
+        print(f"interrupted: the learners graded so far are in {out}; --resume continues", file=sys.stderr)
+        return 130
+    g.write()
+    print(f"graded in {time.monotonic() - start:.1f} s: {out / 'grades.csv'}, {out / 'grades.md'}")
+    if g.errors:
+        print("grade: some checks could not run (rows 'grader' in the report):\n  " + "\n  ".join(g.errors),
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt

@@ -1,0 +1,220 @@
+"""Run one checker on one learner's file in a sandbox: ``run_check(exercise, file, limits)``.
+
+The grader runs learners' code, so each check is a worker process (``python -m
+course_lib.grading.sandbox_worker``) that is given:
+- a fresh temporary copy of the file, as its working directory, HOME and TMPDIR (the submissions are never
+  written);
+- a deadline for the whole check, after which everything it started is killed;
+- bounded output: the pipe is drained all the time, only its first and last few KB are kept;
+- limits: a pids cgroup (processes and threads) and a memory cgroup when this machine lets the grader create
+  cgroups (cgroup v1, as root: course_lib.grading.cgroups); otherwise RLIMIT_NPROC for a non-root user (root
+  ignores it); always RLIMIT_FSIZE (largest file written) and no core files;
+- a sweep after the check (course_lib.grading.sweep): every process of the check's cgroup, every descendant
+  of the worker and every process that still carries the check's token in its environment or works in its
+  folder is stopped, then killed. The checkers' ranks run in sessions of their own (course_lib.core.launch),
+  so a process-group kill alone would miss them.
+
+It is not a security boundary: the learner's code runs as the grader's user and can read (and write)
+whatever that user can outside the copy. Grade as an unprivileged user, or in a container or a batch job.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_lib.grading.cgroups import Cgroups
+from course_lib.grading.sweep import sweep
+
+__all__ = ["Cgroups", "Limits", "Outcome", "BoundedOutput", "run_check", "TOKEN_VAR", "CGROUPS_VAR"]
+
+TOKEN_VAR = "COURSE_GRADE_TOKEN"
+CGROUPS_VAR = "COURSE_GRADE_CGROUPS"
+GRACE = 2.0     # seconds a check's processes get to end by themselves once it is over, before they are leftovers
+
+
+@dataclass
+class Limits:
+    deadline: float = 600.0          # seconds for the whole check
+    run_timeout: float | None = None  # passed to the checker (each multi-process run); None: its default
+    max_processes: int = 512         # processes + threads (pids cgroup) or processes (RLIMIT_NPROC)
+    memory_mb: int = 4096            # memory cgroup only
+    max_file_mb: int = 256           # RLIMIT_FSIZE: largest file the check may write
+    keep_output_kb: int = 32         # output kept: first 8 KB and the last keep_output_kb KB
+    cgroups: bool = True             # False: rlimits and the sweep only (as where cgroups are not allowed)
+
+
+@dataclass
+class Outcome:
+    verdicts: list[dict] | None      # the checker's rows (item, result, message); None: it gave none
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    output: str                      # head and tail of what the check printed
+    output_bytes: int                # everything it printed
+    leftovers: int = 0               # processes still there after the worker ended (killed by the sweep)
+    isolation: str = ""              # "cgroup" or "sweep"
+    notes: list[str] = field(default_factory=list)
+
+    def last_lines(self, n: int = 8, width: int = 200) -> str:
+        lines = [line[:width] for line in self.output.splitlines() if line.strip()]
+        return "\n".join(lines[-n:])
+
+
+class BoundedOutput:
+    """Drains a pipe in a thread; keeps the first 8 KB and the last ``tail_kb`` KB."""
+
+    HEAD = 8192
+
+    def __init__(self, stream, tail_kb: int):
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_len, self.tail_max, self.total = 0, tail_kb * 1024, 0
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream):
+        for chunk in iter(lambda: stream.read1(65536), b""):
+            self.total += len(chunk)
+            room = self.HEAD - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self.tail.append(chunk)
+                self.tail_len += len(chunk)
+                while self.tail_len - len(self.tail[0]) >= self.tail_max:
+                    self.tail_len -= len(self.tail.popleft())
+        stream.close()
+
+    def text(self) -> str:
+        tail = b"".join(self.tail)[-self.tail_max:]
+        cut = self.total - len(self.head) - len(tail)
+        middle = f"\n[... {cut} bytes not kept ...]\n".encode() if cut > 0 else b""
+        return (bytes(self.head) + middle + tail).decode("utf-8", "replace")
+
+
+# ---------------------------------------------------------------- one check
+
+def _remove_tree(path: Path) -> None:
+    def retry(func, p, _exc):
+        try:
+            os.chmod(p, 0o700)
+            os.chmod(os.path.dirname(p), 0o700)
+            func(p)
+        except OSError:
+            pass
+    shutil.rmtree(path, onerror=retry)
+
+
+def _read_verdicts(result: Path) -> list[dict] | None:
+    """The verdicts the worker wrote to ``result``; None when it wrote none (or something unreadable)."""
+    try:
+        data = json.loads(result.read_text(encoding="utf-8"))
+        return [{"item": str(v["item"]), "result": str(v["result"]), "message": str(v.get("message", ""))}
+                for v in data["verdicts"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class _Check:
+    """The processes and folders of one check, from its start to the last sweep."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        self.base = Path(tempfile.mkdtemp(prefix="course-grade-work-"))
+        # nested, so that a file writing to its parent's parent (and one more) still writes into the sandbox
+        self.work = self.base / "sandbox" / "learner"
+        self.private = Path(tempfile.mkdtemp(prefix="course-grade-result-"))   # not the learner's folder
+        self.result = self.private / "report.json"
+        self.token = secrets.token_hex(16)
+        self.cgroups = Cgroups(limits)
+        self.proc: subprocess.Popen | None = None
+        self.out: BoundedOutput | None = None
+        self.stopped = threading.Event()
+
+    def start(self, exercise: str, source: Path, relative: str, checker: str) -> None:
+        copy = self.work / relative
+        copy.parent.mkdir(parents=True)
+        shutil.copyfile(source, copy)
+        env = dict(os.environ, **{
+            TOKEN_VAR: self.token, CGROUPS_VAR: os.pathsep.join(map(str, self.cgroups.dirs)),
+            "HOME": str(self.work), "TMPDIR": str(self.work), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
+            "PYTHONUNBUFFERED": "1",
+        })
+        limits = self.limits
+        cmd = [sys.executable, "-m", "course_lib.grading.sandbox_worker", exercise, str(copy), str(self.result),
+               "" if limits.run_timeout is None else str(limits.run_timeout),
+               str(limits.max_processes), str(limits.max_file_mb), checker]
+        self.proc = subprocess.Popen(cmd, cwd=self.work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.out = BoundedOutput(self.proc.stdout, limits.keep_output_kb)
+
+    def kill(self) -> None:
+        """Stop the check at once (Ctrl-C in the grader)."""
+        self.stopped.set()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self) -> tuple[bool, int]:
+        """Wait for the worker until the deadline: (timed out, processes left running when it ended)."""
+        try:
+            self.proc.wait(self.limits.deadline)
+        except subprocess.TimeoutExpired:
+            timed_out = not self.stopped.is_set()
+            # collect the tree while the worker still holds it together, then kill it all
+            sweep(self.token, {self.proc.pid}, self.cgroups, str(self.base))
+            self.proc.wait()
+            return timed_out, 0
+        return False, sweep(self.token, set(), self.cgroups, str(self.base), grace=GRACE)
+
+    def end(self) -> list[dict] | None:
+        """Kill what is left, free the cgroups and folders; the worker's verdicts."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        sweep(self.token, set(), self.cgroups, str(self.base))
+        if self.out is not None:
+            self.out.thread.join(10)
+        self.cgroups.remove()
+        verdicts = _read_verdicts(self.result)
+        _remove_tree(self.base)
+        _remove_tree(self.private)
+        return verdicts
+
+
+def run_check(exercise: str, source: Path, relative: str, limits: Limits, on_start=None,
+              checker: str = "") -> Outcome:
+    """Grade ``source`` (a learner's file) with the checker of ``exercise``, in a sandbox (module docstring).
+
+    The copy sits at ``relative`` (e.g. ``05_allreduce/allreduce.py``) in a fresh folder, as in exercises/.
+    ``on_start(kill)`` receives a function that stops the check at once (the grader calls it on Ctrl-C).
+    ``checker``: a module with ``check(path, timeout=...) -> Report`` to use instead of the course's.
+    """
+    check = _Check(limits)
+    isolation = "cgroup" if check.cgroups.dirs else "sweep"
+    start = time.monotonic()
+    try:
+        check.start(exercise, source, relative, checker)
+        if on_start is not None:
+            on_start(check.kill)
+        timed_out, leftovers = check.wait()
+    finally:
+        verdicts = check.end()
+    outcome = Outcome(verdicts, check.proc.returncode, timed_out, time.monotonic() - start, check.out.text(),
+                      check.out.total, leftovers, isolation)
+    if check.stopped.is_set():
+        outcome.notes.append("stopped by the grader (interrupted)")
+    return outcome

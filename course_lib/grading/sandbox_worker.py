@@ -1,0 +1,74 @@
+"""The worker of one sandboxed check (a process of its own; course_lib.grading.sandbox starts it).
+
+``python -m course_lib.grading.sandbox_worker EXERCISE PATH RESULT RUN_TIMEOUT MAX_PROCESSES MAX_FILE_MB
+CHECKER``: joins the check's cgroups and sets its rlimits before any learner code runs (children inherit
+both), runs the checker on PATH and writes its verdicts as JSON to RESULT, a folder the learner's code is
+not given.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import resource
+import sys
+import time
+
+import psutil
+
+from course_lib.core.atomic import write_text
+from course_lib.grading.sandbox import CGROUPS_VAR
+
+
+def _processes_of(uid: int) -> int:
+    """How many processes ``uid`` has now, zombies included (RLIMIT_NPROC counts them too)."""
+    n = 0
+    for p in psutil.process_iter(["uids"], ad_value=None):
+        uids = p.info["uids"]
+        if uids is not None and uids.real == uid:
+            n += 1
+    return n
+
+
+def _enter_limits(max_processes: int, max_file_mb: int) -> None:
+    """Join the check's cgroups and set rlimits before any learner code runs; children inherit both."""
+    for d in filter(None, os.environ.get(CGROUPS_VAR, "").split(os.pathsep)):
+        with open(os.path.join(d, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    size = max_file_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+    if os.getuid() != 0:
+        # RLIMIT_NPROC counts all of this user's processes; give the check max_processes more than now
+        cap = _processes_of(os.getuid()) + max_processes
+        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        if hard != resource.RLIM_INFINITY:
+            cap = min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap if hard == resource.RLIM_INFINITY else hard))
+
+
+def worker(argv: list[str]) -> int:
+    exercise, path, result, run_timeout, max_processes, max_file_mb, checker = argv
+    _enter_limits(int(max_processes), int(max_file_mb))
+
+    from course_lib.core.report import Report
+    from course_lib.registry import get
+
+    kwargs = {"timeout": float(run_timeout)} if run_timeout else {}
+    start = time.monotonic()
+    try:
+        if checker:
+            report = importlib.import_module(checker).check(path, **kwargs)
+        else:
+            report = get(exercise).check(path, **kwargs)
+    except BaseException as e:   # the learner's code may raise SystemExit or worse at import time
+        report = Report(exercise, path)
+        report.add("check", False, f"the check itself stopped: {type(e).__name__}: {e}")
+    data = {"exercise": exercise, "seconds": time.monotonic() - start,
+            "verdicts": [{"item": v.item, "result": v.result, "message": v.message} for v in report.verdicts]}
+    write_text(result, json.dumps(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""Instructor tools: release (exercises from solutions), the notebook runner, the environment report, data."""

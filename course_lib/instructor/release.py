@@ -1,0 +1,177 @@
+"""Write exercises/ from solutions/: ``course release`` (``--check``: fail if exercises/ would change).
+
+solutions/ is the one source. What a learner must write is marked with nbgrader's delimiters, so
+instructors who use nbgrader can take the files as they are::
+
+    ### BEGIN SOLUTION
+    # STUB: train_sampler = None        <- becomes ``train_sampler = None`` in the exercise
+    train_sampler = DistributedSampler(train_set)
+    ### END SOLUTION
+
+In the exercise each marked region becomes its stub: the region's ``# STUB: `` lines without that prefix
+(at the marker's indentation), or, with none, nbgrader's own stub ``raise NotImplementedError()``.
+Everything outside the regions is copied as it is. ``solution_view`` gives the file without markers and
+stub lines: the clean solution a learner reads (and the diff notebook 02 shows).
+
+nbgrader reads any line that *contains* "BEGIN SOLUTION" as a marker, so such a line is an error here
+unless it is exactly the marker. A notebook in solutions/ is released cell by cell: code cells as above,
+text cells with nbgrader's conventions (a marked region, or a cell whose nbgrader metadata says
+``solution``, becomes "YOUR ANSWER HERE"), outputs cleared.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from course_lib.core.atomic import write_text
+from course_lib.core.paths import course_root
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+STUB = re.compile(r"^(\s*)# STUB:(?: (.*))?$")
+CODE_STUB, TEXT_STUB = "# YOUR CODE HERE\nraise NotImplementedError()", "YOUR ANSWER HERE"   # nbgrader's
+NOT_EXERCISES = ("01_serial", "answers")   # the serial baseline is a solution only; quiz keys stay out
+
+
+class MarkerError(ValueError):
+    pass
+
+
+def _regions(text: str, name: str):
+    """Yield ("text", line) and ("region", indent, [lines]) items of a marked source."""
+    region, indent = None, ""
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        stripped = line.strip()
+        for marker, word in ((BEGIN, "BEGIN SOLUTION"), (END, "END SOLUTION")):
+            if word in line and stripped != marker:
+                raise MarkerError(f"{name}:{number}: nbgrader reads this line as a marker; write {marker} "
+                                  "alone on its line, or reword it")
+        if stripped == BEGIN:
+            if region is not None:
+                raise MarkerError(f"{name}:{number}: {BEGIN} inside another region")
+            region, indent = [], line[: len(line) - len(line.lstrip())]
+        elif stripped == END:
+            if region is None:
+                raise MarkerError(f"{name}:{number}: {END} without {BEGIN}")
+            yield ("region", indent, region)
+            region = None
+        elif region is not None:
+            region.append(line)
+        else:
+            yield ("text", line)
+    if region is not None:
+        raise MarkerError(f"{name}: {BEGIN} is never closed")
+
+
+def exercise_view(text: str, name: str = "<source>", stub: str = CODE_STUB) -> str:
+    """The learner's version: each marked region replaced by its STUB lines, else by ``stub``."""
+    out = []
+    for item in _regions(text, name):
+        if item[0] == "text":
+            out.append(item[1])
+            continue
+        _, indent, lines = item
+        stubs = [m for m in (STUB.match(line.rstrip("\n")) for line in lines) if m]
+        if stubs:
+            out.extend(f"{m.group(1)}{m.group(2) or ''}".rstrip() + "\n" for m in stubs)
+        else:
+            out.extend(f"{indent}{line}\n" for line in stub.split("\n"))
+    return "".join(out)
+
+
+def solution_view(text: str, name: str = "<source>") -> str:
+    """The clean solution: markers and STUB lines removed."""
+    out = []
+    for item in _regions(text, name):
+        if item[0] == "text":
+            out.append(item[1])
+        else:
+            out.extend(line for line in item[2] if not STUB.match(line.rstrip("\n")))
+    return "".join(out)
+
+
+def notebook_exercise_view(text: str, name: str = "<notebook>") -> str:
+    """A solution notebook as the learner gets it: solution cells stubbed (nbgrader's rules), no outputs."""
+    import nbformat
+
+    nb = nbformat.reads(text, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        where = f"{name} cell {i}"
+        is_solution = bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
+        stub = CODE_STUB if cell.cell_type == "code" else TEXT_STUB
+        source = exercise_view(cell.source, where, stub)
+        if is_solution and source == cell.source:
+            source = stub       # a solution cell without markers is replaced whole, as nbgrader does
+        cell.source = source.rstrip("\n") if not cell.source.endswith("\n") else source
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nbformat.writes(nb) + "\n"
+
+
+def plan(solutions: Path, exercises: Path) -> dict[Path, str]:
+    """{exercise path: content} for every file under solutions/ that is an exercise."""
+    files = {}
+    for src in sorted(solutions.rglob("*")):
+        rel = src.relative_to(solutions)
+        if not src.is_file() or rel.parts[0] in NOT_EXERCISES or "__pycache__" in rel.parts \
+                or ".ipynb_checkpoints" in rel.parts:
+            continue
+        text = src.read_text(encoding="utf-8")
+        if src.suffix == ".py":
+            text = exercise_view(text, str(src))
+        elif src.suffix == ".ipynb":
+            text = notebook_exercise_view(text, str(src))
+        files[exercises / rel] = text
+    return files
+
+
+def orphans(files: dict[Path, str], exercises: Path) -> list[Path]:
+    """Sources in exercises/ that no solution produces (a renamed or deleted solution leaves them behind).
+
+    Only .py and .ipynb files count: a run leaves other files (mnist_cnn.pt, logs) that are not sources.
+    """
+    if not exercises.is_dir():
+        return []
+    return [p for p in sorted(exercises.rglob("*")) if p.suffix in (".py", ".ipynb") and p.is_file()
+            and p not in files and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts]
+
+
+def add_arguments(p):
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if exercises/ is out of date")
+    p.add_argument("--solutions", type=Path, default=course_root() / "solutions")
+    p.add_argument("--exercises", type=Path, default=course_root() / "exercises")
+
+
+def run(args) -> int:
+    if not args.solutions.is_dir():
+        print(f"course release: no folder {args.solutions} (give --solutions, the folder of complete files)",
+              file=sys.stderr)
+        return 2
+    try:
+        files = plan(args.solutions, args.exercises)
+    except MarkerError as e:
+        print(f"course release: {e}", file=sys.stderr)
+        return 2
+    stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+    extra = orphans(files, args.exercises)
+    for p in extra:
+        print(f"no solution for {p}: delete it, or add its source to {args.solutions}")
+    if args.check:
+        for p in stale:
+            print(f"out of date: {p} (run `course release`)")
+        print(f"{len(files) - len(stale)}/{len(files)} exercise files up to date")
+        return 1 if stale or extra else 0
+    try:
+        _write(stale, files)
+    except OSError as e:
+        print(f"course release: cannot write the exercises: {e}", file=sys.stderr)
+        return 2
+    print(f"{len(files)} exercise files, {len(stale)} written")
+    return 0
+
+
+def _write(paths: list[Path], files: dict[Path, str]) -> None:
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        write_text(p, files[p])   # atomic: a notebook open in Jupyter never reads half a file
+        print(f"wrote {p}")

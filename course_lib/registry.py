@@ -1,0 +1,70 @@
+"""The exercises of the course, in one place: name -> file, checker, notebook, how to recognise a stray file.
+
+``check``, ``grade``, ``release``, ``bench`` and the notebooks look exercises up here; nothing else lists them.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from pathlib import PurePath
+
+
+@dataclass(frozen=True)
+class Exercise:
+    name: str            # what the commands call it: course check NAME
+    file: str            # the same path under exercises/ and solutions/ (DESIGN.md)
+    checker: str         # module with ``check(path, **options) -> Report``
+    notebook: str        # the notebook that teaches it
+    name_tokens: tuple   # a lone file whose name holds one of these is this exercise
+    defines: str         # ... else a file whose text matches this regex
+
+    def check(self, path, **options):
+        """Run this exercise's checker on ``path``; returns a course_lib.core.report.Report."""
+        return importlib.import_module(self.checker).check(str(path), **options)
+
+    def recognises_name(self, filename: str) -> bool:
+        """A word of the file's name is one of the tokens, or the name holds a long one (mnist_v2, tensor_par)."""
+        name = filename.lower()
+        words = set(re.split(r"[^a-z0-9]+", PurePath(name).stem))
+        return any(t in words or (len(t) > 3 and t in name) for t in self.name_tokens)
+
+
+# in the order of the course
+EXERCISES: dict[str, Exercise] = {e.name: e for e in (
+    Exercise("ddp", "02_ddp/mnist_classify_ddp.py", "course_lib.ddp.check", "02_ddp_six_steps",
+             ("ddp", "mnist"), r"DistributedDataParallel|def\s+train\s*\("),
+    Exercise("allreduce", "05_allreduce/allreduce.py", "course_lib.allreduce.check", "05_allreduce_algorithms",
+             ("allreduce",), r"def\s+ring_allreduce"),
+    Exercise("tp", "06_tensor_parallel/tp.py", "course_lib.tp.check", "06_tensor_parallelism",
+             ("tp", "tensor"), r"class\s+ColumnParallelLinear"),
+)}
+
+
+# The order in which a lone file is matched. By name: "allreduce" before "ddp", since a learner's
+# ddp_allreduce.py is the all-reduce exercise.
+# By text: the DDP pattern (a train function) is the loosest, so it comes last.
+NAME_ORDER = ("allreduce", "ddp", "tp")
+TEXT_ORDER = ("allreduce", "tp", "ddp")
+
+
+def _ordered(first: tuple) -> list[Exercise]:
+    return sorted(EXERCISES.values(), key=lambda e: first.index(e.name) if e.name in first else len(first))
+
+
+def guess(filename: str, text: str | None) -> tuple[str | None, str]:
+    """Which exercise a lone file is, and how that was seen: by its name, else (given its text) by what it defines."""
+    for ex in _ordered(NAME_ORDER):
+        if ex.recognises_name(filename):
+            return ex.name, "its name"
+    for ex in _ordered(TEXT_ORDER) if text is not None else ():
+        if re.search(ex.defines, text):
+            return ex.name, "what it defines"
+    return None, ""
+
+
+def get(name: str) -> Exercise:
+    try:
+        return EXERCISES[name]
+    except KeyError:
+        raise KeyError(f"no exercise {name!r}: choose one of {', '.join(EXERCISES)}") from None

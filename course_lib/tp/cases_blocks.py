@@ -1,0 +1,108 @@
+"""Cases for the blocks built from the layers: ParallelMLP (column, GELU, row) and ParallelSelfAttention."""
+from __future__ import annotations
+
+from course_lib.tp.cases_linear import N_IN
+from course_lib.tp.failures import Fail, need
+from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand
+from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
+
+
+def _calls(counts):
+    return ", ".join(f"{v} x {k}" for k, v in counts.items() if v) or "none"
+
+
+def _more_than_one_all_reduce(counts):
+    return {k: v for k, v in counts.items() if v and not (k == "all_reduce" and v <= 1)}
+
+
+def _mlp_communication(fwd, bwd):
+    """Column then row needs one all-reduce each way; more is right but wasteful."""
+    if _more_than_one_all_reduce(fwd):
+        raise Fail(f"ParallelMLP is right but communicates more than it needs in forward: {_calls(fwd)}; column then "
+                   f"row needs ONE all-reduce (g after fc2): keep fc1's output split (gather_output=False, "
+                   f"input_is_parallel=True)")
+    if _more_than_one_all_reduce(bwd):
+        raise Fail(f"ParallelMLP is right but communicates more than it needs in backward: {_calls(bwd)}; "
+                   f"column then row needs ONE all-reduce (f before fc1)")
+
+
+def case_mlp(c):
+    import torch.nn.functional as F
+    cls = need(c.mod, "ParallelMLP")
+    h, ffn = N_IN, 16
+    mlp = cls(h, ffn, **c.kw).double()
+    if getattr(mlp, "fc1", None) is None or getattr(mlp, "fc2", None) is None:
+        raise Fail("ParallelMLP must keep its layers as .fc1 (a ColumnParallelLinear) and .fc2 (a RowParallelLinear)")
+    w1, b1 = check_column_shapes(mlp.fc1, h, ffn, c.tp, "ParallelMLP.fc1")
+    w2, b2 = check_row_shapes(mlp.fc2, ffn, h, c.tp, "ParallelMLP.fc2")
+    fc1, fc2 = serial_linear(c.seed + 11, h, ffn), serial_linear(c.seed + 12, ffn, h)
+    load_column(mlp.fc1, fc1, c.tp, c.r)
+    load_row(mlp.fc2, fc2, c.tp, c.r)
+    x0 = rand(c.seed + 13, 3, 5, h)   # [batch, sequence, hidden]
+    x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    c.take_counts()
+    y = as_tensor(mlp(x), "ParallelMLP")
+    fwd = c.take_counts()
+    want = fc2(F.gelu(fc1(xs)))
+    if not close(y.detach(), want.detach()):
+        if close(y.detach(), fc2(F.relu(fc1(xs))).detach()):
+            raise Fail("ParallelMLP uses ReLU; the course's MLP (and its serial twin) uses GELU: F.gelu")
+        raise Fail("ParallelMLP: forward output differs from serial fc2(gelu(fc1(x))); "
+                   f"{diff(y.detach(), want.detach())}")
+    grad_out = rand(c.seed + 14, 3, 5, h)
+    (y * grad_out).sum().backward()
+    bwd = c.take_counts()
+    (want * grad_out).sum().backward()
+    s1 = slice(c.r * ffn // c.tp, (c.r + 1) * ffn // c.tp)
+    compare_grads("ParallelMLP", [
+        ("input grads", x.grad, xs.grad, None, "no gradient reached the input"),
+        ("fc1 weight grads", w1.grad, fc1.weight.grad[s1], None, "is fc1 used?"),
+        ("fc1 bias grads", b1.grad, fc1.bias.grad[s1], None, "is fc1's bias used?"),
+        ("fc2 weight grads", w2.grad, fc2.weight.grad[:, s1], None, "is fc2 used?"),
+        ("fc2 bias grads", b2.grad, fc2.bias.grad, None, "is fc2's bias used?"),
+    ])
+    _mlp_communication(fwd, bwd)
+
+
+def _serial_attention(serial, xs, b, t, h, heads):
+    import torch.nn.functional as F
+
+    def split(z):
+        return z.view(b, t, heads, h // heads).transpose(1, 2)
+    o = F.scaled_dot_product_attention(split(serial["q"](xs)), split(serial["k"](xs)), split(serial["v"](xs)))
+    return serial["proj"](o.transpose(1, 2).reshape(b, t, h))
+
+
+def case_attention(c):
+    cls = need(c.mod, "ParallelSelfAttention")
+    h, heads, b, t = N_IN, 4, 2, 5
+    attn = cls(h, heads, **c.kw).double()
+    for nm in ("q", "k", "v", "proj"):
+        if not hasattr(attn, nm):
+            raise Fail("ParallelSelfAttention must keep its layers as .q, .k, .v (column-parallel) and .proj "
+                       "(row-parallel)")
+    serial = {nm: serial_linear(c.seed + 20 + i, h, h) for i, nm in enumerate(("q", "k", "v", "proj"))}
+    for nm in ("q", "k", "v"):
+        check_column_shapes(getattr(attn, nm), h, h, c.tp, f"ParallelSelfAttention.{nm}")
+        load_column(getattr(attn, nm), serial[nm], c.tp, c.r)
+    check_row_shapes(attn.proj, h, h, c.tp, "ParallelSelfAttention.proj")
+    load_row(attn.proj, serial["proj"], c.tp, c.r)
+    x0 = rand(c.seed + 25, b, t, h)
+    x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    y = as_tensor(attn(x), "ParallelSelfAttention")
+    want = _serial_attention(serial, xs, b, t, h, heads)
+    if not close(y.detach(), want.detach()):
+        raise Fail(f"ParallelSelfAttention: forward output differs from serial multi-head attention with "
+                   f"{heads} heads (rank r computes heads r*{heads}/tp .. (r+1)*{heads}/tp - 1); "
+                   f"{diff(y.detach(), want.detach())}")
+    grad_out = rand(c.seed + 26, b, t, h)
+    (y * grad_out).sum().backward()
+    (want * grad_out).sum().backward()
+    sl = slice(c.r * h // c.tp, (c.r + 1) * h // c.tp)
+    pairs = [("input grads", x.grad, xs.grad, None, "no gradient reached the input")]
+    for nm in ("q", "k", "v"):
+        pairs.append((f"{nm} weight grads", getattr(attn, nm).weight.grad, serial[nm].weight.grad[sl], None,
+                      "unused?"))
+    pairs.append(("proj weight grads", attn.proj.weight.grad, serial["proj"].weight.grad[:, sl], None, "unused?"))
+    pairs.append(("proj bias grads", attn.proj.bias.grad, serial["proj"].bias.grad, None, "unused?"))
+    compare_grads("ParallelSelfAttention", pairs)

@@ -1,0 +1,124 @@
+"""Cases for the two layers: ColumnParallelLinear (and gather_output=True), RowParallelLinear (and
+input_is_parallel=False), each against the serial ``nn.Linear`` whose shard it is given."""
+from __future__ import annotations
+
+from course_lib.tp.failures import Fail, need
+from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand
+from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
+
+N_IN, N_OUT = 8, 12   # divisible by 2 and 4; different, so a transposed weight shows
+
+
+def _column_forward_fail(name, gather, y, want, serial, sl, o):
+    """Name what is wrong with a column-parallel output that differs from serial."""
+    if gather and list(y.shape) == [5, o]:
+        raise Fail("gather_output=True is ignored: the output is this rank's [..., out_features/tp]; "
+                   "all-gather the ranks' outputs along the last dimension (gather_from_parallel_region)")
+    if not gather and list(y.shape) == [5, N_OUT]:
+        raise Fail("gather_output=False but the output is gathered ([..., out_features]); return this rank's "
+                   "[..., out_features/tp] for the next row-parallel layer")
+    if close(y, (want - (serial.bias if gather else serial.bias[sl])).detach()):
+        raise Fail(f"{name}: the bias is not added")
+    part = 'output' if gather else f'output columns {sl.start}..{sl.stop - 1}'
+    raise Fail(f"{name}: forward output differs from the serial layer's {part}; {diff(y, want.detach())}")
+
+
+def case_column(c, gather):
+    cls = need(c.mod, "ColumnParallelLinear")
+    name = "ColumnParallelLinear(gather_output=True)" if gather else "ColumnParallelLinear"
+    layer = cls(N_IN, N_OUT, bias=True, gather_output=gather, **c.kw).double()
+    w, b = check_column_shapes(layer, N_IN, N_OUT, c.tp)
+    serial = serial_linear(c.seed + 3, N_IN, N_OUT)
+    load_column(layer, serial, c.tp, c.r)
+    o, sl = N_OUT // c.tp, slice(c.r * N_OUT // c.tp, (c.r + 1) * N_OUT // c.tp)
+    x0 = rand(c.seed + 4, 5, N_IN)
+    x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    y = as_tensor(layer(x), name)
+    full = serial(xs)
+    want = full if gather else full[:, sl]
+    if not close(y.detach(), want.detach()):
+        _column_forward_fail(name, gather, y.detach(), want, serial, sl, o)
+    grad_full = rand(c.seed + 5, 5, N_OUT)
+    (y * (grad_full if gather else grad_full[:, sl])).sum().backward()
+    (full * grad_full).sum().backward()
+    partial = grad_full[:, sl] @ serial.weight.detach()[sl]
+    if x.grad is not None and not close(x.grad, xs.grad) and close(x.grad, partial):
+        raise Fail(f"{name}: input grads are this rank's part only (1/tp of serial on average): the input must "
+                   f"go through copy_to_parallel_region (f), whose backward all-reduces")
+    none_hint = ("the output is not connected to the weights: the all-gather needs a backward "
+                 "(use gather_from_parallel_region)" if gather else "is the output computed from .weight/.bias?")
+    gather_hint = (c.tp, "the all-gather's backward must keep this rank's slice of the gradient, not sum the "
+                         "slices over the ranks (torch.distributed.nn.functional.all_gather sums them; "
+                         "use gather_from_parallel_region)") if gather else None
+    compare_grads(name, [
+        ("input grads", x.grad, xs.grad, gather_hint, "no gradient reached the input"),
+        ("weight grads", w.grad, serial.weight.grad[sl], gather_hint, none_hint),
+        ("bias grads", b.grad, serial.bias.grad[sl], gather_hint, none_hint),
+    ])
+
+
+def _row_forward(layer, x, name, parallel_input):
+    """The layer's output; a shape error with a whole input is explained."""
+    try:
+        return as_tensor(layer(x), name)
+    except RuntimeError as e:
+        if not parallel_input and "shape" in str(e):
+            raise Fail(f"{name}: {str(e).splitlines()[0]}; with input_is_parallel=False the input is whole: take "
+                       f"this rank's slice first (scatter_to_parallel_region)") from e
+        raise
+
+
+def _row_forward_fail(name, yd, want, partial, bias, tp):
+    """Name what is wrong with a row-parallel output that differs from serial."""
+    if close(yd, want + (tp - 1) * bias):
+        raise Fail(f"{name}: bias added tp times: it is added on every rank before the all-reduce; add it once, "
+                   f"after reduce_from_parallel_region (g)")
+    if close(yd, partial + bias) or close(yd, partial):
+        raise Fail(f"{name}: missing reduction: the output is this rank's partial sum; pass X_r B_r through "
+                   f"reduce_from_parallel_region (g), then add the bias")
+    if close(yd, want - bias):
+        raise Fail(f"{name}: the bias is not added (add it once, after the all-reduce)")
+    raise Fail(f"{name}: forward output differs from the serial layer's; {diff(yd, want)}")
+
+
+def _row_input_grad_slice_only(name, got, want_x, sl):
+    """With a whole input, a grad that holds only this rank's slice means the slice was taken by indexing."""
+    import torch
+    own = torch.zeros_like(want_x)
+    own[:, sl] = want_x[:, sl]
+    if close(got, own):
+        raise Fail(f"{name}: the input grad holds only this rank's slice; with input_is_parallel=False it must be "
+                   f"whole on every rank: use scatter_to_parallel_region (its backward all-gathers), not indexing")
+
+
+def case_row(c, parallel_input):
+    cls = need(c.mod, "RowParallelLinear")
+    name = "RowParallelLinear" if parallel_input else "RowParallelLinear(input_is_parallel=False)"
+    n_in, n_out = N_OUT, N_IN   # 12 -> 8
+    layer = cls(n_in, n_out, bias=True, input_is_parallel=parallel_input, **c.kw).double()
+    w, b = check_row_shapes(layer, n_in, n_out, c.tp)
+    serial = serial_linear(c.seed + 6, n_in, n_out)
+    load_row(layer, serial, c.tp, c.r)
+    sl = slice(c.r * n_in // c.tp, (c.r + 1) * n_in // c.tp)
+    x0 = rand(c.seed + 7, 5, n_in)
+    xs = x0.clone().requires_grad_()
+    x = (x0[:, sl] if parallel_input else x0).clone().requires_grad_()
+    y = _row_forward(layer, x, name, parallel_input)
+    want = serial(xs)
+    if not close(y.detach(), want.detach()):
+        partial = x0[:, sl] @ serial.weight.detach()[:, sl].T
+        _row_forward_fail(name, y.detach(), want.detach(), partial, serial.bias.detach(), c.tp)
+    grad_out = rand(c.seed + 8, 5, n_out)
+    (y * grad_out).sum().backward()
+    (want * grad_out).sum().backward()
+    want_x = xs.grad[:, sl] if parallel_input else xs.grad
+    if not parallel_input and x.grad is not None and not close(x.grad, want_x):
+        _row_input_grad_slice_only(name, x.grad, want_x, sl)
+    g_hint = (c.tp, "the backward of reduce_from_parallel_region (g) must be the identity (it all-reduces)")
+    compare_grads(name, [
+        ("input grads", x.grad, want_x, g_hint, "no gradient reached the input"),
+        ("weight grads", w.grad, serial.weight.grad[:, sl], g_hint, "is the output computed from .weight?"),
+        ("bias grads", b.grad, serial.bias.grad, None,
+         "this rank's bias gets no gradient: add the bias on every rank, after the reduction (adding it on one "
+         "rank only leaves the replicas' gradients different)"),
+    ])

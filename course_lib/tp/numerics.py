@@ -1,0 +1,44 @@
+"""Tensors for the cases and comparisons with serial: float64, within ``TOL``."""
+from __future__ import annotations
+
+from course_lib.tp.failures import Fail
+
+TOL = 1e-10
+
+
+def rand(seed, *shape):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+
+def close(a, b):
+    import torch
+    return a is not None and b is not None and a.shape == b.shape and torch.allclose(a, b, rtol=0, atol=TOL)
+
+
+def diff(a, b):
+    if a is None:
+        return "it is None"
+    if a.shape != b.shape:
+        return f"its shape is {list(a.shape)}, expected {list(b.shape)}"
+    return f"max |difference| = {(a - b).abs().max().item():.3g}"
+
+
+def as_tensor(y, what):
+    import torch
+    if not isinstance(y, torch.Tensor):
+        raise Fail(f"{what} must return a tensor; it returned {type(y).__name__}")
+    return y
+
+
+def compare_grads(cls, pairs):
+    """pairs: (what, got, want, hint for tp x, hint for None)."""
+    for what, got, want, tp_times, none_hint in pairs:
+        if close(got, want):
+            continue
+        if got is None:
+            raise Fail(f"{cls}: {what} is None: {none_hint}")
+        if tp_times is not None and close(got, tp_times[0] * want):
+            raise Fail(f"{cls}: {what} are tp times serial: {tp_times[1]}")
+        raise Fail(f"{cls}: {what} differ from serial; {diff(got, want)}")

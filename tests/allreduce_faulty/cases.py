@@ -1,0 +1,147 @@
+"""Faulty all-reduce submissions that `course check allreduce` must catch, at the right function and with the
+right reason, while the correct functions in the same file pass (tests/faulty.py says how a case is declared;
+tests/test_allreduce_checker.py runs them, tests/test_allreduce_model.py benchmarks one).
+
+All but one are the solution with a mistake typed in, so the message names ``allreduce.py``. The control,
+all_correct.py, is a whole file: all three functions right in a learner's style (blocking send/recv,
+isend/irecv pairs, no early return for W=1 or empty tensors). ``world_sizes``: the smallest that shows the
+fault, to keep the suite quick. Functions not named in ``expect`` must pass.
+"""
+from faulty import Faulty
+
+
+def worlds(*sizes):
+    return {"world_sizes": sizes}
+
+
+NAIVE_ADD = "            tensor += incoming                       # in place: the caller's tensor holds the sum\n"
+NAIVE_EARLY_RETURN = "    if world == 1 or tensor.numel() == 0:\n        return\n    if rank == 0:\n"
+NAIVE_BODY = (NAIVE_EARLY_RETURN
+              + "        incoming = torch.empty_like(tensor)          # same dtype: an int64 sum stays exact\n"
+              "        for src in range(1, world):\n"
+              "            dist.recv(incoming, src=peer(group, src), group=group)\n"
+              + NAIVE_ADD
+              + "        for dst in range(1, world):\n"
+              "            dist.send(tensor, dst=peer(group, dst), group=group)\n"
+              "    else:\n"
+              "        dist.send(tensor, dst=peer(group, 0), group=group)\n"
+              "        dist.recv(tensor, src=peer(group, 0), group=group)\n")
+RING_BOUNDS = "    bounds = [i * n // world for i in range(world + 1)]   # chunk i is flat[bounds[i]:bounds[i+1]]\n"
+RING_CHUNKS = "    chunks = [flat[bounds[i]:bounds[i + 1]] for i in range(world)]   # views, not copies\n"
+RING_GATHER = "        sendrecv(chunks[send_i], right, chunks[recv_i], left, group)\n"
+TREE_REDUCE = ("    incoming = torch.empty_like(tensor)\n"
+               "    mask = 1\n"
+               "    while mask < world:                               # reduce towards rank 0\n"
+               "        if rank & mask:\n"
+               "            dist.send(tensor, dst=peer(group, rank - mask), group=group)\n"
+               "            break\n"
+               "        if rank + mask < world:\n"
+               "            dist.recv(incoming, src=peer(group, rank + mask), group=group)\n"
+               "            tensor += incoming\n"
+               "        mask <<= 1\n")
+TREE_BROADCAST = ("    # broadcast: receive from the rank we sent to (rank 0 receives nothing), then feed our subtree\n"
+                  "    if rank == 0:\n"
+                  "        mask = 1\n"
+                  "        while mask < world:\n"
+                  "            mask <<= 1\n"
+                  "    else:\n"
+                  "        mask = rank & -rank                           # lowest set bit: the round in which we sent\n"
+                  "        dist.recv(tensor, src=peer(group, rank - mask), group=group)\n"
+                  "    mask >>= 1\n"
+                  "    while mask:\n"
+                  "        if rank + mask < world:\n"
+                  "            dist.send(tensor, dst=peer(group, rank + mask), group=group)\n"
+                  "        mask >>= 1\n")
+
+CASES = [
+    Faulty("all_correct", file="all_correct.py", options=worlds(3, 5), expect={},
+           why="the control: all three right, in a learner's style"),
+    Faulty("naive_float32_accumulator", options=worlds(1),
+           why="naive accumulates in float32: float64 loses digits, int64 loses exactness",
+           edits=[(NAIVE_EARLY_RETURN, "    if rank == 0:\n        acc = tensor.float()\n"),
+                  (NAIVE_ADD, "            acc += incoming.float()\n        tensor.copy_(acc)\n")],
+           expect={"naive_allreduce": ("fail", r"float64.*float32 precision")}),
+    Faulty("naive_no_group_parameter", options=worlds(2),
+           why="naive without the group parameter of the interface",
+           edits=[("def naive_allreduce(tensor, group=None):", "def naive_allreduce(tensor):")],
+           expect={"naive_allreduce": ("fail", r"must accept group=None")}),
+    Faulty("naive_returns_new_tensor", options=worlds(2),
+           why="naive builds the sum in a new tensor and returns it; the caller's tensor is unchanged",
+           edits=[("        return\n    if rank == 0:\n",
+                   "        return\n    total = tensor.clone()\n    if rank == 0:\n"),
+                  (NAIVE_ADD, "            total = total + incoming\n"),
+                  ("dist.send(tensor, dst=peer(group, dst)", "dist.send(total, dst=peer(group, dst)"),
+                  ("        dist.recv(tensor, src=peer(group, 0), group=group)\n",
+                   "        dist.recv(total, src=peer(group, 0), group=group)\n    return total\n")],
+           expect={"naive_allreduce": ("fail", r"W=2.*returned the sum as a new tensor")}),
+    Faulty("naive_uses_all_reduce", options=worlds(2),
+           why="'naive' calls the library's all_reduce: not allowed",
+           edits=[(NAIVE_BODY, "    dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)\n")],
+           expect={"naive_allreduce": ("fail", r"calls dist\.all_reduce .*:{line:dist.all_reduce(tensor} ")}),
+    Faulty("naive_recv_before_send", options=worlds(2),
+           why="in naive the other ranks wait for the result before sending their own part: everybody waits",
+           edits=[("        dist.send(tensor, dst=peer(group, 0), group=group)\n"
+                   "        dist.recv(tensor, src=peer(group, 0), group=group)\n",
+                   "        dist.recv(tensor, src=peer(group, 0), group=group)   # rank 0 first waits for our part\n"
+                   "        dist.send(tensor, dst=peer(group, 0), group=group)\n")],
+           expect={"naive_allreduce": ("fail", r"W=2.*deadlock.*ranks \[0, 1\].*rank 1 was waiting at "
+                                               r"allreduce\.py:{line:dist.recv(tensor, src=peer(group, 0)}")}),
+    Faulty("ring_averages", options=worlds(2),
+           why="ring divides by W at the end, as DDP does for gradients: all-reduce(sum) must not",
+           edits=[(RING_GATHER, RING_GATHER + "    tensor /= world\n")],
+           expect={"ring_allreduce": ("fail", r"W=2, 1,009 elements, float32.*the mean")}),
+    Faulty("ring_missing", options=worlds(2), why="ring_allreduce not written at all (renamed)",
+           edits=[("def ring_allreduce(tensor, group=None):", "def my_ring(tensor, group=None):")],
+           expect={"ring_allreduce": ("missing", r"no function ring_allreduce")}),
+    Faulty("ring_send_before_recv", options=worlds(2),
+           why="ring with a blocking send then recv on every rank: everybody sends, nobody receives",
+           edits=[("        sendrecv(chunks[send_i], right, buf, left, group)\n",
+                   "        dist.send(chunks[send_i], right, group)   # blocks until the right neighbour receives\n"
+                   "        dist.recv(buf, left, group)\n"),
+                  (RING_GATHER, "        dist.send(chunks[send_i], right, group)\n"
+                                "        dist.recv(chunks[recv_i], left, group)\n")],
+           expect={"ring_allreduce": ("fail", r"W=2.*deadlock.*allreduce\.py:{line:dist.send(chunks[send_i], right}")}),
+    Faulty("ring_tail_lost", options=worlds(2),
+           why="ring with chunk size n // W for every chunk: the last n % W elements are never reduced",
+           edits=[(RING_BOUNDS, "    bounds = [i * (n // world) for i in range(world + 1)]\n")],
+           expect={"ring_allreduce": ("fail", r"W=2, 1,009 elements.*1 of 1009 elements wrong.*chunk boundaries")}),
+    Faulty("ring_torch_chunk", options=worlds(2),
+           why="ring cuts the tensor with torch.chunk: fewer than W chunks when n is small (n=1, W=2 gives 1)",
+           edits=[(RING_BOUNDS + RING_CHUNKS, "    chunks = list(torch.chunk(flat, world))\n")],
+           expect={"ring_allreduce": ("fail", r"W=2, 1 element,.*IndexError")}),
+    Faulty("tree_no_broadcast", options=worlds(2),
+           why="tree reduces to rank 0 and forgets to broadcast the result back",
+           edits=[(TREE_BROADCAST, "")],
+           expect={"tree_allreduce": ("fail", r"W=2.*rank 1: .*never comes back")}),
+    Faulty("tree_pow2_only", options=worlds(3),
+           why="recursive doubling without the fix for a world size that is not a power of two",
+           edits=[(TREE_REDUCE + TREE_BROADCAST,
+                   "    distance = 1\n"
+                   "    while distance < world:\n"
+                   "        partner = rank ^ distance                  # may be >= world when W is not 2**k\n"
+                   "        received = torch.empty_like(tensor)\n"
+                   "        reqs = [dist.isend(tensor.clone(), partner), dist.irecv(received, partner)]\n"
+                   "        for q in reqs:\n"
+                   "            q.wait()\n"
+                   "        tensor += received\n"
+                   "        distance *= 2\n")],
+           expect={"tree_allreduce": ("fail", r"W=3.*deadlock|W=3.*[Ii]nvalid")}),
+    Faulty("tree_rebinds_name", options=worlds(2),
+           why="tree writes 'tensor = tensor + buf': that rebinds a local name, the caller's tensor keeps its values",
+           edits=[("            tensor += incoming\n", "            tensor = tensor + incoming\n"),
+                  ("        dist.recv(tensor, src=peer(group, rank - mask), group=group)\n",
+                   "        result = torch.empty_like(tensor)\n"
+                   "        dist.recv(result, src=peer(group, rank - mask), group=group)\n"
+                   "        tensor = result\n")],
+           expect={"tree_allreduce": ("fail", r"W=2.*in place")}),
+    Faulty("tree_uses_broadcast", options=worlds(2),
+           why="tree's second half uses broadcast, imported by name at the top of the file",
+           edits=[("import torch.distributed as dist\n",
+                   "import torch.distributed as dist\nfrom torch.distributed import broadcast\n"),
+                  (TREE_BROADCAST, "    broadcast(tensor, src=0)\n")],
+           expect={"tree_allreduce": ("fail", r"calls dist\.broadcast")}),
+    # not a verdict per function: the file does not load
+    Faulty("syntax_error", options=worlds(1), why="a syntax error: the whole file fails to load",
+           edits=[("def ring_allreduce(tensor, group=None):", "def ring_allreduce(tensor, group=None)")],
+           expect={"import": ("fail", r"allreduce\.py:{line:def ring_allreduce(tensor, group=None)}.*SyntaxError")}),
+]

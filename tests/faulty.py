@@ -1,0 +1,58 @@
+"""Faulty submissions, declared one way for every checker.
+
+Each ``tests/<exercise>_faulty/cases.py`` holds ``CASES``, a list of :class:`Faulty`: the reference solution
+with a few edits typed in (most mistakes are one or two lines), or a whole file beside it where the shape
+differs (a Trainer class, mp.spawn, a syntax error). ``expect`` says what the checker must report, per item
+(step or function): ``("fail"|"pass"|"missing", regex)``. A regex may name a line by its text instead of its
+number: ``{line:dist.recv(x, 0)}`` becomes the number of the first line of the submission holding that text.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_lib.instructor.release import solution_view
+
+LINE = re.compile(r"\{line:(.+?)\}")
+
+
+@dataclass
+class Faulty:
+    name: str
+    expect: dict                      # item -> (result, regex); items not named are not asserted
+    edits: list = field(default_factory=list)   # [(old, new)]: each old text must occur exactly once
+    file: str | None = None           # a whole file in the cases folder, instead of edits
+    options: dict = field(default_factory=dict)  # checker options that make this case quick
+    why: str = ""                     # the mistake, in words
+
+    def source(self, solution: Path, folder: Path) -> str:
+        """The submission's text: the file, or the solution's clean view with the edits applied."""
+        if self.file:
+            return (folder / self.file).read_text()
+        text = solution_view(solution.read_text())
+        for old, new in self.edits:
+            n = text.count(old)
+            assert n == 1, f"{self.name}: the edit's old text occurs {n} times in {solution.name}: {old[:60]!r}"
+            text = text.replace(old, new)
+        return text
+
+    def write(self, solution: Path, folder: Path, dest: Path) -> Path:
+        """Write the submission under ``dest`` with the exercise's file name; returns its path."""
+        path = dest / (Path(self.file).name if self.file else solution.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.source(solution, folder))
+        return path
+
+    def pattern(self, item: str, text: str) -> str:
+        """The regex for ``item`` with every ``{line:TEXT}`` replaced by that line's number in ``text``."""
+        def number(m):
+            for i, line in enumerate(text.splitlines(), 1):
+                if m.group(1) in line:
+                    return str(i)
+            raise AssertionError(f"{self.name}: no line holds {m.group(1)!r}")
+        return LINE.sub(number, self.expect[item][1])
+
+
+def ids(cases) -> list[str]:
+    return [c.name for c in cases]

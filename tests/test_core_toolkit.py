@@ -1,0 +1,238 @@
+"""course_lib.core's toolkit: process trees (proc), atomic writes (atomic), the rank-process kit (rankkit)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import traceback
+
+import psutil
+import pytest
+from conftest import ROOT
+
+from course_lib.core import atomic, proc, rankkit
+from course_lib.core.loader import import_path
+
+PYTHON = sys.executable
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+# ---- proc -----------------------------------------------------------------------------------------------------
+
+TREE = """
+import subprocess, sys, time
+sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+subprocess.Popen(sleep)                            # a plain child
+subprocess.Popen(sleep, start_new_session=True)    # one that left the session (setsid)
+subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen({sleep!r}); time.sleep(120)"])
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def start_tree():
+    """A process with children, one in its own session, and a grandchild; returns (Popen, descendants)."""
+    p = subprocess.Popen([PYTHON, "-c", TREE.format(sleep=[PYTHON, "-c", "import time; time.sleep(120)"])],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 10
+    while len(family := proc.descendants(p.pid)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)   # the grandchild may still be starting
+    assert len(family) == 4, family
+    return p, family
+
+
+def test_kill_tree_kills_every_descendant_even_one_that_did_setsid():
+    p, family = start_tree()
+    assert proc.kill_tree(p.pid) == 5
+    p.wait(5)
+    assert proc.wait_gone(family, 5) == []
+    assert proc.alive([p.pid, *family]) == []
+    assert proc.descendants(p.pid) == []
+
+
+def test_kill_tree_can_spare_the_root_and_alive_ignores_zombies():
+    p, family = start_tree()
+    try:
+        assert proc.kill_tree(p.pid, signal.SIGTERM, include_self=False) == 4
+        assert proc.wait_gone([q.pid for q in family], 5) == []
+        assert proc.alive([p.pid]) == [p.pid]
+    finally:
+        p.kill()
+    deadline = time.monotonic() + 5
+    while psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.alive([p.pid]) == []    # exited, not reaped yet: a zombie counts as gone
+    p.wait()
+
+
+def test_live_lists_processes_with_their_info():
+    p = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(30)", "core-toolkit-marker"])
+    try:
+        found = [q.pid for q in proc.live(["cmdline"]) if "core-toolkit-marker" in (q.info["cmdline"] or [])]
+        assert found == [p.pid]
+    finally:
+        p.kill()
+        p.wait()
+
+
+# ---- atomic ---------------------------------------------------------------------------------------------------
+
+def test_atomic_writes_leave_no_temporary_file(tmp_path):
+    target = tmp_path / "state.json"
+    atomic.write_text(target, "héllo")
+    atomic.write_bytes(tmp_path / "blob", b"\0\1")
+    with atomic.atomic_writer(tmp_path / "rows.csv", newline="") as f:
+        f.write("a,b\r\n")
+    assert target.read_text(encoding="utf-8") == "héllo"
+    assert (tmp_path / "blob").read_bytes() == b"\0\1"
+    assert (tmp_path / "rows.csv").read_bytes() == b"a,b\r\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob", "rows.csv", "state.json"]
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    assert target.stat().st_mode == plain.stat().st_mode   # the umask decides, as for open()
+
+
+def test_atomic_writer_keeps_the_old_file_when_the_writer_fails(tmp_path):
+    target = tmp_path / "state.json"
+    atomic.write_text(target, "old")
+    with pytest.raises(RuntimeError):
+        with atomic.atomic_writer(target) as f:
+            f.write("half of the new")
+            raise RuntimeError("interrupted")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+    with pytest.raises(ValueError, match="mode"):
+        with atomic.atomic_writer(target, "a"):
+            pass
+
+
+# ---- rankkit: rank discovery ----------------------------------------------------------------------------------
+
+def test_rank_env_prefers_torchrun_over_srun():
+    srun = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4"}
+    assert rankkit.rank_env(srun) == (3, 1, 4, "srun")
+    torchrun = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}
+    # torchrun inside a Slurm job: srun's variables are inherited and describe the torchrun task
+    assert rankkit.rank_env({**srun, **torchrun}) == rankkit.RankEnv(5, 1, 8, "torchrun")
+    assert rankkit.rank_env({"SLURM_PROCID": "2", "SLURM_NTASKS": "3"}).local_rank == 2
+
+
+def test_rank_env_says_what_is_missing():
+    with pytest.raises(rankkit.RankEnvError, match=r"no rank in the environment.*srun.*SLURM_PROCID.*torchrun.*RANK"):
+        rankkit.rank_env({"PATH": "/bin"})
+    with pytest.raises(ValueError, match="WORLD_SIZE is not set"):
+        rankkit.rank_env({"RANK": "0"})
+    with pytest.raises(ValueError, match="SLURM_PROCID='x' is not a whole number"):
+        rankkit.rank_env({"SLURM_PROCID": "x", "SLURM_NTASKS": "2"})
+    with pytest.raises(ValueError, match="RANK=2 is not a rank of WORLD_SIZE=2"):
+        rankkit.rank_env({"RANK": "2", "WORLD_SIZE": "2"})
+
+
+# ---- rankkit: markers and the learner's line ------------------------------------------------------------------
+
+def test_emit_and_parse_round_trip(capsys):
+    rankkit.emit("result", fn="ring_allreduce", case=3, ok=False, msg="2 of 5 elements wrong\nhint: …")
+    line = capsys.readouterr().out.rstrip("\n")
+    assert line.startswith("@@ {")
+    assert rankkit.parse(line) == {"ev": "result", "fn": "ring_allreduce", "case": 3, "ok": False,
+                                   "msg": "2 of 5 elements wrong\nhint: …"}
+    for other in ("print from the learner", "@@ not json", "@@start case", '@@ [1, 2]', '@@ {"no": "ev"}', ""):
+        assert rankkit.parse(other) is None, other
+
+
+def test_learner_line_points_at_the_learners_file(tmp_path):
+    path = tmp_path / "allreduce.py"
+    path.write_text("import json\n\ndef ring(x):\n    return json.loads(x)  # the bug\n")
+    module = import_path(str(path), "learner_toolkit_test")
+    with pytest.raises(ValueError) as info:
+        module.ring("{")
+    frames = traceback.extract_tb(info.tb)   # innermost frames are json's: the learner's line is the one wanted
+    assert rankkit.learner_line(frames, str(path)) == "allreduce.py:4 in ring: return json.loads(x)  # the bug"
+    assert rankkit.error_where(info.value, str(path)) == "allreduce.py:4 in ring: return json.loads(x)  # the bug"
+    assert rankkit.learner_line(frames, str(tmp_path / "other.py")) == ""
+    bad = tmp_path / "bad.py"
+    bad.write_text("x = 1\ndef f(:\n")
+    with pytest.raises(SyntaxError) as info:
+        import_path(str(bad), "learner_toolkit_bad")
+    assert rankkit.error_where(info.value, str(bad)) == "bad.py:2: def f(:"
+
+
+# ---- rankkit: in a real rank process --------------------------------------------------------------------------
+
+def run_script(tmp_path, body: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent(body))
+    return subprocess.run([PYTHON, str(script)], capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+def test_watchdog_says_where_the_main_thread_waits_and_exits(tmp_path):
+    p = run_script(tmp_path, """
+        import sys, threading, time
+        from course_lib.core import rankkit
+
+        def stuck(frames, case):
+            rankkit.emit("stuck", case=case, where=rankkit.learner_line(frames, __file__),
+                         thread=threading.current_thread().name)
+
+        def wait_for_peer():
+            time.sleep(30)  # never answered
+
+        dog = rankkit.Watchdog(0.5, stuck)
+        dog.arm(7)
+        dog.disarm()          # a finished case does not fire
+        time.sleep(0.8)
+        dog.arm(8)
+        wait_for_peer()
+        print("not reached")
+    """)
+    assert p.returncode == 3, p.stderr
+    events = [rankkit.parse(line) for line in p.stdout.splitlines()]
+    where = "rank.py:10 in wait_for_peer: time.sleep(30)  # never answered"
+    assert events == [{"ev": "stuck", "case": 8, "where": where, "thread": events[0]["thread"]}]
+    assert events[0]["thread"] != "MainThread"
+
+
+GUARD = """
+import json, os, tempfile
+import torch, torch.distributed as dist
+from course_lib.core import rankkit
+
+store = os.path.join(tempfile.mkdtemp(), "store")
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+out = {}
+with rankkit.CollectiveGuard(["all_reduce", "broadcast", "no_such_function"]) as guard:
+    from torch.distributed import all_reduce      # what a learner's file binds at import
+    try:
+        all_reduce(torch.ones(2))
+    except rankkit.ForbiddenCollective as e:
+        out["forbidden"] = [str(e), e.name]
+    out["used"] = guard.used
+    t = torch.ones(2)
+    guard.original("all_reduce")(t)               # the checker's own call goes through
+    out["original"] = t.tolist()
+out["restored"] = dist.all_reduce is guard.original("all_reduce")
+with rankkit.CollectiveGuard(["all_reduce", "all_gather"], mode="count") as counter:
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    torch.distributed.distributed_c10d.all_reduce(t)
+    gathered = [torch.zeros(3)]
+    dist.all_gather(gathered, t)
+    out["counts"] = counter.take()
+    out["value"] = gathered[0].tolist()
+    dist.all_reduce(t)
+    out["after_take"] = counter.counts
+dist.destroy_process_group()
+print(json.dumps(out))
+"""
+
+
+def test_collective_guard_forbids_and_counts_on_a_real_process_group(tmp_path):
+    p = run_script(tmp_path, GUARD)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    assert out == {"forbidden": ["dist.all_reduce", "all_reduce"], "used": ["all_reduce"], "original": [1.0, 1.0],
+                   "restored": True, "counts": {"all_reduce": 2, "all_gather": 1}, "value": [1.0, 1.0, 1.0],
+                   "after_take": {"all_reduce": 1}}

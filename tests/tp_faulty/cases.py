@@ -1,0 +1,134 @@
+"""Faulty tensor-parallel submissions that `course check tp` must catch, at the right piece and with the right
+reason (tests/faulty.py says how a case is declared; tests/test_tp_checker.py runs them).
+
+Most are the solution with mistakes typed in; one case holds mistakes in pieces that do not build on each
+other, so each must be named on its own. Two are whole files written in their own style. ``("pass", "")``:
+that piece must still pass.
+"""
+from faulty import Faulty
+
+TP2 = {"world_sizes": (2,)}
+PASS = ("pass", "")
+
+# numpy-style grid: the LAST name of order varies fastest (used twice)
+LAST_FASTEST = [("    strides = [math.prod(shape[:i]) for i in range(len(shape))]",
+                 "    strides = [math.prod(shape[i + 1:]) for i in range(len(shape))]")]
+ROW_BIAS_ONCE = ("        if self.bias is not None:\n"
+                 "            y = y + self.bias                            # once, after the sum (not tp times)\n")
+ROW_PARTIAL = "        partial = F.linear(x, self.weight)               # X_r B_r: one term of the sum"
+
+CASES = [
+    Faulty("f_forward+g_backward+last_fastest", options=TP2,
+           why="f all-reduces in forward; g all-reduces in backward; the last name of order varies fastest",
+           edits=[("        ctx.group = group\n"
+                   "        return x.clone()   # identity (a copy, so that autograd sees a new tensor)",
+                   "        ctx.group = group\n        out = x.clone()\n"
+                   "        dist.all_reduce(out, group=group)\n        return out"),
+                  ("        return grad_output, None   # identity",
+                   "        grad = grad_output.clone()\n"
+                   "        dist.all_reduce(grad, group=ctx.group)\n        return grad, None"),
+                  ("    def forward(ctx, x, group):\n        out = x.clone()",
+                   "    def forward(ctx, x, group):\n        ctx.group = group\n        out = x.clone()"),
+                  *LAST_FASTEST],
+           expect={"copy_to_parallel_region": ("fail", "must be the identity: it returned tp times the input"),
+                   "reduce_from_parallel_region": ("fail", "must be the identity: it all-reduces"),
+                   "RowParallelLinear": ("fail", "tp times serial"),
+                   "rank_groups": ("fail", "LAST name of order varies fastest")}),
+    Faulty("f_backward+g_forward+ignore_order", options=TP2,
+           why="f's backward is the identity; g's forward is the identity; rank_groups ignores order",
+           edits=[("        grad = grad_output.clone()\n"
+                   "        dist.all_reduce(grad, group=ctx.group)\n        return grad, None",
+                   "        return grad_output, None"),
+                  ("    def forward(ctx, x, group):\n        out = x.clone()\n"
+                   "        dist.all_reduce(out, group=group)\n        return out",
+                   "    def forward(ctx, x, group):\n        return x.clone()"),
+                  ("    names = order.lower().split(\"-\")\n", "    names = \"tp-cp-pp-dp\".split(\"-\")\n")],
+           expect={"copy_to_parallel_region": ("fail", "backward of copy_to_parallel_region must all-reduce"),
+                   "ColumnParallelLinear": ("fail", "input grads are this rank's part only"),
+                   "reduce_from_parallel_region": ("fail", "returned its input unchanged"),
+                   "RowParallelLinear": ("fail", "missing reduction"),
+                   "ParallelMLP": ("fail", "fix those first"),
+                   "rank_groups": ("fail", "order argument is ignored")}),
+    Faulty("f_average+row_bias_every_rank", options=TP2,
+           why="f's backward divides by tp; the row-parallel bias is added on every rank before the all-reduce",
+           edits=[("        dist.all_reduce(grad, group=ctx.group)\n",
+                   "        dist.all_reduce(grad, group=ctx.group)\n        grad /= dist.get_world_size(ctx.group)\n"),
+                  (ROW_PARTIAL, "        partial = F.linear(x, self.weight, self.bias)"),
+                  (ROW_BIAS_ONCE, "")],
+           expect={"copy_to_parallel_region": ("fail", "averages the gradients"),
+                   "reduce_from_parallel_region": PASS,
+                   "RowParallelLinear": ("fail", "bias added tp times"), "rank_groups": PASS}),
+    Faulty("column_input_dim+row_bias_rank0", options=TP2,
+           why="column-parallel weight split by input features; row-parallel bias added on rank 0 only",
+           edits=[("        self.weight = nn.Parameter(torch.empty(out_per_rank, in_features))",
+                   "        self.weight = nn.Parameter(torch.empty(out_features, in_features // tp))"),
+                  (ROW_PARTIAL, "        partial = F.linear(x, self.weight, "
+                                "self.bias if dist.get_rank(self.group) == 0 else None)"),
+                  (ROW_BIAS_ONCE, "")],
+           expect={"ColumnParallelLinear": ("fail", "split along the input dimension instead of the output dimension"),
+                   "RowParallelLinear": ("fail", "bias gets no gradient"),
+                   "copy_to_parallel_region": PASS, "reduce_from_parallel_region": PASS}),
+    Faulty("gather_ignored+row_output_dim", options=TP2,
+           why="gather_output=True does nothing; row-parallel weight split by output features",
+           edits=[("        if self.gather_output:\n            y = gather_from_parallel_region(y, self.group)\n", ""),
+                  ("        self.weight = nn.Parameter(torch.empty(out_features, in_per_rank))",
+                   "        self.weight = nn.Parameter(torch.empty(out_features // tp, in_features))")],
+           expect={"ColumnParallelLinear": ("fail", "gather_output=True is ignored"),
+                   "RowParallelLinear": ("fail", "split along the output dimension instead of the input dimension")}),
+    Faulty("row_bias_split", options=TP2, why="the row-parallel bias is split over the ranks",
+           edits=[("        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None",
+                   "        self.bias = nn.Parameter(torch.empty(out_features // tp)) if bias else None")],
+           expect={"RowParallelLinear": ("fail", "bias is split"), "ColumnParallelLinear": PASS}),
+    Faulty("mlp_gathers+attention_heads", options=TP2,
+           why="the MLP gathers between its layers; attention mixes up the head and head_dim axes",
+           edits=[("gather_output=False, group=group)\n        self.fc2 = RowParallelLinear(ffn_hidden_size, "
+                   "hidden_size, bias=bias, input_is_parallel=True",
+                   "gather_output=True, group=group)\n        self.fc2 = RowParallelLinear(ffn_hidden_size, "
+                   "hidden_size, bias=bias, input_is_parallel=False"),
+                  ("            return y.view(b, t, self.local_heads, self.head_dim).transpose(1, 2)",
+                   "            return y.view(b, t, self.head_dim, self.local_heads).transpose(1, 3).transpose(2, 3)")],
+           expect={"ParallelMLP": ("fail", "communicates more than it needs in forward"),
+                   "ParallelSelfAttention": ("fail", "differs from serial multi-head attention"),
+                   "ColumnParallelLinear": PASS, "RowParallelLinear": PASS}),
+    Faulty("mlp_relu", options=TP2, why="ReLU instead of GELU between the MLP's layers",
+           edits=[("        return self.fc2(F.gelu(self.fc1(x)))", "        return self.fc2(F.relu(self.fc1(x)))")],
+           expect={"ParallelMLP": ("fail", "uses ReLU"), "ParallelSelfAttention": PASS}),
+    Faulty("group_ignored+last_fastest", options={"world_sizes": (2, 4)},
+           why="f and g all-reduce over all ranks, not the group; the last name of order varies fastest",
+           edits=[("        dist.all_reduce(grad, group=ctx.group)", "        dist.all_reduce(grad)"),
+                  ("        dist.all_reduce(out, group=group)", "        dist.all_reduce(out)"), *LAST_FASTEST],
+           expect={"copy_to_parallel_region": ("fail", "tp=2 groups inside 4 ranks"),
+                   "reduce_from_parallel_region": ("fail", r"pass group=\.\.\. to every collective"),
+                   "rank_groups": ("fail", "LAST name"), "init_rank_groups": ("fail", "fix that first")}),
+    Faulty("syntax_error", options=TP2, why="a missing colon",
+           edits=[("def copy_to_parallel_region(x, group=None):", "def copy_to_parallel_region(x, group=None)")],
+           expect={"tp.py": ("fail", "does not load")}),
+    # hangs: the checker must name the piece, say it did not finish, and go on to the next pieces
+    Faulty("f_backward_only_rank0_reduces", options={"world_sizes": (2,), "case_timeout": 10},
+           why="only rank 0 calls f's all-reduce in backward",
+           edits=[("        dist.all_reduce(grad, group=ctx.group)\n",
+                   "        if dist.get_rank(ctx.group) == 0:\n            dist.all_reduce(grad, group=ctx.group)\n")],
+           expect={"copy_to_parallel_region": ("fail", "did not finish"), "reduce_from_parallel_region": PASS,
+                   "RowParallelLinear": PASS}),
+    Faulty("init_groups_only_own", options={"world_sizes": (4,), "case_timeout": 10},
+           why="each rank creates only the groups it is a member of",
+           edits=[("        for ranks in grid[kind]:\n"
+                   "            group = dist.new_group(ranks)   # on every rank, in the same order\n"
+                   "            if rank in ranks:\n                mine[kind] = group",
+                   "        for ranks in grid[kind]:\n            if rank in ranks:\n"
+                   "                mine[kind] = dist.new_group(ranks)")],
+           expect={"init_rank_groups": ("fail", "did not finish"), "rank_groups": PASS, "ParallelMLP": PASS}),
+    # whole files: written in their own style, not as edits of the solution
+    Faulty("functional_allreduce", file="functional_allreduce.py", options=TP2,
+           why="g built on torch.distributed.nn.functional.all_reduce, whose backward all-reduces too",
+           expect={"reduce_from_parallel_region": ("fail", "must be the identity: it all-reduces"),
+                   "RowParallelLinear": ("fail", "tp times serial"),
+                   "ColumnParallelLinear": ("fail", "all-gather's backward must keep this rank's slice"),
+                   "copy_to_parallel_region": PASS, "rank_groups": PASS}),
+    Faulty("matmul_transposed", file="matmul_transposed.py", options=TP2,
+           why="weights stored [in, out] as in the paper; a numpy grid with the last name fastest",
+           expect={"ColumnParallelLinear": ("fail", r"\[in_features, out_features/tp\]"),
+                   "RowParallelLinear": ("fail", r"\[in_features/tp, out_features\]"),
+                   "rank_groups": ("fail", "LAST name"),
+                   "copy_to_parallel_region": PASS, "reduce_from_parallel_region": PASS}),
+]

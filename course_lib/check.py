@@ -1,4 +1,4 @@
-"""Check a learner's exercise file: ``course check ddp|allreduce|tp PATH``.
+"""Check a learner's exercise file: ``course check ddp|allreduce|tp|ckpt PATH``.
 
 Prints one verdict per step or function. Exit codes: 0 all passed, 1 something failed, 2 bad input
 (no such file); errors go to stderr.

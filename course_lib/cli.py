@@ -12,7 +12,7 @@ import sys
 
 # sub-command -> (module, one-line help: its arguments, then what it does)
 COMMANDS = {
-    "check": ("course_lib.check", "EXERCISE PATH: check an exercise file (ddp, allreduce, tp)"),
+    "check": ("course_lib.check", "EXERCISE PATH: check an exercise file (ddp, allreduce, tp, ckpt)"),
     "grade": ("course_lib.grading.cli", "DIR: grade a folder of learners' exercise folders"),
     "release": ("course_lib.instructor.release", "write exercises/ from solutions/ (--check: drift?)"),
     "bench": ("course_lib.allreduce.bench", "TOPIC [PATH]: all-reduce algorithms against the library"),

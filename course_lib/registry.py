@@ -38,14 +38,18 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
              ("allreduce",), r"def\s+ring_allreduce"),
     Exercise("tp", "06_tensor_parallel/tp.py", "course_lib.tp.check", "06_tensor_parallelism",
              ("tp", "tensor"), r"class\s+ColumnParallelLinear"),
+    Exercise("ckpt", "08_checkpoint/snapshot.py", "course_lib.ckpt.check", "08_checkpoint_restart",
+             ("ckpt", "checkpoint", "snapshot"), r"def\s+save_snapshot\s*\("),
+    Exercise("zero", "09_zero/zero.py", "course_lib.zero.check", "09_sharded_data_parallel",
+             ("zero",), r"class\s+ZeroOptimizer"),
 )}
 
 
-# The order in which a lone file is matched. By name: "allreduce" before "ddp", since a learner's
-# ddp_allreduce.py is the all-reduce exercise.
+# The order in which a lone file is matched. By name: "allreduce" and "ckpt" before "ddp", since a learner's
+# ddp_allreduce.py is the all-reduce exercise and ddp_ckpt.py the checkpoint one (it checkpoints a DDP training).
 # By text: the DDP pattern (a train function) is the loosest, so it comes last.
-NAME_ORDER = ("allreduce", "ddp", "tp")
-TEXT_ORDER = ("allreduce", "tp", "ddp")
+NAME_ORDER = ("allreduce", "ckpt", "ddp", "tp")
+TEXT_ORDER = ("allreduce", "tp", "ckpt", "ddp")
 
 
 def _ordered(first: tuple) -> list[Exercise]:

@@ -1,0 +1,136 @@
+"""What a rank writes, and a crash in the middle of a write: the two tools of the checkpoint checker's worker.
+
+``WriteAudit`` records every file this process opens for writing (``open``, ``io.open``, ``os.open``), every
+``torch.save`` and every rename (``os.replace``, ``os.rename``) while it is active, so the checker can say
+which ranks wrote the snapshot. ``CrashingSave`` replaces ``torch.save``: it writes the first half of the bytes
+to wherever it was asked to, then the process dies at once (``os._exit``), as it would if the node went down
+mid-write; what is left on disk shows whether the write was atomic.
+
+Both also rebind names the learner's module took at import (``from torch import save``, ``from os import replace``).
+"""
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import sys
+
+CRASH_CODE = 86
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+def is_file(f) -> bool:
+    """A path or an open file: not a buffer in memory (torch.distributed pickles objects through torch.save too)."""
+    if isinstance(f, (str, bytes, os.PathLike)):
+        return True
+    try:
+        f.fileno()
+    except (AttributeError, OSError, ValueError):   # io.UnsupportedOperation is an OSError and a ValueError
+        return False
+    return True
+
+
+def _target(f) -> str:
+    if isinstance(f, (str, bytes, os.PathLike)):
+        return os.fsdecode(f)
+    return str(getattr(f, "name", type(f).__name__))
+
+
+class _Patch:
+    """Replace attributes (module, name) -> function while active; also in the learner's module namespace."""
+
+    def __init__(self, learner=None):
+        self.learner = learner
+        self._saved: list = []
+
+    def _set(self, module, name, fn) -> None:
+        original = getattr(module, name)
+        self._saved.append((module, name, original))
+        setattr(module, name, fn)
+        if self.learner is not None:
+            for key, value in list(vars(self.learner).items()):
+                if value is original:
+                    self._saved.append((self.learner, key, value))
+                    setattr(self.learner, key, fn)
+
+    def __exit__(self, *exc) -> bool:
+        for module, name, original in reversed(self._saved):
+            setattr(module, name, original)
+        self._saved.clear()
+        return False
+
+
+class WriteAudit(_Patch):
+    """``with WriteAudit(learner) as audit: ...`` -> ``audit.writes``: [(how, path)] in order."""
+
+    def __enter__(self) -> WriteAudit:
+        import torch
+        import torch.serialization as ser
+        self.writes: list[tuple[str, str]] = []
+        real_open, real_os_open, real_save = builtins.open, os.open, torch.save
+        real_replace, real_rename = os.replace, os.rename
+
+        def audited_open(file, mode="r", *args, **kwargs):
+            if any(c in mode for c in "wax+") and not isinstance(file, int):
+                self.writes.append(("open", _target(file)))
+            return real_open(file, mode, *args, **kwargs)
+
+        def audited_os_open(path, flags, *args, **kwargs):
+            if flags & WRITE_FLAGS:
+                self.writes.append(("os.open", _target(path)))
+            return real_os_open(path, flags, *args, **kwargs)
+
+        def audited_save(obj, f, *args, **kwargs):
+            if is_file(f):
+                self.writes.append(("torch.save", _target(f)))
+            return real_save(obj, f, *args, **kwargs)
+
+        def audited_replace(src, dst, *args, **kwargs):
+            self.writes.append(("os.replace", _target(dst)))
+            return real_replace(src, dst, *args, **kwargs)
+
+        def audited_rename(src, dst, *args, **kwargs):
+            self.writes.append(("os.rename", _target(dst)))
+            return real_rename(src, dst, *args, **kwargs)
+
+        for module, name, fn in ((builtins, "open", audited_open), (io, "open", audited_open),
+                                 (os, "open", audited_os_open), (torch, "save", audited_save),
+                                 (ser, "save", audited_save), (os, "replace", audited_replace),
+                                 (os, "rename", audited_rename)):
+            self._set(module, name, fn)
+        return self
+
+
+class CrashingSave(_Patch):
+    """While active, ``torch.save`` writes half of its bytes, calls ``on_crash(target)``, and the process dies."""
+
+    def __init__(self, learner=None, on_crash=None):
+        super().__init__(learner)
+        self.on_crash = on_crash
+
+    def __enter__(self) -> CrashingSave:
+        import torch
+        import torch.serialization as ser
+        real_save = torch.save
+
+        def crashing_save(obj, f, *args, **kwargs):
+            if not is_file(f):
+                return real_save(obj, f, *args, **kwargs)
+            buf = io.BytesIO()
+            real_save(obj, buf, *args, **kwargs)
+            data = buf.getvalue()
+            half = data[: len(data) // 2]
+            if isinstance(f, (str, bytes, os.PathLike)):
+                with builtins.open(f, "wb") as out:
+                    out.write(half)
+            else:
+                f.write(half)
+                f.flush()
+            if self.on_crash is not None:
+                self.on_crash(_target(f))
+            sys.stdout.flush()
+            os._exit(CRASH_CODE)
+
+        self._set(torch, "save", crashing_save)
+        self._set(ser, "save", crashing_save)
+        return self

@@ -1,0 +1,142 @@
+"""Loss curves of notebook 08: an uninterrupted run against one where a rank is killed and torchrun restarts it.
+
+``run(...)`` trains with ``course_lib.ckpt.train`` under the real ``torchrun`` (``--max-restarts``) through
+``course_lib.core.launch`` (a deadline, every process stopped on return) and reads rank 0's lines back:
+per attempt, the loss of each global step, the snapshots written and where the attempt resumed. A step done
+in the first attempt after the last snapshot is done again in the second; the run's curve keeps the last value.
+``compare`` says whether two curves are equal, step by step.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+
+STEP = re.compile(r"^step=(\d+) epoch=(\d+) batch=(\d+) loss=(\S+)$")
+ATTEMPT = re.compile(r"^attempt=(\d+) world_size=(\d+) steps_per_epoch=(\d+)$")
+SNAPSHOT = re.compile(r"^snapshot epoch=(\d+) step=(\d+)$")
+RESUMED = re.compile(r"^resumed epoch=(\d+) step=(\d+)")
+KILLED = re.compile(r"^rank (\d+): SIGKILL to myself before step (\d+)")
+TOLERANCE = 1e-6      # relative; on one CPU thread per rank the curves come out bit for bit equal
+
+
+@dataclass
+class Attempt:
+    number: int
+    losses: dict = field(default_factory=dict)       # global step -> loss
+    snapshots: list = field(default_factory=list)    # (epoch, step) in order
+    resumed: tuple | None = None                     # (epoch, step) it went on from
+    killed: tuple | None = None                      # (rank, step) that died
+
+
+@dataclass
+class Curve:
+    attempts: list = field(default_factory=list)
+    steps_per_epoch: int = 0
+    result: object = None          # course_lib.core.launch.LaunchResult
+    lines: list = field(default_factory=list)
+
+    @property
+    def losses(self) -> dict:
+        """global step -> loss, the last attempt's value where a step was done twice."""
+        out: dict = {}
+        for a in self.attempts:
+            out.update(a.losses)
+        return dict(sorted(out.items()))
+
+    def on_line(self, rank: int, line: str) -> None:
+        self.lines.append(f"[rank {rank}] {line}" if rank >= 0 else f"[torchrun] {line}")
+        del self.lines[:-400]
+        m = KILLED.match(line)
+        if m and self.attempts:
+            self.attempts[-1].killed = (int(m.group(1)), int(m.group(2)))
+        if rank != 0:
+            return
+        if m := ATTEMPT.match(line):
+            self.attempts.append(Attempt(int(m.group(1))))
+            self.steps_per_epoch = int(m.group(3))
+        elif not self.attempts:
+            return
+        elif m := STEP.match(line):
+            self.attempts[-1].losses[int(m.group(1))] = float(m.group(4))
+        elif m := SNAPSHOT.match(line):
+            self.attempts[-1].snapshots.append((int(m.group(1)), int(m.group(2))))
+        elif m := RESUMED.match(line):
+            self.attempts[-1].resumed = (int(m.group(1)), int(m.group(2)))
+
+    def global_step(self, position) -> int:
+        """The global step after which a snapshot at (epoch, step) was taken."""
+        epoch, step = position
+        return (epoch - 1) * self.steps_per_epoch + step
+
+
+def run(snapshots=None, nprocs: int = 2, epochs: int = 3, every: int = 3, kill_at: int = 0, restarts: int = 0,
+        timeout: float = 240, workdir=None, extra=(), echo=None, style: str = "torchrun") -> Curve:
+    """Train under torchrun; ``snapshots``: the learner's file (None: never save, the reference run).
+
+    ``style="srun"`` starts the ranks without torchrun (no restarts): one process fewer, for a reference run."""
+    from course_lib.core.launch import launch
+    curve = Curve()
+
+    def on_line(rank, line):
+        curve.on_line(rank, line)
+        if echo:
+            echo(rank, line)
+    args = ["-m", "course_lib.ckpt.train", "--epochs", str(epochs), "--every", str(every), *map(str, extra)]
+    if snapshots is not None:
+        args += ["--snapshots", os.path.abspath(snapshots)]
+    if kill_at:
+        args += ["--kill-at", str(kill_at)]
+    with tempfile.TemporaryDirectory(prefix="ckpt-run-") if workdir is None else _keep(workdir) as work:
+        args += ["--data", _data(work, extra)]
+        torchrun_args = ["--max-restarts", str(restarts)] if style == "torchrun" else []
+        curve.result = launch(args, nprocs=nprocs, style=style, timeout=timeout, cwd=work, on_line=on_line,
+                              torchrun_args=torchrun_args, env={"PYTHONDONTWRITEBYTECODE": "1"})
+    return curve
+
+
+def _data(folder, extra) -> str:
+    """The digits subset as a file in ``folder`` (``--train-images`` from ``extra`` if given)."""
+    from course_lib.ckpt.train import prepare_data
+    extra = [str(e) for e in extra]
+    n = int(extra[extra.index("--train-images") + 1]) if "--train-images" in extra else 256
+    return prepare_data(os.path.join(folder, "digits.pt"), n)
+
+
+class _keep:
+    """A working folder the caller keeps (the notebook shows what is in it)."""
+
+    def __init__(self, folder):
+        self.folder = str(folder)
+        os.makedirs(self.folder, exist_ok=True)
+        for name in os.listdir(self.folder):      # a snapshot of an earlier run would be resumed
+            if name.startswith("snapshot.pt"):
+                os.unlink(os.path.join(self.folder, name))
+
+    def __enter__(self):
+        return self.folder
+
+    def __exit__(self, *exc):
+        return False
+
+
+def compare(reference: dict, resumed: dict, rtol: float = TOLERANCE) -> tuple[bool, str]:
+    """(equal, what differs) for two curves {step: loss}."""
+    missing = sorted(set(reference) - set(resumed))
+    extra = sorted(set(resumed) - set(reference))
+    if missing:
+        return False, f"{_span(missing)} never trained (the uninterrupted run has {len(reference)} steps)"
+    if extra:
+        return False, f"{_span(extra)} more than the uninterrupted run's {len(reference)}"
+    worst = max((abs(resumed[s] - reference[s]) for s in reference), default=0.0)
+    for step in reference:
+        a, b = reference[step], resumed[step]
+        if abs(a - b) > rtol * max(abs(a), abs(b)):
+            return False, (f"from step {step} on the loss differs from the uninterrupted run "
+                           f"(step {step}: {b:.6f}, uninterrupted {a:.6f})")
+    return True, f"all {len(reference)} steps equal (largest difference {worst:.1e}, tolerance {rtol:.0e} relative)"
+
+
+def _span(steps: list) -> str:
+    return f"steps {steps[0]}-{steps[-1]} were" if len(steps) > 1 else f"step {steps[0]} was"

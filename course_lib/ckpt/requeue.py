@@ -1,0 +1,98 @@
+"""The requeue job of notebook 08 on a real Slurm: submit ``08_checkpoint/requeue.sbatch``, follow it through its
+runs, and read its log.
+
+A requeued job waits at least ``cred_expire`` seconds (slurm.conf(5): 120 by default) in PENDING with reason
+BeginTime before it may start again. ``follow(..., release_hold=True)`` shortens that wait the way an
+administrator can, ``scontrol update JobId=ID StartTime=now`` (the course's own test cluster runs as root);
+a learner on a shared cluster just waits. Whatever happens, a job that ``follow`` gives up on is cancelled.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from course_lib.core.paths import workspace
+
+TERMINAL = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+FIELD = re.compile(r"(\w+)=(\S*)")
+
+
+class RequeueError(RuntimeError):
+    """sbatch refused the job, or it did not end in time (it has been cancelled)."""
+
+
+def prepare(folder, tree: str = "solutions") -> Path:
+    """A run folder with the tree's snapshot.py and requeue.sbatch (the job runs there, its snapshot lands there)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("snapshot.py", "requeue.sbatch"):
+        shutil.copy(workspace() / tree / "08_checkpoint" / name, folder / name)
+    return folder
+
+
+def submit(folder, time_limit: str = "2", signal_at: int = 60, max_requeues: int = 1, args=(), env=None) -> str:
+    """sbatch the folder's requeue.sbatch from the folder (its SLURM_SUBMIT_DIR); the job id."""
+    cmd = ["sbatch", "--parsable", f"--time={time_limit}", f"--signal=B:USR1@{signal_at}",
+           f"--export=ALL,MAX_REQUEUES={max_requeues}", "requeue.sbatch", *map(str, args)]
+    r = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=60, env=env)
+    if r.returncode != 0:
+        raise RequeueError(f"sbatch refused the job: {r.stderr.strip() or r.stdout.strip()}")
+    return r.stdout.strip().split(";")[0]
+
+
+def job_state(job_id: str, env=None) -> dict:
+    """``scontrol show job -o``'s fields (JobState, Restarts, Reason, ...); {} once Slurm has forgotten the job."""
+    r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30, env=env)
+    return dict(FIELD.findall(r.stdout)) if r.returncode == 0 else {}
+
+
+def follow(job_id: str, timeout: float = 300, release_hold: bool = False, env=None, on_event=print) -> dict:
+    """Poll the job until it ends; report each change of state (and release the requeue hold if asked)."""
+    deadline, seen, released, held = time.monotonic() + timeout, None, set(), {}
+    try:
+        while time.monotonic() < deadline:
+            st = job_state(job_id, env)
+            now = (st.get("JobState"), st.get("Restarts"), st.get("Reason"))
+            if now != seen:
+                on_event(f"job {job_id}: {now[0]} (restarts {now[1]}, reason {now[2]})")
+                seen = now
+            if now[0] in TERMINAL:
+                return st
+            if release_hold and now[0] == "PENDING" and now[2] == "BeginTime" and now[1] not in released:
+                held.setdefault(now[1], time.monotonic())
+                if _may_release(held[now[1]], env):
+                    released.add(now[1])
+                    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True,
+                                   timeout=30, env=env)
+                    on_event(f"job {job_id}: requeue hold released (scontrol update StartTime=now)")
+            time.sleep(0.5)
+    except BaseException:
+        cancel(job_id, env)
+        raise
+    cancel(job_id, env)
+    raise RequeueError(f"job {job_id} did not end within {timeout:.0f} s (last state {seen}); it was cancelled")
+
+
+def _may_release(held_since: float, env=None) -> bool:
+    """Whether the requeue hold may be cut short: the old run is gone from the nodes, and the clock has moved on.
+
+    slurmd revokes the old run's credential when it ends it, and refuses any credential made in the same second or
+    before (Slurm's cred.c: ``cred->ctime <= j->revoked``); a run released too soon fails at launch. So: no node
+    still completing a job, and 2 s since the hold was seen.
+    """
+    if time.monotonic() - held_since < 2:
+        return False
+    r = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=30, env=env)
+    return r.returncode == 0 and "completing" not in r.stdout
+
+
+def cancel(job_id: str, env=None) -> None:
+    subprocess.run(["scancel", job_id], capture_output=True, timeout=30, env=env)
+
+
+def log(folder, job_id: str) -> str:
+    path = Path(folder) / f"ckpt-requeue-{job_id}.out"
+    return path.read_text(errors="replace") if path.exists() else ""

@@ -1,0 +1,152 @@
+"""Predict, then run; a short quiz at the end of each notebook.
+
+    from course_lib import quiz
+    quiz.predict("02-speedup", "How many times faster will 2 ranks train than 1?")            # a number
+    quiz.predict("01-workers", "Two loader workers will make an epoch ...", ["faster", "the same", "slower"])
+    ... the run ...
+    quiz.reveal("02-speedup", truth=measured_speedup)      # your prediction next to what happened
+    quiz.ask("05-ring-bytes", "How many bytes does each rank send in a ring all-reduce?", [...])  # keyed
+
+A prediction is committed with a button before the run and cannot be changed afterwards; the learner's answers
+go to ``out/answers/<notebook>.json`` in their workspace. Questions with a fixed answer (``ask``) have their key
+and explanation in ``solutions/answers/<notebook>.toml`` (read from the course install, never shown before the
+learner commits); ``course release --check`` checks that every key exists.
+
+Headless runs (papermill, CI) cannot click: ``quiz.AUTO = "key"`` commits the key's answer for every question
+(the solutions run), ``"first"`` commits the first choice (the exercises run); a ``predict`` without choices then
+commits 0. Notebooks set it from their ``ANSWERS`` parameter.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+
+from course_lib.core import atomic
+from course_lib.core.paths import course_root, workspace
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:   # pragma: no cover
+    import tomli as tomllib
+
+AUTO: str | None = None          # None: widgets; "key" or "first": commit without a click (headless runs)
+QID = re.compile(r"^(\d\d)-[a-z0-9-]+$")
+
+
+def _notebook(qid: str) -> str:
+    m = QID.match(qid)
+    if not m:
+        raise ValueError(f"question id {qid!r} must look like '02-speedup' (notebook number, then a name)")
+    return m.group(1)
+
+
+def keys(notebook: str) -> dict:
+    """The answer key of one notebook ("02"): {qid: {"answer": ..., "why": ...}} (empty when there is none)."""
+    path = course_root() / "solutions" / "answers" / f"{notebook}.toml"
+    return tomllib.loads(path.read_text()) if path.exists() else {}
+
+
+def _answers_file(notebook: str):
+    return workspace() / "out" / "answers" / f"{notebook}.json"
+
+
+def answers(notebook: str) -> dict:
+    """What this learner committed in one notebook: {qid: answer}."""
+    path = _answers_file(notebook)
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _commit(qid: str, value) -> None:
+    notebook = _notebook(qid)
+    done = answers(notebook)
+    done[qid] = value
+    path = _answers_file(notebook)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(path, json.dumps(done, indent=1))
+
+
+def _auto_value(qid: str, choices):
+    if AUTO == "key":
+        key = keys(_notebook(qid)).get(qid)
+        if key is not None:
+            return key["answer"]
+    return choices[0] if choices else 0.0
+
+
+def _verdict(qid: str, value) -> str:
+    key = keys(_notebook(qid)).get(qid)
+    if key is None:
+        return ""
+    mark = "right" if value == key["answer"] else f"not quite: the answer is {key['answer']!r}"
+    return f"{mark}. {key.get('why', '')}".strip()
+
+
+def _widget(qid, question, choices, on_commit):
+    """Radio buttons (or a number box) and a Commit button; the answer is frozen once committed."""
+    import ipywidgets as w
+    from IPython.display import display
+
+    box = (w.RadioButtons(options=list(choices), value=None, layout={"width": "max-content"}) if choices
+           else w.FloatText(description="your guess"))
+    button, out = w.Button(description="Commit", button_style="primary"), w.Output()
+
+    def click(_):
+        if choices and box.value is None:
+            with out:
+                print("choose an answer first")
+            return
+        box.disabled = button.disabled = True
+        with out:
+            on_commit(box.value)
+    button.on_click(click)
+    display(w.VBox([w.HTML(f"<b>{question}</b>"), box, button, out]))
+
+
+def _ask(qid, question, choices, on_commit):
+    if AUTO is None:
+        try:
+            return _widget(qid, question, choices, on_commit)
+        except ImportError:
+            pass
+    value = _auto_value(qid, choices)
+    print(f"{question}\n  committed: {value!r}")
+    on_commit(value)
+
+
+def predict(qid: str, question: str, choices=None) -> None:
+    """Ask for a prediction before the run; ``reveal`` shows it next to what happened."""
+    _ask(qid, question, choices, lambda v: (_commit(qid, v), print("committed; now run the next cells")))
+
+
+def ask(qid: str, question: str, choices) -> None:
+    """A question with a fixed answer (in the key): right or not, and why, right after the commit."""
+    _ask(qid, question, choices, lambda v: (_commit(qid, v), print(_verdict(qid, v) or "committed")))
+
+
+def reveal(qid: str, truth, note: str = "") -> str:
+    """Print the committed prediction next to ``truth`` (a number or one of the choices); returns the text."""
+    guess = answers(_notebook(qid)).get(qid)
+    if guess is None:
+        text = f"you made no prediction for this one; what happened: {truth!r}"
+    elif isinstance(truth, (int, float)) and isinstance(guess, (int, float)):
+        off = abs(guess - truth) / abs(truth) if truth else abs(guess)
+        text = f"you predicted {guess:.3g}; measured {truth:.3g} ({off:.0%} off)"
+    else:
+        text = f"you predicted {guess!r}; what happened: {truth!r}" + (" (right)" if guess == truth else "")
+    key = keys(_notebook(qid)).get(qid, {})
+    text += "".join(f"\n{t}" for t in (note, key.get("why", "")) if t)
+    print(text)
+    return text
+
+
+def quiz(questions) -> None:
+    """The end-of-notebook quiz: ``questions`` is a list of (qid, question, choices), each checked on commit."""
+    for qid, question, choices in questions:
+        ask(qid, question, choices)
+
+
+def score(notebook: str) -> tuple[int, int]:
+    """(right, keyed questions) for this learner in one notebook."""
+    key, done = keys(notebook), answers(notebook)
+    return sum(done.get(q) == k["answer"] for q, k in key.items()), len(key)

@@ -1,0 +1,188 @@
+"""The cases of ``course check zero`` for shard_range, reduce_scatter and all_gather (ZeRO itself: zerocase.py).
+
+Each case gets a ``Ctx`` (worker.py) and runs on every rank; sub-cases end with ``ctx.agree`` so that all
+ranks stop at the same sub-case when one fails (a rank running ahead into the next call would wait forever).
+A case returns a short pass text or raises ``Fail``/``Missing`` with a message in the learner's terms.
+"""
+from __future__ import annotations
+
+import traceback
+
+from course_lib.core.rankkit import learner_frame
+
+TOL = {"float64": (1e-12, 1e-12), "float32": (1e-5, 1e-6)}
+
+
+class Fail(Exception):
+    """A check failed; the message says what is wrong."""
+
+
+class Missing(Exception):
+    """The learner's file lacks a name the check needs."""
+
+
+def need(mod, name):
+    if not callable(getattr(mod, name, None)):
+        raise Missing(f"zero.py has no `{name}` (keep the names of the starter file)")
+    return getattr(mod, name)
+
+
+def explain(exc, path):
+    """One line for an exception raised by the learner's code, pointing at their file when it can."""
+    frame = learner_frame(traceback.extract_tb(exc.__traceback__), path)
+    where = f" (zero.py line {frame.lineno}, in {frame.name})" if frame else ""
+    if isinstance(exc, NotImplementedError):
+        return f"not written yet: NotImplementedError{where}"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}{where}"
+
+
+def reference_range(n, rank, world):
+    return rank * n // world, (rank + 1) * n // world
+
+
+def sizes(world):
+    """Element counts: a prime, then the edges (n < W, n not divisible by W, empty)."""
+    return list(dict.fromkeys(n for n in (1009, world + 1, world - 1, 1, 0) if n >= 0))
+
+
+# ---- shard_range ---------------------------------------------------------------------------------------------
+def range_problem(fn, n, world):
+    """What is wrong with ``fn``'s split of ``n`` elements over ``world`` ranks, or None."""
+    got = [tuple(int(v) for v in fn(n, r, world)) for r in range(world)]
+    label = f"shard_range(n={n}, W={world})"
+    longest = -(-n // world)
+    if got[0][0] != 0:
+        return f"{label}: rank 0 starts at {got[0][0]}, not 0: elements 0..{got[0][0] - 1} belong to no rank"
+    for r in range(world - 1):
+        if got[r][1] != got[r + 1][0]:
+            kind = "a gap" if got[r][1] < got[r + 1][0] else "an overlap"
+            return (f"{label}: rank {r} stops at {got[r][1]} but rank {r + 1} starts at {got[r + 1][0]} ({kind}): "
+                    "each shard must start where the previous one stops")
+    if got[-1][1] != n:
+        hint = " (n is not divisible by W: the remainder must go to some rank)" if n % world else ""
+        return (f"{label}: the last rank stops at {got[-1][1]}, not n={n}: elements {got[-1][1]}..{n - 1} belong "
+                f"to no rank{hint}" if got[-1][1] < n else f"{label}: the last rank stops at {got[-1][1]}, past n={n}")
+    for r, (a, b) in enumerate(got):
+        if not 0 <= b - a <= longest:
+            return (f"{label}: rank {r} owns {b - a} elements; no shard may be longer than ceil(n/W) = {longest}, "
+                    "or that rank holds more than its share")
+    return None
+
+
+def case_shard_range(c):
+    fn = need(c.mod, "shard_range")
+    for world in range(1, 7):
+        for n in sizes(world) + [101, 7 * world + 3]:
+            problem = range_problem(fn, n, world)
+            if problem:
+                raise Fail(problem)
+    return "every element owned by exactly one rank, in rank order, no shard longer than ceil(n/W) (W=1..6)"
+
+
+# ---- reduce_scatter / all_gather ------------------------------------------------------------------------------
+def rand(seed, n, dtype):
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(n, generator=g, dtype=torch.float64) * 2 - 1).to(getattr(torch, dtype))
+
+
+def bounds(c, n):
+    """Every rank's (start, stop) as the learner's shard_range says (their collectives use it, right or wrong);
+    the course's when it does not run."""
+    try:
+        return [tuple(int(v) for v in c.mod.shard_range(n, r, c.world)) for r in range(c.world)]
+    except Exception:
+        return [reference_range(n, r, c.world) for r in range(c.world)]
+
+
+def _close(got, want, dtype):
+    import torch
+    rtol, atol = TOL[dtype]
+    return got.shape == want.shape and bool(torch.allclose(got.double(), want.double(), rtol=rtol, atol=atol))
+
+
+def no_collectives(c, fname):
+    used = c.take_counts()
+    if used:
+        name = sorted(used)[0]
+        raise Fail(f"{fname} calls dist.{name}: write it with point-to-point operations only (sendrecv, "
+                   "isend/irecv); that is the exercise. ZeroOptimizer(collectives=\"torch\") uses the library's")
+
+
+RING_05 = ("Notebook 05's ring ends with rank r holding the sum of chunk (r+1) % W; start one chunk earlier (send "
+           "chunk (r-step-1) % W at step `step`) so that the last chunk each rank adds is its own")
+
+
+def _rs_problem(c, got, inputs, b, dtype, scratch):
+    """Why ``got`` is not this rank's shard of the sum, in words; None when it is. ``scratch``: the flat the
+    learner's function was given (used as scratch space, it may hold a finished sum in the wrong place)."""
+    import torch
+    a0, b0 = b[c.r]
+    total = torch.stack([x.double() for x in inputs]).sum(0)
+    want = total[a0:b0]
+    if not isinstance(got, torch.Tensor):
+        return f"returned {type(got).__name__}, not a tensor holding this rank's shard of the sum"
+    got = got.reshape(-1)
+    if _close(got, want, dtype):
+        return None
+    label = f"W={c.world}, {len(total):,} elements, {dtype}, rank {c.r} (shard {a0}..{b0})"
+    if got.numel() != b0 - a0:
+        return f"{label}: returned {got.numel()} elements; this rank's shard has {b0 - a0}"
+    nxt, who = b[(c.r + 1) % c.world], (c.r + 1) % c.world
+    if nxt[1] - nxt[0] == got.numel() and _close(got, total[nxt[0]:nxt[1]], dtype):
+        return f"{label}: returned the summed shard of rank {who}, not its own. {RING_05}"
+    if c.world > 1 and nxt[1] > nxt[0] and _close(scratch[nxt[0]:nxt[1]], total[nxt[0]:nxt[1]], dtype):
+        return f"{label}: the finished sum in flat is rank {who}'s shard, not this rank's. {RING_05}"
+    if c.world > 1 and _close(got, want / c.world, dtype):
+        return f"{label}: this is the mean; reduce_scatter must sum (ZeroOptimizer divides by W, once)"
+    if _close(got, inputs[c.r].double()[a0:b0], dtype):
+        return f"{label}: returned this rank's own input: nothing was added"
+    return f"{label}: wrong values, largest error {float((got.double() - want).abs().max()):.3g}"
+
+
+def case_reduce_scatter(c):
+    fn = need(c.mod, "reduce_scatter")
+    for i, n in enumerate(sizes(c.world)):
+        for dtype in ("float64", "float32"):
+            inputs = [rand(100 * i + r, n, dtype) for r in range(c.world)]
+            b = bounds(c, n)
+            c.take_counts()
+            scratch = inputs[c.r].clone()
+            got = fn(scratch, **c.kw)
+            no_collectives(c, "reduce_scatter")
+            c.agree_or_fail(_rs_problem(c, got, inputs, b, dtype, scratch))
+    return f"this rank's shard of the sum (n = {', '.join(map(str, sizes(c.world)))}; float64, float32)"
+
+
+def _ag_problem(c, flat, want, b, label):
+    import torch
+    covered = torch.cat([torch.arange(a0, b0) for a0, b0 in b])   # elements no shard holds are not judged here
+    if _close(flat[covered], want[covered], "float64"):
+        return None
+    wrong = [r for r, (a0, b0) in enumerate(b) if not _close(flat[a0:b0], want[a0:b0], "float64")]
+    if wrong == [c.r]:
+        return f"{label}: this rank's own shard is missing from flat: copy it in too"
+    if torch.isnan(flat).any():
+        return (f"{label}: the shards of ranks {wrong} never arrived in flat (it still holds what was there "
+                "before): receive each chunk straight into its place, W-1 steps")
+    return f"{label}: the shards of ranks {wrong} hold wrong values (sent to or received into the wrong place?)"
+
+
+def case_all_gather(c):
+    import torch
+    fn = need(c.mod, "all_gather")
+    for i, n in enumerate(sizes(c.world)):
+        b = bounds(c, n)
+        full = rand(7 + i, n, "float64")       # rank r's shard: its slice of `full`
+        flat = torch.full((n,), float("nan"), dtype=torch.float64)
+        a0, b0 = b[c.r]
+        c.take_counts()
+        ret = fn(full[a0:b0].clone(), flat, **c.kw)
+        no_collectives(c, "all_gather")
+        label = f"W={c.world}, {n:,} elements, rank {c.r}"
+        problem = _ag_problem(c, flat, full, b, label)
+        if problem and isinstance(ret, torch.Tensor) and ret.numel() == n and _close(ret.reshape(-1), full, "float64"):
+            problem = f"{label}: returned the gathered vector but left flat unchanged: write into flat, in place"
+        c.agree_or_fail(problem)
+    return f"every rank's shard in its place (n = {', '.join(map(str, sizes(c.world)))})"

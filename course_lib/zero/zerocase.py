@@ -1,0 +1,159 @@
+"""The ZeRO-1 / ZeRO-2 case of ``course check zero``: the learner's ZeroOptimizer against torch's own DDP.
+
+The same small float64 model starts on every rank from one seed; DDP (gloo) and the learner's ZeroOptimizer
+each train it for a few steps on the same per-rank batches, first with SGD + momentum (where a gradient
+scaled by a constant shows), then with AdamW (two moments per parameter: the state ZeRO shards). After every
+step the parameters must equal DDP's within ``ATOL``. Also measured on every rank: the bytes of the inner
+optimizer's state against DDP's optimizer's (ZeRO's point: about 1/W), and for stage 2 the full-size
+gradients left after ``step`` (none) and whether it all-reduced the whole gradient (it must not).
+"""
+from __future__ import annotations
+
+from course_lib.zero.cases import Fail, Missing
+
+STEPS = 3
+ATOL = 1e-9
+SLACK = 256          # bytes: the optimizers' per-parameter step counters are not sharded
+
+
+def make_model():
+    """10 -> 7 -> 3: 101 parameters, not divisible by 2, 3 or 4, so the shards differ in size."""
+    import torch
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(10, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3)).double()
+
+
+def batch(step, rank):
+    import torch
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(4, 10, generator=g, dtype=torch.float64), torch.randn(4, 3, generator=g, dtype=torch.float64)
+
+
+def optimizers():
+    import torch
+    return [("SGD(momentum=0.9)", torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
+            ("AdamW", torch.optim.AdamW, {"lr": 0.01})]
+
+
+def flat_params(model):
+    import torch
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+
+
+def state_bytes(optimizer) -> int:
+    import torch
+    return sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
+               if isinstance(v, torch.Tensor))
+
+
+def diagnose(c, before, after, want, shards, step, opt_name):
+    """Why the learner's parameters differ from DDP's after ``step``, or None when they do not."""
+    import torch
+    bad = ~torch.isclose(after, want, rtol=0, atol=ATOL)
+    if not bad.any():
+        return None
+    label = f"step {step + 1} with {opt_name}, rank {c.r}"
+    a0, b0 = shards[c.r]
+    mine = torch.zeros_like(bad)
+    mine[a0:b0] = True
+    if not bad[mine].any() and torch.equal(after[~mine], before[~mine]):
+        return (f"{label}: only this rank's shard ({a0}..{b0}) of the parameters was updated, the rest kept their "
+                "old values: all-gather the updated shards into every rank's parameters after the step")
+    d_mine, d_ref = after - before, want - before
+    if step == 0 and opt_name.startswith("SGD") and float(d_ref.norm()) > 0:
+        ratio = float(d_mine @ d_ref / (d_ref @ d_ref))
+        if abs(ratio * c.world - 1) < 1e-3:
+            return f"{label}: the update is 1/W = 1/{c.world} of DDP's: the gradient is divided by W twice"
+        if abs(ratio - c.world) < 1e-3 * c.world:
+            return f"{label}: the update is W = {c.world} times DDP's: DDP averages the gradients; divide the sum by W"
+    idx = bad.nonzero().reshape(-1)
+    owned = torch.zeros_like(bad)
+    for lo, hi in shards:
+        owned[lo:hi] = True
+    orphan = "" if owned[idx].any() else ("; these elements belong to no rank's shard (shard_range), so no rank "
+                                          "updates them")
+    return (f"{label}: {len(idx)} of {len(bad)} parameters differ from DDP's (elements {int(idx[0])}..{int(idx[-1])},"
+            f" largest difference {float((after - want).abs().max()):.3g}){orphan}")
+
+
+def _zero(c, stage, opt_cls, kw, collectives, model):
+    Z = getattr(c.mod, "ZeroOptimizer", None)
+    if Z is None:
+        raise Missing("zero.py has no `ZeroOptimizer` (keep the names of the starter file)")
+    zero = Z(model.parameters(), opt_cls, stage=stage, collectives=collectives, **c.kw, **kw)
+    if getattr(zero, "optimizer", None) is None or not hasattr(zero.optimizer, "state"):
+        raise Fail("ZeroOptimizer has no `.optimizer` (the inner torch optimizer over this rank's shard): "
+                   "the checker measures its state there")
+    return zero
+
+
+def _one_step(c, ref, ref_opt, mine, zero, step):
+    """One step of both; returns (learner's collective counts, full-size gradient bytes left after step)."""
+    import torch.nn.functional as F
+    x, y = batch(step, c.rank)
+    F.mse_loss(ref(x), y).backward()
+    ref_opt.step()
+    ref_opt.zero_grad()
+    F.mse_loss(mine(x), y).backward()
+    c.take_counts()
+    zero.step()
+    counts = c.take_counts()
+    left = sum(p.grad.numel() * p.grad.element_size() for p in mine.parameters() if p.grad is not None)
+    zero.zero_grad()
+    return counts, left
+
+
+def _stage2_problem(counts, left, total_bytes):
+    if counts.get("all_reduce"):
+        return ("stage 2 all-reduces the whole gradient (dist.all_reduce): reduce-scatter it instead, so that each "
+                "rank receives only its shard's gradient")
+    if left:
+        return (f"stage 2 keeps the full-size gradients after step() ({left} of {total_bytes} bytes on this rank): "
+                "once reduce-scattered, free them (p.grad = None); the shard's gradient is all a rank needs")
+    return None
+
+
+def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
+    """Train DDP and the learner's ZeroOptimizer side by side; returns (state bytes mine, DDP's)."""
+    import copy
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = make_model()
+    ref = DDP(copy.deepcopy(model))
+    ref_opt = opt_cls(ref.parameters(), **kw)
+    mine = copy.deepcopy(model)
+    try:
+        zero = _zero(c, stage, opt_cls, kw, collectives, mine)
+        n = sum(p.numel() for p in mine.parameters())
+        shards = c.shards(n)
+        for step in range(STEPS):
+            before = flat_params(mine)
+            counts, left = _one_step(c, ref, ref_opt, mine, zero, step)
+            problem = diagnose(c, before, flat_params(mine), flat_params(ref.module), shards, step, opt_name)
+            if problem is None and stage == 2:
+                problem = _stage2_problem(counts, left, 8 * n)
+            c.agree_or_fail(problem)
+        return state_bytes(zero.optimizer), state_bytes(ref_opt)
+    finally:
+        del ref   # drop the DDP model before the process group goes (DESIGN.md: gloo + DDP at exit)
+
+
+def case_zero(c, stage):
+    collectives = c.collectives()
+    figures = []
+    for opt_name, opt_cls, kw in optimizers():
+        mine, ddp = run_optimizer(c, stage, opt_name, opt_cls, kw, collectives)
+        n = 101
+        allowed = ddp * -(-n // c.world) / n + SLACK
+        problem = None
+        if mine > allowed:
+            problem = (f"optimizer state on rank {c.r}: {mine} bytes with {opt_name}, DDP's optimizer holds {ddp} "
+                       f"(ratio {mine / ddp:.2f}; ZeRO: about 1/W = {1 / c.world:.2f}): build the inner optimizer "
+                       "over this rank's shard only, not over the whole model")
+        c.agree_or_fail(problem)
+        figures.append((opt_name, mine, ddp))
+    which = "your own" if collectives == "mine" else "the library's"
+    ratios = ", ".join(f"{name.split('(')[0]} {m}/{d} B = {m / d:.2f}" for name, m, d in figures)
+    return (f"equals DDP within {ATOL:g} for {STEPS} steps with SGD(momentum) and AdamW (on {which} collectives); "
+            f"optimizer state on rank {c.r}: {ratios} of DDP's"), {"ratio": figures[-1][1] / figures[-1][2],
+                                                                   "collectives": collectives}

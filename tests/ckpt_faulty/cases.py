@@ -1,0 +1,79 @@
+"""Faulty snapshot code that `course check ckpt` must catch, at the right piece and with the right reason
+(tests/faulty.py says how a case is declared; tests/test_ckpt_checker.py runs them).
+
+Each is the solution with a mistake learners make typed in. The torchrun experiment ("resume") is slow, so most
+cases leave it out; the cases that keep it show what the loss curve does and does not reveal.
+"""
+from faulty import Faulty
+
+QUICK = {"resume": False}
+PASS = ("pass", "")
+GATHER = "    dist.all_gather_object(states, rng_states())"          # the rest of its line is a comment
+RANK0_ONLY = "    if dist.get_rank() != 0:\n        return"
+ATOMIC = ('    tmp = f"{path}.tmp"\n'
+          '    with open(tmp, "wb") as f:\n'
+          '        torch.save(snapshot, f)\n'
+          '        f.flush()\n'
+          '        os.fsync(f.fileno())')
+REPLACE = "    os.replace(tmp, path)"
+RETURN = '    return snapshot["epoch"], snapshot["step"]'
+RESTORE_RNG = '    set_rng_states(states[dist.get_rank()])'
+
+CASES = [
+    Faulty("forgets_optimizer", why="the optimizer's state is neither saved nor loaded",
+           edits=[('                "optimizer": optimizer.state_dict(), "scheduler"', '                "scheduler"'),
+                  ('    optimizer.load_state_dict(snapshot["optimizer"])\n', "")],
+           options=QUICK,
+           expect={"optimizer": ("fail", "state is empty after load_snapshot"), "model": PASS, "scheduler": PASS,
+                   "position": PASS, "RNG states": PASS, "rank 0 writes": PASS, "atomic write": PASS}),
+    Faulty("forgets_scheduler", why="the scheduler's state is not restored; with StepLR the curve does not show it",
+           edits=[('    scheduler.load_state_dict(snapshot["scheduler"])\n', "")],
+           options=QUICK,      # with "resume": it passes (all 24 steps equal), as notebook 08 shows
+           expect={"scheduler": ("fail", "last_epoch is 0 after load_snapshot, 1 when saved"), "optimizer": PASS}),
+    Faulty("forgets_position_in_epoch", why="resumes at the start of the saved epoch (the sampler position is lost)",
+           edits=[(RETURN, '    return snapshot["epoch"], 0')],
+           options=QUICK,
+           expect={"position": ("fail", "position within the epoch is lost"), "model": PASS}),
+    Faulty("resumes_at_the_wrong_epoch", why="returns the next epoch, as if the saved one were complete",
+           edits=[(RETURN, '    return snapshot["epoch"] + 1, snapshot["step"]')],
+           options=QUICK,
+           expect={"position": ("fail", r"returned \(epoch=3, step=5\): the wrong epoch")}),
+    Faulty("every_rank_writes", why="no rank check: every rank writes the snapshot",
+           edits=[(RANK0_ONLY, "    if False:\n        return"),
+                  ('    tmp = f"{path}.tmp"', '    tmp = f"{path}.{dist.get_rank()}.tmp"')],
+           options=QUICK,
+           expect={"rank 0 writes": ("fail", "rank 1 wrote too")}),
+    Faulty("non_atomic_write", why="torch.save straight onto the snapshot",
+           edits=[(ATOMIC, "    torch.save(snapshot, path)"), (REPLACE, "    pass")],
+           options=QUICK,
+           expect={"atomic write": ("fail", "now half a file"), "rank 0 writes": PASS, "model": PASS}),
+    Faulty("no_rng_state", why="no random generator states in the snapshot; the dropout masks change on resume",
+           edits=[(GATHER, "    pass"),
+                  ('"epoch": epoch, "step": step, "rng": states}', '"epoch": epoch, "step": step}'),
+                  ('    states = snapshot["rng"]\n', '    states = [None] * dist.get_world_size()\n'),
+                  (RESTORE_RNG, "    pass")],
+           expect={"RNG states": ("fail", "not restored: torch's"), "model": PASS, "optimizer": PASS,
+                   "resume": ("fail", "from step 12 on the loss differs")}),
+    Faulty("rank0_rng_for_all", why="rank 0 saves its own generators only, and every rank restores them",
+           edits=[(GATHER, "    states = rng_states()"),
+                  ('    states = snapshot["rng"]\n', '    states = [snapshot["rng"]] * dist.get_world_size()\n')],
+           options=QUICK,
+           expect={"RNG states": ("fail", "rank 1's generators got rank 0's state"), "model": PASS}),
+    Faulty("only_rank0_loads", why="rank 0 reads the snapshot, the other ranks keep their fresh state",
+           edits=[('    snapshot = torch.load(path, map_location="cpu", weights_only=True)\n',
+                   '    if dist.get_rank() != 0:\n        return 1, 0\n'
+                   '    snapshot = torch.load(path, map_location="cpu", weights_only=True)\n')],
+           options=QUICK,
+           expect={"model": ("fail", "^rank 1: .*tensors differ"), "position": ("fail", "^rank 1: ")}),
+    Faulty("gather_on_rank0_only", why="only rank 0 takes part in the collective: a hang",
+           edits=[(GATHER, "    if dist.get_rank() == 0:\n        dist.all_gather_object(states, rng_states())")],
+           options={"resume": False, "call_timeout": 6},
+           expect={"model": ("fail", r"save_snapshot did not return on rank 0 within 6 s at snapshot.py:{line:"
+                                     r"dist.all_gather_object(states, rng_states())}"),
+                   "atomic write": ("fail", "not tested")}),
+    Faulty("syntax_error", why="a missing colon",
+           edits=[("def load_snapshot(path, model, optimizer, scheduler):",
+                   "def load_snapshot(path, model, optimizer, scheduler)")],
+           options=QUICK,
+           expect={"snapshot.py": ("fail", r"does not load at snapshot.py:\d+")}),
+]

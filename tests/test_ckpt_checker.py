@@ -1,0 +1,89 @@
+"""`course check ckpt`: the solution passes, the starter fails where it is unfinished, each faulty submission is
+named at the right piece with the right reason (tests/ckpt_faulty/cases.py), and nothing is left running.
+
+Every run is real: 2 gloo ranks for the pieces, the real torchrun with --max-restarts 1 for "resume".
+"""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ckpt_faulty.cases import CASES
+from conftest import live_processes
+from faulty import ids
+
+from course_lib.ckpt import check as ckpt_check
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "08_checkpoint" / "snapshot.py"
+EXERCISE = ROOT / "exercises" / "08_checkpoint" / "snapshot.py"
+FOLDER = ROOT / "tests" / "ckpt_faulty"
+
+
+def verdicts(report):
+    return {v.item: v for v in report.verdicts}
+
+
+def assert_expected(report, case, text):
+    got = verdicts(report)
+    for item, (result, _) in case.expect.items():
+        assert item in got, f"no verdict for {item}:\n{report.text()}"
+        assert got[item].result == result, f"{item} should be {result}:\n{report.text()}"
+        pattern = case.pattern(item, text)
+        assert re.search(pattern, got[item].message), f"{item}: expected /{pattern}/ in the message:\n{report.text()}"
+
+
+@pytest.mark.slow
+def test_solution_passes_every_item():
+    report = ckpt_check.check(str(SOLUTION))
+    assert report.passed, report.text()
+    assert [v.item for v in report.verdicts] == list(ckpt_check.ITEMS)
+    assert "all 24 steps equal" in verdicts(report)["resume"].message, report.text()
+    print("\n" + report.text())
+
+
+@pytest.mark.slow
+def test_starter_passes_what_it_does_and_fails_the_rest():
+    report = ckpt_check.check(str(EXERCISE), resume=False)
+    got = verdicts(report)
+    assert set(got) == set(ckpt_check.ITEMS) - {"resume"}, report.text()
+    # the starter saves the weights from rank 0, straight onto the file, and nothing else
+    assert got["model"].result == "pass" and got["rank 0 writes"].result == "pass", report.text()
+    for item in ("optimizer", "scheduler", "position", "RNG states", "atomic write"):
+        assert got[item].result == "fail", report.text()
+    assert "returned (epoch=1, step=0)" in got["position"].message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_faulty_named_with_reason_and_nothing_survives(tmp_path, case):
+    path = case.write(SOLUTION, FOLDER, tmp_path)
+    report = ckpt_check.check(str(path), **case.options)
+    assert not report.passed
+    assert_expected(report, case, path.read_text())
+    left = live_processes(str(path))
+    assert not left, f"processes left running: {left}"
+
+
+def test_every_case_applies():
+    for case in CASES:
+        case.source(SOLUTION, FOLDER)   # each edit's old text occurs exactly once in the solution
+
+
+def test_cli_says_no_such_file(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "course_lib", "check", "ckpt", str(tmp_path / "nope.py")],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 2 and "no such file" in p.stderr
+
+
+def test_grade_recognises_a_stray_checkpoint_file():
+    """`course grade` names a lone file by the registry's rules: a checkpoint file is not taken for the DDP one."""
+    from course_lib import registry
+    assert registry.guess("snapshot.py", None)[0] == "ckpt"
+    assert registry.guess("ddp_ckpt.py", None)[0] == "ckpt"          # it checkpoints a DDP training
+    assert registry.guess("mnist_classify_ddp.py", None)[0] == "ddp"
+    mine = "from torch.nn.parallel import DistributedDataParallel\n\ndef save_snapshot(path, model):\n    pass\n"
+    assert registry.guess("lab.py", mine) == ("ckpt", "what it defines")
+    assert registry.guess("lab.py", SOLUTION.read_text()) == ("ckpt", "what it defines")
+    assert registry.guess("lab.py", (ROOT / "solutions/02_ddp/mnist_classify_ddp.py").read_text())[0] == "ddp"

@@ -1,0 +1,112 @@
+"""`course check zero`: the solution passes on W=2 and on W=4 with optimizer state at about 1/W of DDP's, the starter
+fails every piece, each faulty submission (tests/zero_faulty/cases.py) is named right and nothing survives.
+Every run is real: gloo processes, torch's own DDP as the reference.
+
+The starter and most faulty submissions are checked together, on W=2, in one launch (``check_many``): torch and
+DDP start once instead of once per file. The solution, a submission that hangs and one that does not load go
+through ``check`` alone, the path a learner's file takes."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import live_processes
+from faulty import ids
+from zero_faulty.cases import CASES
+
+from course_lib.zero import check as zero_check
+from course_lib.zero.cases import range_problem, reference_range
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTION = ROOT / "solutions" / "09_zero" / "zero.py"
+EXERCISE = ROOT / "exercises" / "09_zero" / "zero.py"
+FOLDER = ROOT / "tests" / "zero_faulty"
+
+
+def verdicts(report):
+    return {v.item: v for v in report.verdicts}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4])
+def test_solution_passes_with_state_about_one_over_w(request, world):
+    if world == 2:    # in the batch
+        report = request.getfixturevalue("batch")["solution"][1]
+    else:
+        report = zero_check.check(str(SOLUTION), world_sizes=(world,))
+        print(report.text())
+    assert report.passed, report.text()
+    assert [v.item for v in report.verdicts] == list(zero_check.ITEMS)
+    for stage in ("ZeRO-1", "ZeRO-2"):
+        msg = verdicts(report)[stage].message
+        assert "your own collectives" in msg, msg
+        ratios = {int(w): float(r) for w, r in re.findall(r"W=(\d): ([\d.]+)", msg)}
+        assert set(ratios) == {world}, msg     # 101 parameters: rank 0 owns floor(101 / W) of them
+        assert abs(ratios[world] - (101 // world) / 101) < 0.01, msg
+
+
+# Checked alone: a hang stops its launch (check relaunches after it); a load error ends check early.
+ALONE = {"all_gather_blocking_send", "syntax_error"}
+BATCH = [c for c in CASES if c.name not in ALONE]
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """{case name, "solution" or "starter": (path, report)} from one check_many run on W=2."""
+    assert all(c.options == {"world_sizes": (2,)} for c in BATCH), "a batched case needs options of its own"
+    paths = [SOLUTION, EXERCISE] + [c.write(SOLUTION, FOLDER, tmp_path_factory.mktemp(c.name)) for c in BATCH]
+    reports = zero_check.check_many(paths, world_sizes=(2,))
+    for path, report in zip(paths, reports):
+        print(report.text())
+        assert not live_processes(str(path)), f"a worker process for {path} survived the check"
+    return dict(zip(["solution", "starter"] + [c.name for c in BATCH], zip(paths, reports)))
+
+
+@pytest.mark.slow
+def test_starter_fails_every_piece(batch):
+    report = batch["starter"][1]
+    got = verdicts(report)
+    assert set(got) == set(zero_check.ITEMS), report.text()
+    assert all(v.result == "fail" for v in got.values()), report.text()
+    assert "not written yet: NotImplementedError (zero.py line" in got["shard_range"].message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_faulty_named_with_reason_and_nothing_survives(request, tmp_path, case):
+    if case.name in ALONE:
+        path = case.write(SOLUTION, FOLDER, tmp_path)
+        report = zero_check.check(str(path), **case.options)
+    else:
+        path, report = request.getfixturevalue("batch")[case.name]
+    print(report.text())
+    assert not report.passed
+    got, text = verdicts(report), path.read_text()
+    for piece, (result, _) in case.expect.items():
+        assert piece in got, f"no verdict for {piece}:\n{report.text()}"
+        assert got[piece].result == result, f"{piece} should be {result}:\n{report.text()}"
+        pattern = case.pattern(piece, text)
+        assert re.search(pattern, got[piece].message, re.S), f"{piece}: expected /{pattern}/:\n{report.text()}"
+    assert not live_processes(str(path)), "a worker process survived the check"
+
+
+def test_every_case_applies():
+    for case in CASES:
+        case.source(SOLUTION, FOLDER)   # each edit's old text occurs exactly once in the solution
+
+
+def test_range_problem_names_the_mistake():
+    assert range_problem(reference_range, 10, 4) is None
+    chunk_like = lambda n, r, w: (min(n, r * -(-n // w)), min(n, (r + 1) * -(-n // w)))   # noqa: E731 (torch.chunk)
+    assert range_problem(chunk_like, 5, 4) is None
+    assert "belong to no rank (n is not divisible by W" in range_problem(
+        lambda n, r, w: (r * (n // w), (r + 1) * (n // w)), 10, 4)
+    assert "a gap" in range_problem(lambda n, r, w: (r * 3, r * 3 + 2), 6, 2)
+    assert "longer than ceil(n/W)" in range_problem(lambda n, r, w: (0, n) if r == 0 else (n, n), 6, 2)
+
+
+def test_cli_finds_the_exercise(tmp_path):
+    missing = subprocess.run([sys.executable, "-m", "course_lib.cli", "check", "zero", str(tmp_path / "nope.py")],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert missing.returncode == 2 and "no such file" in missing.stderr, missing.stdout + missing.stderr

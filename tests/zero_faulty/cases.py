@@ -1,0 +1,89 @@
+"""Faulty ZeRO submissions that `course check zero` must catch, at the right piece and with the right reason
+(tests/faulty.py says how a case is declared; tests/test_zero_checker.py runs them).
+
+Each is the solution with the mistakes learners make typed in. ``("pass", "")``: that piece must still pass.
+"""
+from faulty import Faulty
+
+W2 = {"world_sizes": (2,)}
+PASS = ("pass", "")
+AVERAGE = "        grad /= self.world                       # DDP averages the gradients: sum / W\n"
+RS_STEP = ("        send_i, recv_i = (rank - step - 1) % world, (rank - step - 2) % world\n"
+           "        buf = incoming[: chunks[recv_i].numel()]\n")
+GATHER = ("        flat = self.shard.new_empty(self.numel)\n"
+          "        self.all_gather(self.shard, flat, self.group)\n")
+FREE = ("        if self.stage == 2:\n"
+        "            for p in self.params:                # each rank keeps only its shard's gradient\n"
+        "                p.grad = None\n")
+
+CASES = [
+    Faulty("averages_twice", options=W2, why="the reduce-scattered gradient is divided by W twice",
+           edits=[(AVERAGE, AVERAGE + "        grad /= self.world\n")],
+           expect={"ZeRO-1": ("fail", r"step 1 with SGD.*1/W = 1/2 of DDP's: the gradient is divided by W twice"),
+                   "ZeRO-2": ("fail", "divided by W twice"), "reduce_scatter": PASS, "all_gather": PASS}),
+    Faulty("sums_not_averages", options=W2, why="the gradient is summed over the ranks, not averaged",
+           edits=[(AVERAGE, "")],
+           expect={"ZeRO-1": ("fail", "W = 2 times DDP's: DDP averages the gradients"), "reduce_scatter": PASS}),
+    Faulty("shard_floor", options=W2,
+           why="every shard is n // W long: for n not divisible by W the last elements belong to no rank",
+           edits=[("    return rank * n // world, (rank + 1) * n // world",
+                   "    size = n // world\n    return rank * size, (rank + 1) * size")],
+           expect={"shard_range": ("fail", r"elements \d+\.\.\d+ belong to no rank \(n is not divisible by W"),
+                   "reduce_scatter": PASS, "all_gather": PASS,   # right for the shards shard_range gives
+                   "ZeRO-1": ("fail", r"elements 100\.\.100.*belong to no rank's shard \(shard_range\)")}),
+    Faulty("shard_ceil_overlap", options=W2, why="shards of ceil(n/W) that start at rank * floor(n/W): they overlap",
+           edits=[("    return rank * n // world, (rank + 1) * n // world",
+                   "    return rank * (n // world), min(n, rank * (n // world) + -(-n // world))")],
+           expect={"shard_range": ("fail", "an overlap")}),
+    Faulty("no_all_gather", options=W2, why="each rank writes back only its own updated shard: nothing is gathered",
+           edits=[(GATHER, "        flat = flatten([p.detach() for p in self.params])\n"
+                           "        flat[self.start:self.stop] = self.shard\n")],
+           expect={"ZeRO-1": ("fail", r"only this rank's shard \(\d+\.\.\d+\) of the parameters was updated.*"
+                                      r"all-gather"),
+                   "ZeRO-2": ("fail", "all-gather the updated shards"), "all_gather": PASS}),
+    Faulty("full_optimizer_state", options=W2,
+           why="the inner optimizer holds the whole flat vector: the update is right, the memory is DDP's",
+           edits=[("            self.shard = flatten([p.detach() for p in self.params])[self.start:self.stop].clone()",
+                   "            self.full = flatten([p.detach() for p in self.params]).clone()\n"
+                   "            self.shard = self.full[self.start:self.stop]"),
+                  ("        self.optimizer = optimizer_class([self.shard], **defaults)",
+                   "        self.optimizer = optimizer_class([self.full], **defaults)"),
+                  ("        self.shard.grad = grad\n",
+                   "        self.full.grad = torch.zeros_like(self.full)\n"
+                   "        self.all_gather(grad, self.full.grad, self.group)\n")],
+           expect={"ZeRO-1": ("fail", r"optimizer state on rank \d: \d+ bytes .*DDP's optimizer holds \d+ \(ratio 1\.00"
+                                      r".*over this rank's shard only"),
+                   "ZeRO-2": ("fail", "ratio 1.00")}),
+    Faulty("reduce_scatter_by_all_reduce", options=W2,
+           why="reduce_scatter all-reduces the whole vector, then slices it",
+           edits=[("    incoming = flat.new_empty(max(c.numel() for c in chunks))\n",
+                   "    dist.all_reduce(flat, group=group)\n    return chunks[rank].clone()\n")],
+           expect={"reduce_scatter": ("fail", r"reduce_scatter calls dist\.all_reduce: write it with point-to-point"),
+                   "all_gather": PASS,
+                   "ZeRO-1": ("pass", "the library's collectives"), "ZeRO-2": ("pass", "the library's collectives")}),
+    Faulty("stage2_all_reduce", options=W2, why="the optimizer all-reduces the whole gradient, then takes its shard",
+           edits=[("        grad = self.reduce_scatter(grads, self.group)\n",
+                   "        dist.all_reduce(grads, group=self.group)\n"
+                   "        grad = grads[self.start:self.stop].clone()\n")],
+           expect={"ZeRO-1": PASS, "ZeRO-2": ("fail", r"stage 2 all-reduces the whole gradient")}),
+    Faulty("stage2_keeps_grads", options=W2, why="stage 2 never frees the full-size gradients",
+           edits=[(FREE, "")],
+           expect={"ZeRO-1": PASS,
+                   "ZeRO-2": ("fail", r"keeps the full-size gradients after step\(\) \(\d+ of \d+ bytes")}),
+    Faulty("ring_from_05", options=W2, why="notebook 05's reduce-scatter as it was: rank r ends with chunk r+1",
+           edits=[(RS_STEP, "        send_i, recv_i = (rank - step) % world, (rank - step - 1) % world\n"
+                            "        buf = incoming[: chunks[recv_i].numel()]\n")],
+           expect={"reduce_scatter": ("fail", r"rank 0 \(shard 0\.\.504\): the finished sum in flat is rank 1's shard"
+                                              r".*\(r-step-1\)"),
+                   "ZeRO-1": ("pass", "the library's collectives")}),
+    Faulty("all_gather_blocking_send", options={"world_sizes": (2,), "case_timeout": 10},
+           why="blocking send before recv on every rank: a deadlock under gloo",
+           edits=[("        sendrecv(chunks[send_i], right, chunks[recv_i], left, group)\n",
+                   "        dist.send(chunks[send_i], right, group=group)\n"
+                   "        dist.recv(chunks[recv_i], left, group=group)\n")],
+           expect={"all_gather": ("fail", r"did not finish.*\n.*waiting at zero\.py:{line:dist.send(chunks[send_i]}"),
+                   "reduce_scatter": PASS, "ZeRO-1": ("pass", "the library's collectives")}),
+    Faulty("syntax_error", options=W2, why="a missing colon",
+           edits=[("def shard_range(n, rank, world):", "def shard_range(n, rank, world)")],
+           expect={"zero.py": ("fail", "does not load: SyntaxError")}),
+]

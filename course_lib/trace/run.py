@@ -1,0 +1,46 @@
+"""Trace one step on N local ranks (``course_lib.core.launch``: a deadline, nothing left running)."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from course_lib.core.launch import launch
+from course_lib.core.paths import workspace
+from course_lib.trace.timeline import Timeline, from_chrome_trace
+
+
+class TraceError(RuntimeError):
+    """The traced step did not run: what the ranks said."""
+
+
+def profile_step(nprocs: int = 2, bucket_cap_mb: float | None = None, batch_size: int = 64, out=None,
+                 timeout: float = 180, env: dict | None = None) -> list[Timeline]:
+    """One traced step of the CNN on ``nprocs`` ranks (1: serial); the ranks' timelines, rank 0 first.
+
+    ``bucket_cap_mb=None`` leaves DDP's default: a first bucket of 1 MiB, then 25 MiB; a number given applies to
+    every bucket, the first included (torch/nn/parallel/distributed.py, ``_BucketConfig``). The traces land in
+    ``out`` (default: the workspace's ``out/trace/W<nprocs>-cap<bucket_cap_mb>``).
+    """
+    cap = [] if bucket_cap_mb is None else ["--bucket-cap-mb", str(bucket_cap_mb)]
+    if out is None:
+        out = workspace() / "out" / "trace" / f"W{nprocs}-cap{'default' if bucket_cap_mb is None else bucket_cap_mb}"
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("trace-rank*.json"):
+        old.unlink()
+    result = launch(["-m", "course_lib.trace.step", "--out", str(out), *cap, "--batch-size", str(batch_size)],
+                    nprocs=nprocs, timeout=timeout, env=env, on_line=None, cwd=tempfile.gettempdir())
+    if not result.ok:
+        raise TraceError("the traced step failed: " + result.summary())
+    return [from_chrome_trace(out / f"trace-rank{r}.json", r) for r in range(nprocs)]
+
+
+def summary(timelines: list[Timeline]) -> str:
+    """A line per rank: step time, all-reduce time and buckets, overlap, exposed wait."""
+    lines = []
+    for tl in timelines:
+        ph = "  ".join(f"{p} {b - a:6.1f}" for p, (a, b) in tl.phases.items())
+        lines.append(f"rank {tl.rank}: step {tl.step_ms:6.1f} ms ({ph})" + (
+            f" | {len(tl.allreduce)} all-reduce(s) {tl.allreduce_ms:6.1f} ms, {tl.overlap:4.0%} during backward "
+            f"compute, {tl.exposed_ms:5.1f} ms after it" if tl.allreduce else ""))
+    return "\n".join(lines)

@@ -1,0 +1,79 @@
+"""One profiled training step of the course's CNN, run as a rank (``python -m course_lib.trace.step``).
+
+Serial when the launcher gives one rank, DDP otherwise (gloo on CPU, NCCL on ``cuda:LOCAL_RANK``). A few warm-up
+steps first (DDP builds its buckets in the order gradients arrive during the first backward), then one step under
+``torch.profiler``, labelled ``forward``, ``backward`` and ``optimizer`` with ``record_function``. Each rank writes
+``trace-rank<R>.json`` (Chrome trace format: chrome://tracing or https://ui.perfetto.dev open it).
+The batch is random images: the time of a step does not depend on the pixel values.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from course_lib.core.rankkit import rank_env
+from course_lib.model import Net
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="folder for trace-rank<R>.json")
+    p.add_argument("--bucket-cap-mb", type=float, default=None,
+                   help="DDP's bucket size in MiB (not given: DDP's default, 25 MiB after a first bucket of 1 MiB)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=3)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    env = rank_env()
+    cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{env.local_rank}" if cuda else "cpu")
+    if env.world_size > 1:
+        if cuda:
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if cuda else "gloo", rank=env.rank, world_size=env.world_size)
+    torch.manual_seed(0)
+    model = Net().to(device)
+    if env.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)   # None: default
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(args.batch_size, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (args.batch_size,), device=device)
+
+    def step():
+        with record_function("forward"):
+            loss = F.nll_loss(model(x), y)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    for _ in range(args.warmup):
+        step()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        step()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(out / f"trace-rank{env.rank}.json"))
+    print(f"rank {env.rank}: traced one step of batch {args.batch_size} on {device}"
+          + (f", bucket_cap_mb={args.bucket_cap_mb}" if env.world_size > 1 else ""), flush=True)
+    if env.world_size > 1:
+        del model, opt          # the DDP model goes before the process group (DESIGN.md: clean shutdown)
+        gc.collect()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

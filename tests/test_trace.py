@@ -1,0 +1,56 @@
+"""The profiler view (course_lib/trace): one traced DDP step on real gloo ranks, read back from Chrome traces.
+
+What the tests hold to is DDP's design (torch/nn/parallel/distributed.py, reducer.cpp), not timings: a bucket's
+all-reduce is launched from the autograd hook of its last gradient, so with one bucket (bucket_cap_mb=25, given, holds
+the whole 1.2 M-parameter CNN, 4.8 MB) it waits for the end of backward; DDP's default caps the first bucket at
+1 MiB (_BucketConfig in torch/nn/parallel/distributed.py), so the first all-reduce starts while backward still
+computes.
+"""
+import json
+
+import pytest
+
+from course_lib.trace import run, timeline
+from course_lib.trace.timeline import Timeline
+
+
+def test_overlap_and_exposed_time_of_made_up_intervals():
+    tl = Timeline(0, {"forward": (0, 10), "backward": (10, 30), "optimizer": (30, 31)},
+                  compute=[(10, 15), (14, 20), (22, 26)], allreduce=[(18, 24), (25, 29)])
+    assert tl.allreduce_ms == 10
+    assert tl.overlap == pytest.approx((2 + 2 + 1) / 10)     # 18-20, 22-24, 25-26
+    assert tl.exposed_ms == 3                                 # 26-29
+    assert tl.step_ms == 31
+    assert Timeline(1, compute=[(0, 5)]).overlap == 0.0
+
+
+def test_a_trace_that_is_not_a_course_step_is_named(tmp_path):
+    path = tmp_path / "trace-rank0.json"
+    path.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 0, "dur": 5, "tid": 1}]}))
+    with pytest.raises(ValueError, match="no forward, backward, optimizer event"):
+        timeline.from_chrome_trace(path)
+
+
+@pytest.mark.slow
+def test_one_bucket_waits_for_backward_and_the_default_first_bucket_overlaps_it(tmp_path):
+    whole = run.profile_step(2, bucket_cap_mb=25, out=tmp_path / "cap25")
+    small = run.profile_step(2, out=tmp_path / "default")
+    report = "bucket_cap_mb=25:\n" + run.summary(whole) + "\nDDP's default:\n" + run.summary(small)
+    print("\n" + report)
+    for tl in whole:
+        assert len(tl.allreduce) == 1, report
+        # launched from the hook of the last gradient: after the last backward computation began
+        assert tl.allreduce[0][0] >= max(a for a, _ in tl.compute), report
+    for tl in small:
+        assert len(tl.allreduce) >= 2, report
+        assert min(a for a, _ in tl.allreduce) < max(b for _, b in tl.compute), report   # starts during backward
+        assert tl.overlap > 0, report
+
+
+@pytest.mark.slow
+def test_the_serial_step_has_phases_and_no_all_reduce(tmp_path):
+    (tl,) = run.profile_step(1, out=tmp_path)
+    assert not tl.allreduce and tl.compute
+    a, b = tl.phases["backward"]
+    assert 0 < a < b <= tl.step_ms
+    assert (tmp_path / "trace-rank0.json").stat().st_size > 1000

@@ -212,3 +212,36 @@ def test_tp_worker_compares_the_solution_with_the_serial_mlp(tmp_path, broken):
         assert "WRONG" in line and res.ranks[0].returncode == 1, res.summary()
     else:
         assert res.ok and "tp_gloo ok ranks=2" in line, res.summary()
+
+
+FAKE_DMON = """#!/bin/bash
+# stands in for `nvidia-smi dmon -s um -d 5`: the header, then one sample a second until killed
+echo "# gpu     sm    mem    enc    dec    jpg    ofa     fb   bar1   ccpm"
+echo "# Idx      %      %      %      %      %      %     MB     MB     MB"
+while true; do echo "    0     42      3      0      0      -      -    512      2      0"; sleep 1; done
+"""
+
+
+def test_the_templates_monitoring_lines_run_and_stop_by_their_trap(tmp_path, monkeypatch):
+    """The block the template writes, run in bash as a job script runs it, with a stand-in nvidia-smi: it
+    writes <job name>-<job id>.gpu.log, and the trap stops dmon when the script ends."""
+    from course_lib import jobs
+    from course_lib.selftest import jobnb
+
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_DMON)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{__import__('os').environ['PATH']}")
+    spec = jobs.JobSpec(name="g", script="train.py", gpus_per_node=1, monitor=True)
+    block = monitor_block(jobs.script(spec, site="generic", engine_name="local"))
+    work = tmp_path / "work"
+    work.mkdir()
+    mon = jobnb._start_monitor(block, work, "77")
+    log = work / f"{jobnb.JOB_NAME}-77.gpu.log"
+    deadline = time.monotonic() + 60
+    while len(parse_dmon(log.read_text() if log.exists() else "")) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert jobnb._stop_monitor(mon, work), "the monitoring block did not end when told to"
+    assert summarize(parse_dmon(log.read_text()))["peak_sm_pct"] == 42.0
+    assert not live_processes(str(fake))

@@ -2,6 +2,7 @@
 ``nvidia-smi dmon`` log read back), and notebooks 00-02 executed on the solutions through papermill."""
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -20,14 +21,26 @@ def _start_monitor(block: str, folder, job_id: str) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
+def _group_left(pgid: int) -> bool:
+    """Is a process of group ``pgid`` still running (a monitor the trap did not stop)?"""
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
 def _stop_monitor(mon: subprocess.Popen, folder) -> bool:
-    """Ask the monitor to end as a job script ends (its trap kills dmon); True when it did so by itself."""
+    """Let the monitor end as a job script ends; True when its trap stopped dmon and top (nothing was left)."""
     from course_lib.core.launch import kill_group
 
     (folder / "stop").touch()
     try:
         mon.wait(15)
-        return True
+        deadline = time.monotonic() + 5      # a killed monitor takes a moment to go
+        while _group_left(mon.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return not _group_left(mon.pid)
     except subprocess.TimeoutExpired:
         return False
     finally:
@@ -70,10 +83,12 @@ def job_monitor(ctx: Context) -> Outcome:
         text = log.read_text(errors="replace")[-600:] if log.is_file() else "(no log written)"
         return Outcome(FAIL, f"no samples in {log.name}:\n{text}")
     figures = summarize(rows)
-    note = "" if stopped else "; the monitoring block did not end by itself (its trap did not stop dmon)"
+    if not stopped:
+        return Outcome(FAIL, "the monitors were still running when the job script ended: the template's trap "
+                             "did not stop them", figures)
     return Outcome(PASS, f"job {job.id} COMPLETED on the local engine; dmon: {figures['dmon_samples']} samples, "
-                         f"peak SM {figures.get('peak_sm_pct')} %, peak memory {figures.get('peak_fb_mb')} MB"
-                         + note, figures)
+                         f"peak SM {figures.get('peak_sm_pct')} %, peak memory {figures.get('peak_fb_mb')} MB",
+                   figures)
 
 
 def notebook(stem: str, quick: bool = True):

@@ -245,3 +245,15 @@ def test_the_templates_monitoring_lines_run_and_stop_by_their_trap(tmp_path, mon
     assert jobnb._stop_monitor(mon, work), "the monitoring block did not end when told to"
     assert summarize(parse_dmon(log.read_text()))["peak_sm_pct"] == 42.0
     assert not live_processes(str(fake))
+
+
+def test_the_wheel_list_is_pinned_once_each_and_the_script_parses():
+    lines = [x.strip() for x in (ROOT / "scripts" / "gpu-wheels.txt").read_text().splitlines()]
+    reqs = [x for x in lines if x and not x.startswith("#")]
+    names = [x.split("==")[0].lower() for x in reqs]
+    assert all(x.count("==") == 1 for x in reqs), [x for x in reqs if x.count("==") != 1]
+    assert len(set(names)) == len(names), "a package listed twice: two versions stop the whole install"
+    assert {"papermill", "nbclient", "nbformat", "ipykernel", "jupyter-client", "pyzmq"} <= set(names)
+    assert not {"torch", "numpy", "matplotlib", "jinja2", "scikit-learn"} & set(names), "the GPU machine has these"
+    p = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu-wheels.sh")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr

@@ -46,3 +46,15 @@ $(STAMP): pyproject.toml
 
 clean:
 	rm -rf $(VENV) out jobs/runs
+
+# The GPU self-check (docs/gpu-check.md): every GPU path of the course, a report in out/gpu-check/. It runs with
+# the python whose torch has CUDA (the venv's if there is one, else python3; nothing re-installs torch).
+.PHONY: gpu-check gpu-wheels
+GPU_CHECK_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+GPU_CHECK_ARGS ?=
+gpu-check:
+	$(GPU_CHECK_PYTHON) -m course_lib selftest --gpu $(GPU_CHECK_ARGS)
+
+# The packages the GPU machine lacks, as wheels for its Python (GPU_PYTHON, default 3.12), in out/gpu-wheels/.
+gpu-wheels:
+	bash scripts/gpu-wheels.sh

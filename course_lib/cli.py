@@ -20,6 +20,7 @@ COMMANDS = {
     "env": ("course_lib.instructor.envreport", "torch, devices, backend, Slurm or local, data"),
     "data": ("course_lib.instructor.datacli", "[info|download NAME]: the data sets; download on request"),
     "jobs": ("course_lib.jobs.cli", "write jobs/*.sbatch from the templates (--check: drift?)"),
+    "selftest": ("course_lib.selftest.gpu", "--gpu: run every GPU path, report to out/gpu-check/"),
 }
 
 EPILOG = """\

@@ -1,0 +1,105 @@
+"""Items around the notebooks: a local-engine GPU job with the template's monitoring lines run beside it (their
+``nvidia-smi dmon`` log read back), and notebooks 00-02 executed on the solutions through papermill."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from course_lib.selftest.monitor import monitor_block, parse_dmon, summarize
+from course_lib.selftest.runs import FAIL, PASS, SERIAL, Context, Outcome, child_env, python, run_command, source
+from course_lib.selftest.train import TRAIN_ARGS
+
+JOB_NAME = "gpucheck"
+
+
+def _start_monitor(block: str, folder, job_id: str) -> subprocess.Popen:
+    """The template's monitoring block in bash, as in a job script; it stops (trap) when ``stop`` appears."""
+    script = f"{block}while [ ! -e stop ]; do sleep 0.5; done\n"
+    env = child_env({"SLURM_JOB_NAME": JOB_NAME, "SLURM_JOB_ID": job_id})
+    return subprocess.Popen(["bash", "-c", script], cwd=folder, env=env, start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def _group_left(pgid: int) -> bool:
+    """Is a process of group ``pgid`` still running (a monitor the trap did not stop)?"""
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _stop_monitor(mon: subprocess.Popen, folder) -> bool:
+    """Let the monitor end as a job script ends; True when its trap stopped dmon and top (nothing was left)."""
+    from course_lib.core.launch import kill_group
+
+    (folder / "stop").touch()
+    try:
+        mon.wait(15)
+        deadline = time.monotonic() + 5      # a killed monitor takes a moment to go
+        while _group_left(mon.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return not _group_left(mon.pid)
+    except subprocess.TimeoutExpired:
+        return False
+    finally:
+        kill_group(mon)
+
+
+def _run_job(ctx: Context, spec):
+    """Submit ``spec`` to the local engine and wait for it within the item's deadline."""
+    from course_lib import jobs
+
+    job = jobs.submit(spec, engine_name="local", runs=ctx.folder / "runs")
+    job.wait(timeout=ctx.timeout, progress=False)
+    if not job.done:
+        job.cancel()
+    return job
+
+
+def job_monitor(ctx: Context) -> Outcome:
+    from course_lib import jobs
+
+    spec = jobs.JobSpec(name=JOB_NAME, script=str(source(SERIAL)), args=TRAIN_ARGS, gpus_per_node=1,
+                        monitor=True, time="00:10:00")
+    block = monitor_block(jobs.script(spec, engine_name="local"))
+    if "nvidia-smi dmon" not in block:
+        return Outcome(FAIL, "the job script of a GPU job with monitor=True has no `nvidia-smi dmon` block")
+    job_id = f"{int(time.time())}"
+    ctx.folder.mkdir(parents=True, exist_ok=True)
+    mon = _start_monitor(block, ctx.folder, job_id)
+    try:
+        time.sleep(2)    # dmon's first sample before the training starts
+        job = _run_job(ctx, spec)
+        time.sleep(6)    # one more sample after (dmon samples every 5 s)
+    finally:
+        stopped = _stop_monitor(mon, ctx.folder)
+    if not job.ok:
+        return Outcome(FAIL, job.summary(tail=8))
+    log = ctx.folder / f"{JOB_NAME}-{job_id}.gpu.log"
+    rows = parse_dmon(log.read_text(errors="replace")) if log.is_file() else []
+    if not rows:
+        text = log.read_text(errors="replace")[-600:] if log.is_file() else "(no log written)"
+        return Outcome(FAIL, f"no samples in {log.name}:\n{text}")
+    figures = summarize(rows)
+    if not stopped:
+        return Outcome(FAIL, "the monitors were still running when the job script ended: the template's trap "
+                             "did not stop them", figures)
+    return Outcome(PASS, f"job {job.id} COMPLETED on the local engine; dmon: {figures['dmon_samples']} samples, "
+                         f"peak SM {figures.get('peak_sm_pct')} %, peak memory {figures.get('peak_fb_mb')} MB",
+                   figures)
+
+
+def notebook(stem: str, quick: bool = True):
+    """The item: notebook ``stem`` through papermill on solutions/ (STRICT: a failing check cell fails it)."""
+    def run(ctx: Context) -> Outcome:
+        args = ["-m", "course_lib", "notebooks", "--only", stem, "--out", ctx.folder,
+                "--cell-timeout", str(int(ctx.timeout))]
+        ran = run_command(python(*args, *(["--quick"] if quick else [])), ctx.folder / "notebook.log",
+                          ctx.timeout + 30, cwd=ctx.folder, env={"COURSE_QUICK": "1"} if quick else None)
+        line = next((x for x in ran.text.splitlines() if x.startswith(stem)), "")
+        if ran.ok:
+            return Outcome(PASS, f"{' '.join(line.split())} (output: {ctx.folder.name}/{stem}.solutions.ipynb)")
+        return Outcome(FAIL, ran.why())
+    return run

@@ -1,0 +1,93 @@
+"""What the items share: their outcome, the deadline-bound subprocess they start, and the paths they run.
+
+Every process an item starts runs in its own session under a deadline and is killed with its whole tree
+(course_lib.core.launch.kill_group) when it ends, fails or runs out of time: an item never leaves a
+process behind.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_lib.core.paths import PACKAGE_PARENT, course_root
+
+PASS, FAIL, NOT_POSSIBLE = "PASS", "FAIL", "NOT POSSIBLE HERE"
+SERIAL = Path("solutions/01_serial/mnist_classify.py")
+DDP = Path("solutions/02_ddp/mnist_classify_ddp.py")
+TP = Path("solutions/06_tensor_parallel/tp.py")
+
+
+def source(relative: Path) -> Path:
+    """A file of the course as shipped (the self-check runs the solutions, never a learner's files)."""
+    return course_root() / relative
+
+
+@dataclass
+class Outcome:
+    status: str
+    detail: str = ""
+    figures: dict = field(default_factory=dict)     # name -> number (images/s, GB/s, ...)
+
+
+@dataclass
+class Context:
+    """What an item gets: the machine, its own folder (logs, run folders) and its deadline in seconds."""
+    probe: object
+    folder: Path
+    timeout: float
+
+
+@dataclass
+class Ran:
+    returncode: int | None        # None: still running at the deadline (then killed)
+    seconds: float
+    text: str                     # everything it printed (stdout and stderr)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def tail(self, n: int = 8) -> str:
+        return "\n".join(self.text.splitlines()[-n:])
+
+    def why(self) -> str:
+        """One line on a run that did not succeed, then its last lines."""
+        head = (f"deadline of {self.seconds:.0f} s reached (killed)" if self.returncode is None
+                else f"exit code {self.returncode}")
+        return f"{head}; last lines:\n{self.tail()}"
+
+
+def child_env(extra: dict | None = None) -> dict:
+    """This environment, with this course_lib first on PYTHONPATH (the children import the same code)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_PARENT), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run_command(argv: list, log: Path, timeout: float, cwd: Path | None = None, env: dict | None = None) -> Ran:
+    """Run ``argv`` (output to ``log``) within ``timeout`` seconds; its process tree is gone when this returns."""
+    from course_lib.core.launch import kill_group
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with open(log, "wb") as out:
+        p = subprocess.Popen([str(a) for a in argv], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             cwd=cwd, env=child_env(env), start_new_session=True)
+        try:
+            code = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            kill_group(p)
+    return Ran(code, time.monotonic() - start, log.read_text(errors="replace"))
+
+
+def python(*args) -> list:
+    """``python ARGS`` with this interpreter (the one whose torch was probed)."""
+    return [sys.executable, *args]

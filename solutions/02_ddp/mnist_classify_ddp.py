@@ -174,7 +174,7 @@ def main(argv=None):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # Step 1: where rank 0 waits for the others;
     os.environ.setdefault("MASTER_PORT", "29500")  # srun jobs export both, torchrun sets them itself
     dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world_size,  # Step 1
-                            device_id=torch.device("cuda", local_rank) if use_cuda else None)  # Step 1: NCCL binds
+                            device_id=torch.device("cuda", local_rank) if use_cuda else None)  # Step 1: NCCL's GPU
     ### END SOLUTION
 
     ### BEGIN SOLUTION

@@ -360,3 +360,10 @@ def test_two_node_job_says_why_not_without_slurm(monkeypatch, capsys):
     monkeypatch.setenv("COURSE_ENGINE", "local")
     assert two_node_job(DDP) is None
     assert "no Slurm here" in capsys.readouterr().out
+
+
+def test_start_sh_refuses_a_bad_node_count_before_doing_anything(tmp_path):
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "local-slurm" / "start.sh"), "--nodes", "9",
+                        str(tmp_path / "sl")], capture_output=True, text=True)
+    assert r.returncode == 1 and "--nodes must be a number from 1 to 8, not '9'" in r.stderr
+    assert not (tmp_path / "sl").exists()

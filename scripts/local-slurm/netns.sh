@@ -57,6 +57,7 @@ up() {
     : >"$NET/created"; : >"$NET/nodes"
     net=$(free_subnet) || die "no free 10.x.y.0/24 subnet"
     br="csb$TAG"
+    ! ip link show "$br" >/dev/null 2>&1 || die "bridge $br exists already: is a cluster of $DIR still up? (stop.sh $DIR)"
     ip link add "$br" type bridge || die "cannot create a bridge (not root, or no network namespaces here?)"
     record link "$br"
     ip addr add "$net.1/24" dev "$br"

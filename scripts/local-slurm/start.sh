@@ -117,7 +117,7 @@ fi
 HOST=$(hostname -s)
 if [ "$NODES" -gt 1 ]; then
     # the network first: the controller's address is the bridge's (its name must be this host's name)
-    [ -n "$running" ] || bash "$HERE/netns.sh" up "$DIR" "$NODES" || die "could not make the node namespaces"
+    [ -n "$running" ] || bash "$HERE/netns.sh" up "$DIR" "$NODES" || die "could not make the node namespaces (scripts/local-slurm/stop.sh $DIR removes what was made)"
     CTLD_HOST="$HOST($(cat "$DIR/net/bridge_addr"))"
     NODE_LINES=$(awk '{print "NodeName=" $1 " NodeAddr=" $2}' "$DIR/net/nodes")
     NODE="node[1-$NODES]"

@@ -13,6 +13,7 @@ import os
 import re
 
 from course_lib.jobs.job import Job
+from course_lib.jobs.progress import in_notebook
 
 TASK_HOST = re.compile(r"^\s*(\d+): ([A-Za-z0-9][A-Za-z0-9.-]*)\s*$")
 # the one-node test profile has gloo on loopback; its two-node twin names the nodes' interface
@@ -75,7 +76,8 @@ def two_node_job(script, args=(), ranks_per_node: int = 1, launcher: str = "srun
     spec = jobs.training_spec(f"two-nodes-{launcher}", script, args, ranks=ranks_per_node, launcher=launcher,
                               site=profile, nodes=2, time=time, **extra)
     job = jobs.submit(spec, "slurm", site=profile).wait(timeout=wait)
-    print(job.summary())
+    if in_notebook():   # the terminal display prints the summary itself when the job ends
+        print(job.summary())
     for host, ranks in ranks_by_node(job).items():
         print(f"  {host}: rank(s) {', '.join(map(str, ranks))}")
     return job

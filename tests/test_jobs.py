@@ -61,7 +61,8 @@ def test_srun_script_teaches_what_the_workshop_teaches(tmp_path):
     assert 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in text
     assert "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))" in text
     assert "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK" in text
-    assert f"srun --label {PYTHON} {DDP} --epochs 1" in text
+    assert f"srun --label --kill-on-bad-exit=1 {PYTHON} {DDP} --epochs 1" in text
+    assert "\nsrun --label hostname\n" in text   # the log says which node each task ran on
     assert "gpu" not in text.lower().replace("gpu use", "")   # no GPU lines when none are asked for
     assert "trap" not in text and "NCCL" not in text
     assert f"export PYTHONPATH={ROOT}" in text and "export GLOO_SOCKET_IFNAME=lo" in text
@@ -75,7 +76,7 @@ def test_torchrun_script_has_one_task_per_node_and_a_c10d_rendezvous(tmp_path):
     assert "--nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=4" in text
     assert "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT" in text
     assert "export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / 4 ))" in text
-    assert text.count("srun --label") == 1
+    assert text.count("srun --label --kill-on-bad-exit=1 ") == 1 and "\nsrun --label hostname\n" in text
     bash_syntax_ok(text, tmp_path)
 
 
@@ -109,7 +110,7 @@ def test_the_job_overrides_the_site_and_gres_is_a_site_choice(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- site profiles
-@pytest.mark.parametrize("name", ["local", "generic", "example-gpu-cluster"])
+@pytest.mark.parametrize("name", ["local", "local-2nodes", "generic", "example-gpu-cluster"])
 def test_shipped_profiles_load(name):
     site = load_site(name)
     assert site.name == name and site.cpus_per_node >= 1
@@ -294,3 +295,75 @@ def test_terminal_progress_shows_state_and_summary(local, capsys):
     out = capsys.readouterr()
     assert "FAILED" in out.err and "exit code 3" in out.err and "epoch=1 train_loss=1.0" in out.err
     assert job.epochs_done() == 1
+
+
+# ------------------------------------------------------------------------------------------- more than one node
+def test_a_job_of_its_own_master_addr_replaces_the_allocations(tmp_path):
+    text = script_text(JobSpec("bad", DDP, nodes=2, env={"MASTER_ADDR": "localhost"}))
+    assert "export MASTER_ADDR=localhost\n" in text and "scontrol show hostnames" not in text
+    assert "export GLOO_SOCKET_IFNAME=eth1" in jobs.script(JobSpec("j", DDP, nodes=2), "local-2nodes", "slurm", "/r")
+    bash_syntax_ok(text, tmp_path)
+
+
+@pytest.mark.parametrize("nodelist, count", [("node[1-2]", 2), ("vm", 1), ("a,b[1,3-5]", 5), ("n[01-16]", 16)])
+def test_node_lists_are_counted_without_scontrol(nodelist, count):
+    from course_lib.jobs.diagnose import count_hosts
+
+    assert count_hosts(nodelist) == count
+
+
+def test_diagnose_names_a_loopback_rendezvous_on_more_than_one_node():
+    from course_lib.jobs.diagnose import diagnose
+
+    hung = "job 9 on node[1-2]: MASTER_ADDR=localhost MASTER_PORT=20009\n0: node1\n1: node2\n"
+    (hint,) = diagnose(hung, state="TIMEOUT")
+    assert hint.startswith("MASTER_ADDR=localhost on 2 nodes (node[1-2])") and "scontrol show hostnames" in hint
+    assert diagnose(hung.replace("node[1-2]", "node1"), state="TIMEOUT") == []      # one node: loopback is fine
+    assert diagnose(hung.replace("localhost", "node1"), state="COMPLETED") == []
+    script = "srun torchrun --nnodes=2 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:29500 train.py"
+    ok_header = hung.replace("localhost", "node1")
+    assert "rendezvous is bound to 127.0.0.1" in diagnose(ok_header, script, "TIMEOUT")[0]
+    via_master = "srun torchrun --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT x.py"
+    assert "agent hosts a rendezvous of its own" in diagnose(hung, via_master, "TIMEOUT")[0]
+    assert "--standalone" in diagnose(ok_header, "srun torchrun --standalone x.py", "TIMEOUT")[0]
+    # nothing known, but stuck before the first epoch on two nodes: a hypothesis, called one
+    assert "hypothesis" in diagnose(ok_header, "", "TIMEOUT")[0]
+    assert diagnose(ok_header + "0: epoch=1 train_loss=1\n", "", "TIMEOUT") == []
+
+
+def test_diagnose_from_the_shell(tmp_path):
+    run = tmp_path / "ddp-9"
+    run.mkdir()
+    (run / "output.log").write_text("job 9 on n[1-2]: MASTER_ADDR=127.0.0.1 MASTER_PORT=1\n"
+                                    "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT x DUE TO TIME LIMIT ***\n")
+    r = subprocess.run([PYTHON, "-m", "course_lib.jobs.diagnose", str(run)], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stdout.startswith("hint: MASTER_ADDR=127.0.0.1 on 2 nodes"), r.stdout + r.stderr
+
+
+def test_ranks_by_node_reads_the_hostname_step():
+    from course_lib.jobs.multinode import ranks_by_node
+
+    class FakeJob:   # only the log and the spec are read
+        def __init__(self, spec, log):
+            self.spec, self.log = spec, lambda: log
+
+    log = "job 3 on node[1-2]: MASTER_ADDR=node1 MASTER_PORT=1\n1: node2\n0: node1\n0: [default1]:x\n"
+    tr = JobSpec("t", "x.py", nodes=2, ntasks_per_node=2, launcher="torchrun")
+    assert ranks_by_node(FakeJob(tr, log)) == {"node1": [0, 1], "node2": [2, 3]}
+    srun = JobSpec("s", "x.py", nodes=1, ntasks_per_node=2)
+    assert ranks_by_node(FakeJob(srun, log)) == {"node1": [0], "node2": [1]}
+
+
+def test_two_node_job_says_why_not_without_slurm(monkeypatch, capsys):
+    from course_lib.jobs.multinode import two_node_job
+
+    monkeypatch.setenv("COURSE_ENGINE", "local")
+    assert two_node_job(DDP) is None
+    assert "no Slurm here" in capsys.readouterr().out
+
+
+def test_start_sh_refuses_a_bad_node_count_before_doing_anything(tmp_path):
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "local-slurm" / "start.sh"), "--nodes", "9",
+                        str(tmp_path / "sl")], capture_output=True, text=True)
+    assert r.returncode == 1 and "--nodes must be a number from 1 to 8, not '9'" in r.stderr
+    assert not (tmp_path / "sl").exists()

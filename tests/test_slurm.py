@@ -11,6 +11,7 @@ from conftest import ROOT
 
 from course_lib import jobs
 from course_lib.jobs import JobSpec, SubmitError
+from course_lib.jobs.multinode import ranks_by_node, slurm_nodes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -51,6 +52,8 @@ def test_ddp_solution_on_two_ranks(runs, launcher):
     # both ranks saw the whole model train: same loss and accuracy, half the images each
     assert per_rank[0]["test_acc"] == per_rank[1]["test_acc"]
     assert "MASTER_ADDR=" in job.log() and f"MASTER_PORT={20000 + int(job.id) % 20000}" in job.log()
+    (node,) = ranks_by_node(job)   # the hostname step: both ranks on the one node
+    assert ranks_by_node(job)[node] == [0, 1], job.log()
     print(f"\n[slurm {launcher}] job {job.id}: submit -> COMPLETED in {job.elapsed:.1f} s")
 
 
@@ -62,6 +65,7 @@ def test_failed_job_brings_back_exit_code_reason_and_log_tail(runs, tmp_path):
     assert job.reason == "NonZeroExitCode"
     summary = job.summary()
     assert "about to fail" in summary and "exit code 3" in summary
+    assert "hint:" not in summary   # a plain failure on one node: no rendezvous cause to name
     # the same answer from the accounting fallback (plain sacct is off here: sacct -c reads the job-completion log)
     state, _, code = job._from_accounting()
     assert (state, code) == ("FAILED", 3)
@@ -98,3 +102,14 @@ def test_workshop_script_runs_as_is_with_sbatch(runs, tmp_path):
     from course_lib.metrics import parse_epoch_lines
 
     assert [rec["epoch"] for rec in parse_epoch_lines(out)] == [1, 2], out
+
+
+def test_one_node_hides_the_localhost_mistake(runs):
+    # why tests/test_two_node.py exists: on one node every rank shares one loopback, so this still works
+    if not os.path.exists(DDP):
+        pytest.skip(f"{DDP} is not there yet")
+    assert slurm_nodes()[0] == 1
+    spec = JobSpec("localhost", DDP, args=QUICK + ["--dry-run"], ntasks_per_node=2, env={"MASTER_ADDR": "localhost"})
+    job = jobs.submit(spec).wait(timeout=300, progress=False)
+    assert job.state == "COMPLETED", job.summary()
+    assert "MASTER_ADDR=localhost " in job.log() and "hint:" not in job.summary()

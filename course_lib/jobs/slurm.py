@@ -97,6 +97,17 @@ class SlurmJob(Job):
             return {}
         return dict(item.split("=", 1) for item in r.stdout.split() if "=" in item)
 
+    def hints(self) -> list[str]:
+        """Known causes for a job that failed or hung, read from its log and script (course_lib.jobs.diagnose)."""
+        from course_lib.jobs.diagnose import hints
+
+        return hints(self) if self.done and not self.ok else []
+
+    def summary(self, tail: int = 15) -> str:
+        """Job.summary, with the hints that name a cause right under the first line."""
+        head, _, rest = super().summary(tail).partition("\n")
+        return "\n".join([head, *(f"hint: {h}" for h in self.hints()), *([rest] if rest else [])])
+
     def _cancel(self) -> None:
         r = _run(["scancel", self.id])
         if r.returncode != 0:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/local-slurm/stop.sh DIR
 #
-# Stops the cluster that scripts/local-slurm/start.sh DIR started: cancels its jobs,
-# then stops slurmd, slurmctld and munged by the pids in their pid files
-# (TERM, then KILL after 10 s).  Never matches processes by name.  Safe to run
+# Stops the cluster that scripts/local-slurm/start.sh [--nodes N] DIR started: cancels its jobs,
+# then stops slurmd (one per node), slurmctld and munged by the pids in their pid files
+# (TERM, then KILL after 10 s), then removes the node namespaces and links recorded in DIR/net/created
+# (scripts/local-slurm/netns.sh down).  Never matches processes by name.  Safe to run
 # when nothing is running.  Keeps DIR (state, logs) for inspection; remove it
 # yourself, or start again with SLURM_LAB_FRESH=1.
 set -uo pipefail
@@ -52,10 +53,16 @@ stop() {  # PIDFILE COMM
     log "stopped $2 ($pid)"
 }
 stop "$DIR/run/slurmd.pid" slurmd
+for pidfile in "$DIR"/run/slurmd-node*.pid; do [ -e "$pidfile" ] && stop "$pidfile" slurmd; done
 stop "$DIR/run/slurmctld.pid" slurmctld
 stop "$DIR/munge/munged.pid" munged
 
-# 3. a slurmstepd that outlived its job would have left its socket in the spool
-left=$(find "$DIR/spool" -maxdepth 1 -type s 2>/dev/null)
+# 3. the node namespaces of a multi-node cluster, and whatever still runs in them
+if [ -s "$DIR/net/created" ]; then
+    bash "$(dirname "${BASH_SOURCE[0]}")/netns.sh" down "$DIR" || log "WARNING: some namespaces or links remain"
+fi
+
+# 4. a slurmstepd that outlived its job would have left its socket in the spool
+left=$(find "$DIR/spool" -maxdepth 2 -type s 2>/dev/null)
 [ -z "$left" ] || log "WARNING: step sockets remain in $DIR/spool (orphaned slurmstepd?): $left"
 exit 0

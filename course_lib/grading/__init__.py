@@ -2,6 +2,7 @@
 
     discover    what each learner handed in, where (folders, zips, single files)
     reports     grades.csv and grades.md, written atomically; read_rows reads grades.csv back
+    feedback    feedback/<learner>.md and .html: one learner's rows, to hand back
     sandbox     run_check: one checker on one file, with a deadline, bounded output, limits, everything killed
     cgroups, sweep, sandbox_worker   the sandbox's parts: cgroup v1 limits, killing a check's processes, the
                 worker process

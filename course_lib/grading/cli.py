@@ -8,6 +8,7 @@ everything killed afterwards); the submissions are only read. Results go to ``--
 - ``grades.csv``: learner, exercise, item, result (pass, fail or missing), message; one row per verdict, and
   a ``missing`` row for an exercise that was not handed in;
 - ``grades.md``: one table for the class, then one section per learner with what was found and the messages;
+- ``feedback/<learner>.md`` and ``.html``: one learner's verdicts and messages, to hand back (nothing of others);
 - ``logs/``: what each check printed (its first and last KB).
 Both files are rewritten as each learner finishes, so an interrupted run loses nothing; ``--resume`` skips
 what is in grades.csv.

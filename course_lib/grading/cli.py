@@ -46,6 +46,11 @@ def add_arguments(p):
     p.add_argument("--max-processes", type=int, default=512, help="processes and threads one check may have")
     p.add_argument("--memory-mb", type=int, default=4096, help="memory of one check (where cgroups are usable)")
     p.add_argument("--resume", action="store_true", help="keep grades.csv in --out and grade only what is not there")
+    p.add_argument("--checker", default="", metavar="MODULE",
+                   help="a module with check(path, timeout=...) to use instead of each exercise's checker (to try "
+                        "a grading setup quickly, or an instructor's own checks); it must be importable")
+    p.add_argument("--nbgrader-db", type=Path, default=None, metavar="PATH",
+                   help="also write each learner's score per exercise into this nbgrader gradebook (gradebook.db)")
 
 
 def _fail(message: str) -> int:
@@ -68,14 +73,23 @@ def _done_rows(csv_path: Path, resume: bool) -> list[dict] | str:
 
 
 def run(args) -> int:
+    from course_lib.grading.nbgrader_layout import submitted_folder
     from course_lib.grading.run import grade
     from course_lib.grading.sandbox import Limits
 
     subs: Path = args.submissions
     if not subs.is_dir():
         return _fail(f"{subs} is not a folder (give the folder that holds one folder per learner)")
+    subs, layout = submitted_folder(subs)
+    if args.nbgrader_db is not None:
+        if not args.nbgrader_db.parent.is_dir():
+            return _fail(f"--nbgrader-db {args.nbgrader_db}: its folder does not exist")
+        try:
+            import nbgrader.api  # noqa: F401
+        except ImportError:
+            return _fail("--nbgrader-db needs nbgrader in this environment: pip install nbgrader")
     exercises = [ex for ex in EXERCISES if ex in (args.exercise or EXERCISES)]
-    out: Path = args.out or Path("grades") / (subs.resolve().name or "class")
+    out: Path = args.out or Path("grades") / (args.submissions.resolve().name or "class")
     if Path(os.path.realpath(out)).is_relative_to(Path(os.path.realpath(subs))):
         return _fail(f"--out {out} is inside SUBMISSIONS_DIR, which grading never writes into")
     if args.jobs < 1 or args.check_timeout <= 0:
@@ -88,6 +102,23 @@ def run(args) -> int:
     except OSError as e:
         return _fail(f"cannot write to {out}: {e}")
     limits = Limits(deadline=args.check_timeout, run_timeout=args.timeout, max_processes=args.max_processes,
-                    memory_mb=args.memory_mb)
+                    memory_mb=args.memory_mb, checker=args.checker)
+    notes = [layout]
+    on_done = _gradebook_writer(args.nbgrader_db, exercises)
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
-        return grade(subs, out, exercises, limits, args.jobs, done_rows, Path(scratch))
+        return grade(subs, out, exercises, limits, args.jobs, done_rows, Path(scratch), notes, on_done)
+
+
+def _gradebook_writer(db: Path | None, exercises: list[str]):
+    """What to do with the rows once all is graded: write them into nbgrader's gradebook (or nothing)."""
+    if db is None:
+        return None
+
+    def write(rows, learners):
+        from course_lib.grading.nbgrader_layout import assignment_names, write_gradebook
+
+        assignments = assignment_names(learners, exercises)
+        n = write_gradebook(db, rows, assignments)
+        print(f"nbgrader gradebook {db}: {n} scores written (assignments: "
+              + ", ".join(f"{ex} -> {a}" for ex, a in assignments.items()) + ")")
+    return write

@@ -41,6 +41,7 @@ class Learner:
     source: str = ""                       # its name in SUBMISSIONS_DIR
     found: dict[str, Found] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    folder: Path | None = None             # the folder that was searched (a zip's: where it was unpacked)
 
 
 def precheck(path: Path) -> str | None:
@@ -216,7 +217,7 @@ def _unique(learners: list[Learner]) -> list[Learner]:
 
 
 def _folder_learner(name: str, folder: Path, kind: str, exercises: list[str], source: str) -> Learner:
-    learner = Learner(name, kind, source)
+    learner = Learner(name, kind, source, folder=folder)
     files = _walk(folder)
     for ex in exercises:
         learner.found[ex] = locate(folder, ex, files)

@@ -128,12 +128,20 @@ class _Grading:
         return True
 
 
+def header_of(subs: Path, learners: list, exercises: list[str], limits: Limits, notes: list[str]) -> str:
+    """The first lines of grades.md: what was graded, how, and the isolation in force."""
+    return (f"# Grades of `{subs}`\n\n{len(learners)} learners; exercises: {', '.join(exercises)}; "
+            f"deadline {limits.deadline:.0f} s per check. Results: pass, **fail**, missing (not handed in)."
+            + "".join(f"\n\n{n}" for n in notes if n))
+
+
 def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int, done_rows: list[dict],
-          scratch: Path) -> int:
-    """Grade every learner of ``subs`` into ``out``; the exit code (0 graded, 2 could not, 130 interrupted)."""
+          scratch: Path, notes: list[str] = (), on_done=None) -> int:
+    """Grade every learner of ``subs`` into ``out``; the exit code (0 graded, 2 could not, 130 interrupted).
+
+    ``notes``: lines for the report's header; ``on_done(rows, learners)``: called once all is graded."""
     learners, ignored = discover(subs, exercises, scratch)
-    header = (f"# Grades of `{subs}`\n\n{len(learners)} learners; exercises: {', '.join(exercises)}; "
-              f"deadline {limits.deadline:.0f} s per check. Results: pass, **fail**, missing (not handed in).")
+    header = header_of(subs, learners, exercises, limits, list(notes))
     g = _Grading(out, learners, exercises, limits, header, ignored, done_rows)
     done = {(r["learner"], r["exercise"]) for r in done_rows}
     print(f"grading {len(learners)} learners x {len(exercises)} exercises in {subs} "
@@ -144,7 +152,9 @@ def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int
         print(f"interrupted: the learners graded so far are in {out}; --resume continues", file=sys.stderr)
         return 130
     g.write()
-    print(f"graded in {time.monotonic() - start:.1f} s: {out / 'grades.csv'}, {out / 'grades.md'}")
+    print(f"graded in {time.monotonic() - start:.1f} s: {out / 'grades.csv'}, {out / 'grades.md'}, {out / 'feedback'}")
+    if on_done is not None:
+        on_done(g.rows, learners)
     if g.errors:
         print("grade: some checks could not run (rows 'grader' in the report):\n  " + "\n  ".join(g.errors),
               file=sys.stderr)

@@ -43,6 +43,7 @@ def test_course_grade_writes_feedback(tmp_path):
     p = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", str(subs), "--out", str(tmp_path / "o"),
                         "--exercise", "allreduce"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert p.returncode == 0, p.stdout + p.stderr
+    assert "Isolation: " in (tmp_path / "o" / "grades.md").read_text()     # the header names it
     ann = (tmp_path / "o" / "feedback" / "ann.md").read_text()
     anna = (tmp_path / "o" / "feedback" / "anna.md").read_text()
     assert "def ring_allreduce(:" in ann and "x = (" not in ann

@@ -103,7 +103,9 @@ def run(args) -> int:
         return _fail(f"cannot write to {out}: {e}")
     limits = Limits(deadline=args.check_timeout, run_timeout=args.timeout, max_processes=args.max_processes,
                     memory_mb=args.memory_mb, checker=args.checker)
-    notes = [layout]
+    from course_lib.grading.cgroups import describe
+
+    notes = [layout, describe(limits)]
     on_done = _gradebook_writer(args.nbgrader_db, exercises)
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
         return grade(subs, out, exercises, limits, args.jobs, done_rows, Path(scratch), notes, on_done)

@@ -7,6 +7,7 @@ seconds; the real checkers' verdicts on the made-up class are test_grading.py's 
 benchmarks/grading_class.py grades 30 learners with both engines.
 """
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -15,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.grading import read_rows
+from course_lib.grading import Learner, read_rows
+from course_lib.grading.array import array_ranges, script
+from course_lib.grading.array_wait import collect
+from course_lib.jobs import load_site
 
 ROOT = Path(__file__).resolve().parent.parent
 AR = "05_allreduce/allreduce.py"
@@ -37,6 +41,40 @@ def course(*args, env=None, tmp=None):
 
 def verdicts(out: Path) -> list[tuple]:
     return [(r["learner"], r["exercise"], r["item"], r["result"]) for r in read_rows(out / "grades.csv")]
+
+
+def test_the_array_script_takes_the_site_profile(tmp_path):
+    assert array_ranges([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8" and array_ranges([4]) == "4"
+    text = script(tmp_path / "slurm" / "manifest.json", load_site("example-gpu-cluster"), [0, 1, 3], 8, 12, 2)
+    for line in ("#SBATCH --array=0-1,3%8", "#SBATCH --time=12", "#SBATCH --cpus-per-task=2",
+                 "#SBATCH --partition=gpu", "#SBATCH --account=my-project", "#SBATCH --reservation=workshop",
+                 "module load cuda/12.4", "-m course_lib.grading.array_task"):
+        assert line in text, line
+    assert "--gpus" not in text       # grading asks for no GPUs
+
+
+def test_tasks_slurm_ended_become_fail_rows(tmp_path):
+    rows_dir = tmp_path / "rows"
+    rows_dir.mkdir()
+    ok = {"learner": "ann", "rows": [{"learner": "ann", "exercise": "allreduce", "item": "f", "result": "pass",
+                                      "message": ""}] * 2, "done": ["allreduce", "tp"], "finished": True,
+          "timing": ["allreduce 3.0 s"], "isolation": "Isolation: cgroup v1 (...)"}
+    half = {**ok, "learner": "anna", "rows": [{**ok["rows"][0], "learner": "anna"}], "done": ["allreduce"],
+            "finished": False}
+    (rows_dir / "0.json").write_text(json.dumps(ok))
+    (rows_dir / "1.json").write_text(json.dumps(half))
+    learners = [Learner("ann", "folder"), Learner("anna", "folder"), Learner("bo", "folder")]
+    states = {0: ("COMPLETED", ""), 1: ("NODE_FAIL", ""), 2: ("CANCELLED by 0", "")}
+    rows, timing, isolation = collect("7", [0, 1, 2], learners, ["allreduce", "tp"], rows_dir, states)
+    got = [(r["learner"], r["exercise"], r["item"], r["result"]) for r in rows]
+    assert got == [("ann", "allreduce", "f", "pass")] * 2 + [
+        ("anna", "allreduce", "f", "pass"), ("anna", "tp", "slurm", "fail"),
+        ("bo", "allreduce", "slurm", "fail"), ("bo", "tp", "slurm", "fail")]
+    assert "task 7_1 (NODE_FAIL) before this check gave a verdict: its node failed" in rows[3]["message"]
+    assert "it was cancelled" in rows[4]["message"] and isolation == "cgroup v1 (...)"
+    assert timing["ann"] == "Check times: allreduce 3.0 s."
+    rows, _, _ = collect("7", [0, 1, 2], learners, ["allreduce", "tp"], rows_dir, states, interrupted=True)
+    assert {r["learner"] for r in rows} == {"ann"}       # --resume grades the others again
 
 
 def leftovers(folder: Path) -> list[str]:

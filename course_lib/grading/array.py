@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import signal
 import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -25,7 +27,7 @@ from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.grading.array_wait import Progress, collect, slurm_states
 from course_lib.grading.discover import discover
 from course_lib.grading.reports import write_reports
-from course_lib.grading.run import header_of
+from course_lib.grading.run import _raise_interrupt, header_of
 from course_lib.jobs.job import TERMINAL, SubmitError
 from course_lib.jobs.slurm import _run
 
@@ -131,11 +133,16 @@ def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_row
                                cpus), slurm_dir)
         print(f"submitted job array {job_id} ({len(todo)} tasks, at most {throttle} at a time); task logs in "
               f"{slurm_dir}", flush=True)
+        old = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is \
+            threading.main_thread() else None      # SIGTERM stops as Ctrl-C does
         try:
             states = wait(job_id, todo)
         except KeyboardInterrupt:
             _run(["scancel", job_id])
             states, code = slurm_states(job_id, todo), 130
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGTERM, old)
         new, timing, isolation = collect(job_id, todo, learners, exercises, slurm_dir / job_id / "rows", states,
                                          interrupted=code == 130)
         rows += new

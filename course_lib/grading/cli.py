@@ -13,6 +13,11 @@ everything killed afterwards); the submissions are only read. Results go to ``--
 Both files are rewritten as each learner finishes, so an interrupted run loses nothing; ``--resume`` skips
 what is in grades.csv.
 
+Engines: ``--engine local`` (default) runs the checks here, ``--jobs`` at a time; ``--engine slurm`` submits one
+job array, a task per learner (course_lib.grading.array); ``auto`` takes Slurm when it answers. nbgrader: its
+course folder or ``submitted/`` is taken as it is, ``--nbgrader-db`` fills its gradebook
+(course_lib.grading.nbgrader_layout). See docs/grading.md.
+
 Deadlines: ``--timeout`` is the checker's deadline for each multi-process run (as in ``course check``);
 ``--check-timeout`` is the grader's deadline for one whole check, after which everything it started is killed.
 

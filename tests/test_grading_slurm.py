@@ -77,6 +77,17 @@ def test_tasks_slurm_ended_become_fail_rows(tmp_path):
     assert {r["learner"] for r in rows} == {"ann"}       # --resume grades the others again
 
 
+@pytest.mark.slow
+def test_slurm_asked_for_where_none_answers(tmp_path):
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    env = {**os.environ, "SLURM_CONF": str(tmp_path / "no-such-slurm.conf"), "COURSE_ENGINE": ""}
+    p = course(tmp_path / "subs", "--out", tmp_path / "out", "--engine", "slurm", env=env)
+    assert p.returncode == 2 and "the Slurm engine was asked for" in p.stderr, p.stdout + p.stderr
+    p = course(tmp_path / "subs", "--out", tmp_path / "auto", "--engine", "auto", env=env)
+    assert p.returncode == 0 and "submitted job array" not in p.stdout, p.stdout + p.stderr   # auto: local
+    assert read_rows(tmp_path / "auto" / "grades.csv")[0]["result"] == "missing"
+
+
 def leftovers(folder: Path) -> list[str]:
     """Processes whose command line or working folder is under ``folder``."""
     time.sleep(1)

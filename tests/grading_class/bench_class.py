@@ -2,6 +2,7 @@
 job array, both timed; prints the figures (a benchmark, not a test).
 
     python tests/grading_class/bench_class.py [--learners 30] [--jobs 2] [--throttle 4] [--real]
+    python tests/grading_class/bench_class.py --made-up      # make_class.py's 11 learners, real checkers
 
 The class cycles through four kinds of learner: a file that works, one that stops with an error, one with a
 syntax error (no check runs), none handed in. Without ``--real`` the checker is run_file_check.py beside
@@ -26,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
-from make_class import solution, starter  # noqa: E402
+from make_class import make_class, solution, starter  # noqa: E402
 
 from course_lib.core.launch import free_port  # noqa: E402
 
@@ -72,7 +73,7 @@ def start_slurm(env: dict) -> Path | None:
 
 def verdicts(out: Path) -> list[tuple]:
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
-        return [(r["learner"], r["item"], r["result"]) for r in csv.DictReader(f)]
+        return [(r["learner"], r["exercise"], r["item"], r["result"]) for r in csv.DictReader(f)]
 
 
 def main() -> None:
@@ -81,13 +82,21 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2, help="local engine: checks at the same time")
     ap.add_argument("--throttle", type=int, default=4, help="Slurm engine: tasks at the same time")
     ap.add_argument("--real", action="store_true", help="the course's all-reduce checker instead of run_file_check")
+    ap.add_argument("--made-up", action="store_true",
+                    help="make_class.py's class (hanging, hostile, forking...), allreduce and tp, real checkers")
     args = ap.parse_args()
+    args.real |= args.made_up
     work = Path(tempfile.mkdtemp(prefix="bench-grade-"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE)]))
     extra = [] if args.real else ["--checker", "run_file_check", "--timeout", "120"]
     cluster = start_slurm(env)
     try:
-        make(work / "subs", args.learners, args.real)
+        if args.made_up:
+            make_class(work / "subs", work / "outside")
+            extra = ["--exercise", "tp", "--check-timeout", "150", "--max-processes", "256"]
+            args.learners = len(list((work / "subs").iterdir()))
+        else:
+            make(work / "subs", args.learners, args.real)
         local = grade(work / "subs", work / "local", "local", extra + ["--jobs", str(args.jobs)], env)
         slurm = grade(work / "subs", work / "slurm", "slurm", extra + ["--throttle", str(args.throttle),
                                                                        "--cpus-per-task", "1"], env)
@@ -97,14 +106,15 @@ def main() -> None:
             subprocess.run(["bash", str(ROOT / "scripts/local-slurm/stop.sh"), str(cluster)], capture_output=True,
                            timeout=120)
             shutil.rmtree(cluster, ignore_errors=True)
-    checks = sum(1 for i in range(args.learners) if i % 4 < 2)
-    print(f"{args.learners} learners ({checks} checks to run, {'real checker' if args.real else 'run_file_check'}) "
+    checks = "made-up class" if args.made_up else f"{sum(1 for i in range(args.learners) if i % 4 < 2)} checks to run"
+    print(f"{args.learners} learners ({checks}, {'real checkers' if args.real else 'run_file_check'}) "
           f"on {os.cpu_count()} cores:")
     print(f"  local engine, --jobs {args.jobs}:            {local:7.1f} s")
     print(f"  Slurm job array, %{args.throttle}, 1 CPU/task: {slurm:7.1f} s")
     print(f"  same verdicts: {same}   (reports in {work})")
     if not same:
-        sys.exit(1)
+        diff = set(verdicts(work / "local")) ^ set(verdicts(work / "slurm"))
+        sys.exit(f"the engines differ: {sorted(diff)[:20]}")
 
 
 if __name__ == "__main__":

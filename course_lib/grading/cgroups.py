@@ -1,9 +1,10 @@
 """Limits for one check through a cgroup: pids (processes and threads) and memory, chosen at run time.
 
 In order of preference, the first this machine allows:
-1. cgroup v2, a delegated subtree: ``$COURSE_GRADE_CGROUP`` (a v2 folder delegated to the grader, e.g. by
-   ``systemd-run --user -p Delegate=yes``) or the grader's own v2 cgroup, when its ``cgroup.controllers``
-   offers pids and the grader may write there; a child cgroup per check with ``pids.max`` and ``memory.max``.
+1. cgroup v2, a delegated subtree: ``$COURSE_GRADE_CGROUP`` (a v2 folder the grader may write that holds no
+   process itself) or the grader's own v2 cgroup, when its ``cgroup.controllers`` offers pids and pids can be
+   turned on for its children (v2's "no internal processes" rule refuses that where the cgroup holds
+   processes); a child cgroup per check with ``pids.max`` and ``memory.max``.
 2. a transient systemd scope (v2 hosts where systemd runs but hands out no subtree): the worker is started
    by ``systemd-run --scope -p TasksMax= -p MemoryMax=``.
 3. cgroup v1: a pids cgroup (and a memory cgroup where possible), where the v1 controllers are mounted and

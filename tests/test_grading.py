@@ -170,8 +170,9 @@ def tree_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def sandbox_processes() -> list[str]:
-    """Processes of a grading check that are still alive (their command line or folder is a sandbox's)."""
+def sandbox_processes(under: Path) -> list[str]:
+    """Processes of a grading check that are still alive: their command line or folder is a sandbox's, under
+    ``under`` (the TMPDIR given to the grader: other tests and other graders on the machine are not counted)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -179,9 +180,16 @@ def sandbox_processes() -> list[str]:
             cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue
-        if "course_lib.grading.sandbox" in cmd or "course-grade-work-" in cmd + cwd:
+        if str(under) in cmd + " " + cwd and ("course_lib.grading.sandbox" in cmd or "course-grade-work-" in cmd + cwd):
             found.append(f"{pid}: {cmd[:120]}")
     return found
+
+
+def private_tmp(tmp_path: Path) -> tuple[Path, dict]:
+    """A TMPDIR for one grader run (its sandboxes go there), and the environment that gives it."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    return tmp, dict(os.environ, TMPDIR=str(tmp))
 
 
 @pytest.mark.slow
@@ -190,29 +198,41 @@ def test_interrupted_run_keeps_what_is_done_and_resume_finishes(tmp_path):
     write(subs / "a-broken" / AR, "def ring_allreduce(:\n")
     write(subs / "b-empty" / "notes.txt", "nothing\n")
     write(subs / "c-hangs" / AR, "import time\nwhile True:\n    time.sleep(1)\n" + starter(AR))
+    tmp, env = private_tmp(tmp_path)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests" / "grading_class")])
+    # the hanging check cannot end by itself while the test looks (issue 12: under load it had ended before
+    # SIGINT came, stopped by the all-reduce checker's 10 s import watchdog): run_file_check runs the file
+    # as 2 ranks with no watchdog, and both its deadline and the grader's are 600 s
+    checker = ["--checker", "run_file_check"]
     proc = subprocess.Popen([*COURSE, "grade", str(subs), "--out", str(out), "--exercise", "allreduce",
-                             "--check-timeout", "300"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             "--check-timeout", "600", "--timeout", "600", *checker], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:     # the first two learners need no checker: wait for them
-            if (out / "grades.csv").exists() and len(read_rows(out / "grades.csv")) == 2 and sandbox_processes():
-                break
+        seen = False
+        deadline = time.monotonic() + 300     # a generous bound on a loaded machine, not a timing claim
+        while not seen and time.monotonic() < deadline and proc.poll() is None:
+            # the first two learners need no checker: their rows are in, and c-hangs's check is running
+            seen = (out / "grades.csv").exists() and len(read_rows(out / "grades.csv")) == 2 \
+                and bool(sandbox_processes(tmp))
             time.sleep(0.5)
+        assert seen, f"the hanging check was never seen running (exit {proc.poll()})"
         time.sleep(2)
+        assert sandbox_processes(tmp), "the hanging check ended by itself before SIGINT"
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
     assert proc.returncode == 130, stdout + stderr
     assert "--resume" in stderr
     rows = read_rows(out / "grades.csv")
     assert [(r["learner"], r["result"]) for r in rows] == [("a-broken", "fail"), ("b-empty", "missing")]
     time.sleep(1)
-    assert not sandbox_processes()
+    assert not sandbox_processes(tmp)
 
-    p = course("grade", subs, "--out", out, "--exercise", "allreduce", "--resume", "--check-timeout", "5")
+    p = course("grade", subs, "--out", out, "--exercise", "allreduce", "--resume", "--check-timeout", "5",
+               "--timeout", "600", *checker, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "1 checks to run, 2 already in" in p.stdout
     rows = read_rows(out / "grades.csv")
@@ -227,16 +247,18 @@ def test_a_made_up_class(tmp_path):
     subs = make_class(tmp_path / "class" / "submissions", tmp_path / "class" / "outside")
     out = tmp_path / "grades"
     digest = tree_digest(subs)
+    tmp, env = private_tmp(tmp_path)
     start = time.monotonic()
     p = course("grade", subs, "--out", out, "--jobs", 2, "--check-timeout", 150, "--max-processes", 256,
-               "--exercise", "allreduce", "--exercise", "tp", timeout=900)
+               "--exercise", "allreduce", "--exercise", "tp", timeout=900, env=env)
     took = time.monotonic() - start
     md = (out / "grades.md").read_text(encoding="utf-8")
     print(p.stdout, p.stderr, md, f"\ngraded in {took:.1f} s with --jobs 2", sep="\n")
     assert p.returncode == 0, p.stdout + p.stderr
     assert tree_digest(subs) == digest, "the submissions changed"
     assert not list(tmp_path.rglob("graded.txt")) and not list(tmp_path.rglob("escape.py"))
-    assert not sandbox_processes()
+    assert not sandbox_processes(tmp)
+    assert "\n\nIsolation: " in md      # the header names the isolation in force (cgroup v1, v2, ...)
 
     rows = read_rows(out / "grades.csv")
     by = {}

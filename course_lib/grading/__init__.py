@@ -2,10 +2,13 @@
 
     discover    what each learner handed in, where (folders, zips, single files)
     reports     grades.csv and grades.md, written atomically; read_rows reads grades.csv back
+    feedback    feedback/<learner>.md and .html: one learner's rows, to hand back
     sandbox     run_check: one checker on one file, with a deadline, bounded output, limits, everything killed
-    cgroups, sweep, sandbox_worker   the sandbox's parts: cgroup v1 limits, killing a check's processes, the
-                worker process
+    cgroups, sweep, sandbox_worker   the sandbox's parts: cgroup limits (v2 subtree, systemd scope, v1, chosen
+                at run time), killing a check's processes, the worker process
     run         the class: a pool of checks, Ctrl-C and --resume
+    array, array_wait, array_task   the class as one Slurm job array (--engine slurm): submit, wait, merge; a task
+    nbgrader_layout   nbgrader's submitted/<student>/<assignment>/ and its gradebook (--nbgrader-db)
     cli         ``course grade`` (its options and exit codes)
 """
 from course_lib.grading.discover import MAX_FILE, Found, Learner, discover, guess_exercise, locate, precheck

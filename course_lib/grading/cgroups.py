@@ -1,68 +1,194 @@
-"""Limits for one check through cgroup v1: a pids cgroup (processes and threads) and, where possible, a memory
-cgroup. Only where this machine lets the grader create them (root, v1 controllers mounted); elsewhere
-``Cgroups(...).dirs`` is empty and the sandbox relies on rlimits and its sweep.
+"""Limits for one check through a cgroup: pids (processes and threads) and memory, chosen at run time.
+
+In order of preference, the first this machine allows:
+1. cgroup v2, a delegated subtree: ``$COURSE_GRADE_CGROUP`` (a v2 folder the grader may write that holds no
+   process itself) or the grader's own v2 cgroup, when its ``cgroup.controllers`` offers pids and pids can be
+   turned on for its children (v2's "no internal processes" rule refuses that where the cgroup holds
+   processes); a child cgroup per check with ``pids.max`` and ``memory.max``.
+2. a transient systemd scope (v2 hosts where systemd runs but hands out no subtree): the worker is started
+   by ``systemd-run --scope -p TasksMax= -p MemoryMax=``.
+3. cgroup v1: a pids cgroup (and a memory cgroup where possible), where the v1 controllers are mounted and
+   the grader may create cgroups (root).
+4. under Slurm, none of these, and the job's own cgroup from Slurm's task/cgroup plugin: that is the limit.
+5. none: the sandbox relies on rlimits and its sweep.
+``describe`` says which one is in force (the report's header shows it).
 """
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
+DELEGATED_VAR = "COURSE_GRADE_CGROUP"
 
-def _cgroup_v1_dirs() -> dict[str, Path]:
-    """{controller: this process's cgroup folder} for the v1 pids and memory controllers that are mounted."""
-    mounts = {}
-    try:
-        for part in psutil.disk_partitions(all=True):
-            if part.fstype == "cgroup":
+
+@dataclass
+class Host:
+    """What this machine offers: v1 controller mounts, the v2 mount, this process's cgroups, systemd."""
+    v1: dict[str, Path] = field(default_factory=dict)      # controller -> this process's v1 cgroup folder
+    v2: Path | None = None                                  # this process's v2 cgroup folder
+    systemd: bool = False                                   # systemd is the init system, systemd-run is here
+    slurm_cgroup: str = ""                                  # the Slurm job's cgroup this process is in
+
+    @classmethod
+    def probe(cls) -> "Host":
+        try:
+            parts = psutil.disk_partitions(all=True)
+            with open("/proc/self/cgroup") as f:   # the kernel says so only here (psutil has no call for it)
+                text = f.read()
+        except (OSError, psutil.Error):
+            return cls()
+        return cls.parse([(p.fstype, p.mountpoint, p.opts) for p in parts], text,
+                         os.path.isdir("/run/systemd/system") and shutil.which("systemd-run") is not None)
+
+    @classmethod
+    def parse(cls, mounts: list[tuple[str, str, str]], proc_cgroup: str, systemd: bool) -> "Host":
+        """From (fstype, mountpoint, options) mounts and /proc/self/cgroup's text."""
+        own, v2_own = {}, None
+        for line in proc_cgroup.splitlines():
+            hid, ctls, path = line.split(":", 2)
+            if hid == "0" and not ctls:
+                v2_own = path.lstrip("/")
+            for ctl in filter(None, ctls.split(",")):
+                own[ctl] = path.lstrip("/")
+        host = cls(systemd=systemd)
+        for fstype, mountpoint, opts in mounts:
+            if fstype == "cgroup":
                 for ctl in ("pids", "memory"):
-                    if ctl in part.opts.split(","):
-                        mounts[ctl] = Path(part.mountpoint)
-        # which cgroup this process is in: the kernel says so only here (psutil has no call for it)
-        with open("/proc/self/cgroup") as f:
-            own = {}
-            for line in f:
-                _, ctls, path = line.rstrip("\n").split(":", 2)
-                for ctl in ctls.split(","):
-                    own[ctl] = path.lstrip("/")
-    except (OSError, ValueError, psutil.Error):
-        return {}
-    return {ctl: mounts[ctl] / own.get(ctl, "") for ctl in mounts}
+                    if ctl in opts.split(","):
+                        host.v1[ctl] = Path(mountpoint) / own.get(ctl, "")
+            elif fstype == "cgroup2" and v2_own is not None:
+                host.v2 = Path(mountpoint) / v2_own
+        paths = list(own.values()) + [v2_own or ""]
+        host.slurm_cgroup = next((p for p in paths if "slurm" in p and "job_" in p), "")
+        return host
+
+
+def _v2_parent(host: Host) -> Path | None:
+    """The v2 folder to make check cgroups in: the delegated one, or the grader's own, when pids is offered."""
+    delegated = os.environ.get(DELEGATED_VAR)
+    for parent in ([Path(delegated)] if delegated else []) + ([host.v2] if host.v2 else []):
+        try:
+            offered = (parent / "cgroup.controllers").read_text().split()
+        except OSError:
+            continue
+        if "pids" in offered and os.access(parent, os.W_OK):
+            return parent
+    return None
+
+
+def _enable(parent: Path, controllers: list[str]) -> list[str]:
+    """Turn ``controllers`` on for the children of ``parent`` (v2); those that are on afterwards."""
+    ctl_file = parent / "cgroup.subtree_control"
+    try:
+        offered = (parent / "cgroup.controllers").read_text().split()
+    except OSError:
+        return []
+    for ctl in controllers:
+        try:
+            if ctl in offered and ctl not in ctl_file.read_text().split():
+                ctl_file.write_text(f"+{ctl}")
+        except OSError:
+            pass      # e.g. EBUSY: the parent holds processes itself (v2's "no internal processes" rule)
+    try:
+        on = ctl_file.read_text().split()
+    except OSError:
+        return []
+    return [c for c in controllers if c in on]
+
+
+def _mkdir_with(d: Path, files: dict[str, str]) -> bool:
+    """Make cgroup ``d`` and write its limit files; False (and ``d`` removed) when any write fails."""
+    try:
+        d.mkdir()
+    except OSError:
+        return False
+    try:
+        for name, value in files.items():
+            (d / name).write_text(value)
+    except OSError:
+        _rmdir(d)
+        return False
+    return True
 
 
 class Cgroups:
-    """One pids cgroup (and a memory cgroup where possible) for one check; empty when not allowed here.
+    """The cgroup(s) of one check, or a systemd scope for it, or nothing (see the module docstring).
 
     ``limits``: a course_lib.grading.sandbox.Limits (cgroups, max_processes, memory_mb), or None for none.
+    ``kind``: "cgroup v2", "systemd scope", "cgroup v1", "slurm cgroup" or "sweep".
+    ``dirs``: the cgroups the worker joins; ``prefix``: the command the worker is started through.
     """
 
-    def __init__(self, limits=None):
+    def __init__(self, limits=None, host: Host | None = None):
         self.dirs: list[Path] = []
+        self.controllers: list[str] = []   # v1: the controllers with a cgroup for this check
+        self.prefix: list[str] = []
+        self.kind = "sweep"
+        self.limits = limits
         if limits is None or not limits.cgroups or not sys.platform.startswith("linux"):
             return
+        host = host or Host.probe()
         name = f"course-grade-{os.getpid()}-{secrets.token_hex(4)}"
-        made = []
-        for ctl, parent in sorted(_cgroup_v1_dirs().items(), reverse=True):   # pids first
-            d = parent / name
+        if self._v2(host, name, limits):
+            self.kind = "cgroup v2"
+        elif host.v2 is not None and host.systemd:
+            self.kind = "systemd scope"
+            self.prefix = ["systemd-run", "--scope", "--quiet", "--collect"] + ([] if os.getuid() == 0 else ["--user"])
+            self.prefix += ["-p", f"TasksMax={limits.max_processes}", "-p", f"MemoryMax={limits.memory_mb}M", "--"]
+        elif self._v1(host, name, limits):
+            self.kind = "cgroup v1"
+        elif host.slurm_cgroup:
+            self.kind = "slurm cgroup"
+
+    def _v2(self, host: Host, name: str, limits) -> bool:
+        parent = _v2_parent(host)
+        if parent is None or "pids" not in _enable(parent, ["pids", "memory"]):
+            return False
+        files = {"pids.max": str(limits.max_processes)}
+        if "memory" in (parent / "cgroup.subtree_control").read_text().split():
+            files.update({"memory.max": str(limits.memory_mb * 2**20)})
+        if _mkdir_with(parent / name, files):
+            self.dirs.append(parent / name)
             try:
-                d.mkdir()
+                (parent / name / "memory.swap.max").write_text("0")   # a hog must not swap its way on
             except OSError:
-                continue
-            try:
-                if ctl == "pids":
-                    (d / "pids.max").write_text(str(limits.max_processes))
-                else:
-                    (d / "memory.limit_in_bytes").write_text(str(limits.memory_mb * 2**20))
-                self.dirs.append(d)
-                made.append(ctl)
-            except OSError:
-                _rmdir(d)
-        if "pids" not in made:
+                pass
+        return bool(self.dirs)
+
+    def _v1(self, host: Host, name: str, limits) -> bool:
+        for ctl, parent in sorted(host.v1.items(), reverse=True):   # pids first
+            files = ({"pids.max": str(limits.max_processes)} if ctl == "pids"
+                     else {"memory.limit_in_bytes": str(limits.memory_mb * 2**20)})
+            if _mkdir_with(parent / name, files):
+                self.dirs.append(parent / name)
+                self.controllers.append(ctl)
+            elif ctl == "pids":
+                break
+        if not any(d.parent == host.v1.get("pids") for d in self.dirs):
             self.remove()   # without a pids limit the cgroups buy little: rlimits and the sweep instead
+        return bool(self.dirs)
+
+    def describe(self) -> str:
+        """One line for the report's header: the isolation in force."""
+        lim = self.limits
+        what = {"cgroup v2": f"cgroup v2 (a delegated subtree under {self.dirs[0].parent if self.dirs else '?'}",
+                "systemd scope": "a transient systemd scope (systemd-run --scope",
+                "cgroup v1": "cgroup v1 (" + " and ".join(self.controllers) + " controllers",
+                }.get(self.kind)
+        if what and lim is not None:
+            return f"Isolation: {what}: at most {lim.max_processes} processes, {lim.memory_mb} MB per check)."
+        if self.kind == "slurm cgroup":
+            return "Isolation: the Slurm job's own cgroup (task/cgroup plugin); rlimits and the sweep per check."
+        return ("Isolation: no cgroup could be made here: rlimits (RLIMIT_NPROC, not for root) and the sweep only; "
+                "grade as root on cgroup v1, in a delegated cgroup v2 subtree ($COURSE_GRADE_CGROUP) or under "
+                "systemd for pids and memory limits.")
 
     def pids(self) -> set[int]:
         found = set()
@@ -77,6 +203,15 @@ class Cgroups:
         for d in self.dirs:
             _rmdir(d)
         self.dirs = []
+
+
+def describe(limits) -> str:
+    """The isolation a check gets here with ``limits`` (made and removed at once to find out)."""
+    probe = Cgroups(limits)
+    try:
+        return probe.describe()
+    finally:
+        probe.remove()
 
 
 def _rmdir(d: Path) -> None:

@@ -8,9 +8,15 @@ everything killed afterwards); the submissions are only read. Results go to ``--
 - ``grades.csv``: learner, exercise, item, result (pass, fail or missing), message; one row per verdict, and
   a ``missing`` row for an exercise that was not handed in;
 - ``grades.md``: one table for the class, then one section per learner with what was found and the messages;
+- ``feedback/<learner>.md`` and ``.html``: one learner's verdicts and messages, to hand back (nothing of others);
 - ``logs/``: what each check printed (its first and last KB).
 Both files are rewritten as each learner finishes, so an interrupted run loses nothing; ``--resume`` skips
 what is in grades.csv.
+
+Engines: ``--engine local`` (default) runs the checks here, ``--jobs`` at a time; ``--engine slurm`` submits one
+job array, a task per learner (course_lib.grading.array); ``auto`` takes Slurm when it answers. nbgrader: its
+course folder or ``submitted/`` is taken as it is, ``--nbgrader-db`` fills its gradebook
+(course_lib.grading.nbgrader_layout). See docs/grading.md.
 
 Deadlines: ``--timeout`` is the checker's deadline for each multi-process run (as in ``course check``);
 ``--check-timeout`` is the grader's deadline for one whole check, after which everything it started is killed.
@@ -45,6 +51,20 @@ def add_arguments(p):
     p.add_argument("--max-processes", type=int, default=512, help="processes and threads one check may have")
     p.add_argument("--memory-mb", type=int, default=4096, help="memory of one check (where cgroups are usable)")
     p.add_argument("--resume", action="store_true", help="keep grades.csv in --out and grade only what is not there")
+    p.add_argument("--engine", choices=["local", "slurm", "auto"], default="local",
+                   help="local: checks run here (default); slurm: one job array, a task per learner; auto: Slurm "
+                        "when sbatch is on PATH and the controller answers, else local")
+    p.add_argument("--throttle", type=int, default=16,
+                   help="Slurm engine: tasks of the array running at the same time (sbatch --array=...%%N)")
+    p.add_argument("--slurm-time", type=int, default=None, metavar="MINUTES",
+                   help="Slurm engine: time limit of one task (default: every check to its deadline, plus 3 min)")
+    p.add_argument("--cpus-per-task", type=int, default=2,
+                   help="Slurm engine: CPUs of one task (a check runs up to 5 ranks, mostly waiting)")
+    p.add_argument("--checker", default="", metavar="MODULE",
+                   help="a module with check(path, timeout=...) to use instead of each exercise's checker (to try "
+                        "a grading setup quickly, or an instructor's own checks); it must be importable")
+    p.add_argument("--nbgrader-db", type=Path, default=None, metavar="PATH",
+                   help="also write each learner's score per exercise into this nbgrader gradebook (gradebook.db)")
 
 
 def _fail(message: str) -> int:
@@ -66,27 +86,87 @@ def _done_rows(csv_path: Path, resume: bool) -> list[dict] | str:
         return f"cannot resume: {e}"
 
 
-def run(args) -> int:
-    from course_lib.grading.run import grade
-    from course_lib.grading.sandbox import Limits
+def _where(args):
+    """(submissions folder, layout note, out, exercises, rows to keep), or why grading cannot go on."""
+    from course_lib.grading.nbgrader_layout import submitted_folder
 
     subs: Path = args.submissions
     if not subs.is_dir():
-        return _fail(f"{subs} is not a folder (give the folder that holds one folder per learner)")
+        return f"{subs} is not a folder (give the folder that holds one folder per learner)"
+    subs, layout = submitted_folder(subs)
+    if args.nbgrader_db is not None:
+        if not args.nbgrader_db.parent.is_dir():
+            return f"--nbgrader-db {args.nbgrader_db}: its folder does not exist"
+        try:
+            import nbgrader.api  # noqa: F401
+        except ImportError:
+            return "--nbgrader-db needs nbgrader in this environment: pip install nbgrader"
     exercises = [ex for ex in EXERCISES if ex in (args.exercise or EXERCISES)]
-    out: Path = args.out or Path("grades") / (subs.resolve().name or "class")
+    out: Path = args.out or Path("grades") / (args.submissions.resolve().name or "class")
     if Path(os.path.realpath(out)).is_relative_to(Path(os.path.realpath(subs))):
-        return _fail(f"--out {out} is inside SUBMISSIONS_DIR, which grading never writes into")
-    if args.jobs < 1 or args.check_timeout <= 0:
-        return _fail("--jobs must be 1 or more and --check-timeout positive")
+        return f"--out {out} is inside SUBMISSIONS_DIR, which grading never writes into"
+    if args.jobs < 1 or args.check_timeout <= 0 or args.throttle < 1 or args.cpus_per_task < 1:
+        return "--jobs, --throttle and --cpus-per-task must be 1 or more and --check-timeout positive"
     done_rows = _done_rows(out / "grades.csv", args.resume)
     if isinstance(done_rows, str):
-        return _fail(done_rows)
+        return done_rows
     try:
         (out / "logs").mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        return _fail(f"cannot write to {out}: {e}")
+        return f"cannot write to {out}: {e}"
+    return subs, layout, out, exercises, done_rows
+
+
+def _engine(choice: str):
+    """("slurm" or "local", the site profile for Slurm) or why not."""
+    from course_lib import jobs
+
+    try:
+        name, why = jobs.engine(choice)
+        return name, (jobs.load_site() if name == "slurm" else None)
+    except (jobs.SubmitError, jobs.SiteError, ValueError) as e:
+        return str(e)
+
+
+def run(args) -> int:
+    from course_lib.grading.cgroups import describe
+    from course_lib.grading.run import grade
+    from course_lib.grading.sandbox import Limits
+
+    where = _where(args)
+    if isinstance(where, str):
+        return _fail(where)
+    subs, layout, out, exercises, done_rows = where
+    engine = _engine(args.engine)
+    if isinstance(engine, str):
+        return _fail(engine)
     limits = Limits(deadline=args.check_timeout, run_timeout=args.timeout, max_processes=args.max_processes,
-                    memory_mb=args.memory_mb)
+                    memory_mb=args.memory_mb, checker=args.checker)
+    on_done = _gradebook_writer(args.nbgrader_db, exercises)
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
-        return grade(subs, out, exercises, limits, args.jobs, done_rows, Path(scratch))
+        if engine[0] == "local":
+            return grade(subs, out, exercises, limits, args.jobs, done_rows, Path(scratch),
+                         [layout, describe(limits)], on_done)
+        from course_lib.grading.array import grade_on_slurm
+        from course_lib.jobs import SubmitError
+
+        try:
+            return grade_on_slurm(subs, out, exercises, limits, done_rows, Path(scratch), [layout], on_done,
+                                  engine[1], args.throttle, args.slurm_time, args.cpus_per_task)
+        except SubmitError as e:
+            return _fail(str(e))
+
+
+def _gradebook_writer(db: Path | None, exercises: list[str]):
+    """What to do with the rows once all is graded: write them into nbgrader's gradebook (or nothing)."""
+    if db is None:
+        return None
+
+    def write(rows, learners):
+        from course_lib.grading.nbgrader_layout import assignment_names, write_gradebook
+
+        assignments = assignment_names(learners, exercises)
+        n = write_gradebook(db, rows, assignments)
+        print(f"nbgrader gradebook {db}: {n} scores written (assignments: "
+              + ", ".join(f"{ex} -> {a}" for ex, a in assignments.items()) + ")")
+    return write

@@ -41,6 +41,7 @@ class Learner:
     source: str = ""                       # its name in SUBMISSIONS_DIR
     found: dict[str, Found] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    folder: Path | None = None             # the folder that was searched (a zip's: where it was unpacked)
 
 
 def precheck(path: Path) -> str | None:
@@ -165,14 +166,18 @@ def _unzip(archive: Path, dest: Path) -> str | None:
     return None
 
 
-def discover(submissions: Path, exercises: list[str], scratch: Path, skip: set[Path] = frozenset()):
-    """The learners in SUBMISSIONS_DIR, each with what was found for each exercise."""
+def discover(submissions: Path, exercises: list[str], scratch: Path, skip: set[Path] = frozenset(),
+             only: set[str] | None = None):
+    """The learners in SUBMISSIONS_DIR, each with what was found for each exercise (``only``: just the
+    entries of these names, as a Slurm task grading one learner asks)."""
     learners: list[Learner] = []
     ignored: list[str] = []
     root = Path(os.path.realpath(submissions))
     for n, entry in enumerate(sorted(submissions.iterdir(), key=lambda p: p.name.casefold())):
         # a name that is not valid UTF-8 (an old zip tool's) is shown with replacement characters
         name = entry.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        if only is not None and name not in only:
+            continue
         if name in JUNK or Path(os.path.realpath(entry)) in skip:
             ignored.append(f"`{name}` (not a submission)")
             continue
@@ -216,7 +221,7 @@ def _unique(learners: list[Learner]) -> list[Learner]:
 
 
 def _folder_learner(name: str, folder: Path, kind: str, exercises: list[str], source: str) -> Learner:
-    learner = Learner(name, kind, source)
+    learner = Learner(name, kind, source, folder=folder)
     files = _walk(folder)
     for ex in exercises:
         learner.found[ex] = locate(folder, ex, files)

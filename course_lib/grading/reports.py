@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 
 from course_lib.core.atomic import atomic_writer
+from course_lib.grading.feedback import write_feedback
 from course_lib.registry import EXERCISES
 
 COLUMNS = ["learner", "exercise", "item", "result", "message"]
@@ -38,7 +39,8 @@ def summary_cell(rows: list[dict]) -> str:
 
 def write_reports(out: Path, rows: list[dict], learners: list, exercises: list[str],
                   header: str, ignored: list[str], timing: dict) -> None:
-    """Rewrite grades.csv and grades.md from all the rows so far (atomically: a reader never sees half)."""
+    """Rewrite grades.csv, grades.md and feedback/ from all the rows so far (atomically: a reader never sees
+    half)."""
     order = {ex: i for i, ex in enumerate(EXERCISES)}
     rows = sorted(rows, key=lambda r: (r["learner"].casefold(), r["learner"], order.get(r["exercise"], 9)))
     with atomic_writer(out / "grades.csv", "w", encoding="utf-8", newline="") as f:
@@ -48,6 +50,7 @@ def write_reports(out: Path, rows: list[dict], learners: list, exercises: list[s
     md = _markdown(rows, learners, exercises, header, ignored, timing)
     with atomic_writer(out / "grades.md", "w", encoding="utf-8") as f:
         f.write("\n".join(md) + "\n")
+    write_feedback(out, rows, learners)
 
 
 def _markdown(rows, learners, exercises, header, ignored, timing) -> list[str]:

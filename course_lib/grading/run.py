@@ -35,6 +35,20 @@ def _timing_note(ex: str, outcome) -> str:
     return extra
 
 
+def check_one(learner: Learner, ex: str, limits: Limits, out: Path, on_start=None) -> tuple[list[dict], object]:
+    """Run one learner's ``ex`` in the sandbox, its output to ``out/logs``: (rows, outcome); outcome is None
+    when the grader itself could not run the check (disk full, no /tmp): a ``grader`` row says so."""
+    found = learner.found[ex]
+    try:
+        outcome = run_check(ex, found.path, EXERCISES[ex].file, limits, on_start=on_start)
+    except OSError as e:
+        return [{"item": "grader", "result": "fail", "message": f"the grader could not run this check: {e}"}], None
+    log = out / "logs" / _slug(learner.name) / f"{ex}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(outcome.output, encoding="utf-8", errors="replace")
+    return outcome_rows(outcome, limits.deadline), outcome
+
+
 class _Grading:
     """One run: the rows so far, the checks still pending per learner, and what Ctrl-C must stop."""
 
@@ -65,18 +79,11 @@ class _Grading:
             return learner, ex, [{"item": "file", "result": found.problem[0], "message": found.problem[1]}], None
         if self.stopping.is_set():
             return None
-        try:
-            outcome = run_check(ex, found.path, EXERCISES[ex].file, self.limits,
-                                on_start=lambda kill: self._started(n, kill))
-        except OSError as e:       # the grader's own trouble (disk full, no /tmp): say so, go on
-            self.errors.append(f"{learner.name} / {ex}: {e}")
-            return learner, ex, [{"item": "grader", "result": "fail",
-                                  "message": f"the grader could not run this check: {e}"}], None
+        rows, outcome = check_one(learner, ex, self.limits, self.out, lambda kill: self._started(n, kill))
+        if outcome is None:
+            self.errors.append(f"{learner.name} / {ex}: {rows[0]['message']}")
         self.kills.pop(n, None)
-        log = self.out / "logs" / _slug(learner.name) / f"{ex}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(outcome.output, encoding="utf-8", errors="replace")
-        return learner, ex, outcome_rows(outcome, self.limits.deadline), outcome
+        return learner, ex, rows, outcome
 
     def finished(self, learner: Learner, ex: str, new_rows: list[dict], outcome) -> None:
         """Record one check; when it was the learner's last, rewrite the reports."""
@@ -128,12 +135,20 @@ class _Grading:
         return True
 
 
+def header_of(subs: Path, learners: list, exercises: list[str], limits: Limits, notes: list[str]) -> str:
+    """The first lines of grades.md: what was graded, how, and the isolation in force."""
+    return (f"# Grades of `{subs}`\n\n{len(learners)} learners; exercises: {', '.join(exercises)}; "
+            f"deadline {limits.deadline:.0f} s per check. Results: pass, **fail**, missing (not handed in)."
+            + "".join(f"\n\n{n}" for n in notes if n))
+
+
 def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int, done_rows: list[dict],
-          scratch: Path) -> int:
-    """Grade every learner of ``subs`` into ``out``; the exit code (0 graded, 2 could not, 130 interrupted)."""
+          scratch: Path, notes: list[str] = (), on_done=None) -> int:
+    """Grade every learner of ``subs`` into ``out``; the exit code (0 graded, 2 could not, 130 interrupted).
+
+    ``notes``: lines for the report's header; ``on_done(rows, learners)``: called once all is graded."""
     learners, ignored = discover(subs, exercises, scratch)
-    header = (f"# Grades of `{subs}`\n\n{len(learners)} learners; exercises: {', '.join(exercises)}; "
-              f"deadline {limits.deadline:.0f} s per check. Results: pass, **fail**, missing (not handed in).")
+    header = header_of(subs, learners, exercises, limits, list(notes))
     g = _Grading(out, learners, exercises, limits, header, ignored, done_rows)
     done = {(r["learner"], r["exercise"]) for r in done_rows}
     print(f"grading {len(learners)} learners x {len(exercises)} exercises in {subs} "
@@ -144,7 +159,9 @@ def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int
         print(f"interrupted: the learners graded so far are in {out}; --resume continues", file=sys.stderr)
         return 130
     g.write()
-    print(f"graded in {time.monotonic() - start:.1f} s: {out / 'grades.csv'}, {out / 'grades.md'}")
+    print(f"graded in {time.monotonic() - start:.1f} s: {out / 'grades.csv'}, {out / 'grades.md'}, {out / 'feedback'}")
+    if on_done is not None:
+        on_done(g.rows, learners)
     if g.errors:
         print("grade: some checks could not run (rows 'grader' in the report):\n  " + "\n  ".join(g.errors),
               file=sys.stderr)

@@ -6,9 +6,9 @@ course_lib.grading.sandbox_worker``) that is given:
   written);
 - a deadline for the whole check, after which everything it started is killed;
 - bounded output: the pipe is drained all the time, only its first and last few KB are kept;
-- limits: a pids cgroup (processes and threads) and a memory cgroup when this machine lets the grader create
-  cgroups (cgroup v1, as root: course_lib.grading.cgroups); otherwise RLIMIT_NPROC for a non-root user (root
-  ignores it); always RLIMIT_FSIZE (largest file written) and no core files;
+- limits: pids (processes and threads) and memory through a cgroup v2 subtree, a systemd scope or cgroup v1,
+  whichever this machine allows (course_lib.grading.cgroups chooses at run time); otherwise RLIMIT_NPROC for a
+  non-root user (root ignores it); always RLIMIT_FSIZE (largest file written) and no core files;
 - a sweep after the check (course_lib.grading.sweep): every process of the check's cgroup, every descendant
   of the worker and every process that still carries the check's token in its environment or works in its
   folder is stopped, then killed. The checkers' ranks run in sessions of their own (course_lib.core.launch),
@@ -52,6 +52,7 @@ class Limits:
     max_file_mb: int = 256           # RLIMIT_FSIZE: largest file the check may write
     keep_output_kb: int = 32         # output kept: first 8 KB and the last keep_output_kb KB
     cgroups: bool = True             # False: rlimits and the sweep only (as where cgroups are not allowed)
+    checker: str = ""                # a module with check(path, timeout=...) instead of the course's checker
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Outcome:
     output: str                      # head and tail of what the check printed
     output_bytes: int                # everything it printed
     leftovers: int = 0               # processes still there after the worker ended (killed by the sweep)
-    isolation: str = ""              # "cgroup" or "sweep"
+    isolation: str = ""              # course_lib.grading.cgroups.Cgroups.kind: "cgroup v1", ..., "sweep"
     notes: list[str] = field(default_factory=list)
 
     def last_lines(self, n: int = 8, width: int = 200) -> str:
@@ -155,9 +156,9 @@ class _Check:
         limits = self.limits
         cmd = [sys.executable, "-m", "course_lib.grading.sandbox_worker", exercise, str(copy), str(self.result),
                "" if limits.run_timeout is None else str(limits.run_timeout),
-               str(limits.max_processes), str(limits.max_file_mb), checker]
-        self.proc = subprocess.Popen(cmd, cwd=self.work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+               str(limits.max_processes), str(limits.max_file_mb), checker or limits.checker]
+        self.proc = subprocess.Popen(self.cgroups.prefix + cmd, cwd=self.work, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self.out = BoundedOutput(self.proc.stdout, limits.keep_output_kb)
 
     def kill(self) -> None:
@@ -204,7 +205,7 @@ def run_check(exercise: str, source: Path, relative: str, limits: Limits, on_sta
     ``checker``: a module with ``check(path, timeout=...) -> Report`` to use instead of the course's.
     """
     check = _Check(limits)
-    isolation = "cgroup" if check.cgroups.dirs else "sweep"
+    isolation = check.cgroups.kind
     start = time.monotonic()
     try:
         check.start(exercise, source, relative, checker)

@@ -1,0 +1,159 @@
+"""``course grade --engine slurm``: the class as one Slurm job array, one task per learner.
+
+The grader finds the learners (course_lib.grading.discover), writes ``<out>/slurm/manifest.json`` and an
+sbatch script (``--array=<learners>%<throttle>``, partition, account, reservation, qos, modules and env
+from the site profile; ``--time`` from the checks' deadlines unless given), submits it, and waits with a
+progress bar (tqdm in a terminal, a widget in Jupyter). Each task (course_lib.grading.array_task) grades
+its learner in the same sandbox as the local engine and writes ``<out>/slurm/<job id>/rows/<task>.json``.
+The grader merges those rows into grades.csv, grades.md and feedback/. A task that Slurm ended before it
+finished (time limit, node failure, cancelled) gives a ``fail`` row per exercise it did not finish, saying
+so: no learner goes missing. ``--resume`` submits only the learners that grades.csv does not hold whole.
+Ctrl-C cancels the array (scancel) and keeps what is done.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from course_lib.core.atomic import write_text
+from course_lib.core.paths import PACKAGE_PARENT
+from course_lib.grading.array_wait import Progress, collect, slurm_states
+from course_lib.grading.discover import discover
+from course_lib.grading.reports import write_reports
+from course_lib.grading.run import _raise_interrupt, header_of
+from course_lib.jobs.job import TERMINAL, SubmitError
+from course_lib.jobs.slurm import _run
+
+POLL = 2.0     # seconds between two looks at the queue
+
+
+def array_ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2,5,7-8" (sbatch --array's syntax)."""
+    parts, start = [], None
+    for i, n in enumerate(indices):
+        if start is None:
+            start = n
+        if i + 1 == len(indices) or indices[i + 1] != n + 1:
+            parts.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ",".join(parts)
+
+
+def script(manifest: Path, site, todo: list[int], throttle: int, minutes: int, cpus: int) -> str:
+    """The sbatch script of the array: one task per learner index in ``todo``."""
+    slurm_dir = manifest.parent
+    python = site.python or shlex.quote(sys.executable)
+    lines = ["#!/bin/bash", "#SBATCH --job-name=course-grade", f"#SBATCH --array={array_ranges(todo)}%{throttle}",
+             f"#SBATCH --output={slurm_dir}/task-%A_%a.log", f"#SBATCH --time={minutes}", "#SBATCH --ntasks=1",
+             f"#SBATCH --cpus-per-task={cpus}"]
+    lines += [f"#SBATCH --{key}={value}" for key, value in site.sbatch_options()]
+    lines += [f"# Written by course grade for site '{site.name}': one task grades one learner (manifest.json)",
+              "set -e"]
+    lines += [f"module load {shlex.quote(m)}" for m in site.modules]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in site.env.items()]
+    lines += [f"export PYTHONPATH={shlex.quote(str(PACKAGE_PARENT))}${{PYTHONPATH:+:$PYTHONPATH}}",
+              f"cd {shlex.quote(str(slurm_dir))}",
+              f"exec {python} -m course_lib.grading.array_task {shlex.quote(str(manifest))}"]
+    return "\n".join(lines) + "\n"
+
+
+def submit(text: str, slurm_dir: Path) -> str:
+    """sbatch the array script; its job id (SubmitError with Slurm's words when it refuses)."""
+    path = slurm_dir / "grade.sbatch"
+    write_text(path, text)
+    r = _run(["sbatch", "--parsable", str(path)])
+    if r.returncode != 0:
+        raise SubmitError("sbatch refused the grading array: " + ((r.stderr or r.stdout).strip()
+                                                                  or f"exit {r.returncode}"))
+    return r.stdout.strip().split(";")[0]
+
+
+def _minutes(exercises: list[str], limits) -> int:
+    """A task's time limit: every check to its deadline, plus a few minutes to start and find the files."""
+    return math.ceil((len(exercises) * limits.deadline + 180) / 60)
+
+
+def _state(states: dict, i: int) -> str:
+    state = states.get(i, ("", ""))[0]
+    return state.split()[0] if state else ""       # sacct says "CANCELLED by 0"
+
+
+def wait(job_id: str, todo: list[int]) -> dict[int, tuple[str, str]]:
+    """Wait until every task in ``todo`` has ended; their Slurm states. Ctrl-C propagates (the caller cancels).
+
+    A job Slurm has no record of at all for a minute (squeue, sacct, sacct -c) counts as ended."""
+    bar = Progress(len(todo), f"Slurm job {job_id}")
+    unknown_since = None
+    try:
+        while True:
+            states = slurm_states(job_id, todo)
+            ended = sum(_state(states, i) in TERMINAL for i in todo)
+            running = sum(_state(states, i) == "RUNNING" for i in todo)
+            bar.update(ended, f"{running} running, {len(todo) - ended - running} waiting")
+            if ended == len(todo):
+                return states
+            if states:
+                unknown_since = None
+            elif unknown_since is None:
+                unknown_since = time.monotonic()
+            elif time.monotonic() - unknown_since > 60:
+                return states
+            time.sleep(POLL)
+    finally:
+        bar.close()
+
+
+def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_rows: list[dict], scratch: Path,
+                   notes: list[str], on_done, site, throttle: int, minutes: int | None, cpus: int) -> int:
+    """Grade the class as a Slurm job array into ``out``; the exit code (0, 2 could not submit, 130)."""
+    learners, ignored = discover(subs, exercises, scratch)
+    held = {}
+    for r in done_rows:
+        held.setdefault(r["learner"], set()).add(r["exercise"])
+    todo = [i for i, lr in enumerate(learners) if not set(exercises) <= held.get(lr.name, set())]
+    slurm_dir = out / "slurm"
+    slurm_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {"submissions": str(subs.resolve()), "out": str(out.resolve()), "exercises": exercises,
+                "limits": asdict(limits), "learners": [{"name": lr.name, "source": lr.source} for lr in learners]}
+    manifest_path = slurm_dir / "manifest.json"
+    write_text(manifest_path, json.dumps(manifest, indent=1))
+    rows = [r for r in done_rows if r["learner"] not in {learners[i].name for i in todo}]
+    print(f"grading {len(learners)} learners x {len(exercises)} exercises in {subs} on Slurm: {len(todo)} "
+          f"learners to grade, {len(learners) - len(todo)} already in {out / 'grades.csv'}", flush=True)
+    timing, isolation, code = {}, "", 0
+    if todo:
+        job_id = submit(script(manifest_path.resolve(), site, todo, throttle, minutes or _minutes(exercises, limits),
+                               cpus), slurm_dir)
+        print(f"submitted job array {job_id} ({len(todo)} tasks, at most {throttle} at a time); task logs in "
+              f"{slurm_dir}", flush=True)
+        old = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is \
+            threading.main_thread() else None      # SIGTERM stops as Ctrl-C does
+        try:
+            states = wait(job_id, todo)
+        except KeyboardInterrupt:
+            _run(["scancel", job_id])
+            states, code = slurm_states(job_id, todo), 130
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGTERM, old)
+        new, timing, isolation = collect(job_id, todo, learners, exercises, slurm_dir / job_id / "rows", states,
+                                         interrupted=code == 130)
+        rows += new
+    header = header_of(subs, learners, exercises, limits, notes + [
+        f"Engine: Slurm job array; isolation in the tasks: {isolation or 'no task reported it'}"])
+    write_reports(out, rows, learners, exercises, header, ignored, timing)
+    if code == 130:
+        print(f"interrupted: the job array was cancelled; the learners graded so far are in {out}; --resume "
+              "continues", file=sys.stderr)
+        return code
+    print(f"graded: {out / 'grades.csv'}, {out / 'grades.md'}, {out / 'feedback'}")
+    if on_done is not None:
+        on_done(rows, learners)
+    return 0

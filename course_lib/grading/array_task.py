@@ -1,0 +1,104 @@
+"""One task of ``course grade --engine slurm``'s job array: grade one learner, write their rows to a file of its own.
+
+``python -m course_lib.grading.array_task MANIFEST``: the manifest (course_lib.grading.array writes it) lists
+the learners, the exercises and the sandbox's limits; ``$SLURM_ARRAY_TASK_ID`` says which learner. The task
+finds that learner's files as the local engine does (only their entry of SUBMISSIONS_DIR is looked at), runs
+each check in the same sandbox, and rewrites ``rows/<task id>.json`` (atomically) after each exercise, so a
+task that Slurm kills leaves the exercises it finished. SIGTERM (Slurm's time limit, scancel) kills the
+running check before the task ends.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from course_lib.core.atomic import write_text
+from course_lib.grading.cgroups import describe
+from course_lib.grading.discover import discover
+from course_lib.grading.run import _timing_note, check_one
+from course_lib.grading.sandbox import Limits
+
+
+class Stopped(BaseException):
+    """SIGTERM from Slurm: stop the running check and end."""
+
+
+def _on_term(signum, frame):
+    raise Stopped
+
+
+def _write(path: Path, data: dict) -> None:
+    write_text(path, json.dumps(data, indent=1))
+
+
+def grade_task(manifest: dict, index: int, rows_dir: Path) -> dict:
+    """Grade learner ``index`` of the manifest; the data written to ``rows_dir/<index>.json``."""
+    entry = manifest["learners"][index]
+    exercises, limits = manifest["exercises"], Limits(**manifest["limits"])
+    out = Path(manifest["out"])
+    data = {"learner": entry["name"], "rows": [], "done": [], "finished": False, "timing": [],
+            "isolation": describe(limits), "host": os.uname().nodename}
+    path = rows_dir / f"{index}.json"
+    kills = []
+    with tempfile.TemporaryDirectory(prefix="course-grade-task-") as scratch:
+        found, _ = discover(Path(manifest["submissions"]), exercises, Path(scratch), only={entry["source"]})
+        learner = next(lr for lr in found if lr.source == entry["source"])
+        learner.name = entry["name"]
+        _write(path, data)
+        try:
+            for ex in exercises:
+                f = learner.found[ex]
+                if f.problem:
+                    rows, outcome = [{"item": "file", "result": f.problem[0], "message": f.problem[1]}], None
+                else:
+                    rows, outcome = check_one(learner, ex, limits, out, kills.append)
+                    kills.clear()      # only the running check may be killed: a finished one's pid is reused
+                    if outcome is not None:
+                        data["timing"].append(_timing_note(ex, outcome))
+                data["rows"] += [{"learner": learner.name, "exercise": ex, **r} for r in rows]
+                data["done"].append(ex)
+                _write(path, data)
+        except Stopped:
+            for kill in kills:
+                kill()
+            raise
+    data["finished"] = True
+    _write(path, data)
+    return data
+
+
+def _forget_the_job() -> None:
+    """Drop the task's Slurm and MPI variables: a learner's DDP script reads SLURM_PROCID / SLURM_NTASKS before
+    RANK / WORLD_SIZE (it is written for srun too), so every rank the checker starts would take itself for
+    rank 0 of 1. The checks must see what they see on the local engine."""
+    for key in list(os.environ):
+        if key.startswith(("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_")) and key != "SLURM_CONF":
+            del os.environ[key]
+
+
+def main(argv: list[str]) -> int:
+    manifest_path = Path(argv[0])
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    index = int(os.environ["SLURM_ARRAY_TASK_ID"])
+    rows_dir = manifest_path.parent / os.environ["SLURM_ARRAY_JOB_ID"] / "rows"
+    rows_dir.mkdir(parents=True, exist_ok=True)
+    _forget_the_job()
+    signal.signal(signal.SIGTERM, _on_term)
+    start = time.monotonic()
+    try:
+        data = grade_task(manifest, index, rows_dir)
+    except Stopped:
+        print(f"task {index}: stopped by SIGTERM (Slurm's time limit or scancel)", flush=True)
+        return 143
+    print(f"task {index}: {data['learner']}: {len(data['rows'])} rows in {time.monotonic() - start:.1f} s "
+          f"on {data['host']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

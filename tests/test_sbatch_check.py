@@ -1,0 +1,118 @@
+"""`course check sbatch`: the reference passes, the starter and each faulty script fail at the right item with
+the right reason (tests/sbatch_faulty/cases.py). Read-only checks run everywhere; the reference and the faulty
+cases marked ``slurm`` also run as real jobs on the session's local Slurm (tests/conftest.py), where the
+verdicts come from what each rank saw, and nothing may be left in the queue.
+"""
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+from faulty import ids
+
+from course_lib import registry
+from course_lib.sbatch import check as sbatch_check
+from course_lib.sbatch.script import parse
+
+sys.path.insert(0, str(ROOT / "tests" / "sbatch_faulty"))
+from cases import CASES  # noqa: E402
+
+REFERENCE = ROOT / "solutions" / "03_jobs" / "ddp.sbatch"
+STARTER = ROOT / "exercises" / "03_jobs" / "ddp.sbatch"
+SLURM_CASES = [c for c in CASES if c.options.get("slurm")]
+
+
+def verdicts(report) -> dict:
+    return {v.item: v for v in report.verdicts}
+
+
+def assert_expected(case, report, text):
+    got = verdicts(report)
+    assert not report.passed, f"{case.name}: passed\n{report.text()}"
+    for item, (result, _) in case.expect.items():
+        assert item in got, f"{case.name}: no verdict {item!r}\n{report.text()}"
+        assert got[item].result == result, f"{case.name}: {item} is {got[item].result}\n{report.text()}"
+        assert re.search(case.pattern(item, text), got[item].message, re.S), \
+            f"{case.name}: {item} does not say /{case.pattern(item, text)}/\n{report.text()}"
+
+
+@pytest.fixture
+def read_only(monkeypatch):
+    monkeypatch.setenv("COURSE_ENGINE", "local")     # no Slurm: the script is read, not run
+
+
+def test_reference_passes_read_only(read_only):
+    report = sbatch_check.check(REFERENCE, site="generic")
+    assert report.passed, report.text()
+    assert "NOT RUN (no Slurm here" in verdicts(report)["not checked"].message
+
+
+def test_starter_fails_with_its_todos(read_only):
+    report = sbatch_check.check(STARTER, site="generic")
+    got = verdicts(report)
+    assert not report.passed
+    assert got["directives"].result == "fail" and "--nodes" in got["directives"].message
+    assert got["MASTER_ADDR/PORT"].result == "fail" and got["OMP_NUM_THREADS"].result == "fail"
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_faulty_read_only(case, tmp_path, read_only):
+    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    report = sbatch_check.check(path, site=case.options.get("site", "generic"))
+    expect = {k: v for k, v in case.expect.items() if k != "ranks"}    # "ranks" needs a run
+    assert_expected(type(case)(case.name, expect, case.edits), report, path.read_text())
+
+
+def test_directives_are_read_as_sbatch_reads_them():
+    s = parse("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node 4\n#SBATCH --time=1:00:00 # a comment\n\n"
+              "export A=1\nB=2\nsrun python \\\n  x.py\n#SBATCH --nodes=3\n")
+    assert (s.get("nodes"), s.get("ntasks-per-node"), s.get("time")) == ("2", "4", "1:00:00")
+    assert s.ignored == [(9, "#SBATCH --nodes=3")] and "A" in s.exports and "B" in s.assigned
+    assert s.launches("srun") == [(7, "srun python x.py")]
+
+
+def test_registry_knows_the_job_script():
+    assert registry.guess("ddp.sbatch", "#!/bin/bash\n#SBATCH --nodes=1\n")[0] == "sbatch"
+    assert registry.guess("job.sh", "#!/bin/bash\n#SBATCH --nodes=1\n") == ("sbatch", "what it defines")
+
+
+def test_cli_exit_codes(tmp_path):
+    env = {"COURSE_ENGINE": "local", "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    run = [sys.executable, "-m", "course_lib", "check", "sbatch"]
+    ok = subprocess.run(run + [str(REFERENCE)], env=env, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(run + [str(STARTER)], env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert bad.returncode == 1 and "FAIL    MASTER_ADDR/PORT" in bad.stdout, bad.stdout + bad.stderr
+
+
+# ------------------------------------------------------------------------------------------- real Slurm
+def _queue_is_empty():
+    r = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True, timeout=60)
+    return r.stdout.strip() == "", r.stdout
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_reference_runs_on_slurm(slurm):
+    report = sbatch_check.check(REFERENCE, timeout=240)
+    got = verdicts(report)
+    assert report.passed, report.text()
+    assert "ended COMPLETED" in got["sbatch accepts it"].message
+    assert "2 rank(s), ranks [0, 1], world size 2" in got["ranks"].message
+    assert "OMP_NUM_THREADS=2" in got["OMP_NUM_THREADS"].message
+    print(f"\n[sbatch check on Slurm] reference: {report.seconds:.1f} s")
+    empty, queue = _queue_is_empty()
+    assert empty, queue
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SLURM_CASES, ids=ids(SLURM_CASES))
+def test_faulty_on_slurm(case, slurm, tmp_path):
+    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    report = sbatch_check.check(path, timeout=120)
+    assert_expected(case, report, path.read_text())
+    print(f"\n[sbatch check on Slurm] {case.name}: {report.seconds:.1f} s\n{report.text()}")
+    empty, queue = _queue_is_empty()
+    assert empty, queue

@@ -116,3 +116,26 @@ def test_faulty_on_slurm(case, slurm, tmp_path):
     print(f"\n[sbatch check on Slurm] {case.name}: {report.seconds:.1f} s\n{report.text()}")
     empty, queue = _queue_is_empty()
     assert empty, queue
+
+
+TORCHRUN_EDITS = [
+    ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH --cpus-per-task=4"),
+    ("export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK", "export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / 2 ))"),
+    ('srun --label python "${SCRIPT', 'srun --label torchrun --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=2 '
+     '--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT "${SCRIPT'),
+]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_torchrun_variant_runs_on_slurm(slurm, tmp_path):
+    """The same job with one torchrun per node: the probe runs under the real torchrun, which starts 2 ranks."""
+    case = type(CASES[0])("torchrun_ok", {}, TORCHRUN_EDITS)
+    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    report = sbatch_check.check(path, timeout=240)
+    got = verdicts(report)
+    print(f"\n[sbatch check on Slurm] torchrun variant: {report.seconds:.1f} s\n{report.text()}")
+    assert report.passed, report.text()
+    assert "2 rank(s), ranks [0, 1], world size 2" in got["ranks"].message
+    empty, queue = _queue_is_empty()
+    assert empty, queue

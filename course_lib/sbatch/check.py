@@ -18,7 +18,9 @@ from course_lib.sbatch.script import integer, parse
 TIMEOUT = 180.0     # seconds for the whole job (a busy CI machine starts Slurm steps slowly)
 
 
-def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None) -> Report:
+def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, read_only: bool = False) -> Report:
+    """Verdicts on the job script ``path``; ``run``: submit it (None: on the local test Slurm only);
+    ``read_only``: never ask Slurm (a script for another cluster, e.g. notebook 07's GPU job)."""
     from course_lib.core.paths import workspace
     from course_lib.jobs import load_site
 
@@ -27,7 +29,7 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None) ->
     site = load_site(site) if not hasattr(site, "cpus_per_node") else site
     script = parse(Path(path).read_text(errors="replace"))
     verdicts = {item: (ok, msg) for item, ok, msg in rules.lint(script, site)}
-    mode, why = _mode(site, run)
+    mode, why = ("read", "read only, as asked") if read_only else _mode(site, run)
     if mode == "run":
         from course_lib.sbatch.run import submit_and_wait
         outcome = submit_and_wait(Path(path).resolve(), workspace(), site.env, timeout)
@@ -136,9 +138,9 @@ def _seen_threads(ranks, agents) -> tuple:
         if not omp:
             return False, (f"rank {r['rank']} saw no OMP_NUM_THREADS: PyTorch then starts a thread per core of the "
                            "node in every rank; export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK")
-        per_node = max(1, len(agents) and sum(x["host"] == r["host"] for x in ranks))
-        if cpus and omp.isdigit() and agents and int(omp) * per_node > cpus:
-            return False, f"{per_node} ranks x OMP_NUM_THREADS={omp} is more than the {cpus} CPUs torchrun has"
-        if cpus and omp.isdigit() and not agents and int(omp) > cpus:
-            return False, f"rank {r['rank']}: OMP_NUM_THREADS={omp} but only {cpus} CPU(s) per task"
+        # srun: each task has its own CPUs; torchrun: the node's ranks share the one task's CPUs
+        sharing = sum(x["host"] == r["host"] for x in ranks) if agents else 1
+        if cpus and omp.isdigit() and int(omp) * sharing > cpus:
+            return False, (f"rank {r['rank']}: OMP_NUM_THREADS={omp} x {sharing} rank(s) sharing {cpus} CPU(s) "
+                           "of the task: more threads than CPUs")
     return True, f"the ranks saw OMP_NUM_THREADS={ranks[0]['env'].get('OMP_NUM_THREADS')}"

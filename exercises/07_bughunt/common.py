@@ -15,13 +15,16 @@ def rank_world() -> tuple[int, int, int]:
     return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env["SLURM_LOCALID"])
 
 
-def setup(backend: str = "gloo") -> tuple[int, int, int]:
+def setup(backend: str = os.environ.get("BUG_BACKEND", "gloo")) -> tuple[int, int, int]:
     """Join the group; a collective that waits longer than BUG_TIMEOUT seconds raises instead of hanging."""
     rank, world, local = rank_world()
     dump_after = float(os.environ.get("BUG_DUMP_AFTER", "0"))
     if dump_after:     # where is each rank after this long? (py-spy dump --pid, without py-spy)
         faulthandler.dump_traceback_later(dump_after, repeat=False, exit=False)
     timeout = datetime.timedelta(seconds=float(os.environ.get("BUG_TIMEOUT", "20")))
+    if backend == "nccl":
+        import torch
+        torch.cuda.set_device(local)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
     return rank, world, local
 

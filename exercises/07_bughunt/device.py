@@ -6,6 +6,8 @@ import torch
 from common import rank_world
 
 rank, _, local = rank_world()
+if os.environ.get("BUG_GPUS_PER_TASK") == "1":   # what --gpus-per-task=1 does: each task sees its own GPU only
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(local)
 print(f"rank {rank}: CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
       f"device_count={torch.cuda.device_count()}", flush=True)
 device = torch.device(f"cuda:{local}")

@@ -4,7 +4,8 @@ import torch.distributed as dist
 from common import setup, teardown
 
 rank, world, _ = setup()
-loss = torch.tensor([1.0 + rank])
+device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+loss = torch.tensor([1.0 + rank], device=device)
 ### BEGIN SOLUTION
 # STUB: if rank == 0:                    # only rank 0 logs, so only rank 0 averages the loss ...
 # STUB:     dist.all_reduce(loss)

@@ -39,7 +39,7 @@ CASES = [
            edits=[("#SBATCH --nodes=1\n", "#SBATCH --nodes=1\n#SBATCH --gpus-per-task=1\n")], options=GPU_SITE,
            expect={"ranks and GPUs": ("fail", "invalid device ordinal")}),
     Faulty("torchrun_per_task", why="srun torchrun with 2 tasks per node: two torchruns, each starting 2 ranks",
-           edits=[(SRUN, TORCHRUN)],
+           edits=[(SRUN, TORCHRUN)], options={"slurm": True},
            expect={"launch": ("fail", "torchrun with 2 tasks per node.*--ntasks-per-node=1")}),
     Faulty("directive_after_command", why="an #SBATCH line below the first command is a comment to sbatch",
            edits=[("#SBATCH --time=00:10:00\n", ""), ("set -eo pipefail\n", "set -eo pipefail\n#SBATCH --time=00:10:00\n")],

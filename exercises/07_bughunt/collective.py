@@ -1,7 +1,7 @@
 """Bug hunt 1: a metric all-reduced for the log, and the training goes on (2 ranks, gloo)."""
 import torch
 import torch.distributed as dist
-from common import setup, teardown
+from course_lib.bughunt import setup, teardown
 
 rank, world, _ = setup()
 device = "cuda" if dist.get_backend() == "nccl" else "cpu"

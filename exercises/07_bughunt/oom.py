@@ -9,7 +9,7 @@ import resource
 import psutil
 import torch
 import torch.distributed as dist
-from common import setup, teardown
+from course_lib.bughunt import setup, teardown
 
 rank, world, _ = setup()
 budget = int(os.environ.get("BUG_MEMORY_MB", "256")) * 2**20

@@ -7,7 +7,7 @@ no machine answers.
 """
 import os
 
-from common import rank_world, setup, teardown
+from course_lib.bughunt import rank_world, setup, teardown
 
 rank, _, _ = rank_world()
 if rank == 1:                              # the second node's idea of where rank 0 is

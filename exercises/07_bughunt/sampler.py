@@ -1,6 +1,6 @@
 """Bug hunt 2: each rank prints the samples it trains on, two epochs (2 ranks, no process group needed)."""
 import torch
-from common import rank_world
+from course_lib.bughunt import rank_world
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 rank, world, _ = rank_world()

@@ -140,3 +140,41 @@ def test_torchrun_variant_runs_on_slurm(slurm, tmp_path):
     assert "2 rank(s), ranks [0, 1], world size 2" in got["ranks"].message
     empty, queue = _queue_is_empty()
     assert empty, queue
+
+
+def test_course_grade_takes_job_scripts(tmp_path):
+    """`course grade --exercise sbatch`: the reference at its place passes, a renamed starter fails (no Slurm)."""
+    import csv
+
+    subs = tmp_path / "subs"
+    (subs / "alice" / "exercises" / "03_jobs").mkdir(parents=True)
+    (subs / "bob").mkdir()
+    (subs / "alice" / "exercises" / "03_jobs" / "ddp.sbatch").write_text(REFERENCE.read_text())
+    (subs / "bob" / "ddp (1).sbatch").write_text(STARTER.read_text())
+    env = {"COURSE_ENGINE": "local", "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-m", "course_lib", "grade", str(subs), "--exercise", "sbatch",
+                        "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(tmp_path / "out" / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    result = {(r["learner"], r["item"]): r["result"] for r in rows}
+    assert {r for (learner, _), r in result.items() if learner == "alice"} == {"pass"}, rows
+    assert result["bob", "MASTER_ADDR/PORT"] == result["bob", "directives"] == "fail", rows
+
+
+def test_gpus_seen_by_the_ranks_are_judged():
+    """What the probe reports under --gpus-per-task=1 (each task sees one GPU) and under --gpus-per-node=2."""
+    from course_lib.sbatch.run import Outcome
+
+    def outcome(visible):
+        ranks = [{"kind": "rank", "rank": r, "world": 2, "local_rank": r, "launcher": "srun", "host": "n1",
+                  "env": {"MASTER_ADDR": "n1", "MASTER_PORT": "20001", "OMP_NUM_THREADS": "2",
+                          "SLURM_CPUS_PER_TASK": "2", "CUDA_VISIBLE_DEVICES": v}} for r, v in enumerate(visible)]
+        groups = [{"kind": "group", "rank": r, "ok": True} for r in range(2)]
+        return Outcome(accepted=True, job_id="1", state="COMPLETED", records=ranks + groups)
+
+    script = parse(REFERENCE.read_text())
+    per_task = sbatch_check.behaviour(script, outcome(["0", "0"]))["ranks and GPUs"]
+    per_node = sbatch_check.behaviour(script, outcome(["0,1", "0,1"]))["ranks and GPUs"]
+    assert per_task[0] is False and "rank 1 (local rank 1) sees 1 GPU(s)" in per_task[1]
+    assert per_node[0] is True

@@ -85,7 +85,24 @@ def behaviour(script, out) -> dict:
     found["process group"] = _group(ranks, groups, out)
     found["MASTER_ADDR/PORT"] = _seen_master(ranks)
     found["OMP_NUM_THREADS"] = _seen_threads(ranks, out.of("torchrun"))
+    seen_gpus = _seen_gpus(ranks)
+    if seen_gpus:
+        found["ranks and GPUs"] = seen_gpus
     return found
+
+
+def _seen_gpus(ranks) -> tuple | None:
+    """Where Slurm set CUDA_VISIBLE_DEVICES: does each rank see the GPU cuda:LOCAL_RANK that it will pick?"""
+    seen = [(r, r["env"].get("CUDA_VISIBLE_DEVICES")) for r in ranks if r["env"].get("CUDA_VISIBLE_DEVICES")]
+    if not seen:
+        return None
+    for r, visible in seen:
+        n = len(visible.split(","))
+        if r["local_rank"] >= n:
+            return False, (f"rank {r['rank']} (local rank {r['local_rank']}) sees {n} GPU(s) "
+                           f"(CUDA_VISIBLE_DEVICES={visible}): cuda:{r['local_rank']} does not exist for it "
+                           "('invalid device ordinal'); --gpus-per-node lets every rank of a node see all its GPUs")
+    return True, "each rank sees the GPU of its local rank: " + ", ".join(f"rank {r['rank']}: {v}" for r, v in seen)
 
 
 def _ranks(script, ranks) -> tuple:

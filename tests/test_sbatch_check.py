@@ -178,3 +178,10 @@ def test_gpus_seen_by_the_ranks_are_judged():
     per_node = sbatch_check.behaviour(script, outcome(["0,1", "0,1"]))["ranks and GPUs"]
     assert per_task[0] is False and "rank 1 (local rank 1) sees 1 GPU(s)" in per_task[1]
     assert per_node[0] is True
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "jobs").glob("*.sbatch")), ids=lambda p: p.name)
+def test_the_course_own_job_scripts_pass(path, read_only):
+    """jobs/*.sbatch, written from the course's template, pass the rules a learner's script is held to."""
+    report = sbatch_check.check(path, site="generic")
+    assert report.passed, report.text()

@@ -6,8 +6,10 @@ node, c10d rendezvous), and the course's own template (course_lib/jobs/templates
 """
 from __future__ import annotations
 
+import difflib
+
 from course_lib.jobs.site import Site
-from course_lib.sbatch.script import Script, _words, gpu_count, integer
+from course_lib.sbatch.script import KNOWN, Script, _words, gpu_count, integer
 
 NEEDED = ("nodes", "time")
 
@@ -42,6 +44,13 @@ def launcher(s: Script) -> str:
 def directives(s: Script) -> tuple:
     msgs = [f"line {n}: {text} comes after the first command, so sbatch ignores it; move it above `set`, "
             "`export`, ... (sbatch reads #SBATCH lines only before the first command)" for n, text in s.ignored]
+    msgs += [f"line {n}: {text} is a comment to sbatch, which reads only lines that start with '#SBATCH ' exactly"
+             for n, text in s.misspelt]
+    for d in s.directives:
+        if d.key not in KNOWN and len(d.key) > 1:
+            hint = difflib.get_close_matches(d.key, sorted(KNOWN), n=1)
+            guess = f" (did you mean --{hint[0]}?)" if hint else ""
+            msgs.append(f"line {d.line}: sbatch has no option --{d.key}{guess}; sbatch stops: 'unrecognized option'")
     missing = [k for k in NEEDED if s.get(k) is None]
     if s.get("ntasks-per-node") is None and s.get("ntasks") is None:
         missing.append("ntasks-per-node")

@@ -12,6 +12,18 @@ from dataclasses import dataclass, field
 # short options -> long ones (sbatch(1))
 SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition", "A": "account",
          "J": "job-name", "o": "output", "e": "error", "G": "gpus", "q": "qos", "D": "chdir", "w": "nodelist"}
+# sbatch's long options (sbatch(1)); a directive not among them makes sbatch stop with "unrecognized option"
+KNOWN = set("""account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment constraint
+container container-id contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline
+delay-boot dependency distribution error exclude exclusive export export-file extra extra-node-info
+get-user-env gid gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres gres-flags
+help hint hold ignore-pbs input job-name kill-on-invalid-dep licenses mail-type mail-user mcs-label mem
+mem-bind mem-per-cpu mem-per-gpu mincpus network nice no-kill no-requeue nodefile nodelist nodes ntasks
+ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket open-mode output overcommit oversubscribe
+parsable partition power prefer priority profile propagate qos quiet reboot requeue reservation
+signal sockets-per-node spread-job switches test-only thread-spec threads-per-core time time-min tmp
+tres-per-task uid usage verbose version wait wait-all-nodes wckey wrap""".split())
+MISSPELT = re.compile(r"^#+\s+SBATCH\b|^#sbatch\b|^#SBATCH\S")     # '# SBATCH', '#sbatch', '#SBATCH--x'
 EXPORT = re.compile(r"^\s*(?:export\s+)([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
@@ -28,6 +40,7 @@ class Script:
     text: str
     directives: list = field(default_factory=list)     # [Directive] that sbatch reads
     ignored: list = field(default_factory=list)        # [(line, text)]: #SBATCH after the first command
+    misspelt: list = field(default_factory=list)       # [(line, text)]: looks like a directive, is a comment
     exports: dict = field(default_factory=dict)        # NAME -> (line, value) for export NAME=... lines
     assigned: set = field(default_factory=set)         # names set without export
     commands: list = field(default_factory=list)       # [(line, text)]: logical command lines (continuations joined)
@@ -81,6 +94,8 @@ def parse(text: str) -> Script:
             (s.directives.extend(_directive(number, stripped[7:])) if header
              else s.ignored.append((number, stripped)))
             continue
+        if header and MISSPELT.match(stripped):
+            s.misspelt.append((number, stripped))
         if not stripped or stripped.startswith("#"):
             continue
         header = False

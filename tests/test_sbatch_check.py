@@ -185,3 +185,14 @@ def test_the_course_own_job_scripts_pass(path, read_only):
     """jobs/*.sbatch, written from the course's template, pass the rules a learner's script is held to."""
     report = sbatch_check.check(path, site="generic")
     assert report.passed, report.text()
+
+
+def test_a_job_whose_ranks_were_not_observed():
+    """Its own python first on PATH (activate, module load): the probe is bypassed; the job's state decides."""
+    from course_lib.sbatch.run import Outcome
+
+    script = parse(REFERENCE.read_text())
+    done = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="7", state="COMPLETED", log="0: epoch 1"))
+    failed = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="8", state="FAILED", log="0: Traceback"))
+    assert done["ranks"][0] is True and "not observed" in done["ranks"][1] and "MASTER_ADDR/PORT" not in done
+    assert failed["ranks"][0] is False and "0: Traceback" in failed["ranks"][1]

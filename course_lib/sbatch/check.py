@@ -79,7 +79,11 @@ def behaviour(script, out) -> dict:
     ranks, groups = out.of("rank"), out.of("group")
     if not ranks:
         tail = "\n".join(out.log.strip().splitlines()[-6:]) or "(no output)"
-        found["ranks"] = (False, f"no rank started (job {out.state}); the job's last lines:\n{tail}")
+        if out.state == "COMPLETED":   # its own python came first on PATH (activate, module load): not observed
+            found["ranks"] = (True, "the job COMPLETED, but its ranks were not observed (the script puts its own "
+                                    "python first on PATH), so the other verdicts come from the script's text")
+        else:
+            found["ranks"] = (False, f"no rank started (job {out.state}); the job's last lines:\n{tail}")
         return found
     found["ranks"] = _ranks(script, ranks)
     found["process group"] = _group(ranks, groups, out)

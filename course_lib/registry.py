@@ -35,7 +35,7 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     Exercise("ddp", "02_ddp/mnist_classify_ddp.py", "course_lib.ddp.check", "02_ddp_six_steps",
              ("ddp", "mnist"), r"DistributedDataParallel|def\s+train\s*\("),
     Exercise("sbatch", "03_jobs/ddp.sbatch", "course_lib.sbatch.check", "03_launching_jobs",
-             ("sbatch", "slurm"), r"(?m)^#SBATCH"),
+             ("sbatch",), r"(?m)^#SBATCH"),
     Exercise("allreduce", "05_allreduce/allreduce.py", "course_lib.allreduce.check", "05_allreduce_algorithms",
              ("allreduce",), r"def\s+ring_allreduce"),
     Exercise("tp", "06_tensor_parallel/tp.py", "course_lib.tp.check", "06_tensor_parallelism",

@@ -196,3 +196,12 @@ def test_a_job_whose_ranks_were_not_observed():
     failed = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="8", state="FAILED", log="0: Traceback"))
     assert done["ranks"][0] is True and "not observed" in done["ranks"][1] and "MASTER_ADDR/PORT" not in done
     assert failed["ranks"][0] is False and "0: Traceback" in failed["ranks"][1]
+
+
+def test_probe_records_survive_interleaved_output():
+    from course_lib.sbatch.probe import MARK
+    from course_lib.sbatch.run import records
+
+    log = (f'0: {MARK}{{"kind": "rank", "rank": 0}}1: [default1]:{MARK}{{"kind": "rank", "rank": 1}}\n'
+           f'0: {MARK}{{"kind": "gro\n1: noise\n')
+    assert records(log) == [{"kind": "rank", "rank": 0}, {"kind": "rank", "rank": 1}]

@@ -20,7 +20,18 @@ WATCHED = ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK
 
 
 def say(**fields) -> None:
-    print(MARK + json.dumps(fields), flush=True)
+    """One record: on stdout for the job's log, and whole, in one write, to a file of this process in
+    $COURSE_PROBE_DIR (torchrun's --tee copies a child's output in pieces, which can cut a line)."""
+    line = MARK + json.dumps(fields)
+    print(line, flush=True)
+    folder = os.environ.get("COURSE_PROBE_DIR")
+    if folder:
+        fd = os.open(os.path.join(folder, f"{socket.gethostname()}-{os.getpid()}.jsonl"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
 
 
 def _identity() -> tuple[str, int, int, int]:

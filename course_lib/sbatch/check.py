@@ -41,8 +41,9 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
     for item, (ok, msg) in verdicts.items():
         report.add(item, ok, msg)
     if mode != "run":
+        where = "; run the check where Slurm is" if mode == "read" else ""
         report.add("not checked", True, f"NOT RUN ({why}): the ranks, MASTER_ADDR/PORT and OMP_NUM_THREADS were "
-                                        "judged from the script's text only; run the check where Slurm is")
+                                        f"judged from the script's text only{where}")
     report.seconds = time.monotonic() - start
     return report
 

@@ -34,6 +34,8 @@ class Exercise:
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     Exercise("ddp", "02_ddp/mnist_classify_ddp.py", "course_lib.ddp.check", "02_ddp_six_steps",
              ("ddp", "mnist"), r"DistributedDataParallel|def\s+train\s*\("),
+    Exercise("sbatch", "03_jobs/ddp.sbatch", "course_lib.sbatch.check", "03_launching_jobs",
+             ("sbatch",), r"(?m)^#SBATCH"),
     Exercise("allreduce", "05_allreduce/allreduce.py", "course_lib.allreduce.check", "05_allreduce_algorithms",
              ("allreduce",), r"def\s+ring_allreduce"),
     Exercise("tp", "06_tensor_parallel/tp.py", "course_lib.tp.check", "06_tensor_parallelism",
@@ -48,8 +50,9 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
 # The order in which a lone file is matched. By name: "allreduce" and "ckpt" before "ddp", since a learner's
 # ddp_allreduce.py is the all-reduce exercise and ddp_ckpt.py the checkpoint one (it checkpoints a DDP training).
 # By text: the DDP pattern (a train function) is the loosest, so it comes last.
-NAME_ORDER = ("allreduce", "ckpt", "ddp", "tp")
-TEXT_ORDER = ("allreduce", "tp", "ckpt", "ddp")
+# A job script (ddp.sbatch, #SBATCH lines) is the sbatch exercise whatever else its name says.
+NAME_ORDER = ("sbatch", "allreduce", "ckpt", "ddp", "tp")
+TEXT_ORDER = ("sbatch", "allreduce", "tp", "ckpt", "ddp")
 
 
 def _ordered(first: tuple) -> list[Exercise]:

@@ -102,6 +102,11 @@ EXPECT = {
     ("09_sharded_data_parallel", "solutions"): ["every micro-batch", "W=4 ZeRO-2: largest |loss - DDP's loss|",
                                                 "optimizer state KiB", "PASS    ZeRO-2"],
     ("09_sharded_data_parallel", "exercises"): ["ZeRO-1 did not run", "FAIL    shard_range"],
+    ("07_bug_hunt", "solutions"): ["rank 1: step done", "rank 0 epoch 1:", "PASS    ranks and GPUs",
+                                   "quiz 07: 9/9 right"],
+    ("07_bug_hunt", "exercises"): ["Timed out", "Detected mismatch between collectives", "1/2 clients joined",
+                                   "192.0.2.1", "can't allocate memory", "FAIL    ranks and GPUs",
+                                   "first to fail: rank 1"],
 }
 
 

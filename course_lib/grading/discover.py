@@ -54,6 +54,8 @@ def precheck(path: Path) -> str | None:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         return f"not a Python text file (byte {e.start} is not UTF-8): hand in the .py file itself"
+    if path.suffix.lower() == ".sbatch":     # a job script (course check sbatch reads it as bash)
+        return None
     if text.lstrip().startswith("{") and '"cells"' in text:
         return "this is a notebook (.ipynb JSON), not a Python file: File > Save and Export as > Executable Script"
     try:
@@ -82,8 +84,8 @@ def _walk(folder: Path) -> list[tuple[PurePosixPath, Path]]:
 
 def _same_file_name(name: str, wanted: str) -> bool:
     """allreduce.py, Allreduce.py, 'allreduce (1).py', allreduce-2.py: what browsers and learners produce."""
-    stem = re.escape(PurePosixPath(wanted).stem)
-    return re.fullmatch(rf"{stem}(\s*\(\d+\)|[-_ ]?\d+|[-_ ]?copy)?\.py", name, re.I) is not None
+    stem, suffix = re.escape(PurePosixPath(wanted).stem), re.escape(PurePosixPath(wanted).suffix)
+    return re.fullmatch(rf"{stem}(\s*\(\d+\)|[-_ ]?\d+|[-_ ]?copy)?{suffix}", name, re.I) is not None
 
 
 def locate(folder: Path, exercise: str, files=None) -> Found:

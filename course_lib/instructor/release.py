@@ -117,7 +117,7 @@ def plan(solutions: Path, exercises: Path) -> dict[Path, str]:
                 or ".ipynb_checkpoints" in rel.parts:
             continue
         text = src.read_text(encoding="utf-8")
-        if src.suffix == ".py":
+        if src.suffix in (".py", ".sbatch"):     # job scripts: bash comments, the same markers
             text = exercise_view(text, str(src))
         elif src.suffix == ".ipynb":
             text = notebook_exercise_view(text, str(src))
@@ -128,11 +128,11 @@ def plan(solutions: Path, exercises: Path) -> dict[Path, str]:
 def orphans(files: dict[Path, str], exercises: Path) -> list[Path]:
     """Sources in exercises/ that no solution produces (a renamed or deleted solution leaves them behind).
 
-    Only .py and .ipynb files count: a run leaves other files (mnist_cnn.pt, logs) that are not sources.
+    Only .py, .ipynb and .sbatch files count: a run leaves other files (mnist_cnn.pt, logs) that are not sources.
     """
     if not exercises.is_dir():
         return []
-    return [p for p in sorted(exercises.rglob("*")) if p.suffix in (".py", ".ipynb") and p.is_file()
+    return [p for p in sorted(exercises.rglob("*")) if p.suffix in (".py", ".ipynb", ".sbatch") and p.is_file()
             and p not in files and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts]
 
 

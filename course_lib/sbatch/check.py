@@ -1,0 +1,168 @@
+"""``course check sbatch PATH``: a learner's job script, read against the site profile, then run on Slurm.
+
+Where the job runs (the local test Slurm: site profile ``local``, or ``COURSE_SBATCH_RUN=1``), the verdicts on
+MASTER_ADDR/PORT and OMP_NUM_THREADS come from what each rank saw, and two more say whether the expected ranks
+started and formed one process group. On another Slurm only ``sbatch --test-only`` runs (nothing is queued);
+without Slurm the script is only read, and the report says what was not checked.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from course_lib.core.report import Report
+from course_lib.sbatch import lint as rules
+from course_lib.sbatch.script import integer, parse
+
+TIMEOUT = 180.0     # seconds for the whole job (a busy CI machine starts Slurm steps slowly)
+
+
+def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, read_only: bool = False) -> Report:
+    """Verdicts on the job script ``path``; ``run``: submit it (None: on the local test Slurm only);
+    ``read_only``: never ask Slurm (a script for another cluster, e.g. notebook 07's GPU job)."""
+    from course_lib.core.paths import workspace
+    from course_lib.jobs import load_site
+
+    start = time.monotonic()
+    report = Report("sbatch", str(path))
+    site = load_site(site) if not hasattr(site, "cpus_per_node") else site
+    script = parse(Path(path).read_text(errors="replace"))
+    verdicts = {item: (ok, msg) for item, ok, msg in rules.lint(script, site)}
+    mode, why = ("read", "read only, as asked") if read_only else _mode(site, run)
+    if mode == "run":
+        from course_lib.sbatch.run import submit_and_wait
+        outcome = submit_and_wait(Path(path).resolve(), workspace(), site.env, timeout)
+        verdicts.update(behaviour(script, outcome))
+    elif mode == "test-only":
+        from course_lib.sbatch.run import test_only
+        ok, msg = test_only(Path(path).resolve(), workspace())
+        verdicts["sbatch accepts it"] = (ok, msg if not ok else f"sbatch --test-only: {msg}")
+    for item, (ok, msg) in verdicts.items():
+        report.add(item, ok, msg)
+    if mode != "run":
+        where = "; run the check where Slurm is" if mode == "read" else ""
+        report.add("not checked", True, f"NOT RUN ({why}): the ranks, MASTER_ADDR/PORT and OMP_NUM_THREADS were "
+                                        f"judged from the script's text only{where}")
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _mode(site, run: bool | None) -> tuple[str, str]:
+    """("run" | "test-only" | "read", why) for this machine."""
+    from course_lib import jobs
+    from course_lib.jobs.job import SubmitError
+
+    try:
+        engine, why = jobs.engine("auto" if os.environ.get("COURSE_ENGINE") != "local" else "local")
+    except (SubmitError, ValueError) as e:
+        engine, why = "local", str(e)
+    if engine != "slurm":
+        return "read", f"no Slurm here: {why}"
+    if run is None:
+        run = site.name == "local" or os.environ.get("COURSE_SBATCH_RUN") == "1"
+    return ("run", "") if run else ("test-only", "a real cluster: only sbatch --test-only; COURSE_SBATCH_RUN=1 runs it")
+
+
+def expected_ranks(script) -> int | None:
+    nodes, tasks = integer(script.get("nodes", "1")) or 1, rules.tasks_per_node(script)
+    if rules.launcher(script) == "torchrun":
+        nproc = rules._nproc(script)
+        return nodes * nproc if nproc else None
+    return nodes * tasks if tasks else None
+
+
+def behaviour(script, out) -> dict:
+    """Verdicts from the job's run: accepted, ranks, process group, and what the ranks saw."""
+    if not out.accepted:
+        return {"sbatch accepts it": (False, f"sbatch refused it: {out.refusal}")}
+    found = {"sbatch accepts it": (True, f"accepted; job {out.job_id} ended {out.state}")}
+    ranks, groups = out.of("rank"), out.of("group")
+    if not ranks:
+        tail = "\n".join(out.log.strip().splitlines()[-6:]) or "(no output)"
+        if out.state == "COMPLETED":   # its own python came first on PATH (activate, module load): not observed
+            found["ranks"] = (True, "the job COMPLETED, but its ranks were not observed (the script puts its own "
+                                    "python first on PATH), so the other verdicts come from the script's text")
+        else:
+            found["ranks"] = (False, f"no rank started (job {out.state}); the job's last lines:\n{tail}")
+        return found
+    found["ranks"] = _ranks(script, ranks)
+    found["process group"] = _group(ranks, groups, out)
+    found["MASTER_ADDR/PORT"] = _seen_master(ranks)
+    found["OMP_NUM_THREADS"] = _seen_threads(ranks, out.of("torchrun"))
+    seen_gpus = _seen_gpus(ranks)
+    if seen_gpus:
+        found["ranks and GPUs"] = seen_gpus
+    return found
+
+
+def _seen_gpus(ranks) -> tuple | None:
+    """Where Slurm set CUDA_VISIBLE_DEVICES: does each rank see the GPU cuda:LOCAL_RANK that it will pick?"""
+    seen = [(r, r["env"].get("CUDA_VISIBLE_DEVICES")) for r in ranks if r["env"].get("CUDA_VISIBLE_DEVICES")]
+    if not seen:
+        return None
+    for r, visible in seen:
+        n = len(visible.split(","))
+        if r["local_rank"] >= n:
+            return False, (f"rank {r['rank']} (local rank {r['local_rank']}) sees {n} GPU(s) "
+                           f"(CUDA_VISIBLE_DEVICES={visible}): cuda:{r['local_rank']} does not exist for it "
+                           "('invalid device ordinal'); --gpus-per-node lets every rank of a node see all its GPUs")
+    return True, "each rank sees the GPU of its local rank: " + ", ".join(f"rank {r['rank']}: {v}" for r, v in seen)
+
+
+def _ranks(script, ranks) -> tuple:
+    want = expected_ranks(script)
+    seen = sorted(r["rank"] for r in ranks)
+    worlds = sorted({r["world"] for r in ranks})
+    dup = sorted({r for r in seen if seen.count(r) > 1})
+    if dup:
+        return False, (f"rank(s) {dup} started more than once ({len(seen)} processes, ranks {seen}): two launchers "
+                       "each numbered their own ranks (torchrun once per task? srun around a script that srun "
+                       "starts again?)")
+    if want is not None and len(seen) != want:
+        return False, (f"{len(seen)} rank(s) started (ranks {seen}, each told world size {worlds}), the script asks "
+                       f"for {want}: the others were never started (python without srun?)")
+    return True, f"{len(seen)} rank(s), ranks {seen}, world size {worlds[0]}"
+
+
+def _group(ranks, groups, out) -> tuple:
+    bad = [g for g in groups if not g.get("ok")]
+    if bad:
+        g = bad[0]
+        return False, f"rank {g['rank']} could not join the process group: {g.get('error') or g}"
+    missing = sorted({r["rank"] for r in ranks} - {g["rank"] for g in groups})
+    if missing:
+        return False, f"rank(s) {missing} never finished joining the group (job {out.state})"
+    errors = out.of("torchrun-error")
+    if errors:
+        return False, f"torchrun failed: {errors[0]['error']}"
+    return True, f"all {len(groups)} rank(s) joined one gloo group and all-reduced"
+
+
+def _seen_master(ranks) -> tuple:
+    for r in ranks:
+        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not r["env"].get(k)]
+        if missing:
+            return False, (f"rank {r['rank']} ({r['launcher']}) saw no {' and no '.join(missing)}: export "
+                           "MASTER_ADDR (the job's first node) and MASTER_PORT (e.g. 20000 + SLURM_JOB_ID % 20000) "
+                           "before srun")
+    r = ranks[0]
+    return True, f"the ranks saw MASTER_ADDR={r['env']['MASTER_ADDR']} MASTER_PORT={r['env']['MASTER_PORT']}"
+
+
+def _seen_threads(ranks, agents) -> tuple:
+    for a in agents:      # torchrun sets OMP_NUM_THREADS=1 when it is unset: judge what torchrun was given
+        if not a["env"].get("OMP_NUM_THREADS"):
+            return False, ("torchrun was started without OMP_NUM_THREADS (it then sets 1 and warns): export "
+                           "OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / ranks per node ))")
+    for r in ranks:
+        omp, cpus = r["env"].get("OMP_NUM_THREADS"), integer(r["env"].get("SLURM_CPUS_PER_TASK"))
+        if not omp:
+            return False, (f"rank {r['rank']} saw no OMP_NUM_THREADS: PyTorch then starts a thread per core of the "
+                           "node in every rank; export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK")
+        # srun: each task has its own CPUs; torchrun: the node's ranks share the one task's CPUs
+        sharing = sum(x["host"] == r["host"] for x in ranks) if agents else 1
+        if cpus and omp.isdigit() and int(omp) * sharing > cpus:
+            return False, (f"rank {r['rank']}: OMP_NUM_THREADS={omp} x {sharing} rank(s) sharing {cpus} CPU(s) "
+                           "of the task: more threads than CPUs")
+    return True, f"the ranks saw OMP_NUM_THREADS={ranks[0]['env'].get('OMP_NUM_THREADS')}"

@@ -1,0 +1,168 @@
+"""The script read, not run: its #SBATCH lines against the site profile, its launch line against its #SBATCH lines.
+
+Each rule returns ``(item, ok, message)``; ``course_lib.sbatch.check`` turns them into verdicts. The facts behind
+the rules: sbatch(1) and srun(1) (directives, --gpus-per-task binding), torchrun's documentation (one agent per
+node, c10d rendezvous), and the course's own template (course_lib/jobs/templates/sbatch.sh.j2).
+"""
+from __future__ import annotations
+
+import difflib
+
+from course_lib.jobs.site import Site
+from course_lib.sbatch.script import KNOWN, Script, _words, gpu_count, integer
+
+NEEDED = ("nodes", "time")
+
+
+def tasks_per_node(s: Script) -> int | None:
+    per_node = integer(s.get("ntasks-per-node"))
+    if per_node is not None:
+        return per_node
+    ntasks, nodes = integer(s.get("ntasks")), integer(s.get("nodes", "1"))
+    return ntasks // nodes if ntasks and nodes and ntasks % nodes == 0 else None
+
+
+def gpus_per_node(s: Script) -> int:
+    for key in ("gpus-per-node", "gres"):
+        n = gpu_count(s.get(key))
+        if n is not None:
+            return n
+    per_task, tasks = gpu_count(s.get("gpus-per-task")), tasks_per_node(s)
+    return per_task * tasks if per_task and tasks else 0
+
+
+def launcher(s: Script) -> str:
+    """"torchrun", "srun" (srun starts python), "srun-without-script", "python" (no srun) or "none"."""
+    if s.launches("torchrun") or any("torch.distributed.run" in c for _, c in s.commands):
+        return "torchrun"
+    if s.launches("srun"):
+        return "srun" if any({"python", "python3"} & set(_words(c)) for _, c in s.launches("srun")) \
+            else "srun-without-script"
+    return "python" if s.launches("python") or s.launches("python3") else "none"
+
+
+def directives(s: Script) -> tuple:
+    msgs = [f"line {n}: {text} comes after the first command, so sbatch ignores it; move it above `set`, "
+            "`export`, ... (sbatch reads #SBATCH lines only before the first command)" for n, text in s.ignored]
+    msgs += [f"line {n}: {text} is a comment to sbatch, which reads only lines that start with '#SBATCH ' exactly"
+             for n, text in s.misspelt]
+    for d in s.directives:
+        if d.key not in KNOWN and len(d.key) > 1:
+            hint = difflib.get_close_matches(d.key, sorted(KNOWN), n=1)
+            guess = f" (did you mean --{hint[0]}?)" if hint else ""
+            msgs.append(f"line {d.line}: sbatch has no option --{d.key}{guess}; sbatch stops: 'unrecognized option'")
+    missing = [k for k in NEEDED if s.get(k) is None]
+    if s.get("ntasks-per-node") is None and s.get("ntasks") is None:
+        missing.append("ntasks-per-node")
+    if missing:
+        msgs.append("missing " + ", ".join(f"#SBATCH --{k}=..." for k in missing)
+                    + ": say how many nodes, how many tasks on each, and for how long (Slurm's defaults are "
+                      "the site's, often 1 task and a short or a very long time limit)")
+    return "directives", not msgs, "\n".join(msgs) or "nodes, tasks and time limit given"
+
+
+def site_profile(s: Script, site: Site) -> tuple:
+    msgs = []
+    for key in ("partition", "account", "reservation", "qos"):
+        want, have = getattr(site, key), s.get(key)
+        if want and have != want:
+            msgs.append(f"#SBATCH --{key}={want} (site '{site.name}'), " + (f"not {have}" if have else "missing"))
+    tasks, cpus = tasks_per_node(s), integer(s.get("cpus-per-task", "1"))
+    if tasks and cpus and tasks * cpus > site.cpus_per_node:
+        msgs.append(f"{tasks} task(s) x {cpus} CPU(s) per node is more than the {site.cpus_per_node} CPUs of a "
+                    f"node of site '{site.name}': Slurm would never start it")
+    gpus = gpus_per_node(s)
+    if gpus > site.gpus_per_node:
+        msgs.append(f"{gpus} GPU(s) per node asked for; a node of site '{site.name}' has {site.gpus_per_node}")
+    fits = f"fits site '{site.name}' ({site.cpus_per_node} CPUs, {site.gpus_per_node} GPUs per node)"
+    return "site profile", not msgs, "\n".join(msgs) or fits
+
+
+def ranks_and_gpus(s: Script) -> tuple:
+    how, tasks, gpus = launcher(s), tasks_per_node(s), gpus_per_node(s)
+    if s.get("gpus-per-task") and how == "srun":
+        return ("ranks and GPUs", False,
+                f"--gpus-per-task={s.get('gpus-per-task')} binds each task to its own GPU (sbatch(1): it implies "
+                "--gpu-bind=per_task), so every rank sees one GPU, cuda:0; a script that picks "
+                "cuda:LOCAL_RANK fails on local rank 1 with 'invalid device ordinal'. Ask --gpus-per-node instead")
+    if not gpus:
+        return "ranks and GPUs", True, "no GPUs asked for: the ranks use the CPU (gloo)"
+    if how == "torchrun":
+        nproc = _nproc(s)
+        ok = nproc is None or nproc == gpus
+        return ("ranks and GPUs", ok, f"torchrun starts {nproc} rank(s) per node on {gpus} GPU(s): "
+                "give --nproc_per_node the number of GPUs per node" if not ok else "one rank per GPU")
+    ok = tasks == gpus
+    return ("ranks and GPUs", ok, "one task (rank) per GPU" if ok else
+            f"{tasks} task(s) per node but {gpus} GPU(s) per node: with srun, one task per GPU "
+            "(--ntasks-per-node equal to the GPUs per node)")
+
+
+def _nproc(s: Script) -> int | None:
+    for _, c in s.commands:
+        words = c.replace("=", " ").split()
+        for i, w in enumerate(words[:-1]):
+            if w in ("--nproc_per_node", "--nproc-per-node"):
+                return integer(words[i + 1])
+    return None
+
+
+def launch(s: Script) -> tuple:
+    how, tasks = launcher(s), tasks_per_node(s)
+    nodes = integer(s.get("nodes", "1")) or 1
+    if how == "none":
+        return "launch", False, "no line starts the training: srun python SCRIPT (or srun torchrun ... SCRIPT)"
+    if how == "srun-without-script":
+        return "launch", False, ("srun runs a command on every task: give it the training script "
+                                 "(srun python SCRIPT ...), not a bare srun")
+    if how == "python" and ((tasks or 1) > 1 or nodes > 1):
+        return "launch", False, (f"python runs once, in the batch step on the first node, not once per task: "
+                                 f"the other {max(tasks or 1, 1) * nodes - 1} task(s) never start; "
+                                 "start it with srun python SCRIPT")
+    if how == "torchrun":
+        return _torchrun(s, tasks, nodes)
+    return "launch", True, {"srun": "srun starts one rank per task", "python": "one process"}[how]
+
+
+def _torchrun(s: Script, tasks, nodes) -> tuple:
+    line = " ".join(c for _, c in s.commands if "torchrun" in c or "torch.distributed.run" in c)
+    if tasks != 1:
+        return "launch", False, (f"torchrun with {tasks} tasks per node: srun starts one torchrun per task, and "
+                                 "each starts all the ranks of a node; ask --ntasks-per-node=1 and let torchrun's "
+                                 "--nproc_per_node start the ranks")
+    if "srun" not in line and nodes > 1:
+        return "launch", False, "torchrun without srun runs on the first node only: srun torchrun ..."
+    if nodes > 1 and "--standalone" in line:
+        return "launch", False, ("--standalone is a rendezvous on this node only; with several nodes use "
+                                 "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT")
+    return "launch", True, "one torchrun per node, which starts the node's ranks"
+
+
+def master(s: Script) -> tuple:
+    how = launcher(s)
+    line = " ".join(c for _, c in s.commands)
+    if how == "torchrun" and ("--standalone" in line or "MASTER" not in line):
+        return "MASTER_ADDR/PORT", True, "torchrun sets them for its ranks"
+    msgs = []
+    for name, hint in (("MASTER_ADDR", 'the first node of the job: $(scontrol show hostnames "$SLURM_JOB_NODELIST" '
+                                       "| head -n 1)"),
+                       ("MASTER_PORT", "a port that no other job on the node uses, e.g. $(( 20000 + SLURM_JOB_ID "
+                                       "% 20000 ))")):
+        if name in s.exports:
+            continue
+        msgs.append(f"{name} is set but not exported: the ranks do not see it; export {name}=..." if name in s.assigned
+                    else f"no export {name}=...: the ranks must know where rank 0 waits; {name} is {hint}")
+    return "MASTER_ADDR/PORT", not msgs, "\n".join(msgs) or "both exported"
+
+
+def threads(s: Script) -> tuple:
+    if "OMP_NUM_THREADS" in s.exports:
+        return "OMP_NUM_THREADS", True, f"exported (line {s.exports['OMP_NUM_THREADS'][0]})"
+    return "OMP_NUM_THREADS", False, ("not exported: each rank's PyTorch starts one thread per core of the node, "
+                                      "and the ranks fight for the cores; export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK "
+                                      "(torchrun: CPUs per task / ranks per node)")
+
+
+def lint(s: Script, site: Site) -> list[tuple]:
+    """Every rule's (item, ok, message), in the order a learner fixes them."""
+    return [directives(s), site_profile(s, site), launch(s), ranks_and_gpus(s), master(s), threads(s)]

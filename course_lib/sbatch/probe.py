@@ -1,0 +1,101 @@
+"""Stands in for ``python`` and ``torchrun`` inside the checked job: each rank says what it saw, then joins a group.
+
+``course check sbatch`` puts a folder first on the job's PATH whose ``python``, ``python3`` and ``torchrun`` run
+this module. A rank prints one ``@@probe {json}`` line: its rank and world size as its launcher gave them,
+MASTER_ADDR/PORT, OMP_NUM_THREADS, its CPUs, its visible GPUs; then it joins a gloo process group through
+``env://`` (no defaults: a missing MASTER_PORT is an error, as on a real job) and all-reduces a one, with a
+deadline. A torchrun line is run by the real torchrun, with this module as the training script.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+MARK = "@@probe "
+WATCHED = ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK", "CUDA_VISIBLE_DEVICES",
+           "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+def say(**fields) -> None:
+    """One record: on stdout for the job's log, and whole, in one write, to a file of this process in
+    $COURSE_PROBE_DIR (torchrun's --tee copies a child's output in pieces, which can cut a line)."""
+    line = MARK + json.dumps(fields)
+    print(line, flush=True)
+    folder = os.environ.get("COURSE_PROBE_DIR")
+    if folder:
+        fd = os.open(os.path.join(folder, f"{socket.gethostname()}-{os.getpid()}.jsonl"),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def _identity() -> tuple[str, int, int, int]:
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return "torchrun", int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:   # as the course's DDP script reads them
+        return "srun", int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
+    return "none", 0, 1, 0
+
+
+def as_rank(script: str, timeout: float) -> int:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    how, rank, world, local = _identity()
+    say(kind="rank", launcher=how, rank=rank, world=world, local_rank=local, host=socket.gethostname(),
+        script=script, cpus=len(os.sched_getaffinity(0)), env={k: os.environ.get(k) for k in WATCHED})
+    start = time.monotonic()
+    try:
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout))
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        dist.destroy_process_group()
+        say(kind="group", rank=rank, ok=t.item() == world, sum=t.item(), seconds=round(time.monotonic() - start, 2))
+    except Exception as e:     # what the rank would have died of; the check names it
+        say(kind="group", rank=rank, ok=False, error=f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        return 1
+    return 0
+
+
+def as_torchrun(args: list[str]) -> int:
+    from torch.distributed.run import get_args_parser, run
+
+    say(kind="torchrun", argv=args, host=socket.gethostname(), env={k: os.environ.get(k) for k in WATCHED})
+    parsed = get_args_parser().parse_args(args)
+    parsed.training_script_args = ["--rank-of", parsed.training_script, *parsed.training_script_args]
+    parsed.training_script = os.path.abspath(__file__)
+    parsed.module = parsed.no_python = False
+    try:
+        run(parsed)
+    except Exception as e:
+        say(kind="torchrun-error", error=f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
+        return 1
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    timeout = float(os.environ.get("COURSE_PROBE_TIMEOUT", "30"))
+    if argv[:1] == ["--rank-of"]:                       # under torchrun
+        return as_rank(argv[1], timeout)
+    role, args = argv[0], argv[1:]
+    if role == "python" and args[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+        role, args = "torchrun", args[2:]
+    if role == "torchrun":
+        return as_torchrun(args)
+    script = next((a for a in args if not a.startswith("-")), None)
+    if args[:1] in (["-c"], ["-m"]) or script is None:   # not a training script: the real python does it
+        os.execv(sys.executable, [sys.executable, *args])
+    return as_rank(script, timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,121 @@
+"""Run the learner's job script on Slurm, with ``python`` and ``torchrun`` replaced by the probe; a deadline, scancel.
+
+The job runs from the course folder (as the learner submits it) with its output in a temporary folder; the
+probe's lines come back from that output. ``sbatch --test-only`` goes first: it tells whether the controller
+would take the job (partition, account, a node shape it has) without running anything.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_lib.core.paths import PACKAGE_PARENT
+from course_lib.jobs.slurm import SlurmJob, _run
+from course_lib.sbatch.probe import MARK
+
+SHIMS = ("python", "python3", "torchrun")
+
+
+@dataclass
+class Outcome:
+    accepted: bool = False
+    refusal: str = ""              # sbatch --test-only's message
+    job_id: str = ""
+    state: str = ""                # COMPLETED, FAILED, ... or "TIMEOUT (cancelled by the check)"
+    exit_code: int | None = None
+    records: list = field(default_factory=list)    # the probe's records, in order
+    log: str = ""
+
+    def of(self, kind: str) -> list[dict]:
+        return [r for r in self.records if r.get("kind") == kind]
+
+
+def _shims(folder: Path) -> Path:
+    """python, python3 and torchrun that run the probe with the course's python and course_lib."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    for name in SHIMS:
+        role = "torchrun" if name == "torchrun" else "python"
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(PACKAGE_PARENT))}${{PYTHONPATH:+:$PYTHONPATH}} "
+                        f"exec {shlex.quote(sys.executable)} -m course_lib.sbatch.probe {role} \"$@\"\n")
+        path.chmod(0o755)
+    return bin_dir
+
+
+def _env(bin_dir: Path, site_env: dict, probe_timeout: float) -> dict:
+    env = dict(os.environ, **site_env)
+    env["COURSE_PROBE_DIR"] = str(bin_dir.parent / "probe")
+    env["PATH"] = f"{bin_dir}:{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["COURSE_PROBE_TIMEOUT"] = str(probe_timeout)
+    for key in [k for k in env if k.startswith(("SBATCH_", "SLURM_JOB", "SLURM_NTASKS"))]:
+        env.pop(key)           # a check started inside a job must not pass that job's shape on
+    return env
+
+
+def test_only(path: Path, workdir: Path) -> tuple[bool, str]:
+    r = _run(["sbatch", "--test-only", f"--chdir={workdir}", str(path)])
+    return r.returncode == 0, (r.stderr or r.stdout).strip()
+
+
+def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -> Outcome:
+    out = Outcome()
+    with tempfile.TemporaryDirectory(prefix="sbatch-check-") as tmp:
+        folder = Path(tmp)
+        env = _env(_shims(folder), site_env, probe_timeout=max(10.0, timeout / 4))
+        (folder / "probe").mkdir()
+        out.accepted, out.refusal = test_only(path, workdir)
+        if not out.accepted:
+            return out
+        log = folder / "job.out"
+        r = _run_env(["sbatch", "--parsable", f"--chdir={workdir}", f"--output={log}", f"--error={log}",
+                      str(path)], env)
+        if r.returncode != 0:
+            out.accepted, out.refusal = False, (r.stderr or r.stdout).strip()
+            return out
+        out.job_id = r.stdout.strip().split(";")[0]
+        _wait(out, SlurmJob(out.job_id, None, folder, time.monotonic()), timeout)
+        out.log = log.read_text(errors="replace") if log.exists() else ""
+        files = sorted((folder / "probe").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
+        from_files = records("".join(p.read_text(errors="replace") for p in files))
+        # the files are whole; the log has the ranks of other nodes too where /tmp is not shared (a real cluster)
+        out.records = max(from_files, records(out.log), key=lambda rs: sum(r.get("kind") == "rank" for r in rs))
+    return out
+
+
+def records(log: str) -> list[dict]:
+    """The probe's records in a job's output. Two ranks' lines can run into one another (their writes to the
+    shared output interleave), so each record is read from its marker up to where its JSON ends."""
+    found, decoder = [], json.JSONDecoder()
+    for chunk in log.split(MARK)[1:]:
+        try:
+            found.append(decoder.raw_decode(chunk)[0])
+        except ValueError:
+            pass          # cut by another rank's write: that rank's other records still count
+    return found
+
+
+def _wait(out: Outcome, job: SlurmJob, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not job.done and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if job.done:
+        out.state, out.exit_code = job.state, job.exit_code
+        return
+    job.cancel()           # scancel, then wait until Slurm says it has ended
+    out.state, out.exit_code = f"TIMEOUT (not done in {timeout:.0f} s: cancelled by the check)", job.exit_code
+
+
+def _run_env(cmd: list[str], env: dict):
+    import subprocess
+
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 124, "", f"{cmd[0]}: no answer in 60 s")

@@ -1,0 +1,127 @@
+"""Read a job script as sbatch and bash do: the #SBATCH directives, the variables it exports, its launch lines.
+
+sbatch reads ``#SBATCH`` lines only up to the first line that is neither a comment nor blank (sbatch(1):
+"before any executable commands"); a directive after that is a comment, which is a classic mistake.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+# short options -> long ones (sbatch(1))
+SHORT = {"N": "nodes", "n": "ntasks", "c": "cpus-per-task", "t": "time", "p": "partition", "A": "account",
+         "J": "job-name", "o": "output", "e": "error", "G": "gpus", "q": "qos", "D": "chdir", "w": "nodelist"}
+# sbatch's long options (sbatch(1)); a directive not among them makes sbatch stop with "unrecognized option"
+KNOWN = set("""account acctg-freq array batch bb bbf begin chdir cluster-constraint clusters comment constraint
+container container-id contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline
+delay-boot dependency distribution error exclude exclusive export export-file extra extra-node-info
+get-user-env gid gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres gres-flags
+help hint hold ignore-pbs input job-name kill-on-invalid-dep licenses mail-type mail-user mcs-label mem
+mem-bind mem-per-cpu mem-per-gpu mincpus network nice no-kill no-requeue nodefile nodelist nodes ntasks
+ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket open-mode output overcommit oversubscribe
+parsable partition power prefer priority profile propagate qos quiet reboot requeue reservation
+signal sockets-per-node spread-job switches test-only thread-spec threads-per-core time time-min tmp
+tres-per-task uid usage verbose version wait wait-all-nodes wckey wrap""".split())
+MISSPELT = re.compile(r"^#+\s+SBATCH\b|^#sbatch\b|^#SBATCH\S")     # '# SBATCH', '#sbatch', '#SBATCH--x'
+EXPORT = re.compile(r"^\s*(?:export\s+)([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+@dataclass
+class Directive:
+    line: int
+    key: str          # long name: "ntasks-per-node"
+    value: str        # "" for a flag
+
+
+@dataclass
+class Script:
+    text: str
+    directives: list = field(default_factory=list)     # [Directive] that sbatch reads
+    ignored: list = field(default_factory=list)        # [(line, text)]: #SBATCH after the first command
+    misspelt: list = field(default_factory=list)       # [(line, text)]: looks like a directive, is a comment
+    exports: dict = field(default_factory=dict)        # NAME -> (line, value) for export NAME=... lines
+    assigned: set = field(default_factory=set)         # names set without export
+    commands: list = field(default_factory=list)       # [(line, text)]: logical command lines (continuations joined)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        """The value of the last directive ``key`` (sbatch takes the last one)."""
+        found = [d.value for d in self.directives if d.key == key]
+        return found[-1] if found else default
+
+    def line_of(self, key: str) -> int | None:
+        found = [d.line for d in self.directives if d.key == key]
+        return found[-1] if found else None
+
+    def launches(self, word: str) -> list:
+        """The command lines that run ``word`` (srun, torchrun, python) as a command, not as an argument."""
+        return [(n, c) for n, c in self.commands if word in _words(c)]
+
+
+def _words(command: str) -> list[str]:
+    try:
+        words = shlex.split(command, comments=True)
+    except ValueError:
+        words = command.split()
+    return [w.rsplit("/", 1)[-1] for w in words]
+
+
+def _directive(number: int, rest: str) -> list[Directive]:
+    out = []
+    try:
+        words = shlex.split(rest, comments=True)
+    except ValueError:
+        words = rest.split()
+    for w in words:
+        if w.startswith("--"):
+            key, _, value = w[2:].partition("=")
+            out.append(Directive(number, key, value))
+        elif w.startswith("-") and len(w) >= 2:
+            out.append(Directive(number, SHORT.get(w[1], w[1]), w[2:].lstrip("=")))
+        elif out and not out[-1].value:
+            out[-1].value = w        # "--nodes 2" and "-N 2"
+    return out
+
+
+def parse(text: str) -> Script:
+    s = Script(text)
+    header = True
+    pending, start = "", 0
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("#SBATCH"):
+            (s.directives.extend(_directive(number, stripped[7:])) if header
+             else s.ignored.append((number, stripped)))
+            continue
+        if header and MISSPELT.match(stripped):
+            s.misspelt.append((number, stripped))
+        if not stripped or stripped.startswith("#"):
+            continue
+        header = False
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending += stripped[:-1].rstrip() + " "
+            continue
+        command, pending = pending + stripped, ""
+        s.commands.append((start, command))
+        m = EXPORT.match(command)
+        if m:
+            s.exports[m.group(1)] = (start, m.group(2))
+        elif ASSIGN.match(command):
+            s.assigned.add(ASSIGN.match(command).group(1))
+    return s
+
+
+def integer(value: str | None) -> int | None:
+    """``"2"`` -> 2; a range (``1-2``) or anything else -> None."""
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def gpu_count(value: str | None) -> int | None:
+    """``--gres=gpu:2`` / ``gpu:a100:2`` / ``--gpus-per-node=a100:4`` -> the number (None when absent)."""
+    if not value:
+        return None
+    last = value.split(",")[0].split(":")[-1]
+    return int(last) if last.isdigit() else (1 if value.startswith("gpu") else None)

@@ -1,0 +1,207 @@
+"""`course check sbatch`: the reference passes, the starter and each faulty script fail at the right item with
+the right reason (tests/sbatch_faulty/cases.py). Read-only checks run everywhere; the reference and the faulty
+cases marked ``slurm`` also run as real jobs on the session's local Slurm (tests/conftest.py), where the
+verdicts come from what each rank saw, and nothing may be left in the queue.
+"""
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+from faulty import ids
+
+from course_lib import registry
+from course_lib.sbatch import check as sbatch_check
+from course_lib.sbatch.script import parse
+
+sys.path.insert(0, str(ROOT / "tests" / "sbatch_faulty"))
+from cases import CASES  # noqa: E402
+
+REFERENCE = ROOT / "solutions" / "03_jobs" / "ddp.sbatch"
+STARTER = ROOT / "exercises" / "03_jobs" / "ddp.sbatch"
+SLURM_CASES = [c for c in CASES if c.options.get("slurm")]
+RUN_ONLY = ("ranks", "process group", "sbatch accepts it")     # verdicts only a run gives
+
+
+def verdicts(report) -> dict:
+    return {v.item: v for v in report.verdicts}
+
+
+def assert_expected(case, report, text):
+    got = verdicts(report)
+    assert not report.passed, f"{case.name}: passed\n{report.text()}"
+    for item, (result, _) in case.expect.items():
+        assert item in got, f"{case.name}: no verdict {item!r}\n{report.text()}"
+        assert got[item].result == result, f"{case.name}: {item} is {got[item].result}\n{report.text()}"
+        assert re.search(case.pattern(item, text), got[item].message, re.S), \
+            f"{case.name}: {item} does not say /{case.pattern(item, text)}/\n{report.text()}"
+
+
+@pytest.fixture
+def read_only(monkeypatch):
+    monkeypatch.setenv("COURSE_ENGINE", "local")     # no Slurm: the script is read, not run
+
+
+def test_reference_passes_read_only(read_only):
+    report = sbatch_check.check(REFERENCE, site="generic")
+    assert report.passed, report.text()
+    assert "NOT RUN (no Slurm here" in verdicts(report)["not checked"].message
+
+
+def test_starter_fails_with_its_todos(read_only):
+    report = sbatch_check.check(STARTER, site="generic")
+    got = verdicts(report)
+    assert not report.passed
+    assert got["directives"].result == "fail" and "--nodes" in got["directives"].message
+    assert got["MASTER_ADDR/PORT"].result == "fail" and got["OMP_NUM_THREADS"].result == "fail"
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_faulty_read_only(case, tmp_path, read_only):
+    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    report = sbatch_check.check(path, site=case.options.get("site", "generic"))
+    expect = {k: v for k, v in case.expect.items() if k not in RUN_ONLY}
+    assert_expected(type(case)(case.name, expect, case.edits), report, path.read_text())
+
+
+def test_directives_are_read_as_sbatch_reads_them():
+    s = parse("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node 4\n#SBATCH --time=1:00:00 # a comment\n\n"
+              "export A=1\nB=2\nsrun python \\\n  x.py\n#SBATCH --nodes=3\n")
+    assert (s.get("nodes"), s.get("ntasks-per-node"), s.get("time")) == ("2", "4", "1:00:00")
+    assert s.ignored == [(9, "#SBATCH --nodes=3")] and "A" in s.exports and "B" in s.assigned
+    assert s.launches("srun") == [(7, "srun python x.py")]
+
+
+def test_registry_knows_the_job_script():
+    assert registry.guess("ddp.sbatch", "#!/bin/bash\n#SBATCH --nodes=1\n")[0] == "sbatch"
+    assert registry.guess("job.sh", "#!/bin/bash\n#SBATCH --nodes=1\n") == ("sbatch", "what it defines")
+
+
+def test_cli_exit_codes(tmp_path):
+    env = {"COURSE_ENGINE": "local", "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    run = [sys.executable, "-m", "course_lib", "check", "sbatch"]
+    ok = subprocess.run(run + [str(REFERENCE)], env=env, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(run + [str(STARTER)], env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert bad.returncode == 1 and "FAIL    MASTER_ADDR/PORT" in bad.stdout, bad.stdout + bad.stderr
+
+
+# ------------------------------------------------------------------------------------------- real Slurm
+def _queue_is_empty():
+    r = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True, timeout=60)
+    return r.stdout.strip() == "", r.stdout
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_reference_runs_on_slurm(slurm):
+    report = sbatch_check.check(REFERENCE, timeout=240)
+    got = verdicts(report)
+    assert report.passed, report.text()
+    assert "ended COMPLETED" in got["sbatch accepts it"].message
+    assert "2 rank(s), ranks [0, 1], world size 2" in got["ranks"].message
+    assert "OMP_NUM_THREADS=2" in got["OMP_NUM_THREADS"].message
+    print(f"\n[sbatch check on Slurm] reference: {report.seconds:.1f} s")
+    empty, queue = _queue_is_empty()
+    assert empty, queue
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SLURM_CASES, ids=ids(SLURM_CASES))
+def test_faulty_on_slurm(case, slurm, tmp_path):
+    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    report = sbatch_check.check(path, timeout=120)
+    assert_expected(case, report, path.read_text())
+    print(f"\n[sbatch check on Slurm] {case.name}: {report.seconds:.1f} s\n{report.text()}")
+    empty, queue = _queue_is_empty()
+    assert empty, queue
+
+
+TORCHRUN_EDITS = [
+    ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH --cpus-per-task=4"),
+    ("export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK", "export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / 2 ))"),
+    ('srun --label python "${SCRIPT', 'srun --label torchrun --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=2 '
+     '--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT "${SCRIPT'),
+]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_torchrun_variant_runs_on_slurm(slurm, tmp_path):
+    """The same job with one torchrun per node: the probe runs under the real torchrun, which starts 2 ranks."""
+    case = type(CASES[0])("torchrun_ok", {}, TORCHRUN_EDITS)
+    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    report = sbatch_check.check(path, timeout=240)
+    got = verdicts(report)
+    print(f"\n[sbatch check on Slurm] torchrun variant: {report.seconds:.1f} s\n{report.text()}")
+    assert report.passed, report.text()
+    assert "2 rank(s), ranks [0, 1], world size 2" in got["ranks"].message
+    empty, queue = _queue_is_empty()
+    assert empty, queue
+
+
+def test_course_grade_takes_job_scripts(tmp_path):
+    """`course grade --exercise sbatch`: the reference at its place passes, a renamed starter fails (no Slurm)."""
+    import csv
+
+    subs = tmp_path / "subs"
+    (subs / "alice" / "exercises" / "03_jobs").mkdir(parents=True)
+    (subs / "bob").mkdir()
+    (subs / "alice" / "exercises" / "03_jobs" / "ddp.sbatch").write_text(REFERENCE.read_text())
+    (subs / "bob" / "ddp (1).sbatch").write_text(STARTER.read_text())
+    env = {"COURSE_ENGINE": "local", "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-m", "course_lib", "grade", str(subs), "--exercise", "sbatch",
+                        "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(tmp_path / "out" / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    result = {(r["learner"], r["item"]): r["result"] for r in rows}
+    assert {r for (learner, _), r in result.items() if learner == "alice"} == {"pass"}, rows
+    assert result["bob", "MASTER_ADDR/PORT"] == result["bob", "directives"] == "fail", rows
+
+
+def test_gpus_seen_by_the_ranks_are_judged():
+    """What the probe reports under --gpus-per-task=1 (each task sees one GPU) and under --gpus-per-node=2."""
+    from course_lib.sbatch.run import Outcome
+
+    def outcome(visible):
+        ranks = [{"kind": "rank", "rank": r, "world": 2, "local_rank": r, "launcher": "srun", "host": "n1",
+                  "env": {"MASTER_ADDR": "n1", "MASTER_PORT": "20001", "OMP_NUM_THREADS": "2",
+                          "SLURM_CPUS_PER_TASK": "2", "CUDA_VISIBLE_DEVICES": v}} for r, v in enumerate(visible)]
+        groups = [{"kind": "group", "rank": r, "ok": True} for r in range(2)]
+        return Outcome(accepted=True, job_id="1", state="COMPLETED", records=ranks + groups)
+
+    script = parse(REFERENCE.read_text())
+    per_task = sbatch_check.behaviour(script, outcome(["0", "0"]))["ranks and GPUs"]
+    per_node = sbatch_check.behaviour(script, outcome(["0,1", "0,1"]))["ranks and GPUs"]
+    assert per_task[0] is False and "rank 1 (local rank 1) sees 1 GPU(s)" in per_task[1]
+    assert per_node[0] is True
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "jobs").glob("*.sbatch")), ids=lambda p: p.name)
+def test_the_course_own_job_scripts_pass(path, read_only):
+    """jobs/*.sbatch, written from the course's template, pass the rules a learner's script is held to."""
+    report = sbatch_check.check(path, site="generic")
+    assert report.passed, report.text()
+
+
+def test_a_job_whose_ranks_were_not_observed():
+    """Its own python first on PATH (activate, module load): the probe is bypassed; the job's state decides."""
+    from course_lib.sbatch.run import Outcome
+
+    script = parse(REFERENCE.read_text())
+    done = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="7", state="COMPLETED", log="0: epoch 1"))
+    failed = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="8", state="FAILED", log="0: Traceback"))
+    assert done["ranks"][0] is True and "not observed" in done["ranks"][1] and "MASTER_ADDR/PORT" not in done
+    assert failed["ranks"][0] is False and "0: Traceback" in failed["ranks"][1]
+
+
+def test_probe_records_survive_interleaved_output():
+    from course_lib.sbatch.probe import MARK
+    from course_lib.sbatch.run import records
+
+    log = (f'0: {MARK}{{"kind": "rank", "rank": 0}}1: [default1]:{MARK}{{"kind": "rank", "rank": 1}}\n'
+           f'0: {MARK}{{"kind": "gro\n1: noise\n')
+    assert records(log) == [{"kind": "rank", "rank": 0}, {"kind": "rank", "rank": 1}]

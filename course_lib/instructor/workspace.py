@@ -86,6 +86,7 @@ def init(folder: str | Path, with_solutions: bool = False, exist_ok: bool = Fals
     (folder / "jobs" / "runs").mkdir(parents=True, exist_ok=True)
     (folder / "out").mkdir(exist_ok=True)
     _write_marker(folder, trees, digests)
+    folder.chmod(0o700)   # a learner's work is theirs: others on the login node cannot read it
     return folder
 
 

@@ -53,14 +53,16 @@ def install_digest(prefix: Path = HUB_PREFIX) -> str:
     return h.hexdigest()
 
 
-def fresh_learner(name: str) -> pwd.struct_passwd:
-    """The account ``name`` (made if missing) with no workspace yet: each test session starts from a first login."""
+def fresh_learner(name: str, wipe: bool = True) -> pwd.struct_passwd:
+    """The account ``name`` (made if missing), with no workspace yet unless ``wipe`` is False: each hub session
+    starts from a first login."""
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
         subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True, capture_output=True, timeout=60)
         entry = pwd.getpwnam(name)
-    shutil.rmtree(Path(entry.pw_dir) / "course", ignore_errors=True)
+    if wipe:
+        shutil.rmtree(Path(entry.pw_dir) / "course", ignore_errors=True)
     return entry
 
 

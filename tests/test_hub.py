@@ -8,7 +8,9 @@ owned by them, no learner can read another's workspace, the shared install uncha
 the machine cannot host it (not root, no chromium, no hub install). Figures: out/hub/figures.json.
 """
 import json
+import os
 import pwd
+import subprocess
 import time
 from pathlib import Path
 
@@ -157,3 +159,51 @@ def test_learners_cannot_read_each_other(hub):
     # nor write into the shared install
     r = hs.as_user(a, f"touch {hs.HUB_PREFIX / 'course' / 'exercises' / 'x'}")
     assert r.returncode != 0 and "Permission denied" in r.stderr
+
+
+def _as_learner(name: str, code: str, env: dict) -> subprocess.CompletedProcess:
+    """``code`` run by the shared install's Python as ``name`` in their workspace's notebooks/ (like a kernel)."""
+    exports = " ".join(f"{k}={v}" for k, v in env.items())
+    cmd = f"cd ~/course/notebooks && env -i HOME=$HOME PATH={hs.HUB_PREFIX}/venv/bin:/usr/bin:/bin {exports} " \
+          f"{hs.HUB_PREFIX}/venv/bin/python -"
+    return subprocess.run(["su", "-s", "/bin/sh", name, "-c", cmd], input=code, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slurm
+def test_learner_jobs_reach_slurm_as_the_learner(slurm_cluster):
+    """A learner's kernel submits to the local Slurm: the job is the learner's (squeue/sacct user column), runs
+    as them, and a second process (the kernel after a restart) lists and attaches to it."""
+    name = hs.LEARNERS[0]
+    user = hs.fresh_learner(name, wipe=False)
+    slurm_cluster.dir.chmod(0o755)   # learners' clients read slurm.conf (the munge key stays 0600)
+    if not (Path(user.pw_dir) / "course").is_dir():
+        assert hs.as_user(name, f"{hs.HUB_PREFIX}/venv/bin/course workspace init ~/course").returncode == 0
+    env = {"SLURM_CONF": slurm_cluster.conf, "COURSE_ENGINE": "slurm", "COURSE_SITE": "local"}
+    r = _as_learner(name, """
+from pathlib import Path
+from course_lib import jobs
+script = Path("../whoami.py").resolve()
+script.write_text("import getpass, time\\nprint('running as', getpass.getuser(), flush=True)\\ntime.sleep(4)\\n")
+job = jobs.submit(jobs.JobSpec("whoami", str(script), launcher="python"))
+print("JOB", job.id, job.run_dir)
+""", env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    job_id, run_dir = r.stdout.split("JOB ")[1].split()
+    assert run_dir.startswith(f"{user.pw_dir}/course/jobs/runs/")
+
+    q = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%u"], capture_output=True, text=True,
+                       env=dict(os.environ, SLURM_CONF=str(slurm_cluster.conf)), timeout=60)
+    assert q.stdout.split() == [name], (q.stdout, q.stderr)
+    r = _as_learner(name, f"""
+from course_lib import jobs
+print("LISTED", [j.id for j in jobs.list() if not isinstance(j, tuple)])
+job = jobs.attach({job_id!r}).wait(timeout=300, progress=False)
+print("STATE", job.state)
+print(job.log())
+""", env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"'{job_id}'" in r.stdout.split("LISTED", 1)[1].splitlines()[0]
+    assert "STATE COMPLETED" in r.stdout and f"running as {name}" in r.stdout, r.stdout[-2000:]
+    for path in (Path(run_dir), Path(run_dir) / "output.log"):
+        assert path.stat().st_uid == user.pw_uid, f"{path} is not owned by {name}"

@@ -56,6 +56,8 @@ def test_init_copies_learner_trees_and_paths_resolve_inside(home):
     assert (ws / "notebooks" / "02_ddp_six_steps.ipynb").is_file()
     assert (ws / "exercises" / "05_allreduce" / "allreduce.py").is_file()
     assert not (ws / "solutions").exists()
+    assert (ws / "jobs" / "ddp_srun.sbatch").is_file() and (ws / "jobs" / "runs").is_dir()
+    assert ws.stat().st_mode & 0o077 == 0, "a workspace is its owner's alone"
     marker = json.loads((ws / paths.MARKER).read_text())
     assert marker["files"]["exercises/05_allreduce/allreduce.py"] == hashlib.sha256(
         (ROOT / "exercises/05_allreduce/allreduce.py").read_bytes()).hexdigest()

@@ -1,10 +1,11 @@
 """A learner's workspace: ``course workspace init DIR`` and ``course workspace update [DIR]``.
 
-A workspace holds the learner's own copy of ``notebooks/`` and ``exercises/`` (``solutions/`` too with
-``--with-solutions``) and a marker, ``.course-workspace.json``, that records the course version and the digest
-of every file as it was copied. Inside it every learner path resolves there (course_lib.core.paths); the
-install is only read. ``update`` merges a newer course the way nbgitpuller does: a file the learner never
-changed is refreshed, a new file is added, a file the learner changed (or deleted) is kept and reported.
+A workspace holds the learner's own copy of ``notebooks/``, ``exercises/`` and the ``jobs/*.sbatch`` scripts
+(``solutions/`` too with ``--with-solutions``) and a marker, ``.course-workspace.json``, that records the
+course version and the digest of every file as it was copied. Inside it every learner path resolves there
+(course_lib.core.paths); the install is only read. ``update`` merges a newer course the way nbgitpuller
+does: a file the learner never changed is refreshed, a new file is added, a file the learner changed (or
+deleted) is kept and reported.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from course_lib.core import atomic
 from course_lib.core.paths import MARKER, course_root, find_workspace
 
-TREES = ("notebooks", "exercises")
+TREES = ("notebooks", "exercises", "jobs")   # jobs: the *.sbatch scripts for a shell, never anyone's runs
 SKIP = ("__pycache__", ".ipynb_checkpoints")
 
 
@@ -31,7 +32,8 @@ def source_files(root: Path, trees) -> dict[str, Path]:
     """``{relative path: source file}`` for the shipped trees (no caches, no checkpoints)."""
     files = {}
     for tree in trees:
-        for path in sorted((root / tree).rglob("*")):
+        found = (root / tree).glob("*.sbatch") if tree == "jobs" else (root / tree).rglob("*")
+        for path in sorted(found):
             if path.is_file() and not any(part in SKIP for part in path.parts):
                 files[path.relative_to(root).as_posix()] = path
     return files

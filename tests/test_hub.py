@@ -123,6 +123,8 @@ def test_learner_logs_in_checks_and_submits(hub, browser, name):
         assert "course check ddp" in verdict.inner_text()
         assert str(home / "course" / "exercises") in verdict.inner_text()   # the learner's file, not the install's
         page.screenshot(path=str(OUT / f"{name}-02-step1.png"))
+        # the course's lab settings: no "get notified about official Jupyter news?" prompt (shown at start-up)
+        assert page.get_by_text("official Jupyter news").count() == 0
 
         _open(page, base, "03_launching_jobs.ipynb")
         cell = _run_to(page, "job = jobs.submit(spec, ENGINE_NAME)")

@@ -138,16 +138,12 @@ def test_cli_workspace_and_lab_settings(home):
     assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
 
 
-@pytest.mark.slow
-def test_jobs_list_and_attach_after_a_restart(home, monkeypatch):
-    """A job submitted by one process (a kernel) is found and followed to its end by another (the restarted one)."""
-    monkeypatch.setenv("COURSE_ENGINE", "local"); monkeypatch.setenv("COURSE_SITE", "local")
-    ws = workspace.init(home / "ws")
+def _submit_then_attach(ws: Path, env: dict) -> tuple[str, str]:
+    """One process (a kernel) submits a job; another (the kernel after a restart) lists it and follows it."""
     script = ws / "slow.py"
     script.write_text("import time\nfor i in range(6):\n    print('tick', i, flush=True); time.sleep(1)\n")
     kernel = lambda code: subprocess.run([PYTHON, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                                         cwd=ws / "notebooks", env=dict(ENV, COURSE_ENGINE="local",
-                                                                        COURSE_SITE="local"), timeout=180)
+                                         cwd=ws / "notebooks", env=dict(ENV, **env), timeout=300)
     r = kernel(f"""
         from course_lib import jobs
         job = jobs.submit(jobs.JobSpec("tick", {str(script)!r}, launcher="python"))
@@ -159,19 +155,34 @@ def test_jobs_list_and_attach_after_a_restart(home, monkeypatch):
         listed = jobs.list()
         print([j.id for j in listed if not isinstance(j, tuple)])
         job = jobs.attach({job_id!r})
-        print("attached while", job.state)
-        job.wait(timeout=120, progress=False)
+        print("attached while", job.state, type(job).__name__)
+        job.wait(timeout=240, progress=False)
         print(job.state, job.run_dir)
         print(job.log())""")
     assert r.returncode == 0, r.stderr
     assert f"'{job_id}'" in r.stdout.splitlines()[0]
-    assert "attached while RUNNING" in r.stdout or "attached while PENDING" in r.stdout, r.stdout
-    assert f"COMPLETED {ws / 'jobs' / 'runs'}" in r.stdout and "tick 5" in r.stdout
+    assert f"COMPLETED {ws / 'jobs' / 'runs'}" in r.stdout and "tick 5" in r.stdout, r.stdout
+    return job_id, r.stdout
+
+
+@pytest.mark.slow
+def test_jobs_list_and_attach_after_a_restart_local(home, monkeypatch):
+    ws = workspace.init(home / "ws")
+    _, out = _submit_then_attach(ws, {"COURSE_ENGINE": "local", "COURSE_SITE": "local"})
+    assert "attached while RUNNING LocalJob" in out or "attached while PENDING LocalJob" in out, out
     with pytest.raises(LookupError, match="no run folder for job nope"):
         from course_lib import jobs
 
         os.chdir(ws)
         jobs.attach("nope")
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_jobs_list_and_attach_after_a_restart_slurm(home, slurm):
+    ws = workspace.init(home / "ws")
+    _, out = _submit_then_attach(ws, {**slurm.env, "SLURM_CONF": str(slurm.conf)})
+    assert "SlurmJob" in out and "attached while" in out, out
 
 
 @pytest.mark.slow

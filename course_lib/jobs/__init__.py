@@ -25,8 +25,9 @@ from course_lib.jobs.spec import JobSpec, JobSpecError, render, time_seconds
 ENGINES = ("slurm", "local")
 _probe_cache: dict = {}
 
+# jobs.list is left out: a star import would hide the builtin list
 __all__ = ["Job", "JobSpec", "JobSpecError", "Site", "SiteError", "SubmitError", "TERMINAL", "engine",
-           "load_site", "render", "runs_dir", "script", "submit", "time_seconds", "training_spec", "list", "attach"]
+           "load_site", "render", "runs_dir", "script", "submit", "time_seconds", "training_spec", "attach"]
 
 
 def runs_dir(path: str | os.PathLike | None = None) -> Path:

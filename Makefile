@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB_ARGS ?=
 
-.PHONY: lab test test-fast lint notebooks venv kernel clean
+.PHONY: lab test test-fast lint notebooks venv kernel clean shared-install hub-test-install
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_welcome.ipynb
@@ -18,6 +18,7 @@ lab: $(STAMP)
 # Two workers: the suite is mostly waiting on ranks and deadlines; the Slurm tests share one worker (conftest).
 test: $(STAMP) lint
 	-@bash scripts/system-deps.sh
+	-@$(MAKE) --no-print-directory hub-test-install
 	$(PY) -m pytest -n 2 --dist loadgroup
 
 # The unit tests alone (no multi-process, notebook or Slurm runs): under a minute.
@@ -43,6 +44,20 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[lab,test]"
 	@$(PY) -c 'import torch, course_lib; print("torch", torch.__version__, "| course_lib ready")'
 	touch $(STAMP)
+
+# One install for every user of a JupyterHub (docs/jupyterhub.md): PREFIX/course read-only, PREFIX/venv from
+# a Python every user can run, the "Multi-GPU course" kernel under /usr/local, learners' JupyterLab settings.
+PREFIX ?= /opt/multigpu-course
+shared-install:
+	bash scripts/hub/shared-install.sh $(PREFIX)
+
+# The shared install the hub tests use (tests/test_hub.py), with the npm proxy; fast when up to date.
+# Only as root (the hub starts servers as other users); otherwise the hub tests skip and say why.
+HUB_TEST_PREFIX ?= /opt/multigpu-course-test
+hub-test-install:
+	@if [ "$$(id -u)" = 0 ]; then HUB_PROXY=1 KERNEL_PREFIX=$(HUB_TEST_PREFIX)/venv bash scripts/hub/shared-install.sh \
+		$(HUB_TEST_PREFIX) || echo "[hub-test-install] failed: the hub tests will skip"; \
+	else echo "[hub-test-install] not root: the hub tests will skip"; fi
 
 clean:
 	rm -rf $(VENV) out jobs/runs

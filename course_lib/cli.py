@@ -21,6 +21,8 @@ COMMANDS = {
     "data": ("course_lib.instructor.datacli", "[info|download NAME]: the data sets; download on request"),
     "jobs": ("course_lib.jobs.cli", "write jobs/*.sbatch from the templates (--check: drift?)"),
     "selftest": ("course_lib.selftest.gpu", "--gpu: run every GPU path, report to out/gpu-check/"),
+    "workspace": ("course_lib.instructor.workspace", "init DIR | update [DIR]: a learner's own copy of the course"),
+    "lab-settings": ("course_lib.instructor.hub", "JupyterLab settings for learners (news off, no nbgrader menus)"),
 }
 
 EPILOG = """\
@@ -35,6 +37,7 @@ options with one meaning everywhere:
 
 environment:
   COURSE_HOME         the course's folder (notebooks/, exercises/, solutions/) when it is not beside course_lib
+  COURSE_WORKSPACE    the learner's workspace (default: the nearest folder up with .course-workspace.json)
   COURSE_SITE         site profile for jobs: a name in course_lib/jobs/sites/ or a .toml path (default generic)
   COURSE_ENGINE       jobs engine: slurm, local or auto (default auto: Slurm when sbatch answers)
   COURSE_RUNS_DIR     where job run folders go (default jobs/runs/ of the workspace)

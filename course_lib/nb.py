@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from course_lib.core.paths import workspace
+from course_lib.core.paths import tree_dir
 
 TREES = ("exercises", "solutions")
 
@@ -19,7 +19,7 @@ def exercise_path(tree: str, relative: str) -> Path:
     """``exercise_path("exercises", "02_ddp/mnist_classify_ddp.py")`` -> the absolute path of that file."""
     if tree not in TREES:
         raise ValueError(f"TREE must be one of {TREES}, not {tree!r}")
-    return workspace() / tree / relative
+    return tree_dir(tree) / relative
 
 
 def show(report, strict: bool = False):

@@ -23,7 +23,7 @@ import re
 import sys
 
 from course_lib.core import atomic
-from course_lib.core.paths import course_root, workspace
+from course_lib.core.paths import course_root, out_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,7 +48,7 @@ def keys(notebook: str) -> dict:
 
 
 def _answers_file(notebook: str):
-    return workspace() / "out" / "answers" / f"{notebook}.json"
+    return out_dir() / "answers" / f"{notebook}.json"
 
 
 def answers(notebook: str) -> dict:

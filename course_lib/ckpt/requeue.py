@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from course_lib.core.paths import workspace
+from course_lib.core.paths import tree_dir
 
 TERMINAL = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 FIELD = re.compile(r"(\w+)=(\S*)")
@@ -29,7 +29,7 @@ def prepare(folder, tree: str = "solutions") -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("snapshot.py", "requeue.sbatch"):
-        shutil.copy(workspace() / tree / "08_checkpoint" / name, folder / name)
+        shutil.copy(tree_dir(tree) / "08_checkpoint" / name, folder / name)
     return folder
 
 

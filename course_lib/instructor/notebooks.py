@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from course_lib.core.paths import course_root, workspace
+from course_lib.core.paths import course_root, out_dir
 
 
 def notebook_paths(pattern: str = "*") -> list[Path]:
@@ -43,7 +43,7 @@ def add_arguments(p):
     p.add_argument("--tree", choices=["solutions", "exercises"], default="solutions")
     p.add_argument("--quick", action="store_true", help="the small settings CI uses")
     p.add_argument("--only", default="*", help="glob of notebook names, e.g. '0[12]_*'")
-    p.add_argument("--out", type=Path, default=workspace() / "out" / "notebooks")
+    p.add_argument("--out", type=Path, default=out_dir() / "notebooks")
     # not --timeout: that name means the deadline of a multi-process run in every course command
     p.add_argument("--cell-timeout", type=int, default=900, help="deadline in seconds of each cell (papermill's)")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from course_lib.core.paths import workspace
+from course_lib.core.paths import runs_dir as _workspace_runs
 from course_lib.jobs.job import TERMINAL, Job, SubmitError
 from course_lib.jobs.site import Site, SiteError, load_site
 from course_lib.jobs.spec import JobSpec, JobSpecError, render, time_seconds
@@ -25,12 +25,13 @@ from course_lib.jobs.spec import JobSpec, JobSpecError, render, time_seconds
 ENGINES = ("slurm", "local")
 _probe_cache: dict = {}
 
+# jobs.list is left out: a star import would hide the builtin list
 __all__ = ["Job", "JobSpec", "JobSpecError", "Site", "SiteError", "SubmitError", "TERMINAL", "engine",
-           "load_site", "render", "runs_dir", "script", "submit", "time_seconds", "training_spec"]
+           "load_site", "render", "runs_dir", "script", "submit", "time_seconds", "training_spec", "attach"]
 
 
 def runs_dir(path: str | os.PathLike | None = None) -> Path:
-    return Path(path or os.environ.get("COURSE_RUNS_DIR") or workspace() / "jobs" / "runs").resolve()
+    return Path(path or os.environ.get("COURSE_RUNS_DIR") or _workspace_runs()).resolve()
 
 
 def engine(choice: str | None = None) -> tuple[str, str]:
@@ -83,6 +84,20 @@ def training_spec(name: str, script, args=(), ranks: int = 1, launcher: str = "s
     has GPUs; otherwise ``ranks`` CPU ranks of one core each (more would only oversubscribe the cores)."""
     site = site if isinstance(site, Site) else load_site(site)
     gpus = site.gpus_per_node > 0
-    return JobSpec(name=name, script=str(script), args=list(args), ntasks_per_node=ranks, launcher=launcher,
+    return JobSpec(name=name, script=str(script), args=[*args], ntasks_per_node=ranks, launcher=launcher,
                    gpus_per_node=ranks if gpus else 0,
                    cpus_per_task=max(1, site.cpus_per_node // ranks) if gpus else 1, **extra)
+
+
+def list(runs: str | os.PathLike | None = None):   # shadows list() in this module: use [*x] here
+    """This workspace's jobs (run folders, state now) and this user's Slurm jobs without a folder here."""
+    from course_lib.jobs.reattach import list_jobs
+
+    return list_jobs(runs)
+
+
+def attach(job_id: str, runs: str | os.PathLike | None = None) -> Job:
+    """The job ``job_id`` again after a kernel restart: ``jobs.attach("local-3").wait()`` shows its progress."""
+    from course_lib.jobs.reattach import attach as _attach
+
+    return _attach(job_id, runs)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from course_lib.core.atomic import write_text
-from course_lib.core.paths import course_root
+from course_lib.core.paths import workspace
 
 DEFAULT_SITE = "generic"   # fixed, so --check does not depend on $COURSE_SITE
 
@@ -32,7 +32,7 @@ def run(args) -> int:
     except SiteError as e:
         print(f"course jobs: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out).expanduser() if args.out else course_root() / "jobs"
+    out = Path(args.out).expanduser() if args.out else workspace() / "jobs"
     texts = render_all(site)
     if args.check:
         return _check(out, texts)

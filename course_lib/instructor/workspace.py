@@ -1,0 +1,151 @@
+"""A learner's workspace: ``course workspace init DIR`` and ``course workspace update [DIR]``.
+
+A workspace holds the learner's own copy of ``notebooks/``, ``exercises/`` and the ``jobs/*.sbatch`` scripts
+(``solutions/`` too with ``--with-solutions``) and a marker, ``.course-workspace.json``, that records the
+course version and the digest of every file as it was copied. Inside it every learner path resolves there
+(course_lib.core.paths); the install is only read. ``update`` merges a newer course the way nbgitpuller
+does: a file the learner never changed is refreshed, a new file is added, a file the learner changed (or
+deleted) is kept and reported.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from course_lib.core import atomic
+from course_lib.core.paths import MARKER, course_root, find_workspace
+
+TREES = ("notebooks", "exercises", "jobs")   # jobs: the *.sbatch scripts for a shell, never anyone's runs
+SKIP = ("__pycache__", ".ipynb_checkpoints")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def source_files(root: Path, trees) -> dict[str, Path]:
+    """``{relative path: source file}`` for the shipped trees (no caches, no checkpoints)."""
+    files = {}
+    for tree in trees:
+        found = (root / tree).glob("*.sbatch") if tree == "jobs" else (root / tree).rglob("*")
+        for path in sorted(found):
+            if path.is_file() and not any(part in SKIP for part in path.parts):
+                files[path.relative_to(root).as_posix()] = path
+    return files
+
+
+def _version() -> str:
+    try:
+        return metadata.version("multigpu-course")
+    except metadata.PackageNotFoundError:   # pragma: no cover - a plain checkout without install
+        return "unknown"
+
+
+def _write_marker(folder: Path, trees, digests: dict[str, str]) -> None:
+    record = {"course_version": _version(), "install": str(course_root()), "trees": list(trees),
+              "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": digests}
+    atomic.write_text(folder / MARKER, json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def read_marker(folder: Path) -> dict:
+    path = folder / MARKER
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise WorkspaceError(f"{folder} is not a course workspace ({path}: {e}); "
+                             f"make one with `course workspace init {folder}`") from e
+
+
+class WorkspaceError(RuntimeError):
+    """Bad input for init/update: the message says what to do."""
+
+
+def init(folder: str | Path, with_solutions: bool = False, exist_ok: bool = False) -> Path:
+    """Copy the course's learner trees into ``folder`` (new or empty) and mark it as a workspace."""
+    folder = Path(folder).expanduser().resolve()
+    if (folder / MARKER).is_file():
+        if exist_ok:
+            return folder
+        raise WorkspaceError(f"{folder} is already a workspace: bring in a newer course with "
+                             f"`course workspace update {folder}`")
+    if folder.exists() and any(folder.iterdir()):
+        raise WorkspaceError(f"{folder} is not empty: choose a new folder (nothing in it was changed)")
+    root = course_root()
+    if folder == root or root in folder.parents:
+        raise WorkspaceError(f"{folder} is inside the course install {root}: choose a folder of your own")
+    trees = TREES + (("solutions",) if with_solutions else ())
+    digests = {}
+    for rel, src in source_files(root, trees).items():
+        dest = folder / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)     # contents only: the learner owns the copy, whatever the install's modes
+        digests[rel] = _digest(dest)
+    (folder / "jobs" / "runs").mkdir(parents=True, exist_ok=True)
+    (folder / "out").mkdir(exist_ok=True)
+    _write_marker(folder, trees, digests)
+    folder.chmod(0o700)   # a learner's work is theirs: others on the login node cannot read it
+    return folder
+
+
+def update(folder: str | Path | None = None) -> dict[str, list[str]]:
+    """Merge the installed course into a workspace; returns ``{"added", "refreshed", "kept", "deleted_kept"}``."""
+    folder = Path(folder).expanduser().resolve() if folder else find_workspace()
+    marker = read_marker(folder)
+    recorded = marker.get("files", {})
+    trees = tuple(marker.get("trees", TREES))
+    result = {"added": [], "refreshed": [], "kept": [], "deleted_kept": []}
+    digests = dict(recorded)
+    for rel, src in source_files(course_root(), trees).items():
+        dest, new = folder / rel, _digest(src)
+        if not dest.exists():
+            if rel in recorded:           # the learner deleted it: their choice stands
+                result["deleted_kept"].append(rel)
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+            result["added"].append(rel)
+        elif _digest(dest) == new:
+            pass                          # already the course's file
+        elif _digest(dest) == recorded.get(rel):
+            shutil.copyfile(src, dest)    # untouched by the learner: take the new version
+            result["refreshed"].append(rel)
+        else:
+            result["kept"].append(rel)    # the learner's edit wins; the record keeps the old digest
+            continue
+        digests[rel] = new
+    _write_marker(folder, trees, digests)
+    return result
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    i = sub.add_parser("init", help="DIR: a learner's copy of notebooks/ and exercises/")
+    i.add_argument("dir", type=Path)
+    i.add_argument("--with-solutions", action="store_true", help="copy solutions/ too (instructors)")
+    i.add_argument("--exist-ok", action="store_true", help="a workspace already there is fine (first login)")
+    u = sub.add_parser("update", help="[DIR]: bring in a newer course; your edits are kept")
+    u.add_argument("dir", type=Path, nargs="?")
+
+
+def run(args) -> int:
+    try:
+        if args.action == "init":
+            folder = init(args.dir, args.with_solutions, args.exist_ok)
+            print(f"course workspace: {folder} is ready; open notebooks/00_welcome.ipynb there")
+            return 0
+        result = update(args.dir)
+    except WorkspaceError as e:
+        print(f"course workspace: {e}", file=sys.stderr)
+        return 2
+    for label, key in (("added", "added"), ("updated", "refreshed"), ("kept (you changed it)", "kept"),
+                       ("not restored (you deleted it)", "deleted_kept")):
+        for rel in result[key]:
+            print(f"{label:32s}{rel}")
+    print(f"course workspace: {sum(map(len, result.values()))} file(s) differ from before; nothing of yours was "
+          f"overwritten")
+    return 0

@@ -1,0 +1,132 @@
+"""A learner's jobs after a kernel restart: ``jobs.list()`` and ``jobs.attach(job_id)``.
+
+A hub culls idle servers and a learner restarts kernels; the job goes on (a Slurm job in the scheduler, a local
+job in its own session), and everything needed to follow it again is in its run folder (``job.json``). ``attach``
+rebuilds the Job from that folder, so ``job.wait()`` shows the live widget again; ``list`` shows every run
+folder of the workspace with its state now, plus the scheduler's jobs of this user that have no folder here.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from course_lib.jobs.job import INFO_NAME, Job
+from course_lib.jobs.spec import JobSpec
+
+
+class _Detached:
+    """The local runner of a job this kernel did not start: enough of Popen for LocalJob (poll, signal, wait)."""
+
+    def __init__(self, run_dir: Path):
+        self.returncode: int | None = None
+        self._proc = _find_runner(run_dir)
+        self.pid = self._proc.pid if self._proc else None
+
+    def poll(self) -> int | None:
+        if self._proc is not None and self._proc.is_running() and self._proc.status() != psutil.STATUS_ZOMBIE:
+            return None
+        if self.returncode is None:
+            self.returncode = 0   # not our child: its end state is in state.json, not in an exit status
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._proc is not None:
+            _, alive = psutil.wait_procs([self._proc], timeout=timeout)
+            if alive:
+                raise subprocess.TimeoutExpired(f"runner {self.pid}", timeout)
+        return self.poll()
+
+
+def _find_runner(run_dir: Path):
+    """The ``python -m course_lib.jobs.local RUN_DIR`` process of this run folder, if it still runs."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "course_lib.jobs.local" in cmd and cmd[-1:] == [str(run_dir)]:
+            return proc
+    return None
+
+
+def _runs(runs=None) -> Path:
+    from course_lib import jobs
+
+    return jobs.runs_dir(runs)
+
+
+def _folder_of(job_id: str, runs: Path) -> Path:
+    matches = [p for p in runs.glob(f"*-{job_id}") if (p / INFO_NAME).is_file()]
+    if not matches:
+        known = ", ".join(sorted(str(_info(p).get("id")) for p in runs.glob("*") if (p / INFO_NAME).is_file()))
+        raise LookupError(f"no run folder for job {job_id} in {runs}; jobs there: {known or 'none'} "
+                          "(see jobs.list())")
+    return max(matches, key=lambda p: p.stat().st_mtime)
+
+
+def _info(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / INFO_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def from_folder(run_dir: Path) -> Job:
+    """The Job recorded in ``run_dir`` (its engine, id and spec), ready to refresh, wait on or cancel."""
+    info = _info(run_dir)
+    if "spec" not in info or "id" not in info:
+        raise LookupError(f"{run_dir / INFO_NAME} does not describe a job (no id or spec)")
+    spec = JobSpec(**info["spec"])
+    if info.get("engine") == "slurm":
+        from course_lib.jobs.slurm import SlurmJob
+
+        return SlurmJob(info["id"], spec, run_dir, time.monotonic())
+    from course_lib.jobs.local import LocalJob
+
+    return LocalJob(info["id"], spec, run_dir, time.monotonic(), _Detached(run_dir))
+
+
+def attach(job_id: str, runs=None) -> Job:
+    """The job ``job_id`` of this workspace again (after a kernel restart): ``attach(id).wait()``."""
+    job = from_folder(_folder_of(str(job_id), _runs(runs)))
+    job.refresh()
+    return job
+
+
+def _scheduler_ids() -> list[str]:
+    """This user's jobs that Slurm knows now (empty without Slurm)."""
+    try:
+        r = subprocess.run(["squeue", "-h", "-u", getpass.getuser(), "-o", "%i"], capture_output=True,
+                           text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return r.stdout.split() if r.returncode == 0 else []
+
+
+def list_jobs(runs=None) -> list:
+    """Every job of this workspace, oldest first, each refreshed; Slurm jobs of this user with no run
+    folder here are listed after them as ``(job id, "no run folder in this workspace")``."""
+    runs = _runs(runs)
+    folders = sorted((p for p in runs.glob("*") if (p / INFO_NAME).is_file()), key=lambda p: p.stat().st_mtime)
+    found = []
+    for folder in folders:
+        try:
+            job = from_folder(folder)
+            job.refresh()
+            found.append(job)
+        except (LookupError, TypeError):
+            continue   # a folder from an older course whose spec no longer loads: not this learner's job now
+    ours = {job.id for job in found}
+    found += [(i, "no run folder in this workspace") for i in _scheduler_ids() if i not in ours]
+    return found

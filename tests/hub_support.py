@@ -1,0 +1,149 @@
+"""A real JupyterHub for tests/test_hub.py: learner accounts, the hub process, its REST API, and a clean stop.
+
+The hub runs from the shared install that ``make hub-test-install`` made (HUB_PREFIX), as root, with
+scripts/hub/jupyterhub_config.py; every learner's server runs as that learner. Nothing is left running:
+``Hub.stop`` ends the hub's process group, then any process still owned by a test learner that this hub started.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+HUB_PREFIX = Path(os.environ.get("COURSE_HUB_PREFIX", "/opt/multigpu-course-test"))
+CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
+LEARNERS = ("hublearner1", "hublearner2", "hublearner3")
+
+
+def why_not() -> str | None:
+    """Why this machine cannot host the hub tests, or None."""
+    if os.geteuid() != 0:
+        return "not root: the hub starts each learner's server as that learner (CI runs as root)"
+    if not CHROMIUM.exists():
+        return f"no {CHROMIUM} (Debian's chromium; scripts/system-deps.sh installs it as root)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "no playwright (pip install -e '.[test]')"
+    for need in (HUB_PREFIX / "venv/bin/jupyterhub", HUB_PREFIX / "proxy/node_modules/.bin/configurable-http-proxy"):
+        if not need.exists():
+            return f"no {need}: run `make hub-test-install` (as root)"
+    return None
+
+
+def install_digest(prefix: Path = HUB_PREFIX) -> str:
+    """sha256 over the shared install's course sources and course_lib (paths, contents, modes)."""
+    h = hashlib.sha256()
+    for tree in ("notebooks", "exercises", "solutions", "course_lib"):
+        for p in sorted((prefix / "course" / tree).rglob("*")):
+            if p.is_file():
+                h.update(f"{p.relative_to(prefix)}\0{p.stat().st_mode:o}\0".encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def fresh_learner(name: str, wipe: bool = True) -> pwd.struct_passwd:
+    """The account ``name`` (made if missing), with no workspace yet unless ``wipe`` is False: each hub session
+    starts from a first login."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True, capture_output=True, timeout=60)
+        entry = pwd.getpwnam(name)
+    if wipe:
+        shutil.rmtree(Path(entry.pw_dir) / "course", ignore_errors=True)
+    return entry
+
+
+def as_user(name: str, command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["su", "-s", "/bin/sh", name, "-c", command], capture_output=True, text=True, timeout=60)
+
+
+def free_port() -> int:
+    from course_lib.core.launch import free_port as fp
+
+    return fp()
+
+
+class Hub:
+    def __init__(self, state: Path):
+        self.state = state
+        self.port, self.api_port, self.proxy_api = free_port(), free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.token = secrets.token_hex(16)
+        self.password = secrets.token_hex(8)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, env_extra: dict, timeout: float = 300) -> "Hub":
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PYTHON", "SLURM_"))}
+        env.update(COURSE_PREFIX=str(HUB_PREFIX), COURSE_HUB_DIR=str(self.state), COURSE_HUB_PORT=str(self.port),
+                   COURSE_HUB_API_PORT=str(self.api_port), COURSE_PROXY_API_PORT=str(self.proxy_api),
+                   COURSE_HUB_AUTH="dummy", COURSE_HUB_PASSWORD=self.password, COURSE_HUB_TOKEN=self.token,
+                   **env_extra)
+        self.log = self.state / "hub.log"
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([str(HUB_PREFIX / "venv/bin/jupyterhub"), "-f",
+                                          str(ROOT / "scripts/hub/jupyterhub_config.py")],
+                                         cwd=self.state, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the hub exited ({self.proc.returncode}):\n{self.log_tail()}")
+            try:
+                self.api("GET", "/")
+                return self
+            except (OSError, urllib.error.URLError):
+                time.sleep(1)
+        raise RuntimeError(f"the hub did not answer in {timeout:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+    def api(self, method: str, path: str, body: dict | None = None):
+        req = urllib.request.Request(f"{self.url}/hub/api{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = r.read().decode()
+        return json.loads(text) if text.strip() else None
+
+    def processes(self) -> list[psutil.Process]:
+        """The hub and everything it started (proxy, learners' servers, their kernels and ranks)."""
+        if self.proc is None:
+            return []
+        try:
+            top = psutil.Process(self.proc.pid)
+            return [top, *top.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        started = self.processes()
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)   # the hub stops the learners' servers and the proxy
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        _, alive = psutil.wait_procs(started, timeout=30)
+        for p in alive:   # only what this hub started and that outlived it
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=10)

@@ -17,7 +17,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
-from course_lib.core.paths import workspace
+from course_lib.core.paths import out_dir
 from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, Context, Outcome
 
 
@@ -77,7 +77,7 @@ def select(only: str | None) -> list:
 
 def add_arguments(p):
     p.add_argument("--gpu", action="store_true", help="the GPU self-check (the only one for now)")
-    p.add_argument("--out", type=Path, default=workspace() / "out" / "gpu-check", help="report folder")
+    p.add_argument("--out", type=Path, default=out_dir() / "gpu-check", help="report folder")
     p.add_argument("--only", help="comma-separated item names (default: all)")
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every item's deadline")
     p.add_argument("--list", action="store_true", help="list the items and exit")

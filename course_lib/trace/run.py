@@ -5,7 +5,7 @@ import tempfile
 from pathlib import Path
 
 from course_lib.core.launch import launch
-from course_lib.core.paths import workspace
+from course_lib.core.paths import out_dir
 from course_lib.trace.timeline import Timeline, from_chrome_trace
 
 
@@ -23,7 +23,7 @@ def profile_step(nprocs: int = 2, bucket_cap_mb: float | None = None, batch_size
     """
     cap = [] if bucket_cap_mb is None else ["--bucket-cap-mb", str(bucket_cap_mb)]
     if out is None:
-        out = workspace() / "out" / "trace" / f"W{nprocs}-cap{'default' if bucket_cap_mb is None else bucket_cap_mb}"
+        out = out_dir() / "trace" / f"W{nprocs}-cap{'default' if bucket_cap_mb is None else bucket_cap_mb}"
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("trace-rank*.json"):

@@ -25,6 +25,20 @@ def live_processes(*needles: str, environ: bool = False) -> list[str]:
     return found
 
 
+def processes_under(folder, any_of: tuple = ()) -> list[str]:
+    """``"pid: command"`` of live processes whose command line or working folder names ``folder`` (and, if
+    ``any_of`` is given, holds one of those strings too): what a run in ``folder`` left behind."""
+    from course_lib.core import proc
+
+    found = []
+    for p in proc.live(["cmdline", "cwd"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        blob = f"{cmd} {p.info['cwd'] or ''}"
+        if p.pid != os.getpid() and str(folder) in blob and (not any_of or any(a in blob for a in any_of)):
+            found.append(f"{p.pid}: {cmd[:120]}")
+    return found
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

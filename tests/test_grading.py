@@ -20,6 +20,7 @@ from course_lib.grading import discover, precheck, read_rows, write_reports
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "grading_class"))
+from conftest import processes_under  # noqa: E402
 from make_class import make_class, starter  # noqa: E402
 
 AR, TP = "05_allreduce/allreduce.py", "06_tensor_parallel/tp.py"
@@ -173,16 +174,7 @@ def tree_digest(folder: Path) -> str:
 def sandbox_processes(under: Path) -> list[str]:
     """Processes of a grading check that are still alive: their command line or folder is a sandbox's, under
     ``under`` (the TMPDIR given to the grader: other tests and other graders on the machine are not counted)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if str(under) in cmd + " " + cwd and ("course_lib.grading.sandbox" in cmd or "course-grade-work-" in cmd + cwd):
-            found.append(f"{pid}: {cmd[:120]}")
-    return found
+    return processes_under(under, any_of=("course_lib.grading.sandbox", "course-grade-work-"))
 
 
 def private_tmp(tmp_path: Path) -> tuple[Path, dict]:

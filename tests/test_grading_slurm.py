@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import processes_under
 
 from course_lib.grading import Learner, read_rows
 from course_lib.grading.array import array_ranges, script
@@ -91,16 +92,7 @@ def test_slurm_asked_for_where_none_answers(tmp_path):
 def leftovers(folder: Path) -> list[str]:
     """Processes whose command line or working folder is under ``folder``."""
     time.sleep(1)
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if str(folder) in cmd + " " + cwd:
-            found.append(f"{pid}: {cmd[:120]}")
-    return found
+    return processes_under(folder)
 
 
 @pytest.mark.slow

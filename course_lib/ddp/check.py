@@ -1,7 +1,7 @@
 """Check a DDP training script step by step: ``course check ddp PATH``.
 
-The learner's script runs as real ranks (``course_lib.core.launch``: srun-style, then the real torchrun, then
-3 ranks), each under ``course_lib.ddp.probe``, which watches torch from outside the learner's code
+The learner's script runs as real ranks (``course_lib.core.launch``: srun-style, the real torchrun and 3 ranks,
+side by side), each under ``course_lib.ddp.probe``, which watches torch from outside the learner's code
 and leaves one JSON record per rank. The script runs in a temporary folder (its checkpoint lands there;
 nothing of the learner's is touched) with ``--dataset digits --epochs 2 --save-model`` on a small
 subset of the data. From the records, one verdict per step:
@@ -32,7 +32,7 @@ from pathlib import Path
 from course_lib.core.report import Report
 from course_lib.ddp.failures import describe_failure, waiting_in_init
 from course_lib.ddp.launchers import step6
-from course_lib.ddp.runs import Run, prepare_data, run_script, works
+from course_lib.ddp.runs import Run, prepare_data, run_script, run_side_by_side, works
 from course_lib.ddp.steps import step1, step2, step3, step4, step5
 
 STEP_NAMES = {1: "Step 1", 2: "Step 2", 3: "Step 3", 4: "Step 4", 5: "Step 5", 6: "Step 6"}
@@ -79,16 +79,22 @@ def _check(script: Path, shown: str, timeout: float, styles: tuple, more_ranks, 
     with tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:
         root = Path(tmp)
         data = prepare_data(root)
+        # the 2-rank launches, and the extra-ranks launch with the first style (the one that usually works), at once
+        jobs = [(style, 2) for style in styles]
+        if more_ranks and more_ranks != 2:
+            jobs.append((styles[0], more_ranks))
+        done = run_side_by_side(jobs, script, root, data, timeout, echo, stall)
         runs: dict = {}
         for style in styles:
-            runs[style] = run_script(script, style, 2, root, data, timeout, echo, stall)
+            runs[style] = done[(style, 2)]
             failure = describe_failure(runs[style], script)
             if runs[style].result.timed_out or (failure and failure.message.startswith("deadlock")):
-                break   # a deadlock would only repeat under the other launcher: no need to wait twice
+                break   # a deadlock would only repeat under the other launcher: judged as if it had not run
         primary = next((runs[s] for s in runs if works(runs[s])), None)
         more = None
         if primary is not None and more_ranks and more_ranks != primary.nprocs:
-            more = run_script(script, primary.style, more_ranks, root, data, timeout, echo, stall)
+            more = done.get((primary.style, more_ranks)) or run_script(script, primary.style, more_ranks, root, data,
+                                                                       timeout, echo, stall)
         if primary is None:
             primary = next((runs[s] for s in runs if runs[s].result.ok and runs[s].finished()), None) or runs[styles[0]]
         _verdicts(report, script, runs, primary, more, strict)

@@ -6,8 +6,9 @@ torch. So the figure that travels between machines is the ratio: a check's wall 
 ``python -c "import torch"``. Where the time goes, per checker:
 
 - launches: how many multi-process runs, and their ranks in all;
-- start-up (estimated): one torch import per rank, the ranks of a launch sharing the machine's cores;
-- in ranks: the rest of the time inside launches (training, test cases, waiting for peers, shutting down);
+- start-up (estimated): one torch import per rank, the ranks of a launch sharing the machine's cores, and
+  launches side by side sharing their time;
+- in ranks: the rest of the time while a launch runs (training, test cases, waiting for peers, shutting down);
 - checker: the time outside launches (preparing data, judging the records).
 """
 from __future__ import annotations
@@ -36,15 +37,26 @@ def torch_import_seconds(repeats: int = 3) -> float:
 
 
 class LaunchLog:
-    """While active, every ``course_lib.core.launch.launch`` is timed: (style, nprocs, seconds) per launch."""
+    """While active, every ``course_lib.core.launch.launch`` is timed: (style, nprocs, seconds) per launch,
+    and the stretches of time in which some launch ran (``covered``: launches side by side count once)."""
 
     def __init__(self):
         self.launches: list[tuple[str, int, float]] = []
+        self.spans: list[tuple[float, float]] = []
         self._original = launch_module.launch
+
+    def covered(self) -> float:
+        total, end = 0.0, float("-inf")
+        for a, b in sorted(self.spans):
+            total += max(0.0, b - max(a, end))
+            end = max(end, b)
+        return total
 
     def __enter__(self) -> LaunchLog:
         def timed(*args, **kwargs):
+            start = time.monotonic()
             result = self._original(*args, **kwargs)
+            self.spans.append((start, time.monotonic()))
             self.launches.append((result.style, result.nprocs, result.elapsed))
             return result
         launch_module.launch = timed
@@ -63,8 +75,10 @@ def bench_one(name: str, import_s: float) -> dict:
         start = time.monotonic()
         report = check(name, course_root() / "solutions" / get(name).file)
         wall = time.monotonic() - start
-    in_launches = sum(s for _, _, s in log.launches)
-    startup = sum(import_s * -(-n // cores) for _, n, _ in log.launches)   # ceil(ranks / cores) imports each
+    in_launches = log.covered()
+    overlap = in_launches / (sum(s for _, _, s in log.launches) or 1.0)   # 1: one launch after the other
+    # ceil(ranks / cores) imports one after the other per launch; launches side by side share that time
+    startup = overlap * sum(import_s * -(-n // cores) for _, n, _ in log.launches)
     return {"checker": name, "passed": report.passed, "wall_s": wall, "ratio": wall / import_s,
             "launches": len(log.launches), "ranks": sum(n for _, n, _ in log.launches),
             "startup_s": min(startup, in_launches), "in_ranks_s": max(0.0, in_launches - startup),

@@ -122,6 +122,9 @@ def test_bench_checks_times_every_launch_and_explains_the_ratio(tmp_path):
         res = launch_module.launch([script(tmp_path, "print('hello')\n")], 2, timeout=120, on_line=None)
     assert launch_module.launch is log._original          # put back
     assert res.ok and log.launches == [("srun", 2, res.elapsed)]
+    assert res.elapsed <= log.covered() < res.elapsed + 5
+    log.spans = [(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]      # side by side, then one more
+    assert log.covered() == 4.0
     r = {"checker": "tp", "passed": True, "wall_s": 8.0, "ratio": 5.0, "launches": 2, "ranks": 6,
          "startup_s": 4.8, "in_ranks_s": 2.0, "checker_s": 1.2}
     assert bench_checks.row(r).split() == ["tp", "8.0", "5.0", "2", "6", "4.8", "2.0", "1.2", "all", "passed"]

@@ -6,8 +6,7 @@ torch. So the figure that travels between machines is the ratio: a check's wall 
 ``python -c "import torch"``. Where the time goes, per checker:
 
 - launches: how many multi-process runs, and their ranks in all;
-- start-up (estimated): one torch import per rank, the ranks of a launch sharing the machine's cores, and
-  launches side by side sharing their time;
+- start-up (estimated, ``startup_estimate``): one torch import per process, sharing the machine's cores;
 - in ranks: the rest of the time while a launch runs (training, test cases, waiting for peers, shutting down);
 - checker: the time outside launches (preparing data, judging the records).
 """
@@ -67,6 +66,15 @@ class LaunchLog:
         return False
 
 
+def startup_estimate(log: LaunchLog, import_s: float, cores: int) -> float:
+    """Seconds of starting ranks: one torch import per process (torchrun's agent imports it too). A launch's
+    processes share the cores (ceil(processes / cores) imports one after the other); launches side by side
+    share that time, but can never import faster than all their processes on all the cores."""
+    procs = [n + (style == "torchrun") for style, n, _ in log.launches]
+    overlap = log.covered() / (sum(s for _, _, s in log.launches) or 1.0)   # 1: one launch after the other
+    return max(overlap * sum(import_s * -(-p // cores) for p in procs), import_s * sum(procs) / cores)
+
+
 def bench_one(name: str, import_s: float) -> dict:
     """Run checker ``name`` on its reference solution; its figures (see the module docstring)."""
     from course_lib.check import check
@@ -76,12 +84,10 @@ def bench_one(name: str, import_s: float) -> dict:
         report = check(name, course_root() / "solutions" / get(name).file)
         wall = time.monotonic() - start
     in_launches = log.covered()
-    overlap = in_launches / (sum(s for _, _, s in log.launches) or 1.0)   # 1: one launch after the other
-    # ceil(ranks / cores) imports one after the other per launch; launches side by side share that time
-    startup = overlap * sum(import_s * -(-n // cores) for _, n, _ in log.launches)
+    startup = min(in_launches, startup_estimate(log, import_s, cores))
     return {"checker": name, "passed": report.passed, "wall_s": wall, "ratio": wall / import_s,
             "launches": len(log.launches), "ranks": sum(n for _, n, _ in log.launches),
-            "startup_s": min(startup, in_launches), "in_ranks_s": max(0.0, in_launches - startup),
+            "startup_s": startup, "in_ranks_s": max(0.0, in_launches - startup),
             "checker_s": max(0.0, wall - in_launches)}
 
 

@@ -125,6 +125,10 @@ def test_bench_checks_times_every_launch_and_explains_the_ratio(tmp_path):
     assert res.elapsed <= log.covered() < res.elapsed + 5
     log.spans = [(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]      # side by side, then one more
     assert log.covered() == 4.0
+    log.launches, log.spans = [("srun", 2, 4.0)], [(0.0, 4.0)]
+    assert bench_checks.startup_estimate(log, 2.0, cores=2) == 2.0     # two imports on two cores at once
+    log.launches, log.spans = [("srun", 2, 4.0), ("torchrun", 2, 4.0)], [(0.0, 4.0), (0.0, 4.0)]
+    assert bench_checks.startup_estimate(log, 2.0, cores=2) == 5.0     # 5 processes (the agent too), 2 cores
     r = {"checker": "tp", "passed": True, "wall_s": 8.0, "ratio": 5.0, "launches": 2, "ranks": 6,
          "startup_s": 4.8, "in_ranks_s": 2.0, "checker_s": 1.2}
     assert bench_checks.row(r).split() == ["tp", "8.0", "5.0", "2", "6", "4.8", "2.0", "1.2", "all", "passed"]

@@ -23,6 +23,9 @@ def add_arguments(p):
     p.add_argument("--timeout", type=float, default=None,
                    help="deadline in seconds for each multi-process run of the check")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.add_argument("--strict-launchers", action="store_true",
+                   help="ddp, Step 6: the script must work under both srun and torchrun (default: under the "
+                        "launcher it reads)")
 
 
 def run(args) -> int:
@@ -30,6 +33,11 @@ def run(args) -> int:
         print(f"course check: no such file: {args.path} (give the path of your exercise file)", file=sys.stderr)
         return 2
     kwargs = {} if args.timeout is None else {"timeout": args.timeout}
+    if getattr(args, "strict_launchers", False):
+        if args.exercise != "ddp":
+            print("course check: --strict-launchers is for `course check ddp` only", file=sys.stderr)
+            return 2
+        kwargs["strict_launchers"] = True
     report = check(args.exercise, args.path, **kwargs)
     print(json.dumps(report.rows(), indent=1) if args.json else report.text())
     return 0 if report.passed else 1

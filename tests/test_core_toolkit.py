@@ -213,7 +213,7 @@ with rankkit.CollectiveGuard(["all_reduce", "broadcast", "no_such_function"]) as
     t = torch.ones(2)
     guard.original("all_reduce")(t)               # the checker's own call goes through
     out["original"] = t.tolist()
-out["restored"] = dist.all_reduce is guard.original("all_reduce")
+out["restored"] = dist.all_reduce is guard.original("all_reduce").__wrapped__
 with rankkit.CollectiveGuard(["all_reduce", "all_gather"], mode="count") as counter:
     t = torch.ones(3)
     dist.all_reduce(t)
@@ -227,6 +227,52 @@ with rankkit.CollectiveGuard(["all_reduce", "all_gather"], mode="count") as coun
 dist.destroy_process_group()
 print(json.dumps(out))
 """
+
+
+OTHER_WAYS = """
+import json, os, tempfile
+import torch, torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+from torch.distributed.distributed_c10d import _get_default_group
+from course_lib.core import rankkit
+
+store = os.path.join(tempfile.mkdtemp(), "store")
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+ways = {"group.WORLD": lambda t: dist.group.WORLD.allreduce([t]).wait(),
+        "default_group": lambda t: _get_default_group().allreduce(t).wait(),
+        "c10d module": lambda t: torch.distributed.distributed_c10d.all_reduce(t),
+        "functional": lambda t: t.copy_(funcol.all_reduce(t, "sum", dist.group.WORLD))}
+out = {"forbid": {}, "count": {}}
+for way, call in ways.items():
+    with rankkit.CollectiveGuard(["all_reduce"]) as guard:
+        try:
+            call(torch.ones(2))
+            out["forbid"][way] = "not seen"
+        except rankkit.ForbiddenCollective as e:
+            out["forbid"][way] = e.name
+    with rankkit.CollectiveGuard(["all_reduce"], mode="count") as counter:
+        call(torch.ones(2))
+        out["count"][way] = counter.take()
+with rankkit.CollectiveGuard(["all_reduce"]) as guard:   # point-to-point and the checker's own calls pass
+    t = torch.ones(2)
+    guard.original("all_reduce")(t)
+    out["own"] = guard.used
+with rankkit.CollectiveGuard(["all_reduce"], mode="count") as counter:
+    dist.barrier()                                            # not a counted name
+    out["barrier"] = counter.take()
+dist.destroy_process_group()
+print(json.dumps(out))
+"""
+
+
+def test_collective_guard_sees_every_other_way_to_a_collective(tmp_path):
+    p = run_script(tmp_path, OTHER_WAYS)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.splitlines()[-1])
+    ways = ["group.WORLD", "default_group", "c10d module", "functional"]
+    assert out["forbid"] == {w: "all_reduce" for w in ways}, out
+    assert out["count"] == {w: {"all_reduce": 1} for w in ways}, out
+    assert out["own"] == [] and out["barrier"] == {}, out
 
 
 def test_collective_guard_forbids_and_counts_on_a_real_process_group(tmp_path):

@@ -107,3 +107,28 @@ def test_steps_reuse_one_run_until_the_file_changes(tmp_path):
     bad.write_text("import sys\nsys.exit('nothing here')\n")
     changed = ddp.check(str(bad), styles=("srun",), more_ranks=None, steps=[1])
     assert "does not compile" not in changed.verdicts[0].message, changed.text()
+
+
+def test_strict_launchers_flag_reaches_the_ddp_checker_only(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from course_lib import check as check_cli
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    p = argparse.ArgumentParser()
+    check_cli.add_arguments(p)
+    seen = {}
+
+    def fake_check(exercise, path, **kwargs):   # the command line's job only: what reaches the checker
+        seen.update(kwargs, exercise=exercise)
+        from course_lib.core.report import Report
+        report = Report(exercise, str(path))
+        report.add("Step 1", True, "ok")
+        return report
+    monkeypatch.setattr(check_cli, "check", fake_check)
+    assert check_cli.run(p.parse_args(["ddp", str(script), "--strict-launchers"])) == 0
+    assert seen == {"exercise": "ddp", "strict_launchers": True}
+    seen.clear()
+    assert check_cli.run(p.parse_args(["ddp", str(script)])) == 0 and seen == {"exercise": "ddp"}
+    assert check_cli.run(p.parse_args(["allreduce", str(script), "--strict-launchers"])) == 2
+    assert "--strict-launchers is for `course check ddp` only" in capsys.readouterr().err

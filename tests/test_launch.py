@@ -68,6 +68,24 @@ def test_deadline_kills_a_hang_and_everything_it_started(tmp_path, style):
     assert live_processes(marker, environ=True) == []
 
 
+def test_stop_from_another_thread_ends_the_launch_and_its_ranks(tmp_path):
+    marker = f"course-test-{uuid.uuid4()}"
+    body = f"""
+    import sys, time
+    print("started", "{marker}", flush=True)
+    time.sleep(300)
+    """
+    stop, started = threading.Event(), []
+
+    def seen(rank, line):
+        started.append(rank)
+        if len(set(started)) == 2:
+            stop.set()   # as a caller does on Ctrl-C while this launch runs beside others
+    res = launch([script(tmp_path, body), marker], 2, timeout=600, on_line=seen, stop=stop)
+    assert sorted(set(started)) == [0, 1] and res.stuck_ranks == [0, 1] and not res.ok
+    assert live_processes(marker, environ=True) == [] and live_processes(marker) == []
+
+
 def test_two_launches_at_once_do_not_collide(tmp_path):
     results = []
     path = script(tmp_path, REPORT)
@@ -95,3 +113,23 @@ def test_output_is_bounded(tmp_path):
     assert len(kept) == res.ranks[0].lines.maxlen
     assert kept[-1] == "line 4999"
     assert max(len(line) for line in kept) <= MAX_LINE
+
+
+def test_bench_checks_times_every_launch_and_explains_the_ratio(tmp_path):
+    from course_lib import bench_checks
+    from course_lib.core import launch as launch_module
+    with bench_checks.LaunchLog() as log:
+        res = launch_module.launch([script(tmp_path, "print('hello')\n")], 2, timeout=120, on_line=None)
+    assert launch_module.launch is log._original          # put back
+    assert res.ok and log.launches == [("srun", 2, res.elapsed)]
+    assert res.elapsed <= log.covered() < res.elapsed + 5
+    log.spans = [(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]      # side by side, then one more
+    assert log.covered() == 4.0
+    log.launches, log.spans = [("srun", 2, 4.0)], [(0.0, 4.0)]
+    assert bench_checks.startup_estimate(log, 2.0, cores=2) == 2.0     # two imports on two cores at once
+    log.launches, log.spans = [("srun", 2, 4.0), ("torchrun", 2, 4.0)], [(0.0, 4.0), (0.0, 4.0)]
+    assert bench_checks.startup_estimate(log, 2.0, cores=2) == 5.0     # 5 processes (the agent too), 2 cores
+    r = {"checker": "tp", "passed": True, "wall_s": 8.0, "ratio": 5.0, "launches": 2, "ranks": 6,
+         "startup_s": 4.8, "in_ranks_s": 2.0, "checker_s": 1.2}
+    assert bench_checks.row(r).split() == ["tp", "8.0", "5.0", "2", "6", "4.8", "2.0", "1.2", "all", "passed"]
+    assert "torch import in a fresh interpreter: 1.60 s" in bench_checks.header(1.6)

@@ -200,11 +200,14 @@ def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS,
     return result
 
 
-TOPICS = ("allreduce",)      # what `course bench` can time; a second topic gets its own run_<topic>
+TOPICS = ("allreduce", "checks")   # what `course bench` can time; checks: course_lib.bench_checks
 
 
 def add_arguments(p):
-    p.add_argument("topic", choices=TOPICS, help="what to benchmark: allreduce (naive, ring, tree against gloo)")
+    p.add_argument("topic", choices=TOPICS, help="what to benchmark: allreduce (naive, ring, tree against gloo); "
+                   "checks (each checker on its solution against the time to import torch)")
+    p.add_argument("--checkers", nargs="+", choices=("ddp", "allreduce", "tp"), default=None,
+                   help="checks: which checkers (default all three)")
     p.add_argument("path", nargs="?", default=str(SOLUTION),
                    help="the allreduce.py to time (default: the reference solution)")
     p.add_argument("--ranks", type=int, nargs="+", default=None, help="world sizes (default 2 4; --quick: 2)")
@@ -220,6 +223,9 @@ def add_arguments(p):
 
 
 def run(args) -> int:
+    if args.topic == "checks":
+        from course_lib.bench_checks import run_checks
+        return run_checks(args)
     return {"allreduce": bench_allreduce}[args.topic](args)
 
 

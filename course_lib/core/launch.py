@@ -162,13 +162,16 @@ def default_printer(rank: int, line: str) -> None:
 def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", timeout: float = 120,
            env: dict | None = None, cwd: str | os.PathLike | None = None,
            on_line: Callable[[int, str], None] | None = default_printer, grace: float = 2.0,
-           preexec_fn: Callable[[], None] | None = None, torchrun_args: Sequence[str] = ()) -> LaunchResult:
+           preexec_fn: Callable[[], None] | None = None, torchrun_args: Sequence[str] = (),
+           stop: threading.Event | None = None) -> LaunchResult:
     """Run ``python *script_args`` as ``nprocs`` ranks; see the module docstring for the guarantees.
 
     ``script_args`` is what follows ``python``: a script and its arguments, or ``["-m", "module", ...]``.
     ``on_line(rank, line)`` sees each line as it comes (None: silent). ``preexec_fn`` runs in each child
     before exec (the grader uses it to set resource limits). ``torchrun_args`` go to torchrun itself
-    (``["--max-restarts", "1"]``); the lines of every attempt go to the same ranks.
+    (``["--max-restarts", "1"]``); the lines of every attempt go to the same ranks. ``stop``: when another
+    thread sets it, the ranks are stopped as at the deadline (a caller running launches side by side uses it
+    on Ctrl-C).
     """
     if style not in ("srun", "torchrun"):
         raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
@@ -197,7 +200,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
                    for i, p in enumerate(procs)]
         for t in threads:
             t.start()
-        _supervise(result, procs, q, start + timeout, grace, on_line)
+        _supervise(result, procs, q, start + timeout, grace, on_line, stop)
     finally:
         for p in procs:
             kill_group(p)
@@ -217,7 +220,7 @@ def _route(result: LaunchResult, style: str, stream_idx: int, line: str) -> tupl
     return stream_idx, line
 
 
-def _supervise(result, procs, q, deadline, grace, on_line):
+def _supervise(result, procs, q, deadline, grace, on_line, stop=None):
     open_streams = len(procs)
     stop_at = None   # set when a rank failed: the others get `grace` seconds
     while True:
@@ -246,7 +249,7 @@ def _supervise(result, procs, q, deadline, grace, on_line):
         if now >= deadline:
             result.timed_out = True
             break
-        if stop_at and now >= stop_at:
+        if (stop_at and now >= stop_at) or (stop is not None and stop.is_set()):
             break
     _collect_exit_codes(result, procs)
     if result.style == "torchrun":

@@ -1,7 +1,7 @@
 """Check a DDP training script step by step: ``course check ddp PATH``.
 
-The learner's script runs as real ranks (``course_lib.core.launch``: srun-style, then the real torchrun, then
-3 ranks), each under ``course_lib.ddp.probe``, which watches torch from outside the learner's code
+The learner's script runs as real ranks (``course_lib.core.launch``: srun-style, the real torchrun and 3 ranks,
+side by side), each under ``course_lib.ddp.probe``, which watches torch from outside the learner's code
 and leaves one JSON record per rank. The script runs in a temporary folder (its checkpoint lands there;
 nothing of the learner's is touched) with ``--dataset digits --epochs 2 --save-model`` on a small
 subset of the data. From the records, one verdict per step:
@@ -12,7 +12,8 @@ subset of the data. From the records, one verdict per step:
 3. data: disjoint shards that cover the data set each epoch, a new order each epoch (set_epoch)
 4. device: the inputs on the model's device; each rank on its own GPU (verifiable only with GPUs)
 5. checkpoint: written by rank 0 only, loads with ``strict=True`` into the plain ``Net``
-6. launch: which launch styles work (srun's SLURM_* variables, torchrun's RANK/...), a clean shutdown
+6. launch: which launch styles work (srun's SLURM_* variables, torchrun's RANK/...), a clean shutdown;
+   a script for one launcher passes under the launcher it reads (``strict_launchers=True``: both required)
 
 A crash, a deadlock or a syntax error gets a verdict at the step it stops, naming the rank, where it
 was in the learner's file and the last lines it printed; every process is gone when ``check`` returns.
@@ -31,7 +32,7 @@ from pathlib import Path
 from course_lib.core.report import Report
 from course_lib.ddp.failures import describe_failure, waiting_in_init
 from course_lib.ddp.launchers import step6
-from course_lib.ddp.runs import Run, prepare_data, run_script, works
+from course_lib.ddp.runs import Run, prepare_data, run_script, run_side_by_side, works
 from course_lib.ddp.steps import step1, step2, step3, step4, step5
 
 STEP_NAMES = {1: "Step 1", 2: "Step 2", 3: "Step 3", 4: "Step 4", 5: "Step 5", 6: "Step 6"}
@@ -39,23 +40,26 @@ _CACHE: dict = {}
 
 
 def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ranks: int | None = 3,
-          steps=None, echo: bool = False, cache: bool = True, stall: float | None = None) -> Report:
+          steps=None, echo: bool = False, cache: bool = True, stall: float | None = None,
+          strict_launchers: bool = False) -> Report:
     """Run the learner's DDP script and return one verdict per step (``steps``: only those, e.g. ``[3]``).
 
     ``timeout`` is the deadline of each multi-process run; a rank that waits longer than ``stall`` seconds in
     a collective counts as deadlocked (default: a quarter of ``timeout``, between 10 and 30 s). ``styles``: the
     launch styles to try (the first that works is the one Steps 1-5 are judged on); ``more_ranks``: also run
     with that many ranks (None: no). A repeated call on an unchanged file returns the cached verdicts
-    (``cache=False``: run again).
+    (``cache=False``: run again). ``strict_launchers``: Step 6 requires every launch style in ``styles`` to work
+    (default: a script written for one launcher passes under the launcher it reads).
     """
     script = Path(path).resolve()
     key = None
     if script.is_file():
-        key = (str(script), hashlib.sha256(script.read_bytes()).hexdigest(), timeout, tuple(styles), more_ranks, stall)
+        key = (str(script), hashlib.sha256(script.read_bytes()).hexdigest(), timeout, tuple(styles), more_ranks, stall,
+               strict_launchers)
     if cache and key in _CACHE:
         full = _CACHE[key]
     else:
-        full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall)
+        full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers)
         if key is not None:
             _CACHE[key] = full
     if steps is None:
@@ -64,7 +68,8 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
     return Report("ddp", str(path), [v for v in full.verdicts if v.item in wanted], full.seconds)
 
 
-def _check(script: Path, shown: str, timeout: float, styles: tuple, more_ranks, echo: bool, stall) -> Report:
+def _check(script: Path, shown: str, timeout: float, styles: tuple, more_ranks, echo: bool, stall,
+           strict: bool = False) -> Report:
     report = Report("ddp", str(shown))
     start = time.monotonic()
     if not script.is_file():
@@ -74,24 +79,30 @@ def _check(script: Path, shown: str, timeout: float, styles: tuple, more_ranks, 
     with tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:
         root = Path(tmp)
         data = prepare_data(root)
+        # the 2-rank launches, and the extra-ranks launch with the first style (the one that usually works), at once
+        jobs = [(style, 2) for style in styles]
+        if more_ranks and more_ranks != 2:
+            jobs.append((styles[0], more_ranks))
+        done = run_side_by_side(jobs, script, root, data, timeout, echo, stall)
         runs: dict = {}
         for style in styles:
-            runs[style] = run_script(script, style, 2, root, data, timeout, echo, stall)
+            runs[style] = done[(style, 2)]
             failure = describe_failure(runs[style], script)
             if runs[style].result.timed_out or (failure and failure.message.startswith("deadlock")):
-                break   # a deadlock would only repeat under the other launcher: no need to wait twice
+                break   # a deadlock would only repeat under the other launcher: judged as if it had not run
         primary = next((runs[s] for s in runs if works(runs[s])), None)
         more = None
         if primary is not None and more_ranks and more_ranks != primary.nprocs:
-            more = run_script(script, primary.style, more_ranks, root, data, timeout, echo, stall)
+            more = done.get((primary.style, more_ranks)) or run_script(script, primary.style, more_ranks, root, data,
+                                                                       timeout, echo, stall)
         if primary is None:
             primary = next((runs[s] for s in runs if runs[s].result.ok and runs[s].finished()), None) or runs[styles[0]]
-        _verdicts(report, script, runs, primary, more)
+        _verdicts(report, script, runs, primary, more, strict)
     report.seconds = time.monotonic() - start
     return report
 
 
-def _verdicts(report: Report, script: Path, runs: dict, primary: Run, more: Run | None):
+def _verdicts(report: Report, script: Path, runs: dict, primary: Run, more: Run | None, strict: bool = False):
     judged = {1: step1(primary), 2: step2(primary), 3: step3(primary, more), 4: step4(primary), 5: step5(primary)}
     if more is not None and judged[1] and judged[1][0] and not works(more):
         m = step1(more)
@@ -99,7 +110,7 @@ def _verdicts(report: Report, script: Path, runs: dict, primary: Run, more: Run 
             judged[1] = (False, f"with {more.nprocs} ranks: {m[1]}")
     failure = describe_failure(primary, script)
     target = _place_failure(judged, failure, primary) if failure is not None else None
-    judged[6] = step6(runs, primary, more, script, failure, target)
+    judged[6] = step6(runs, primary, more, script, failure, target, strict)
     for s in range(1, 7):
         ok, message = judged[s]
         report.add(STEP_NAMES[s], ok, message)
@@ -128,11 +139,13 @@ def main(argv=None) -> int:
     p.add_argument("path")
     p.add_argument("--timeout", type=float, default=120, help="deadline in seconds for each multi-process run")
     p.add_argument("--echo", action="store_true", help="show what every rank prints")
+    p.add_argument("--strict-launchers", action="store_true",
+                   help="Step 6: the script must work under srun and torchrun")
     args = p.parse_args(argv)
     if not Path(args.path).is_file():
         print(f"course check: no such file: {args.path} (give the path of your exercise file)", file=sys.stderr)
         return 2
-    report = check(args.path, timeout=args.timeout, echo=args.echo)
+    report = check(args.path, timeout=args.timeout, echo=args.echo, strict_launchers=args.strict_launchers)
     print(report.text())
     return 0 if report.passed else 1
 

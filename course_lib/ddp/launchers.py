@@ -1,5 +1,10 @@
 """Step 6: which launch styles work (srun's SLURM_* variables, torchrun's RANK/...), with more ranks too,
-and a clean shutdown (every rank leaves the process group; no process aborts after the script ends)."""
+and a clean shutdown (every rank leaves the process group; no process aborts after the script ends).
+
+A script written for one launcher (the ENCCS slides show a separate srun script and torchrun script) passes
+when it runs cleanly under the launcher whose variables it reads; the verdict names the other launcher and
+how to support it. A launcher whose own variables the script reads must work. ``strict=True`` (an
+instructor who teaches one script for both) requires every launcher tried to work."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +13,14 @@ from course_lib.ddp.failures import describe_failure
 from course_lib.ddp.messages import ENV_HELP, first
 from course_lib.ddp.runs import Run, works
 from course_lib.ddp.steps import step1
+
+# the variables each launcher sets for its ranks: a script that reads them means to run under that launcher
+OWN_VARS = {"srun": {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NODEID"},
+            "torchrun": {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}}
+SUPPORT = {"srun": "read SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS when RANK is not set",
+           "torchrun": "read RANK, LOCAL_RANK and WORLD_SIZE when they are set (first: torchrun inside a Slurm job "
+                       "sees both)"}
+STRICT_FLAG = "course check ddp --strict-launchers"
 
 
 def _why_not(run: Run, script: Path, primary: Run | None, failure) -> str:
@@ -22,21 +35,29 @@ def _why_not(run: Run, script: Path, primary: Run | None, failure) -> str:
     return f"{why}" + (" (see Step 1)" if run is primary else "")
 
 
-def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None, failure_step=None):
+def reads_own_vars(run: Run) -> list[str]:
+    """The variables of the launcher ``run`` was started by that the script read: it means to support it."""
+    reads = {k for r in range(run.nprocs) for k in run.rec(r).get("env_reads", [])}
+    return sorted(reads & OWN_VARS.get(run.style, set()))
+
+
+def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None, failure_step=None,
+          strict: bool = False):
     good = [s for s, run in runs.items() if works(run)]
     bad = [(s, _why_not(run, script, primary, failure)) for s, run in runs.items() if not works(run)]
     if not good and failure is not None:
         if failure_step == 6:
             return False, f"did not run to the end under {' or '.join(runs)}: {failure.message}"
         return False, f"did not run to the end under {' or '.join(runs)} (see Step {failure_step})"
-    if bad:
-        return False, _works_under(runs, good, bad)
-    # every launch style tried works: now the shutdown, and more ranks
-    unclean = _unclean_shutdown(runs, primary, good)
+    tried = [s for s, _ in bad if reads_own_vars(runs[s])]
+    if bad and (strict or not good or tried):
+        return False, _works_under(runs, good, bad, strict, tried)
+    # every launch style the script means to support works: now the shutdown, and more ranks
+    unclean = _unclean_shutdown({s: runs[s] for s in good}, primary, good)
     if unclean:
         return False, unclean
     n = primary.nprocs
-    msg = f"works under {' and '.join(good)}"
+    msg = f"works under {' and '.join(good)}" + (" only (the launcher the script reads)" if bad else "")
     if more is not None:
         if not works(more):
             why = _why_not(more, script, None, None)
@@ -46,18 +67,36 @@ def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None
     if any(d.get("ddp_alive") for r in range(n) for d in primary.rec(r).get("destroy", [])):
         msg += (" (note: the DDP model was still alive at destroy_process_group(); with Gloo that aborts now and then "
                 "at exit: `del model; gc.collect()` first)")
+    if bad:
+        msg += "\n" + _other_launchers(runs, good, bad)
     return True, msg
 
 
-def _works_under(runs: dict, good: list, bad: list) -> str:
+def _other_launchers(runs: dict, good: list, bad: list) -> str:
+    """The launchers a one-launcher script does not support: why, and how to support them too."""
+    reads = sorted({k for s in good for k in reads_own_vars(runs[s])})
+    text = "; ".join(f"under {s}: {why}" for s, why in bad)
+    how = "; ".join(f"to run under {s} too, {SUPPORT[s]}" for s, _ in bad)
+    read = f"reads {', '.join(reads)}" if reads else "runs"
+    return (f"{text[0].upper()}{text[1:]}. The script {read} under {' and '.join(good)}: a script for one launcher "
+            f"is fine here. {how[0].upper()}{how[1:]} ({ENV_HELP}). "
+            f"An instructor may require both launchers ({STRICT_FLAG}).")
+
+
+def _works_under(runs: dict, good: list, bad: list, strict: bool = False, tried=()) -> str:
     """'works under srun only; under torchrun: why', and which launcher variables the script reads."""
     reads = sorted({k for run in runs.values() for r in range(run.nprocs) for k in run.rec(r).get("env_reads", [])})
     if len(bad) > 1 and len({why.replace(" (see Step 1)", "") for _, why in bad}) == 1:
         bad = [(" and ".join(s for s, _ in bad), bad[0][1])]   # the same reason everywhere: say it once
     text = (f"works under {' and '.join(good)} only" if good else "works under no launcher") + "; " + "; ".join(
         f"under {s}: {why}" for s, why in bad)
-    if good and reads:
-        text += f"\nThe script reads {', '.join(reads)}. {ENV_HELP}: support both."
+    if good and tried:
+        own = ", ".join(k for s in tried for k in reads_own_vars(runs[s]))
+        text += (f"\nThe script reads {own}, so it means to run under {' and '.join(tried)} too, but it fails "
+                 "there: fix that launcher's branch (or drop it, if the script is meant for one launcher only).")
+    elif good and reads:
+        text += f"\nThe script reads {', '.join(reads)}. {ENV_HELP}: support both"
+        text += (" (required here: --strict-launchers)." if strict else ".")
     return text
 
 

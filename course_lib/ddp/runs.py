@@ -70,7 +70,7 @@ def _gpus() -> int:
 
 
 def run_script(script: Path, style: str, nprocs: int, root: Path, data: Path, timeout: float,
-               echo: bool = False, stall: float | None = None) -> Run:
+               echo: bool = False, stall: float | None = None, stop=None) -> Run:
     """Launch ``script`` under the probe as ``nprocs`` ranks; read back every rank's record."""
     from course_lib.core.launch import launch
     folder = root / f"{style}-{nprocs}"
@@ -84,10 +84,27 @@ def run_script(script: Path, style: str, nprocs: int, root: Path, data: Path, ti
         env["CUDA_VISIBLE_DEVICES"] = ""   # fewer GPUs than ranks: check on CPU, say so at Step 4
     printer = (lambda rank, line: print(f"[{style} {nprocs}] [rank {rank}] {line}", flush=True)) if echo else None
     result = launch(["-m", "course_lib.ddp.probe", str(script), *SCRIPT_ARGS], nprocs=nprocs,
-                    style=style, timeout=timeout, env=env, cwd=workdir, on_line=printer)
+                    style=style, timeout=timeout, env=env, cwd=workdir, on_line=printer, stop=stop)
     run = Run(style, nprocs, result, folder, workdir, gpu)
     run.records = [_record(folder / f"rank-{rank}.json") for rank in range(nprocs)]
     return run
+
+
+def run_side_by_side(jobs: list, script: Path, root: Path, data: Path, timeout: float, echo: bool,
+                     stall) -> dict:
+    """``run_script`` for every (style, nprocs) of ``jobs`` at once: most of a launch is starting interpreters
+    and importing torch, which overlaps with the other launches' waiting. Ctrl-C stops them all."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    stop = threading.Event()
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        futures = {job: pool.submit(run_script, script, job[0], job[1], root, data, timeout, echo, stall, stop)
+                   for job in jobs}
+        try:
+            return {job: f.result() for job, f in futures.items()}
+        except BaseException:
+            stop.set()   # every launch kills its ranks within a fraction of a second
+            raise
 
 
 def _record(path: Path) -> dict | None:

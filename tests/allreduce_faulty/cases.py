@@ -140,6 +140,32 @@ CASES = [
                    "import torch.distributed as dist\nfrom torch.distributed import broadcast\n"),
                   (TREE_BROADCAST, "    broadcast(tensor, src=0)\n")],
            expect={"tree_allreduce": ("fail", r"calls dist\.broadcast")}),
+    # collectives reached another way than dist.NAME: caught where they meet the process group
+    Faulty("naive_process_group_object", options=worlds(2),
+           why="naive calls the all-reduce method of the ProcessGroup object (dist.group.WORLD)",
+           edits=[(NAIVE_BODY, "    (group or dist.group.WORLD).allreduce([tensor]).wait()\n")],
+           expect={"naive_allreduce": ("fail", r"calls all_reduce \(through a ProcessGroup object.*"
+                                               r":{line:dist.group.WORLD).allreduce}.*only point-to-point")}),
+    Faulty("ring_default_group", options=worlds(2),
+           why="ring takes the default group from a private helper and calls its allreduce",
+           edits=[("import torch.distributed as dist\n",
+                   "import torch.distributed as dist\nfrom torch.distributed.distributed_c10d import _get_default_group\n"),
+                  (RING_BOUNDS, "    _get_default_group().allreduce(tensor).wait()\n    return\n" + RING_BOUNDS)],
+           expect={"ring_allreduce": ("fail", r"calls all_reduce \(through a ProcessGroup object.*"
+                                              r":{line:_get_default_group().allreduce}")}),
+    Faulty("tree_distributed_c10d", options=worlds(2),
+           why="tree calls broadcast through the module torch.distributed.distributed_c10d",
+           edits=[("import torch.distributed as dist\n",
+                   "import torch.distributed as dist\nimport torch.distributed.distributed_c10d as c10d\n"),
+                  (TREE_BROADCAST, "    c10d.broadcast(tensor, src=peer(group, 0), group=group)\n")],
+           expect={"tree_allreduce": ("fail", r"calls dist\.broadcast .*:{line:c10d.broadcast(tensor}")}),
+    Faulty("naive_functional_collective", options=worlds(2),
+           why="naive calls the functional all_reduce (torch.distributed._functional_collectives)",
+           edits=[("import torch.distributed as dist\n",
+                   "import torch.distributed as dist\nimport torch.distributed._functional_collectives as funcol\n"),
+                  (NAIVE_BODY, "    tensor.copy_(funcol.all_reduce(tensor, \"sum\", group or dist.group.WORLD))\n")],
+           expect={"naive_allreduce": ("fail", r"calls all_reduce \(through a ProcessGroup object or functional "
+                                               r"collectives.*:{line:funcol.all_reduce(tensor}")}),
     # not a verdict per function: the file does not load
     Faulty("syntax_error", options=worlds(1), why="a syntax error: the whole file fails to load",
            edits=[("def ring_allreduce(tensor, group=None):", "def ring_allreduce(tensor, group=None)")],

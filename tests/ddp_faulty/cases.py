@@ -115,13 +115,37 @@ CASES = [
     Faulty("no_destroy", why="it never leaves the process group",
            edits=[("    del model, step_model\n    gc.collect()\n    dist.destroy_process_group()\n", "")],
            expect={"Step 6": ("fail", r"never called dist.destroy_process_group")}),
+    # a script for one launcher passes Step 6 under the launcher it reads; strict_launchers requires both
     Faulty("srun_only", file="srun_only.py", options=BOTH,
-           why="a functional script with other names that reads only srun's SLURM_* variables",
-           expect={"Step 1": PASS, "Step 6": ("fail", r"works under srun only.*under torchrun.*SLURM_PROCID")}),
+           why="a functional script with other names that reads only srun's SLURM_* variables (the ENCCS slides' "
+               "srun script): it passes, and the verdict says how to support torchrun",
+           expect={**{f"Step {n}": PASS for n in range(1, 6)}, "Step 6": ("pass", r"works under srun only \(the launcher the script reads\).*"
+                                                      r"Under torchrun: .*SLURM_PROCID.*To run under torchrun too")}),
+    Faulty("srun_only_strict", file="srun_only.py", options={**BOTH, "strict_launchers": True},
+           why="the same srun script, where the instructor requires both launchers",
+           expect={"Step 1": PASS, "Step 6": ("fail", r"works under srun only.*under torchrun.*SLURM_PROCID.*"
+                                                      r"--strict-launchers")}),
     Faulty("trainer_torchrun_only", file="trainer_torchrun_only.py", options=BOTH,
-           why="a Trainer class that reads only torchrun's variables (init from env://): under srun init fails",
+           why="a Trainer class that reads only torchrun's variables (init from env://): under srun init fails, "
+               "but it is a torchrun script, so it passes",
+           expect={**{f"Step {n}": PASS for n in range(1, 6)},
+                   "Step 6": ("pass", r"works under torchrun only.*Under srun: .*To run under srun too")}),
+    Faulty("trainer_torchrun_only_strict", file="trainer_torchrun_only.py",
+           options={**BOTH, "strict_launchers": True},
+           why="the same torchrun script, where the instructor requires both launchers",
            expect={"Step 1": PASS, "Step 5": PASS, "Step 6": ("fail", r"works under torchrun only.*under srun")}),
+    Faulty("torchrun_branch_broken", options=BOTH,
+           why="the script reads both launchers' variables, but its torchrun branch has a typo: it means to "
+               "support torchrun and fails there, even when one launcher is enough",
+           edits=[('int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])',
+                   'int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SZIE"])')],
+           expect={"Step 1": PASS, "Step 6": ("fail", r"works under srun only; under torchrun: .*KeyError.*"
+                                                      r"reads LOCAL_RANK, RANK, so it means to run under torchrun")}),
     Faulty("trainer_class_correct", file="trainer_class_correct.py", options={**BOTH, "more_ranks": 3},
            why="correct, in another style: a Trainer class, other names, the same six steps",
+           expect={f"Step {n}": PASS for n in range(1, 7)}),
+    Faulty("trainer_class_correct_strict", file="trainer_class_correct.py",
+           options={**BOTH, "strict_launchers": True},
+           why="the same correct script for both launchers, where the instructor requires both",
            expect={f"Step {n}": PASS for n in range(1, 7)}),
 ]

@@ -1,5 +1,6 @@
-"""Faulty DDP script, functional style with other names: it reads only srun's SLURM_* variables.
-Under torchrun there is no SLURM_PROCID: it crashes before joining the group.
+"""DDP script for srun only, functional style with other names: it reads only srun's SLURM_* variables.
+Under torchrun there is no SLURM_PROCID: it crashes before joining the group. It passes Step 6 (a script for
+one launcher), except with strict_launchers.
 """
 import argparse
 import gc

@@ -1,5 +1,6 @@
-"""Faulty DDP script in a Trainer-class style: it reads only torchrun's variables (init from env://).
-Under srun there is no RANK or WORLD_SIZE, so init_process_group fails; under torchrun all is well.
+"""DDP script for torchrun only, in a Trainer-class style: it reads only torchrun's variables (init from env://).
+Under srun there is no RANK or WORLD_SIZE, so init_process_group fails; under torchrun all is well. It passes
+Step 6 (a script for one launcher), except with strict_launchers.
 """
 import argparse
 import gc

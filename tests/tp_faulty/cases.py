@@ -17,6 +17,25 @@ ROW_BIAS_ONCE = ("        if self.bias is not None:\n"
                  "            y = y + self.bias                            # once, after the sum (not tp times)\n")
 ROW_PARTIAL = "        partial = F.linear(x, self.weight)               # X_r B_r: one term of the sum"
 
+# ParallelMLP gathers the whole activation between its layers (to log it) by a way other than dist.all_gather:
+# correct numbers and gradients, one collective more than column-then-row needs; the checker must count it
+FC2 = "input_is_parallel=True, group=group)\n"
+MLP_KEEP_GROUP = ("hidden_size, bias=bias, " + FC2, "hidden_size, bias=bias, " + FC2 + "        self.group = group\n")
+
+
+def mlp_gathers(gather: str) -> tuple:
+    return ("        return self.fc2(F.gelu(self.fc1(x)))",
+            "        h = F.gelu(self.fc1(x))\n"
+            "        tp, r = dist.get_world_size(self.group), dist.get_rank(self.group)\n"
+            + gather +
+            "        parts[r] = h   # our own slice keeps its autograd history\n"
+            "        full = torch.cat(parts, -1)   # the whole activation, to log its statistics\n"
+            "        return self.fc2(full.chunk(tp, -1)[r])")
+
+
+WITH_FUNCOL = ("import torch.distributed as dist\n",
+               "import torch.distributed as dist\nimport torch.distributed._functional_collectives as funcol\n")
+
 CASES = [
     Faulty("f_forward+g_backward+last_fastest", options=TP2,
            why="f all-reduces in forward; g all-reduces in backward; the last name of order varies fastest",
@@ -131,4 +150,26 @@ CASES = [
                    "RowParallelLinear": ("fail", r"\[in_features/tp, out_features\]"),
                    "rank_groups": ("fail", "LAST name"),
                    "copy_to_parallel_region": PASS, "reduce_from_parallel_region": PASS}),
+    # collectives reached another way than dist.NAME are counted too
+    Faulty("mlp_gathers_process_group_object", options=TP2,
+           why="the MLP all-gathers its activation through the ProcessGroup object (dist.group.WORLD.allgather)",
+           edits=[MLP_KEEP_GROUP, mlp_gathers("        parts = [torch.empty_like(h) for _ in range(tp)]\n"
+                                              "        group = self.group or dist.group.WORLD\n"
+                                              "        group.allgather([parts], [h.detach()]).wait()\n")],
+           expect={"ParallelMLP": ("fail", r"communicates more than it needs in forward: .*all_gather"),
+                   "ColumnParallelLinear": PASS, "RowParallelLinear": PASS}),
+    Faulty("mlp_gathers_distributed_c10d", options=TP2,
+           why="the MLP all-gathers its activation with torch.distributed.distributed_c10d.all_gather",
+           edits=[MLP_KEEP_GROUP, mlp_gathers("        parts = [torch.empty_like(h) for _ in range(tp)]\n"
+                                              "        torch.distributed.distributed_c10d.all_gather("
+                                              "parts, h.detach(), group=self.group)\n")],
+           expect={"ParallelMLP": ("fail", r"communicates more than it needs in forward: .*all_gather"),
+                   "ColumnParallelLinear": PASS, "RowParallelLinear": PASS}),
+    Faulty("mlp_gathers_functional_collective", options=TP2,
+           why="the MLP all-gathers its activation with the functional collectives (funcol.all_gather_tensor)",
+           edits=[WITH_FUNCOL, MLP_KEEP_GROUP,
+                  mlp_gathers("        group = self.group or dist.group.WORLD\n"
+                              "        parts = list(funcol.all_gather_tensor(h.detach(), 0, group).chunk(tp, 0))\n")],
+           expect={"ParallelMLP": ("fail", r"communicates more than it needs in forward: .*all_gather"),
+                   "ColumnParallelLinear": PASS, "RowParallelLinear": PASS}),
 ]

@@ -1,0 +1,115 @@
+"""``course bench checks``: how long each checker takes on the reference solution, next to the time it takes
+to start Python and import torch on this machine (measured in the same run), and where the time goes.
+
+A check is dominated by starting rank processes: every rank of every launch starts an interpreter and imports
+torch. So the figure that travels between machines is the ratio: a check's wall time over one fresh
+``python -c "import torch"``. Where the time goes, per checker:
+
+- launches: how many multi-process runs, and their ranks in all;
+- start-up (estimated, ``startup_estimate``): one torch import per process, sharing the machine's cores;
+- in ranks: the rest of the time while a launch runs (training, test cases, waiting for peers, shutting down);
+- checker: the time outside launches (preparing data, judging the records).
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from course_lib.core import launch as launch_module
+from course_lib.core.paths import course_root
+from course_lib.registry import get
+
+CHECKERS = ("ddp", "allreduce", "tp")
+
+
+def torch_import_seconds(repeats: int = 3) -> float:
+    """The median wall time of a fresh ``python -c "import torch"`` here and now."""
+    times = []
+    for _ in range(repeats):
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True, timeout=300)
+        times.append(time.monotonic() - start)
+    return statistics.median(times)
+
+
+class LaunchLog:
+    """While active, every ``course_lib.core.launch.launch`` is timed: (style, nprocs, seconds) per launch,
+    and the stretches of time in which some launch ran (``covered``: launches side by side count once)."""
+
+    def __init__(self):
+        self.launches: list[tuple[str, int, float]] = []
+        self.spans: list[tuple[float, float]] = []
+        self._original = launch_module.launch
+
+    def covered(self) -> float:
+        total, end = 0.0, float("-inf")
+        for a, b in sorted(self.spans):
+            total += max(0.0, b - max(a, end))
+            end = max(end, b)
+        return total
+
+    def __enter__(self) -> LaunchLog:
+        def timed(*args, **kwargs):
+            start = time.monotonic()
+            result = self._original(*args, **kwargs)
+            self.spans.append((start, time.monotonic()))
+            self.launches.append((result.style, result.nprocs, result.elapsed))
+            return result
+        launch_module.launch = timed
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        launch_module.launch = self._original
+        return False
+
+
+def startup_estimate(log: LaunchLog, import_s: float, cores: int) -> float:
+    """Seconds of starting ranks: one torch import per process (torchrun's agent imports it too). A launch's
+    processes share the cores (ceil(processes / cores) imports one after the other); launches side by side
+    share that time, but can never import faster than all their processes on all the cores."""
+    procs = [n + (style == "torchrun") for style, n, _ in log.launches]
+    overlap = log.covered() / (sum(s for _, _, s in log.launches) or 1.0)   # 1: one launch after the other
+    return max(overlap * sum(import_s * -(-p // cores) for p in procs), import_s * sum(procs) / cores)
+
+
+def bench_one(name: str, import_s: float) -> dict:
+    """Run checker ``name`` on its reference solution; its figures (see the module docstring)."""
+    from course_lib.check import check
+    cores = os.cpu_count() or 1
+    with LaunchLog() as log:
+        start = time.monotonic()
+        report = check(name, course_root() / "solutions" / get(name).file)
+        wall = time.monotonic() - start
+    in_launches = log.covered()
+    startup = min(in_launches, startup_estimate(log, import_s, cores))
+    return {"checker": name, "passed": report.passed, "wall_s": wall, "ratio": wall / import_s,
+            "launches": len(log.launches), "ranks": sum(n for _, n, _ in log.launches),
+            "startup_s": startup, "in_ranks_s": max(0.0, in_launches - startup),
+            "checker_s": max(0.0, wall - in_launches)}
+
+
+def header(import_s: float) -> str:
+    return (f"torch import in a fresh interpreter: {import_s:.2f} s ({os.cpu_count()} cores)\n"
+            f"{'checker':<10} {'wall s':>7} {'ratio':>6} {'launches':>8} {'ranks':>5} "
+            f"{'start-up s (est.)':>17} {'in ranks s':>10} {'checker s':>9}  verdict")
+
+
+def row(r: dict) -> str:
+    return (f"{r['checker']:<10} {r['wall_s']:7.1f} {r['ratio']:6.1f} {r['launches']:8d} {r['ranks']:5d} "
+            f"{r['startup_s']:17.1f} {r['in_ranks_s']:10.1f} {r['checker_s']:9.1f}  "
+            f"{'all passed' if r['passed'] else 'FAILED (the solution should pass)'}")
+
+
+def run_checks(args) -> int:
+    """``course bench checks [--checkers ddp allreduce tp]``: prints the table; exit 1 if a solution failed."""
+    names = getattr(args, "checkers", None) or CHECKERS
+    import_s = torch_import_seconds()
+    print(header(import_s), flush=True)
+    rows = []
+    for name in names:
+        rows.append(bench_one(name, import_s))
+        print(row(rows[-1]), flush=True)
+    return 0 if all(r["passed"] for r in rows) else 1

@@ -308,3 +308,18 @@ def test_a_made_up_class(tmp_path):
         assert next(csv.reader(f)) == ["learner", "exercise", "item", "result", "message"]
     logs = list((out / "logs").rglob("*.log"))
     assert logs and max(p.stat().st_size for p in logs) < 64 * 1024
+
+
+@pytest.mark.slow
+def test_strict_launchers_reaches_the_ddp_checker(tmp_path):
+    """``course grade --strict-launchers``: a script written for srun alone fails Step 6 and is told why (without
+    the flag it passes: tests/ddp_faulty's srun_only case)."""
+    folder = tmp_path / "subs" / "ann" / "02_ddp"
+    folder.mkdir(parents=True)
+    (folder / "mnist_classify_ddp.py").write_text((ROOT / "tests" / "ddp_faulty" / "srun_only.py").read_text())
+    p = course("grade", tmp_path / "subs", "--out", tmp_path / "out", "--exercise", "ddp", "--strict-launchers",
+               timeout=900)
+    rows = {r["item"]: r for r in read_rows(tmp_path / "out" / "grades.csv")}
+    shown = p.stdout[-3000:] + p.stderr[-2000:]
+    assert rows["Step 1"]["result"] == "pass", shown
+    assert rows["Step 6"]["result"] == "fail" and "--strict-launchers" in rows["Step 6"]["message"], shown

@@ -48,6 +48,8 @@ def add_arguments(p):
                         "checker's)")
     p.add_argument("--check-timeout", type=float, default=600,
                    help="deadline in seconds of one whole check (default 600)")
+    p.add_argument("--strict-launchers", action="store_true",
+                   help="ddp: Step 6 requires the script to work under srun and torchrun (default: the one it reads)")
     p.add_argument("--max-processes", type=int, default=512, help="processes and threads one check may have")
     p.add_argument("--memory-mb", type=int, default=4096, help="memory of one check (where cgroups are usable)")
     p.add_argument("--resume", action="store_true", help="keep grades.csv in --out and grade only what is not there")
@@ -141,7 +143,7 @@ def run(args) -> int:
     if isinstance(engine, str):
         return _fail(engine)
     limits = Limits(deadline=args.check_timeout, run_timeout=args.timeout, max_processes=args.max_processes,
-                    memory_mb=args.memory_mb, checker=args.checker)
+                    memory_mb=args.memory_mb, checker=args.checker, strict_launchers=args.strict_launchers)
     on_done = _gradebook_writer(args.nbgrader_db, exercises)
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
         if engine[0] == "local":

@@ -53,6 +53,7 @@ class Limits:
     keep_output_kb: int = 32         # output kept: first 8 KB and the last keep_output_kb KB
     cgroups: bool = True             # False: rlimits and the sweep only (as where cgroups are not allowed)
     checker: str = ""                # a module with check(path, timeout=...) instead of the course's checker
+    strict_launchers: bool = False   # ddp Step 6: the script must work under srun and torchrun
 
 
 @dataclass
@@ -156,7 +157,8 @@ class _Check:
         limits = self.limits
         cmd = [sys.executable, "-m", "course_lib.grading.sandbox_worker", exercise, str(copy), str(self.result),
                "" if limits.run_timeout is None else str(limits.run_timeout),
-               str(limits.max_processes), str(limits.max_file_mb), checker or limits.checker]
+               str(limits.max_processes), str(limits.max_file_mb), checker or limits.checker,
+               "strict" if limits.strict_launchers else ""]
         self.proc = subprocess.Popen(self.cgroups.prefix + cmd, cwd=self.work, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self.out = BoundedOutput(self.proc.stdout, limits.keep_output_kb)

@@ -51,13 +51,15 @@ def _enter_limits(max_processes: int, max_file_mb: int) -> None:
 
 
 def worker(argv: list[str]) -> int:
-    exercise, path, result, run_timeout, max_processes, max_file_mb, checker = argv
+    exercise, path, result, run_timeout, max_processes, max_file_mb, checker, strict = argv
     _enter_limits(int(max_processes), int(max_file_mb))
 
     from course_lib.core.report import Report
     from course_lib.registry import get
 
     kwargs = {"timeout": float(run_timeout)} if run_timeout else {}
+    if strict and exercise == "ddp" and not checker:
+        kwargs["strict_launchers"] = True
     start = time.monotonic()
     try:
         if checker:

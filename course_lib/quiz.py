@@ -10,7 +10,9 @@
 A prediction is committed with a button before the run and cannot be changed afterwards; the learner's answers
 go to ``out/answers/<notebook>.json`` in their workspace. Questions with a fixed answer (``ask``) have their key
 and explanation in ``solutions/answers/<notebook>.toml`` (read from the course install, never shown before the
-learner commits); ``course release --check`` checks that every key exists.
+learner commits); ``course release --check`` checks that every key exists (``sync_problems``). A ``predict``
+may have a key too: with an ``answer`` when the outcome is fixed (it is then scored), or only a ``why`` that
+``reveal`` prints next to the measured truth.
 
 Headless runs (papermill, CI) cannot click: ``quiz.AUTO = "key"`` commits the key's answer for every question
 (the solutions run), ``"first"`` commits the first choice (the exercises run); a ``predict`` without choices then
@@ -18,6 +20,7 @@ commits 0. Notebooks set it from their ``ANSWERS`` parameter.
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -68,16 +71,16 @@ def _commit(qid: str, value) -> None:
 
 def _auto_value(qid: str, choices):
     if AUTO == "key":
-        key = keys(_notebook(qid)).get(qid)
-        if key is not None:
+        key = keys(_notebook(qid)).get(qid, {})
+        if "answer" in key:
             return key["answer"]
     return choices[0] if choices else 0.0
 
 
 def _verdict(qid: str, value) -> str:
     key = keys(_notebook(qid)).get(qid)
-    if key is None:
-        return ""
+    if key is None or "answer" not in key:
+        return key.get("why", "") if key else ""
     mark = "right" if value == key["answer"] else f"not quite: the answer is {key['answer']!r}"
     return f"{mark}. {key.get('why', '')}".strip()
 
@@ -104,6 +107,7 @@ def _widget(qid, question, choices, on_commit):
 
 
 def _ask(qid, question, choices, on_commit):
+    _notebook(qid)          # a malformed id fails here, not after the learner's click
     if AUTO is None:
         try:
             return _widget(qid, question, choices, on_commit)
@@ -149,4 +153,65 @@ def quiz(questions) -> None:
 def score(notebook: str) -> tuple[int, int]:
     """(right, keyed questions) for this learner in one notebook."""
     key, done = keys(notebook), answers(notebook)
-    return sum(done.get(q) == k["answer"] for q, k in key.items()), len(key)
+    scored = {q: k for q, k in key.items() if "answer" in k}
+    return sum(done.get(q) == k["answer"] for q, k in scored.items()), len(scored)
+
+
+def _literal(node):
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError):
+        return None      # built at run time (an f-string, a variable): not checkable here
+
+
+def questions(source: str) -> dict:
+    """{qid: (kind, choices)} for the literal ``quiz.predict/ask/quiz`` calls in one notebook's code."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "quiz"):
+            continue
+        args = [_literal(a) for a in node.args]
+        if node.func.attr in ("predict", "ask") and args and isinstance(args[0], str):
+            found[args[0]] = (node.func.attr, args[2] if len(args) > 2 else None)
+        elif node.func.attr == "quiz" and node.args and isinstance(node.args[0], ast.List):
+            for item in node.args[0].elts:      # (qid, question, choices); the question may be an f-string
+                parts = [_literal(e) for e in item.elts] if isinstance(item, ast.Tuple) else []
+                if len(parts) == 3 and isinstance(parts[0], str):
+                    found[parts[0]] = ("ask", parts[2])
+    return found
+
+
+def _notebook_code(path) -> str:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    code = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+            for c in cells if c["cell_type"] == "code"]
+    return "\n".join(line for line in "\n".join(code).splitlines() if not line.lstrip().startswith(("%", "!")))
+
+
+def sync_problems(notebooks_dir, answers_dir) -> list[str]:
+    """What is out of step between the notebooks' questions and the keys in ``answers_dir``: a quiz question
+    without a key, a key answer that is not one of the choices, a key that no notebook asks."""
+    problems, asked = [], set()
+    for nb_path in sorted(notebooks_dir.glob("[0-9][0-9]_*.ipynb")):
+        number = nb_path.name[:2]
+        key_path = answers_dir / f"{number}.toml"
+        key = tomllib.loads(key_path.read_text()) if key_path.exists() else {}
+        for qid, (kind, choices) in questions(_notebook_code(nb_path)).items():
+            asked.add(qid)
+            where = f"{nb_path.name}: {qid}"
+            if not qid.startswith(number + "-"):
+                problems.append(f"{where}: the id must start with {number}- (its notebook)")
+            entry = key.get(qid)
+            if entry is None:
+                if kind == "ask":
+                    problems.append(f"{where}: no key in {key_path.name} (answer and why)")
+                continue
+            if "answer" in entry and choices is not None and entry["answer"] not in choices:
+                problems.append(f"{where}: the key's answer {entry['answer']!r} is not one of the choices")
+            if kind == "ask" and not entry.get("why"):
+                problems.append(f"{where}: the key has no 'why' (the explanation shown after the commit)")
+    for key_path in sorted(answers_dir.glob("*.toml")):
+        problems += [f"{key_path.name}: {qid} is asked in no notebook" for qid in tomllib.loads(key_path.read_text())
+                     if qid not in asked]
+    return problems

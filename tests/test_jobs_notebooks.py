@@ -64,6 +64,7 @@ def test_03_solutions_on_slurm(slurm_engine):
 def test_04_solutions_on_slurm(slurm_engine):
     nb = execute(NB04, slurm_engine / "04.ipynb", TREE="solutions", STRICT=True)
     text = text_of(nb)
-    assert "(scaling-2, slurm): COMPLETED" in text and "1 -> 2 ranks" in text
+    assert "(strong-2, slurm): COMPLETED" in text and "(weak-2, slurm): COMPLETED" in text and "1 -> 2 ranks" in text
+    assert "(lr-linear-warmup-2, slurm): COMPLETED" in text      # the warm-up wrapper runs as a Slurm job too
 
 

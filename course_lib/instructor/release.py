@@ -160,7 +160,8 @@ def run(args) -> int:
         for p in stale:
             print(f"out of date: {p} (run `course release`)")
         print(f"{len(files) - len(stale)}/{len(files)} exercise files up to date")
-        return 1 if stale or extra else 0
+        keys = _quiz_keys(args.solutions)
+        return 1 if stale or extra or keys else 0
     try:
         _write(stale, files)
     except OSError as e:
@@ -168,6 +169,17 @@ def run(args) -> int:
         return 2
     print(f"{len(files)} exercise files, {len(stale)} written")
     return 0
+
+
+def _quiz_keys(solutions: Path) -> list[str]:
+    """The notebooks' quiz questions against their keys in solutions/answers/ (course_lib.quiz)."""
+    from course_lib import quiz
+    if not (solutions / "answers").is_dir():     # a solutions folder without quiz keys (an instructor's own)
+        return []
+    problems = quiz.sync_problems(course_root() / "notebooks", solutions / "answers")
+    for problem in problems:
+        print(f"quiz key: {problem}")
+    return problems
 
 
 def _write(paths: list[Path], files: dict[Path, str]) -> None:

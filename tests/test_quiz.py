@@ -28,7 +28,7 @@ def write_notebook(folder: Path, name: str, code: str) -> None:
 @pytest.fixture
 def learner(tmp_path, monkeypatch):
     """Answers go to a temporary workspace; the keys are the real ones of notebook 08."""
-    monkeypatch.setattr(quiz, "workspace", lambda: tmp_path)
+    monkeypatch.setattr(quiz, "out_dir", lambda: tmp_path / "out")
     monkeypatch.setattr(quiz, "AUTO", None)
     return tmp_path
 

@@ -41,6 +41,7 @@ environment:
   COURSE_SITE         site profile for jobs: a name in course_lib/jobs/sites/ or a .toml path (default generic)
   COURSE_ENGINE       jobs engine: slurm, local or auto (default auto: Slurm when sbatch answers)
   COURSE_RUNS_DIR     where job run folders go (default jobs/runs/ of the workspace)
+  COURSE_OUT_DIR      where outputs go: answers, reports, traces (default out/ of the workspace)
   COURSE_DATA_DIR     where the data sets are (default ~/.cache/multigpu-course/data)
   COURSE_QUICK        1: the notebooks' small settings (CI, a first look)
   set by the course for its own processes: COURSE_PROBE_* (DDP checker), COURSE_GRADE_* (grading sandbox)

@@ -150,6 +150,7 @@ def test_papermill(nb_path, tree, tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_QUICK", "1")    # the kernel inherits it, as in CI
     monkeypatch.setenv("COURSE_ENGINE", "local")   # the Slurm runs are in test_jobs_notebooks.py
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("COURSE_OUT_DIR", str(tmp_path / "out"))   # its own answers: runs of one notebook overlap
     out = tmp_path / nb_path.name
     pm.execute_notebook(str(nb_path), str(out),
                         parameters={"TREE": tree, "QUICK": True, "STRICT": tree == "solutions",
@@ -165,9 +166,9 @@ def test_papermill(nb_path, tree, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 @notebooks
-def test_nbval_lax_against_exercises(nb_path):
+def test_nbval_lax_against_exercises(nb_path, tmp_path):
     """Default parameters with COURSE_QUICK=1: the quick run against the starter exercises, checked by nbval."""
-    env = dict(os.environ, COURSE_QUICK="1")
+    env = dict(os.environ, COURSE_QUICK="1", COURSE_OUT_DIR=str(tmp_path / "out"))
     p = subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "-q", "-p", "no:cacheprovider",
                         "--nbval-cell-timeout", str(DEADLINE), "-o", "addopts=", str(nb_path)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=DEADLINE + 120)

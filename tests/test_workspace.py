@@ -208,3 +208,10 @@ def test_notebook_05_from_two_workspaces_of_one_install(home, monkeypatch):
     assert runs["good"] == "passed", runs
     assert runs["starter"].startswith("failed: check failed (STRICT=True)"), runs
     assert tree_digest(paths.course_root()) == before, "the install's notebooks/exercises/solutions changed"
+
+
+def test_course_out_dir_names_where_outputs_go(tmp_path, monkeypatch):
+    monkeypatch.delenv("COURSE_OUT_DIR", raising=False)
+    assert paths.out_dir() == paths.workspace() / "out"
+    monkeypatch.setenv("COURSE_OUT_DIR", str(tmp_path / "mine"))
+    assert paths.out_dir() == tmp_path / "mine"

@@ -77,5 +77,6 @@ def runs_dir() -> Path:
 
 
 def out_dir() -> Path:
-    """Where this learner's outputs (reports, answers, screenshots) go."""
-    return workspace() / "out"
+    """Where this learner's outputs (reports, answers, screenshots) go: ``$COURSE_OUT_DIR``, else ``out/``."""
+    named = os.environ.get("COURSE_OUT_DIR")
+    return Path(named).expanduser().resolve() if named else workspace() / "out"

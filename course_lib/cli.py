@@ -10,9 +10,11 @@ import argparse
 import importlib
 import sys
 
+from course_lib.registry import EXERCISES  # the standard library only: --help stays fast
+
 # sub-command -> (module, one-line help: its arguments, then what it does)
 COMMANDS = {
-    "check": ("course_lib.check", "EXERCISE PATH: check an exercise file (ddp, allreduce, tp, ckpt)"),
+    "check": ("course_lib.check", f"EXERCISE PATH: check an exercise file ({', '.join(EXERCISES)})"),
     "grade": ("course_lib.grading.cli", "DIR: grade a folder of learners' exercise folders"),
     "release": ("course_lib.instructor.release", "write exercises/ from solutions/ (--check: drift?)"),
     "bench": ("course_lib.allreduce.bench", "allreduce|checks: all-reduce algorithms; checker times vs import torch"),

@@ -41,7 +41,9 @@ def test_python_m_course_lib_lists_every_command():
 
     p = subprocess.run([sys.executable, "-m", "course_lib", "--help"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
-    missing = [name for name in COMMANDS if name not in p.stdout]
+    from course_lib.registry import EXERCISES
+
+    missing = [name for name in [*COMMANDS, *EXERCISES] if name not in p.stdout]
     assert not missing, f"not in `python -m course_lib --help`: {missing}\n{p.stdout}"
 
 

@@ -25,6 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 HUB_PREFIX = Path(os.environ.get("COURSE_HUB_PREFIX", "/opt/multigpu-course-test"))
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 LEARNERS = ("hublearner1", "hublearner2", "hublearner3")
+# The Slurm test's own account: it runs on the Slurm tests' worker, beside the browser tests, whose hub wipes and
+# uses the three learners' workspaces
+SLURM_LEARNER = "hublearner4"
 
 
 def why_not() -> str | None:

@@ -177,11 +177,10 @@ def _as_learner(name: str, code: str, env: dict) -> subprocess.CompletedProcess:
 def test_learner_jobs_reach_slurm_as_the_learner(slurm_cluster):
     """A learner's kernel submits to the local Slurm: the job is the learner's (squeue/sacct user column), runs
     as them, and a second process (the kernel after a restart) lists and attaches to it."""
-    name = hs.LEARNERS[0]
-    user = hs.fresh_learner(name, wipe=False)
+    name = hs.SLURM_LEARNER
+    user = hs.fresh_learner(name)
     slurm_cluster.dir.chmod(0o755)   # learners' clients read slurm.conf (the munge key stays 0600)
-    if not (Path(user.pw_dir) / "course").is_dir():
-        assert hs.as_user(name, f"{hs.HUB_PREFIX}/venv/bin/course workspace init ~/course").returncode == 0
+    assert hs.as_user(name, f"{hs.HUB_PREFIX}/venv/bin/course workspace init ~/course").returncode == 0
     env = {"SLURM_CONF": slurm_cluster.conf, "COURSE_ENGINE": "slurm", "COURSE_SITE": "local"}
     r = _as_learner(name, """
 from pathlib import Path

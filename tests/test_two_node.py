@@ -187,3 +187,17 @@ def test_two_node_stop_removes_every_namespace_link_and_daemon(cluster):
     assert live_processes(str(cluster.dir), environ=True) == [], out   # anything with this SLURM_CONF
     assert not (cluster.dir / "net" / "created").exists()
     print(f"\n[two-node] after stop: `ip netns list` -> {namespaces.strip() or '(empty)'}")
+
+
+def test_two_node_subnets_are_valid_for_every_tag():
+    """netns.sh takes 10.N.M.0/24 from a tag of the cluster's folder (0..99999): N and M must be valid octets for
+    every tag (a CI run drew one that gave 10.256.108.1 and the cluster did not start)."""
+    import re
+
+    body = re.search(r"^free_subnet\(\) \{.*?^\}", (SCRIPTS / "netns.sh").read_text(), re.S | re.M).group(0)
+    loop = "ip() { :; }\nfor TAG in $(seq -w 0 97 99999); do free_subnet; done\n"   # ip stubbed: no subnet in use
+    r = subprocess.run(["bash", "-c", body + "\n" + loop], capture_output=True, text=True, timeout=300)
+    nets = r.stdout.split()
+    assert len(nets) == len(range(0, 100000, 97))
+    bad = [net for net in nets if not all(0 <= int(x) <= 255 for x in net.split("."))]
+    assert not bad, f"invalid subnets: {bad[:5]}"

@@ -41,7 +41,7 @@ free_subnet() {
     local used n i
     used=$(ip -4 -o addr show | awk '{print $4}')
     for i in $(seq 0 200); do
-        n=$(( (10#$TAG + i * 97) % 40000 ))
+        n=$(( (10#$TAG + i * 97) % 38750 ))   # 10.100.0 to 10.254.249: every octet valid
         local net="10.$(( 100 + n / 250 )).$(( n % 250 ))"
         grep -q "^$net\." <<<"$used" || { echo "$net"; return 0; }
     done

@@ -282,3 +282,16 @@ def test_collective_guard_forbids_and_counts_on_a_real_process_group(tmp_path):
     assert out == {"forbidden": ["dist.all_reduce", "all_reduce"], "used": ["all_reduce"], "original": [1.0, 1.0],
                    "restored": True, "counts": {"all_reduce": 2, "all_gather": 1}, "value": [1.0, 1.0, 1.0],
                    "after_take": {"all_reduce": 1}}
+
+
+def test_worker_failed_names_the_run_and_keeps_the_learners_last_lines():
+    class Result:
+        def summary(self):
+            return "rank 1 failed first (exit codes: rank 0: stopped, rank 1: 7)"
+
+    marker = rankkit.PREFIX + '{"ev": "case", "case": "f@2"}'
+    lines = {1: ["b1", marker], 0: ["a1", "a2"] + [f"x{i}" for i in range(9)]}
+    v = rankkit.worker_failed(2, Result(), lines)
+    assert v["case"] == "worker" and v["ok"] is False
+    assert v["message"].startswith("the check run on 2 ranks failed: rank 1 failed first")
+    assert v["message"].splitlines()[1:] == ["x2", "x3", "x4", "x5", "x6", "x7", "x8", "b1"]   # ranks in order

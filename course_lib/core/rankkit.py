@@ -37,6 +37,14 @@ def parse(line: str) -> dict | None:
 
 # ---- where in the learner's file ----------------------------------------------------------------------------
 
+def worker_failed(nprocs: int, result, lines: dict) -> dict:
+    """The verdict of a check run whose worker itself failed (an import error, a crash): the launch's summary and
+    the last 8 lines the ranks printed that are not protocol lines (``lines``: rank -> its lines)."""
+    tail = [line for r in sorted(lines) for line in lines[r] if parse(line) is None][-8:]
+    return {"case": "worker", "item": None, "rank": 0, "ok": False,
+            "message": f"the check run on {nprocs} ranks failed: {result.summary()}\n" + "\n".join(tail)}
+
+
 def learner_frame(frames, path: str) -> traceback.FrameSummary | None:
     """The innermost frame of ``frames`` that is in the learner's file ``path``; None when none is."""
     real = os.path.realpath(path)

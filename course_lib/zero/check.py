@@ -95,9 +95,7 @@ def _on_world(path, nprocs, timeout, case_timeout):
             verdicts.append(stuck)
             skip.add(stuck["case"])
             continue
-        tail = [line for r in sorted(lines) for line in lines[r] if rankkit.parse(line) is None][-8:]
-        verdicts.append({"case": "worker", "item": None, "rank": 0, "ok": False,
-                         "message": f"the check run on {nprocs} ranks failed: {result.summary()}\n" + "\n".join(tail)})
+        verdicts.append(rankkit.worker_failed(nprocs, result, lines))
         break
     return verdicts
 

@@ -295,3 +295,16 @@ def test_worker_failed_names_the_run_and_keeps_the_learners_last_lines():
     assert v["case"] == "worker" and v["ok"] is False
     assert v["message"].startswith("the check run on 2 ranks failed: rank 1 failed first")
     assert v["message"].splitlines()[1:] == ["x2", "x3", "x4", "x5", "x6", "x7", "x8", "b1"]   # ranks in order
+
+
+def test_explain_points_at_the_learners_file(tmp_path):
+    learner = tmp_path / "mine.py"
+    learner.write_text("def f():\n    raise ValueError('bad shape\\nmore')\n\n\n"
+                       "def g():\n    raise NotImplementedError\n")
+    ns = {}
+    exec(compile(learner.read_text(), str(learner), "exec"), ns)
+    for call, want in ((ns["f"], "ValueError: bad shape (tp.py line 2, in f)"),
+                       (ns["g"], "not written yet: NotImplementedError (tp.py line 6, in g)")):
+        with pytest.raises(Exception) as info:
+            call()
+        assert rankkit.explain(info.value, str(learner), "tp.py") == want

@@ -67,6 +67,16 @@ def error_where(exc: BaseException, path: str) -> str:
     return learner_line(traceback.extract_tb(exc.__traceback__), path)
 
 
+def explain(exc: BaseException, path: str, shown: str) -> str:
+    """One line for an exception the learner's code raised, pointing at their file (named ``shown``) when it can."""
+    frame = learner_frame(traceback.extract_tb(exc.__traceback__), path)
+    where = f" ({shown} line {frame.lineno}, in {frame.name})" if frame else ""
+    if isinstance(exc, NotImplementedError):
+        return f"not written yet: NotImplementedError{where}"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}{where}"
+
+
 def main_thread_frames() -> list[traceback.FrameSummary]:
     """Where the main thread is now, outermost first (from another thread: a watchdog's)."""
     frame = sys._current_frames().get(threading.main_thread().ident)

@@ -1,9 +1,7 @@
 """What a check case raises, and how an exception from the learner's code is put in one line."""
 from __future__ import annotations
 
-import traceback
-
-from course_lib.core.rankkit import learner_frame
+from course_lib.core import rankkit
 
 
 class Fail(Exception):
@@ -21,10 +19,5 @@ def need(mod, name):
 
 
 def explain(exc, path):
-    """One line for an exception raised by the learner's code, pointing at their file when it can."""
-    frame = learner_frame(traceback.extract_tb(exc.__traceback__), path)
-    where = f" (tp.py line {frame.lineno}, in {frame.name})" if frame else ""
-    if isinstance(exc, NotImplementedError):
-        return f"not written yet: NotImplementedError{where}"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}{where}"
+    """One line for an exception raised by the learner's code, pointing at their tp.py when it can."""
+    return rankkit.explain(exc, path, "tp.py")

@@ -6,9 +6,7 @@ A case returns a short pass text or raises ``Fail``/``Missing`` with a message i
 """
 from __future__ import annotations
 
-import traceback
-
-from course_lib.core.rankkit import learner_frame
+from course_lib.core import rankkit
 
 TOL = {"float64": (1e-12, 1e-12), "float32": (1e-5, 1e-6)}
 
@@ -28,13 +26,8 @@ def need(mod, name):
 
 
 def explain(exc, path):
-    """One line for an exception raised by the learner's code, pointing at their file when it can."""
-    frame = learner_frame(traceback.extract_tb(exc.__traceback__), path)
-    where = f" (zero.py line {frame.lineno}, in {frame.name})" if frame else ""
-    if isinstance(exc, NotImplementedError):
-        return f"not written yet: NotImplementedError{where}"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}{where}"
+    """One line for an exception raised by the learner's code, pointing at their zero.py when it can."""
+    return rankkit.explain(exc, path, "zero.py")
 
 
 def reference_range(n, rank, world):

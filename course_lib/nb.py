@@ -8,6 +8,9 @@ Notebook protocol (papermill ``parameters`` cell in each notebook)::
 """
 from __future__ import annotations
 
+import contextlib
+import html
+import io
 from pathlib import Path
 
 from course_lib.core.paths import tree_dir
@@ -32,3 +35,53 @@ def show(report, strict: bool = False):
     if strict and not report.passed:
         raise AssertionError("check failed (STRICT=True):\n" + report.text())
     return report
+
+
+def figure_widget(draw, **controls) -> None:
+    """Call ``draw(**values)`` under one control per keyword and show its figure and printout; redraw on change.
+
+    ``controls``: name -> ``(options, value)``; a ``range`` gives a slider, a list a drop-down. ``draw`` makes one
+    matplotlib figure and does not call ``plt.show()``. The figure goes into an Image widget, not through
+    ``ipywidgets.interact``: interact prints into an Output widget, and nbclient (papermill, CI) answers each
+    Output-widget output on the kernel's shell channel while it waits on that channel for the cell's reply; the
+    run can then hang (jupyter/nbclient#312, reproduced here). Without ipywidgets it draws once.
+    """
+    try:
+        from IPython.display import display
+        panel = figure_panel(draw, **controls)
+    except ImportError:
+        import matplotlib.pyplot as plt
+        draw(**{name: value for name, (_, value) in controls.items()})
+        plt.show()
+        return
+    display(panel)
+
+
+def figure_panel(draw, **controls):
+    """The widgets of ``figure_widget``, not displayed: a row of controls, the image, the printout."""
+    import ipywidgets as w
+    boxes = {name: (w.IntSlider(value=value, min=options.start, max=options.stop - 1, description=name)
+                    if isinstance(options, range) else w.Dropdown(options=list(options), value=value, description=name))
+             for name, (options, value) in controls.items()}
+    image, text = w.Image(format="png"), w.HTML()
+
+    def redraw(_=None):
+        image.value, printed = _render(draw, {name: box.value for name, box in boxes.items()})
+        text.value = f"<pre>{html.escape(printed)}</pre>" if printed else ""
+    for box in boxes.values():
+        box.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox(list(boxes.values()), layout={"flex_flow": "row wrap"}), image, text])
+
+
+def _render(draw, values) -> tuple[bytes, str]:
+    """PNG bytes of the figure ``draw(**values)`` makes, and what it printed; the figure is closed."""
+    import matplotlib.pyplot as plt
+    printed = io.StringIO()
+    with plt.ioff(), contextlib.redirect_stdout(printed):
+        draw(**values)
+        fig = plt.gcf()
+    png = io.BytesIO()
+    fig.savefig(png, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return png.getvalue(), printed.getvalue()

@@ -92,15 +92,10 @@ def draw_ring_step(world: int = 4, step: int = 0, ax=None):
 
 
 def ring_widget(world: int = 4):
-    """A slider over the ring's steps (ipywidgets); the W slider redraws for another world size."""
-    import ipywidgets as widgets
-    import matplotlib.pyplot as plt
-
-    def show(world, step):
-        draw_ring_step(world, step)
-        plt.show()
-    return widgets.interact(show, world=widgets.IntSlider(value=world, min=2, max=8, description="W"),
-                            step=widgets.IntSlider(value=0, min=0, max=2 * (8 - 1), description="step"))
+    """A slider over the ring's steps; the W slider redraws for another world size."""
+    from course_lib.nb import figure_widget
+    figure_widget(lambda world, step: draw_ring_step(world, step),
+                  world=(range(2, 9), world), step=(range(0, 2 * (8 - 1) + 1), 0))
 
 
 def draw_rounds(world: int, which: str = "tree", ax=None):

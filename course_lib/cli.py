@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from course_lib.registry import EXERCISES  # the standard library only: --help stays fast
@@ -88,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"course {command}: interrupted" if command else "course: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`course check ... | head`): no traceback; as the signal module's docs advise, point
+        # stdout at /dev/null so that the flush at exit does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

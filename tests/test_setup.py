@@ -79,3 +79,13 @@ def test_course_env_reports_this_machine():
     import torch
     assert facts["torch"] == torch.__version__
     assert facts["backend"] == ("nccl (GPUs)" if torch.cuda.is_available() else "gloo (CPU)")
+
+
+def test_a_reader_that_goes_away_gets_no_traceback():
+    """`course ... | head`: when the pipe's reader has gone, the command exits 1 without a BrokenPipeError traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)   # closed before the command starts: its first write fails for sure
+    p = subprocess.run([sys.executable, "-m", "course_lib", "data", "info"], stdout=write_end,
+                       stderr=subprocess.PIPE, text=True, timeout=300)
+    os.close(write_end)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr

@@ -241,16 +241,21 @@ dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_siz
 ways = {"group.WORLD": lambda t: dist.group.WORLD.allreduce([t]).wait(),
         "default_group": lambda t: _get_default_group().allreduce(t).wait(),
         "c10d module": lambda t: torch.distributed.distributed_c10d.all_reduce(t),
-        "functional": lambda t: t.copy_(funcol.all_reduce(t, "sum", dist.group.WORLD))}
+        "functional": lambda t: t.copy_(funcol.all_reduce(t, "sum", dist.group.WORLD)),
+        "torch.ops._c10d_functional": lambda t: t.copy_(torch.ops._c10d_functional.wait_tensor(
+            torch.ops._c10d_functional.all_reduce(t, "sum", dist.group.WORLD.group_name))),
+        # the op's ReduceOp argument has no public Python form: broadcast_ stands for the c10d ops
+        "torch.ops.c10d": lambda t: torch.ops.c10d.broadcast_([t], dist.group.WORLD.boxed(), 0, 0)[1].wait()}
 out = {"forbid": {}, "count": {}}
 for way, call in ways.items():
-    with rankkit.CollectiveGuard(["all_reduce"]) as guard:
+    name = "broadcast" if way == "torch.ops.c10d" else "all_reduce"
+    with rankkit.CollectiveGuard([name]) as guard:
         try:
             call(torch.ones(2))
             out["forbid"][way] = "not seen"
         except rankkit.ForbiddenCollective as e:
             out["forbid"][way] = e.name
-    with rankkit.CollectiveGuard(["all_reduce"], mode="count") as counter:
+    with rankkit.CollectiveGuard([name], mode="count") as counter:
         call(torch.ones(2))
         out["count"][way] = counter.take()
 with rankkit.CollectiveGuard(["all_reduce"]) as guard:   # point-to-point and the checker's own calls pass
@@ -269,9 +274,10 @@ def test_collective_guard_sees_every_other_way_to_a_collective(tmp_path):
     p = run_script(tmp_path, OTHER_WAYS)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.splitlines()[-1])
-    ways = ["group.WORLD", "default_group", "c10d module", "functional"]
-    assert out["forbid"] == {w: "all_reduce" for w in ways}, out
-    assert out["count"] == {w: {"all_reduce": 1} for w in ways}, out
+    names = {w: "all_reduce" for w in ["group.WORLD", "default_group", "c10d module", "functional",
+                                       "torch.ops._c10d_functional"]} | {"torch.ops.c10d": "broadcast"}
+    assert out["forbid"] == names, out
+    assert out["count"] == {w: {name: 1} for w, name in names.items()}, out
     assert out["own"] == [] and out["barrier"] == {}, out
 
 

@@ -123,10 +123,10 @@ class Watchdog:
 
 class ForbiddenCollective(Exception):
     """A guarded function was called in "forbid" mode; ``str()`` is 'dist.NAME', as messages quote it (a
-    collective reached another way, through a ProcessGroup object or the functional collectives, says so)."""
+    collective reached another way, through a ProcessGroup object, the functional collectives or torch.ops, says so)."""
 
     def __init__(self, name: str, other_way: bool = False):
-        super().__init__(f"{name} (through a ProcessGroup object or functional collectives, not dist.{name})"
+        super().__init__(f"{name} (through a ProcessGroup object, functional collectives or torch.ops, not dist.{name})"
                          if other_way else f"dist.{name}")
         self.name = name
 
@@ -145,10 +145,30 @@ GROUP_METHODS = {
 FUNCTIONAL_PREFIXES = {"all_reduce": "all_reduce", "all_gather": "all_gather_into_tensor", "reduce_scatter":
                        "reduce_scatter_tensor", "all_to_all": "all_to_all_single", "broadcast": "broadcast",
                        "permute_tensor": "all_to_all_single"}
+# The dispatcher's own ops, callable from Python as torch.ops.NAMESPACE.OP (ProcessGroup methods reach them in C++,
+# the functional collectives from Python: both are caught above, so the ops are only seen when called directly).
+OPS = {"c10d": {"allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce_coalesced", "allgather_": "all_gather",
+                "allgather_coalesced_": "all_gather_coalesced", "allgather_into_tensor_coalesced_":
+                "all_gather_into_tensor", "_allgather_base_": "all_gather_into_tensor", "reduce_": "reduce",
+                "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter_tensor",
+                "reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor", "broadcast_": "broadcast",
+                "barrier": "barrier", "monitored_barrier_": "monitored_barrier", "alltoall_": "all_to_all",
+                "alltoall_base_": "all_to_all_single", "scatter_": "scatter", "gather_": "gather"},
+       "_c10d_functional": {"all_reduce": "all_reduce", "all_reduce_": "all_reduce",
+                            "all_reduce_coalesced": "all_reduce", "all_reduce_coalesced_": "all_reduce",
+                            "all_gather_into_tensor": "all_gather_into_tensor",
+                            "all_gather_into_tensor_out": "all_gather_into_tensor",
+                            "all_gather_into_tensor_coalesced": "all_gather_into_tensor",
+                            "reduce_scatter_tensor": "reduce_scatter_tensor",
+                            "reduce_scatter_tensor_out": "reduce_scatter_tensor",
+                            "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor",
+                            "all_to_all_single": "all_to_all_single", "broadcast": "broadcast",
+                            "broadcast_": "broadcast"}}
 
 
 def _other_ways():
     """(owner, attribute, torch.distributed name) of every other way to a collective that exists here."""
+    import torch
     import torch._C._distributed_c10d as c
     import torch.distributed._functional_collectives as funcol
     out = [(cls, m, name) for cls in (c.ProcessGroup, c.Backend) for m, name in GROUP_METHODS.items()
@@ -157,6 +177,11 @@ def _other_ways():
         prefix = next((p for p in FUNCTIONAL_PREFIXES if attr.startswith(p)), None)
         if prefix and callable(fn) and not attr.endswith(("_backward", "_setup_context", "_meta")):
             out.append((funcol, attr, FUNCTIONAL_PREFIXES[prefix]))
+    for namespace, ops in OPS.items():
+        owner = getattr(torch.ops, namespace)
+        for op, name in ops.items():
+            if hasattr(owner, op):   # looked up once, so that it is an attribute of the namespace from now on
+                out.append((owner, op, name))
     return out
 
 
@@ -167,7 +192,8 @@ class CollectiveGuard:
     adds 1 to ``.counts[name]`` and runs the real function (a call made from inside another guarded one,
     torch's own, is not counted). Activate it before the learner's file is imported, so that a
     ``from torch.distributed import all_reduce`` there binds the replacement too. A collective reached
-    another way (``dist.group.WORLD.allreduce``, ``_get_default_group()``, the functional collectives) is
+    another way (``dist.group.WORLD.allreduce``, ``_get_default_group()``, the functional collectives, the ops
+    ``torch.ops.c10d.*``) is
     caught where it meets the process group (``_other_ways``): in "forbid" mode any collective, in "count" mode
     those named.
     """

@@ -164,8 +164,17 @@ CASES = [
            edits=[("import torch.distributed as dist\n",
                    "import torch.distributed as dist\nimport torch.distributed._functional_collectives as funcol\n"),
                   (NAIVE_BODY, "    tensor.copy_(funcol.all_reduce(tensor, \"sum\", group or dist.group.WORLD))\n")],
-           expect={"naive_allreduce": ("fail", r"calls all_reduce \(through a ProcessGroup object or functional "
+           expect={"naive_allreduce": ("fail", r"calls all_reduce \(through a ProcessGroup object, functional "
                                                r"collectives.*:{line:funcol.all_reduce(tensor}")}),
+    Faulty("ring_torch_ops", options=worlds(2),
+           why="ring calls the dispatcher's op of the functional all-reduce directly (torch.ops._c10d_functional)",
+           edits=[("import torch.distributed as dist\n", "import torch\nimport torch.distributed as dist\n"),
+                  (RING_BOUNDS, "    ops = torch.ops._c10d_functional\n"
+                                "    name = (group or dist.group.WORLD).group_name\n"
+                                "    tensor.copy_(ops.wait_tensor(ops.all_reduce(tensor, 'sum', name)))\n    return\n"
+                                + RING_BOUNDS)],
+           expect={"ring_allreduce": ("fail", r"calls all_reduce \(through .*torch\.ops.*"
+                                              r":{line:ops.wait_tensor(ops.all_reduce(}")}),
     # not a verdict per function: the file does not load
     Faulty("syntax_error", options=worlds(1), why="a syntax error: the whole file fails to load",
            edits=[("def ring_allreduce(tensor, group=None):", "def ring_allreduce(tensor, group=None)")],

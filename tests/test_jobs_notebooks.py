@@ -63,6 +63,7 @@ def test_03_solutions_on_slurm(slurm_engine):
     top_log = slurm_engine / "runs" / f"ddp-srun-{job_id}" / f"ddp-srun-{job_id}.top.log"
     assert monitor.parse_top(top_log.read_text()), f"no top frames in {top_log}"
     assert "%CPU, peak" in text and ("$ seff" in text or "seff is not installed" in text)
+    print("\n[03 slurm] " + next(x for x in text.splitlines() if "%CPU, peak" in x))
     print(f"\n[03 slurm] DDP solution, 2 ranks (sbatch + srun): submit -> COMPLETED in {seconds:.1f} s")
 
 

@@ -8,6 +8,8 @@ import papermill
 import pytest
 from conftest import ROOT
 
+from course_lib.jobs import monitor
+
 pytestmark = pytest.mark.slow
 NB03 = ROOT / "notebooks" / "03_launching_jobs.ipynb"
 NB04 = ROOT / "notebooks" / "04_scaling_study.ipynb"
@@ -57,6 +59,11 @@ def test_03_solutions_on_slurm(slurm_engine):
     assert f"$ squeue -t all -j {job_id}" in text and "COMPLETED" in text
     log = (slurm_engine / "runs" / f"ddp-srun-{job_id}" / "output.log").read_text()
     assert re.search(r"^0: epoch=1 .*test_acc=", log, re.M) and re.search(r"^1: epoch=1 ", log, re.M)
+    # the job script's own top -b, read back and plotted; seff, or sacct's answer where seff is missing
+    top_log = slurm_engine / "runs" / f"ddp-srun-{job_id}" / f"ddp-srun-{job_id}.top.log"
+    assert monitor.parse_top(top_log.read_text()), f"no top frames in {top_log}"
+    assert "%CPU, peak" in text and ("$ seff" in text or "seff is not installed" in text)
+    print("\n[03 slurm] " + next(x for x in text.splitlines() if "%CPU, peak" in x))
     print(f"\n[03 slurm] DDP solution, 2 ranks (sbatch + srun): submit -> COMPLETED in {seconds:.1f} s")
 
 

@@ -210,6 +210,15 @@ def _end_state(res, spec: JobSpec) -> dict:
     return final
 
 
+def _monitor(run_dir: Path, spec: JobSpec, job_id: str):
+    """monitor=True: the job's CPU use into <name>-<id>.top.log, as the sbatch script's ``top -b`` writes it."""
+    if not spec.monitor:
+        return contextlib.nullcontext()
+    from course_lib.jobs.sampler import Sampler
+
+    return Sampler(run_dir / f"{spec.name}-{job_id}.top.log")
+
+
 def run_job(run_dir: Path) -> int:
     from course_lib.core.launch import launch
 
@@ -229,9 +238,10 @@ def run_job(run_dir: Path) -> int:
         _write_json(state_path, {"state": "RUNNING", "reason": "", "exit_code": None, "pid": os.getpid()})
         final = {"state": "FAILED", "reason": "", "exit_code": None}
         try:
-            res = launch([spec.script, *spec.args], nprocs=spec.ranks, style=style, timeout=spec.time_limit_s,
-                         env=_rank_env(info, spec), cwd=run_dir, on_line=on_line,
-                         preexec_fn=_pid_recorder(run_dir / PIDS_NAME))
+            with _monitor(run_dir, spec, info["id"]):
+                res = launch([spec.script, *spec.args], nprocs=spec.ranks, style=style,
+                             timeout=spec.time_limit_s, env=_rank_env(info, spec), cwd=run_dir, on_line=on_line,
+                             preexec_fn=_pid_recorder(run_dir / PIDS_NAME))
             final = _end_state(res, spec)
         except Cancelled:
             final = {"state": "CANCELLED", "reason": "cancelled", "exit_code": -signal.SIGTERM}

@@ -1,0 +1,84 @@
+"""The local engine's ``top``: samples the CPU use of the job's own processes while it runs.
+
+On Slurm the job script runs ``top -b -d 2 -u <you>`` beside training (templates/sbatch.sh.j2). The local
+engine has no node of its own, so the runner samples the processes below it (the ranks, torchrun, loader
+workers) with psutil and writes the same frames: a ``top - HH:MM:SS`` line, a column header, one row per
+process, which course_lib.jobs.monitor.parse_top reads. %CPU is top's: the process's CPU time over the time
+since the last frame, per core (200 = two cores busy).
+"""
+from __future__ import annotations
+
+import getpass
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from course_lib.jobs.monitor import TOP_EVERY
+
+HEADER = f"{'PID':>7} {'USER':<9} S {'%CPU':>6} {'%MEM':>5} {'TIME+':>9} COMMAND"
+
+
+def _cpu_seconds(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
+def _row(p: psutil.Process, cpu: float, total: float, user: str) -> str:
+    with p.oneshot():
+        name, status, mem = p.name(), p.status(), p.memory_percent()
+    return (f"{p.pid:>7} {user[:8]:<9} {status[:1].upper()} {cpu:>6.1f} {mem:>5.1f} "
+            f"{int(total // 60)}:{total % 60:05.2f} {name}")
+
+
+class Sampler:
+    """``with Sampler(path):`` a thread writes a frame every ``every`` seconds until the block ends."""
+
+    def __init__(self, path: Path, every: float = TOP_EVERY, root: int | None = None):
+        self.path, self.every = Path(path), every
+        self.root = psutil.Process(root)      # None: this process (the runner): its descendants are the job
+        self.user = getpass.getuser()
+        self._last: dict[int, tuple[float, float]] = {}   # pid -> (wall time, cpu seconds) at the last frame
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="job-top-sampler", daemon=True)
+
+    def __enter__(self):
+        self._file = open(self.path, "a", buffering=1)
+        self._file.write(f"# local engine: the job's processes, sampled with psutil every {self.every:g} s "
+                         "(the frames of top -b)\n")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=2 * self.every + 5)
+        self.frame()          # a last frame: the end of the job is on the plot
+        self._file.close()
+        return False
+
+    def _loop(self):
+        while not self._stop.wait(self.every):
+            try:
+                self.frame()
+            except (psutil.Error, OSError, ValueError):   # a process ended mid-frame: next frame
+                continue
+
+    def frame(self) -> None:
+        now = time.time()
+        rows = []
+        try:
+            procs = self.root.children(recursive=True)
+        except psutil.Error:
+            procs = []
+        for p in procs:
+            try:
+                cpu_s = _cpu_seconds(p)
+                since, before = self._last.get(p.pid, (p.create_time(), 0.0))
+                cpu = 100 * (cpu_s - before) / max(now - since, 1e-3)
+                self._last[p.pid] = (now, cpu_s)
+                rows.append(_row(p, cpu, cpu_s, self.user))
+            except psutil.Error:
+                continue      # it ended between the listing and the read
+        stamp = time.strftime("%H:%M:%S", time.localtime(now))
+        self._file.write("\n".join([f"top - {stamp} local engine sampler", "", HEADER, *rows]) + "\n\n")

@@ -42,7 +42,9 @@ def spec_for(exercise: str, path: str, options: dict, site, minutes: int):
     """The job: one task with a CPU per rank the check starts (at most a node's), ``minutes`` to run."""
     from course_lib.jobs import JobSpec
 
-    ranks = max([RANKS.get(exercise, 2), *(options.get("world_sizes") or ()), options.get("more_ranks") or 0])
+    ranks = max(options.get("world_sizes") or [RANKS.get(exercise, 2)])
+    if "more_ranks" in options:          # the DDP check: 2 ranks, and ``more_ranks`` in its last run
+        ranks = max(2, options["more_ranks"] or 0)
     request = json.dumps({"exercise": exercise, "path": path, "cwd": os.getcwd(), "options": options,
                           "env": {k: os.environ[k] for k in JOB_ONLY if k in os.environ}})
     # launcher "python" runs `python -m course_lib.check_slurm REQUEST`: -m keeps course_lib/ off sys.path

@@ -55,20 +55,24 @@ def test_where_checks_run_follows_the_option_then_the_environment_then_the_profi
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_a_profile_with_slurm_checks_gives_the_local_verdicts(slurm, tmp_path, monkeypatch):
+def test_checks_on_slurm_give_the_local_verdicts_text_and_exit_code(slurm, tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
+    # Python (the notebooks): a profile that says checks = "slurm"
     monkeypatch.setenv("COURSE_SITE", str(profile(tmp_path, checks="slurm")))
     said = []
-    for path, passed in ((TP_SOLUTION, True), (TP_FAULTY, False)):
-        here = check("tp", path, engine="local", world_sizes=(2,))
-        there = check("tp", path, world_sizes=(2,), say=said.append)     # the profile says: on Slurm
-        assert here.passed is passed and there.passed is passed, there.text()
-        assert there.rows() == here.rows()
-        assert there.text().splitlines()[:-1] == here.text().splitlines()[:-1]   # the last line: the time
+    here = check("tp", TP_SOLUTION, engine="local", world_sizes=(2,))
+    there = check("tp", TP_SOLUTION, world_sizes=(2,), say=said.append)
+    assert here.passed and there.passed, there.text()
+    assert there.rows() == here.rows()
+    assert any(s.startswith("job ") and " started " in s for s in said), said
+    # the command line: COURSE_CHECKS=slurm, a faulty file
+    here = check("tp", TP_FAULTY, engine="local")
+    r = course_check("tp", TP_FAULTY, env={**os.environ, "COURSE_CHECKS": "slurm", "COURSE_SITE": "local"})
+    assert not here.passed and r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.splitlines()[:-1] == here.text().splitlines()[:-1]   # the last line: the time it took
     folders = sorted((tmp_path / "runs").iterdir())
     assert [f.name.rsplit("-", 1)[0] for f in folders] == ["check-tp"] * 2, folders
     assert all((f / "report.json").is_file() and (f / "output.log").is_file() for f in folders)
-    assert any(s.startswith("job ") and " started " in s for s in said), said
 
 
 @pytest.mark.slurm

@@ -1,19 +1,46 @@
 """Check a learner's exercise file: ``course check ddp|allreduce|tp|ckpt PATH``.
 
 Prints one verdict per step or function. Exit codes: 0 all passed, 1 something failed, 2 bad input
-(no such file); errors go to stderr.
+(no such file, a Slurm job that gave no report); errors go to stderr.
+
+Where the check runs: ``--engine`` (``engine=`` in Python), else ``$COURSE_CHECKS``, else the site profile's
+``checks`` (course_lib.jobs.site), else ``local``. ``slurm`` runs it as a short Slurm job
+(course_lib.check_slurm) with the same verdicts and text; ``course check sbatch`` always runs here, since it
+submits a job of its own.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from course_lib.registry import EXERCISES, get
 
+ENGINES = ("local", "slurm")
 
-def check(exercise: str, path, **kwargs):
-    """Run the checker of ``exercise`` on ``path``; returns a course_lib.core.report.Report."""
+
+def engine_for_checks(choice: str | None = None) -> str:
+    """``choice``, else ``$COURSE_CHECKS``, else the site profile's ``checks``: "local" or "slurm"."""
+    if not choice and not os.environ.get("COURSE_CHECKS"):
+        from course_lib.jobs.site import load_site
+
+        return load_site().checks
+    choice = (choice or os.environ["COURSE_CHECKS"]).lower()
+    if choice not in ENGINES:
+        raise ValueError(f"checks run on {' or '.join(ENGINES)}, not {choice!r} (check --engine or COURSE_CHECKS)")
+    return choice
+
+
+def check(exercise: str, path, engine: str | None = None, **kwargs):
+    """Run the checker of ``exercise`` on ``path``; returns a course_lib.core.report.Report.
+
+    ``engine``: "local" (here) or "slurm" (a short Slurm job; ``queue_timeout=`` seconds in the queue at
+    most); None: $COURSE_CHECKS, else the site profile's ``checks``."""
+    if exercise != "sbatch" and engine_for_checks(engine) == "slurm":
+        from course_lib.check_slurm import check_on_slurm
+
+        return check_on_slurm(exercise, path, **kwargs)
     return get(exercise).check(path, **kwargs)
 
 
@@ -23,6 +50,11 @@ def add_arguments(p):
     p.add_argument("--timeout", type=float, default=None,
                    help="deadline in seconds for each multi-process run of the check")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.add_argument("--engine", choices=ENGINES, default=None,
+                   help="local: run the check here; slurm: as a short Slurm job (default: $COURSE_CHECKS, else "
+                        "the site profile's checks, else local)")
+    p.add_argument("--queue-timeout", type=float, default=None, metavar="SECONDS",
+                   help="--engine slurm: cancel the job if it has not started after this long (default 900)")
     p.add_argument("--strict-launchers", action="store_true",
                    help="ddp, Step 6: the script must work under both srun and torchrun (default: under the "
                         "launcher it reads)")
@@ -38,6 +70,26 @@ def run(args) -> int:
             print("course check: --strict-launchers is for `course check ddp` only", file=sys.stderr)
             return 2
         kwargs["strict_launchers"] = True
-    report = check(args.exercise, args.path, **kwargs)
+    try:
+        engine = "local" if args.exercise == "sbatch" else engine_for_checks(args.engine)
+    except ValueError as e:         # a bad --engine/COURSE_CHECKS, or a site profile that cannot be read
+        print(f"course check: {e}", file=sys.stderr)
+        return 2
+    report = _on_slurm(args, kwargs) if engine == "slurm" else check(args.exercise, args.path, "local", **kwargs)
+    if report is None:
+        return 2
     print(json.dumps(report.rows(), indent=1) if args.json else report.text())
     return 0 if report.passed else 1
+
+
+def _on_slurm(args, kwargs: dict):
+    """The report of the check run as a Slurm job, or None when the job gave none (said on stderr)."""
+    from course_lib.check_slurm import CheckJobError, check_on_slurm
+
+    if args.queue_timeout is not None:
+        kwargs["queue_timeout"] = args.queue_timeout
+    try:
+        return check_on_slurm(args.exercise, args.path, **kwargs)
+    except CheckJobError as e:
+        print(f"course check: {e}", file=sys.stderr)
+        return None

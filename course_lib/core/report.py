@@ -6,7 +6,7 @@ exits non-zero unless ``report.passed``, a notebook shows it as a table.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 PASS, FAIL, MISSING = "pass", "fail", "missing"
 _MARK = {PASS: "PASS", FAIL: "FAIL", MISSING: "MISSING"}
@@ -66,3 +66,11 @@ class Report:
         """CSV rows for the grader: exercise, item, result, message."""
         return [{"exercise": self.exercise, "item": v.item, "result": v.result, "message": v.message}
                 for v in self.verdicts]
+
+    def to_dict(self) -> dict:
+        """Everything in the report, for JSON (a check run as a Slurm job hands its report back this way)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Report":
+        return cls(data["exercise"], data["path"], [Verdict(**v) for v in data["verdicts"]], data["seconds"])

@@ -22,6 +22,7 @@ from course_lib.grading.cgroups import describe
 from course_lib.grading.discover import discover
 from course_lib.grading.run import _timing_note, check_one
 from course_lib.grading.sandbox import Limits
+from course_lib.jobs.slurm import forget_the_job
 
 
 class Stopped(BaseException):
@@ -72,22 +73,13 @@ def grade_task(manifest: dict, index: int, rows_dir: Path) -> dict:
     return data
 
 
-def _forget_the_job() -> None:
-    """Drop the task's Slurm and MPI variables: a learner's DDP script reads SLURM_PROCID / SLURM_NTASKS before
-    RANK / WORLD_SIZE (it is written for srun too), so every rank the checker starts would take itself for
-    rank 0 of 1. The checks must see what they see on the local engine."""
-    for key in list(os.environ):
-        if key.startswith(("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_")) and key != "SLURM_CONF":
-            del os.environ[key]
-
-
 def main(argv: list[str]) -> int:
     manifest_path = Path(argv[0])
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     index = int(os.environ["SLURM_ARRAY_TASK_ID"])
     rows_dir = manifest_path.parent / os.environ["SLURM_ARRAY_JOB_ID"] / "rows"
     rows_dir.mkdir(parents=True, exist_ok=True)
-    _forget_the_job()
+    forget_the_job()   # the checks must see what they see on the local engine
     signal.signal(signal.SIGTERM, _on_term)
     start = time.monotonic()
     try:

@@ -3,7 +3,8 @@
 A profile is a TOML file. ``COURSE_SITE`` picks one: a name from ``course_lib/jobs/sites/`` (``local``,
 ``generic``, ``example-gpu-cluster``) or a path to your own ``.toml``. Unset: ``generic``.
 Every key must be present (``""``, ``0`` or ``[]`` for "not used"), so a typo is an error that names the
-key instead of silently losing the account or the reservation.
+key instead of silently losing the account or the reservation. One key may be left out: ``checks`` (where
+``course check`` runs a check: ``"local"``, the default, or ``"slurm"``, as a short job; course_lib.check_slurm).
 """
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ KEYS = {
     "gpu_request": str, "data_dir": str,
 }
 TABLES = ("env", "nccl")
+# optional keys -> default: profiles written before the key existed stay valid
+OPTIONAL = {"checks": "local"}
+CHECK_ENGINES = ("local", "slurm")
 GPU_REQUESTS = ("gpus-per-node", "gres")
 
 
@@ -49,6 +53,7 @@ class Site:
     cpus_per_node: int = 1
     gpu_request: str = "gpus-per-node"
     data_dir: str = ""
+    checks: str = "local"     # where `course check` and the notebooks' check cells run: "local" or "slurm"
     env: dict = field(default_factory=dict)
     nccl: dict = field(default_factory=dict)
 
@@ -88,7 +93,7 @@ def load_site(name_or_path: str | None = None) -> Site:
 
 
 def _checked(data: dict, path: Path) -> dict:
-    allowed = list(KEYS) + list(TABLES)
+    allowed = list(KEYS) + list(OPTIONAL) + list(TABLES)
     for key in data:
         if key not in allowed:
             hint = difflib.get_close_matches(key, allowed, n=1)
@@ -111,6 +116,9 @@ def _checked(data: dict, path: Path) -> dict:
         raise SiteError(f"{path}: gpus_per_node must be >= 0 and cpus_per_node >= 1")
     if out["gpu_request"] not in GPU_REQUESTS:
         raise SiteError(f"{path}: gpu_request must be one of {GPU_REQUESTS}, not {out['gpu_request']!r}")
+    out["checks"] = data.get("checks", OPTIONAL["checks"])
+    if out["checks"] not in CHECK_ENGINES:
+        raise SiteError(f"{path}: checks must be one of {CHECK_ENGINES}, not {out['checks']!r}")
     for table in TABLES:
         values = data.get(table, {})
         if not isinstance(values, dict) or not all(isinstance(v, (str, int)) for v in values.values()):

@@ -9,6 +9,7 @@ writing into it.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -112,6 +113,15 @@ class SlurmJob(Job):
         r = _run(["scancel", self.id])
         if r.returncode != 0:
             raise SubmitError(f"scancel {self.id} failed: {r.stderr.strip()}")
+
+
+def forget_the_job() -> None:
+    """Drop the job's Slurm and MPI variables, for a job that runs checks (course grade and course check on
+    Slurm): a learner's DDP script reads SLURM_PROCID / SLURM_NTASKS before RANK / WORLD_SIZE (it is written for
+    srun too), so every rank the checker starts would take itself for rank 0 of 1."""
+    for key in list(os.environ):
+        if key.startswith(("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_")) and key != "SLURM_CONF":
+            del os.environ[key]
 
 
 def _none(text: str | None) -> str:

@@ -12,7 +12,7 @@
 #   COURSE_HUB_AUTH      "pam" (default: the machine's accounts) or "dummy" (tests: one shared password,
 #                        COURSE_HUB_PASSWORD)
 #   COURSE_HUB_TOKEN     an API token for a service "course-admin" that may create users and start servers
-#   COURSE_QUICK, COURSE_ENGINE, COURSE_SITE, SLURM_CONF: passed on to every learner's server and kernels
+#   COURSE_QUICK, COURSE_ENGINE, COURSE_SITE, COURSE_CHECKS, SLURM_CONF: passed on to every learner's server and kernels
 import os
 from pathlib import Path
 
@@ -55,6 +55,6 @@ c.Spawner.cmd = ["/bin/sh", "-c",
 c.Spawner.notebook_dir = "~/course"
 c.Spawner.default_url = "/lab"
 c.Spawner.environment = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"}
-c.Spawner.env_keep = ["LANG", "LC_ALL", "COURSE_QUICK", "COURSE_ENGINE", "COURSE_SITE", "SLURM_CONF"]
+c.Spawner.env_keep = ["LANG", "LC_ALL", "COURSE_QUICK", "COURSE_ENGINE", "COURSE_SITE", "COURSE_CHECKS", "SLURM_CONF"]
 c.Spawner.http_timeout = 120     # a first login copies the workspace and imports JupyterLab on a busy node
 c.Spawner.start_timeout = 120

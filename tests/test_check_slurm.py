@@ -1,0 +1,117 @@
+"""``course check --engine slurm`` (and a site profile's ``checks = "slurm"``) on the project's local Slurm: the
+same verdicts as the local check, Slurm's refusal in one message with exit code 2, and a job that cannot start
+cancelled at the queue deadline, leaving nothing in the queue.
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+
+from course_lib.check import check, engine_for_checks
+from course_lib.jobs.site import SiteError, load_site
+
+TP_SOLUTION = ROOT / "solutions" / "06_tensor_parallel" / "tp.py"
+TP_FAULTY = ROOT / "tests" / "tp_faulty" / "matmul_transposed.py"
+
+
+def profile(tmp_path, name="checks-on-slurm", **values):
+    """The local test cluster's profile with ``values`` changed, as a file COURSE_SITE can name."""
+    text = (ROOT / "course_lib" / "jobs" / "sites" / "local.toml").read_text()
+    for key, value in values.items():
+        text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value!r}".replace("'", '"'), text)
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def course_check(*args, env):
+    return subprocess.run([sys.executable, "-m", "course_lib.cli", "check", *map(str, args)], capture_output=True,
+                          text=True, timeout=900, cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)})
+
+
+def in_queue(job_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                          timeout=60).stdout.strip()
+
+
+def test_where_checks_run_follows_the_option_then_the_environment_then_the_profile(tmp_path, monkeypatch):
+    monkeypatch.delenv("COURSE_CHECKS", raising=False)
+    monkeypatch.setenv("COURSE_SITE", "local")
+    assert engine_for_checks() == "local" and load_site("example-gpu-cluster").checks == "slurm"
+    monkeypatch.setenv("COURSE_SITE", str(profile(tmp_path, checks="slurm")))
+    assert engine_for_checks() == "slurm" and engine_for_checks("local") == "local"
+    monkeypatch.setenv("COURSE_CHECKS", "local")
+    assert engine_for_checks() == "local"
+    monkeypatch.setenv("COURSE_CHECKS", "slrum")
+    with pytest.raises(ValueError, match="not 'slrum'"):
+        engine_for_checks()
+    with pytest.raises(SiteError, match="checks must be one of"):
+        load_site(str(profile(tmp_path, name="typo", checks="cluster")))
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_checks_on_slurm_give_the_local_verdicts_text_and_exit_code(slurm, tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
+    # Python (the notebooks): a profile that says checks = "slurm"
+    monkeypatch.setenv("COURSE_SITE", str(profile(tmp_path, checks="slurm")))
+    said = []
+    here = check("tp", TP_SOLUTION, engine="local", world_sizes=(2,))
+    there = check("tp", TP_SOLUTION, world_sizes=(2,), say=said.append)
+    assert here.passed and there.passed, there.text()
+    assert there.rows() == here.rows()
+    assert any(s.startswith("job ") and " started " in s for s in said), said
+    # the command line: COURSE_CHECKS=slurm, a faulty file
+    here = check("tp", TP_FAULTY, engine="local")
+    r = course_check("tp", TP_FAULTY, env={**os.environ, "COURSE_CHECKS": "slurm", "COURSE_SITE": "local"})
+    assert not here.passed and r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.splitlines()[:-1] == here.text().splitlines()[:-1]   # the last line: the time it took
+    folders = sorted((tmp_path / "runs").iterdir())
+    assert [f.name.rsplit("-", 1)[0] for f in folders] == ["check-tp"] * 2, folders
+    assert all((f / "report.json").is_file() and (f / "output.log").is_file() for f in folders)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_job_slurm_refuses_is_one_message_and_exit_code_2(slurm, tmp_path):
+    env = {**os.environ, "COURSE_RUNS_DIR": str(tmp_path / "runs"),
+           "COURSE_SITE": str(profile(tmp_path, partition="nosuchpartition"))}
+    r = course_check("tp", TP_SOLUTION, "--engine", "slurm", env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    err = r.stderr.strip()
+    assert err.startswith("course check: Slurm did not take the check's job: sbatch refused the job:"), err
+    assert "invalid partition specified: nosuchpartition" in err and err.count("course check:") == 1, err
+    assert err.splitlines()[-1].startswith("Fix the site profile's partition") and "--engine local" in err, err
+    assert "Traceback" not in err and r.stdout == ""
+    assert not any((tmp_path / "runs").glob("check-*")), "a refused job left a folder"
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_job_that_cannot_start_is_cancelled_at_the_queue_deadline(slurm, tmp_path):
+    env = {**os.environ, "COURSE_RUNS_DIR": str(tmp_path / "runs"), "COURSE_SITE": "local"}
+    # the whole node taken by another job: the check's job waits (Resources) until we cancel it
+    blocker = subprocess.run(["sbatch", "--parsable", "--exclusive", "--job-name=blocker", "-o", "/dev/null",
+                              "--wrap", "sleep 600"], capture_output=True, text=True, timeout=60, env=env)
+    assert blocker.returncode == 0, blocker.stderr
+    blocker_id = blocker.stdout.strip().split(";")[0]
+    try:
+        for _ in range(240):        # wait until it runs (a busy machine can take a while to start a job)
+            if in_queue(blocker_id) == "RUNNING":
+                break
+            time.sleep(0.5)
+        r = course_check("tp", TP_SOLUTION, "--engine", "slurm", "--queue-timeout", "5", env=env)
+    finally:
+        subprocess.run(["scancel", blocker_id], timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    queued = re.search(r"queued as job (\d+) \(state PENDING, reason \w+\)", r.stderr)
+    assert queued, r.stderr
+    job_id = queued.group(1)
+    assert f"course check: job {job_id} cancelled (scancel {job_id}): it waited in the queue longer than 5 s" \
+        in r.stderr, r.stderr
+    assert "it was PENDING" in r.stderr and "now CANCELLED" in r.stderr, r.stderr
+    assert in_queue(job_id) == "", "the cancelled check is still in the queue"

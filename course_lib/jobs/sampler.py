@@ -9,6 +9,7 @@ since the last frame, per core (200 = two cores busy).
 from __future__ import annotations
 
 import getpass
+import os
 import threading
 import time
 from pathlib import Path
@@ -18,6 +19,13 @@ import psutil
 from course_lib.jobs.monitor import TOP_EVERY
 
 HEADER = f"{'PID':>7} {'USER':<9} S {'%CPU':>6} {'%MEM':>5} {'TIME+':>9} COMMAND"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):    # a uid with no name (some containers): top shows the number too
+        return str(os.getuid())
 
 
 def _cpu_seconds(p: psutil.Process) -> float:
@@ -38,7 +46,7 @@ class Sampler:
     def __init__(self, path: Path, every: float = TOP_EVERY, root: int | None = None):
         self.path, self.every = Path(path), every
         self.root = psutil.Process(root)      # None: this process (the runner): its descendants are the job
-        self.user = getpass.getuser()
+        self.user = _user()
         self._last: dict[int, tuple[float, float]] = {}   # pid -> (wall time, cpu seconds) at the last frame
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="job-top-sampler", daemon=True)

@@ -6,6 +6,8 @@ script so that the self-check can run exactly those lines; ``parse_dmon`` reads 
 """
 from __future__ import annotations
 
+from course_lib.jobs.monitor import parse_dmon  # noqa: F401  (the self-check reads dmon as a notebook does)
+
 START = 'MONITOR_PIDS=""'
 END = "trap "
 
@@ -18,38 +20,6 @@ def monitor_block(script: str) -> str:
         return ""
     last = next((i for i in range(first, len(lines)) if lines[i].lstrip().startswith(END)), None)
     return "" if last is None else "\n".join(lines[first:last + 1]) + "\n"
-
-
-def _value(text: str):
-    try:
-        return float(text)
-    except ValueError:
-        return None     # "-": not supported on this GPU
-
-
-def parse_dmon(text: str) -> list[dict]:
-    """The sample rows of an ``nvidia-smi dmon`` log as dicts (column name -> number or None).
-
-    The first ``#`` line names the columns (``# gpu sm mem ... fb ...``), the second gives units; the
-    header repeats every so many rows. Lines that are not samples (errors, blank) are skipped.
-    """
-    names: list[str] = []
-    rows = []
-    for line in text.splitlines():
-        words = line.split()
-        if not words:
-            continue
-        if words[0] == "#":
-            words = words[1:]
-        elif words[0].startswith("#"):
-            words = [words[0][1:], *words[1:]]
-        else:
-            if names and len(words) == len(names) and words[0].isdigit():
-                rows.append(dict(zip(names, map(_value, words))))
-            continue
-        if words and words[0].lower() == "gpu":
-            names = [w.lower() for w in words]
-    return rows
 
 
 def summarize(rows: list[dict]) -> dict:

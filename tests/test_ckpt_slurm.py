@@ -1,11 +1,15 @@
 """The requeue job of notebook 08 on the session's real one-node Slurm (tests/conftest.py, scripts/local-slurm/).
 
-solutions/08_checkpoint/requeue.sbatch as shipped, submitted with a 2-minute limit and USR1 70 s before it (Slurm
-checks time limits every 30 s or so, so the signal comes 20-50 s after the start here): the job saves a snapshot,
-requeues itself, runs again and resumes; its loss curve must equal an uninterrupted run's. The test shortens the
-requeue hold (cred_expire, 120 s) with `scontrol update StartTime=now`, and cancels the job on any failure.
+solutions/08_checkpoint/requeue.sbatch as shipped: on USR1 the job saves a snapshot, requeues itself, runs again and
+resumes; its loss curve must equal an uninterrupted run's. The test sends the batch shell the USR1 that
+``--signal=B:USR1@N`` makes Slurm send near the limit (``scancel --batch --signal=USR1``, the same delivery) once
+the first run has trained a few steps: Slurm's own timing (it checks limits every 30 s or so, and may signal up to
+60 s early) left a loaded CI machine with the signal before the ranks had even started (one CI run). The job's
+limit is long enough that Slurm's signal never comes first. The test shortens the requeue hold (cred_expire,
+120 s) with `scontrol update StartTime=now`, and cancels the job on any failure.
 """
 import os
+import subprocess
 import sys
 import time
 
@@ -16,18 +20,20 @@ from course_lib.ckpt import check as ckpt_check
 from course_lib.ckpt import curves, requeue
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-STEP_SECONDS = 2.2        # 24 steps: about 53 s of training, longer than the latest the signal can come
+STEP_SECONDS = 2.2        # 24 steps: about 53 s of training
+SIGNAL_AFTER_STEP = 4     # the first run is stopped after its first snapshot (every 3 steps): it resumes past step 0
 
 
 def test_job_requeues_itself_before_its_limit_and_resumes(slurm, tmp_path):
     folder = requeue.prepare(tmp_path / "run")
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
     events, start = [], time.monotonic()
-    job = requeue.submit(folder, time_limit="2", signal_at=70, max_requeues=1, env=env,
+    job = requeue.submit(folder, time_limit="10", signal_at=60, max_requeues=1, env=env,
                          args=["--epochs", ckpt_check.RESUME["epochs"], "--every", ckpt_check.RESUME["every"],
                                "--step-seconds", STEP_SECONDS])
     try:
-        state = requeue.follow(job, timeout=170, release_hold=True, env=env,
+        _usr1_after_progress(folder, job, env, events, start)
+        state = requeue.follow(job, timeout=300, release_hold=True, env=env,
                                on_event=lambda m: events.append(f"{time.monotonic() - start:5.1f} s  {m}"))
     finally:
         requeue.cancel(job, env)     # a no-op once it ended
@@ -47,3 +53,17 @@ def test_job_requeues_itself_before_its_limit_and_resumes(slurm, tmp_path):
     print(f"\n[ckpt requeue] job {job}: {time.monotonic() - start:.0f} s; stopped after step "
           f"{curve.global_step(second.resumed)} of {len(curve.losses)}; {message}\n" + "\n".join(events))
     assert not live_processes(f"stop-{job}"), "processes of the job are still running"
+
+
+def _usr1_after_progress(folder, job, env, events, start, timeout=300):
+    """USR1 to the batch shell once rank 0 has logged step SIGNAL_AFTER_STEP (what Slurm would send near the limit)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if f"step={SIGNAL_AFTER_STEP} " in requeue.log(folder, job):
+            subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True, timeout=30, env=env,
+                           capture_output=True)
+            events.append(f"{time.monotonic() - start:5.1f} s  USR1 sent after step {SIGNAL_AFTER_STEP}")
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"job {job} logged no step {SIGNAL_AFTER_STEP} within {timeout} s:\n"
+                         + requeue.log(folder, job)[-2000:])

@@ -119,7 +119,8 @@ def test_strict_launchers_flag_reaches_the_ddp_checker_only(tmp_path, monkeypatc
     check_cli.add_arguments(p)
     seen = {}
 
-    def fake_check(exercise, path, **kwargs):   # the command line's job only: what reaches the checker
+    def fake_check(exercise, path, engine=None, **kwargs):   # the command line's job only: what reaches the checker
+        assert engine == "local", engine                       # the default profile runs checks here
         seen.update(kwargs, exercise=exercise)
         from course_lib.core.report import Report
         report = Report(exercise, str(path))

@@ -157,7 +157,7 @@ def _run(argv: list) -> int:
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
             tb = tb.tb_next     # Python's own traceback starts at the script
-        sys.excepthook(type(e), e, tb)
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
         return -signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
 
 

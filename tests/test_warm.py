@@ -128,4 +128,4 @@ def test_the_server_ends_when_the_process_that_started_it_dies(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                          env=os.environ | {"OMP_NUM_THREADS": "1"})
     pid, folder = out.stdout.split()
-    assert proc.wait_gone([int(pid)], 30) == []   # stdin's EOF ended it (its temp dir stays: it was killed)
+    assert proc.wait_gone([int(pid)], 30) == [] and not os.path.exists(folder)   # stdin's EOF ended it

@@ -9,6 +9,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -24,8 +25,9 @@ def serve(path: str | None = None) -> int:
     if len(os.listdir("/proc/self/task")) != 1:
         print("threads", flush=True)   # fork would copy one thread of several: the launcher starts cold
         return 1
+    path = path or sys.argv[1]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(path or sys.argv[1])
+    listener.bind(path)
     listener.listen(64)
     print("ready", flush=True)
     conns: dict = {}      # connection -> its child's pid (None until forked)
@@ -40,6 +42,7 @@ def serve(path: str | None = None) -> int:
                 except OSError:
                     pass
         _reap(children)
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # the private dir the launcher made for us
     return 0
 
 
@@ -64,6 +67,7 @@ def _request(conn, listener, conns, children) -> None:
     try:
         msg, fds, _, _ = socket.recv_fds(conn, MAX_MSG, 1)
         req = json.loads(msg)
+        started_r, started_w = os.pipe()
         pid = os.fork()
     except (OSError, ValueError) as e:
         conns.pop(conn)
@@ -74,8 +78,12 @@ def _request(conn, listener, conns, children) -> None:
     if pid == 0:
         for c in (listener, *conns):
             c.close()
-        _child(req, fds[0])   # never returns
+        os.close(started_r)
+        _child(req, fds[0], started_w)   # never returns
     os.close(fds[0])
+    os.close(started_w)
+    os.read(started_r, 1)   # EOF once the child leads its own session: the launcher may kill its group now
+    os.close(started_r)
     conns[conn], children[pid] = pid, conn
     with _quiet():
         conn.send(json.dumps({"pid": pid}).encode())
@@ -105,10 +113,11 @@ class _quiet:
 
 # ----- in the forked child -----
 
-def _child(req: dict, out_fd: int) -> None:
+def _child(req: dict, out_fd: int, started: int) -> None:
     code = 1
     try:
         os.setsid()
+        os.close(started)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)

@@ -98,15 +98,18 @@ class Server:
         self.path = os.path.join(self.dir, "sock")
         self.broken = False
         self._ready: bool | None = None
+        self._lock = threading.Lock()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from course_lib.core.forkserver import serve; serve()", self.path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.dir,
             env=self.env, start_new_session=True)
 
     def ready(self) -> bool:
-        if self._ready is None:
-            ok, _, _ = select.select([self.proc.stdout], [], [], READY_TIMEOUT)
-            self._ready = bool(ok) and self.proc.stdout.readline().strip() == b"ready"
+        """Waits for the server's first line (launches side by side: one reads it, the others wait)."""
+        with self._lock:
+            if self._ready is None:
+                ok, _, _ = select.select([self.proc.stdout], [], [], READY_TIMEOUT)
+                self._ready = bool(ok) and self.proc.stdout.readline().strip() == b"ready"
         return self._ready and not self.broken
 
     def usable(self, env: dict, argv) -> bool:

@@ -110,7 +110,7 @@ def header(import_s: float) -> str:
 
 
 def row(r: dict) -> str:
-    return (f"{r['checker']:<10} {r['start']:<5} {r['wall_s']:7.1f} {r['ratio']:6.1f} {r['launches']:8d} "
+    return (f"{r['checker']:<10} {r.get('start', ''):<5} {r['wall_s']:7.1f} {r['ratio']:6.1f} {r['launches']:8d} "
             f"{r['ranks']:5d} "
             f"{r['startup_s']:17.1f} {r['in_ranks_s']:10.1f} {r['checker_s']:9.1f}  "
             f"{'all passed' if r['passed'] else 'FAILED (the solution should pass)'}")

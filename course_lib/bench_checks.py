@@ -9,6 +9,10 @@ torch. So the figure that travels between machines is the ratio: a check's wall 
 - start-up (estimated, ``startup_estimate``): one torch import per process, sharing the machine's cores;
 - in ranks: the rest of the time while a launch runs (training, test cases, waiting for peers, shutting down);
 - checker: the time outside launches (preparing data, judging the records).
+
+``--start`` picks how ranks start: warm (forked from one server per check that imported torch once,
+``course_lib.core.warm``; the start-up estimate is then that one import), cold (``COURSE_WARM=0``: a fresh
+interpreter per rank), or both, one row each, to compare in the same run.
 """
 from __future__ import annotations
 
@@ -75,17 +79,25 @@ def startup_estimate(log: LaunchLog, import_s: float, cores: int) -> float:
     return max(overlap * sum(import_s * -(-p // cores) for p in procs), import_s * sum(procs) / cores)
 
 
-def bench_one(name: str, import_s: float) -> dict:
-    """Run checker ``name`` on its reference solution; its figures (see the module docstring)."""
+def bench_one(name: str, import_s: float, start_mode: str = "warm") -> dict:
+    """Run checker ``name`` on its reference solution, ranks started ``start_mode`` ("warm" or "cold");
+    its figures (see the module docstring)."""
     from course_lib.check import check
     cores = os.cpu_count() or 1
-    with LaunchLog() as log:
-        start = time.monotonic()
-        report = check(name, course_root() / "solutions" / get(name).file)
-        wall = time.monotonic() - start
+    saved = os.environ.get("COURSE_WARM")
+    os.environ["COURSE_WARM"] = "1" if start_mode == "warm" else "0"
+    try:
+        with LaunchLog() as log:
+            start = time.monotonic()
+            extra = {"cache": False} if name == "ddp" else {}   # ddp keeps verdicts of an unchanged file
+            report = check(name, course_root() / "solutions" / get(name).file, **extra)
+            wall = time.monotonic() - start
+    finally:
+        os.environ.pop("COURSE_WARM") if saved is None else os.environ.update(COURSE_WARM=saved)
     in_launches = log.covered()
-    startup = min(in_launches, startup_estimate(log, import_s, cores))
-    return {"checker": name, "passed": report.passed, "wall_s": wall, "ratio": wall / import_s,
+    estimate = import_s if start_mode == "warm" else startup_estimate(log, import_s, cores)
+    startup = min(in_launches, estimate)
+    return {"checker": name, "start": start_mode, "passed": report.passed, "wall_s": wall, "ratio": wall / import_s,
             "launches": len(log.launches), "ranks": sum(n for _, n, _ in log.launches),
             "startup_s": startup, "in_ranks_s": max(0.0, in_launches - startup),
             "checker_s": max(0.0, wall - in_launches)}
@@ -93,23 +105,28 @@ def bench_one(name: str, import_s: float) -> dict:
 
 def header(import_s: float) -> str:
     return (f"torch import in a fresh interpreter: {import_s:.2f} s ({os.cpu_count()} cores)\n"
-            f"{'checker':<10} {'wall s':>7} {'ratio':>6} {'launches':>8} {'ranks':>5} "
+            f"{'checker':<10} {'start':<5} {'wall s':>7} {'ratio':>6} {'launches':>8} {'ranks':>5} "
             f"{'start-up s (est.)':>17} {'in ranks s':>10} {'checker s':>9}  verdict")
 
 
 def row(r: dict) -> str:
-    return (f"{r['checker']:<10} {r['wall_s']:7.1f} {r['ratio']:6.1f} {r['launches']:8d} {r['ranks']:5d} "
+    return (f"{r['checker']:<10} {r.get('start', ''):<5} {r['wall_s']:7.1f} {r['ratio']:6.1f} {r['launches']:8d} "
+            f"{r['ranks']:5d} "
             f"{r['startup_s']:17.1f} {r['in_ranks_s']:10.1f} {r['checker_s']:9.1f}  "
             f"{'all passed' if r['passed'] else 'FAILED (the solution should pass)'}")
 
 
 def run_checks(args) -> int:
-    """``course bench checks [--checkers ddp allreduce tp]``: prints the table; exit 1 if a solution failed."""
+    """``course bench checks [--checkers ddp allreduce tp] [--start warm|cold|both]``: prints the table;
+    exit 1 if a solution failed."""
     names = getattr(args, "checkers", None) or CHECKERS
+    start = getattr(args, "start", None) or "warm"
+    modes = ("cold", "warm") if start == "both" else (start,)
     import_s = torch_import_seconds()
     print(header(import_s), flush=True)
     rows = []
     for name in names:
-        rows.append(bench_one(name, import_s))
-        print(row(rows[-1]), flush=True)
+        for mode in modes:
+            rows.append(bench_one(name, import_s, mode))
+            print(row(rows[-1]), flush=True)
     return 0 if all(r["passed"] for r in rows) else 1

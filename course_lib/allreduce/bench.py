@@ -208,6 +208,9 @@ def add_arguments(p):
                    "checks (each checker on its solution against the time to import torch)")
     p.add_argument("--checkers", nargs="+", choices=("ddp", "allreduce", "tp"), default=None,
                    help="checks: which checkers (default all three)")
+    p.add_argument("--start", choices=("warm", "cold", "both"), default="warm",
+                   help="checks: ranks forked from a server that imported torch (warm, the default), fresh "
+                        "interpreters (cold, as with COURSE_WARM=0), or both, row by row")
     p.add_argument("path", nargs="?", default=str(SOLUTION),
                    help="the allreduce.py to time (default: the reference solution)")
     p.add_argument("--ranks", type=int, nargs="+", default=None, help="world sizes (default 2 4; --quick: 2)")

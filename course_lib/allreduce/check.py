@@ -117,6 +117,12 @@ def _launch(path: str, world: int, functions: list[str], timeout: float, case_ti
 
 def check(path: str, timeout: float = 180, case_timeout: float = 10.0, world_sizes=WORLD_SIZES) -> Report:
     """Check the learner's file at ``path``; ``timeout`` bounds each launch, ``case_timeout`` each case."""
+    from course_lib.core import warm
+    with warm.session({"OMP_NUM_THREADS": "1"}):   # one fork server for all of this check's launches
+        return _check(path, timeout, case_timeout, world_sizes)
+
+
+def _check(path: str, timeout: float = 180, case_timeout: float = 10.0, world_sizes=WORLD_SIZES) -> Report:
     start = time.monotonic()
     report = Report("allreduce", path)
     verdicts: dict[str, tuple[str, str]] = {}          # fn -> (result, message), first failure wins

@@ -163,7 +163,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
            env: dict | None = None, cwd: str | os.PathLike | None = None,
            on_line: Callable[[int, str], None] | None = default_printer, grace: float = 2.0,
            preexec_fn: Callable[[], None] | None = None, torchrun_args: Sequence[str] = (),
-           stop: threading.Event | None = None) -> LaunchResult:
+           stop: threading.Event | None = None, warm: bool | None = None) -> LaunchResult:
     """Run ``python *script_args`` as ``nprocs`` ranks; see the module docstring for the guarantees.
 
     ``script_args`` is what follows ``python``: a script and its arguments, or ``["-m", "module", ...]``.
@@ -171,7 +171,9 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     before exec (the grader uses it to set resource limits). ``torchrun_args`` go to torchrun itself
     (``["--max-restarts", "1"]``); the lines of every attempt go to the same ranks. ``stop``: when another
     thread sets it, the ranks are stopped as at the deadline (a caller running launches side by side uses it
-    on Ctrl-C).
+    on Ctrl-C). ``warm``: srun-style ranks without ``preexec_fn`` are forked from a server that imported
+    torch once (``course_lib.core.warm``): None uses the server of an open ``warm.session()`` if any, True
+    starts one for this launch if none is open, False (or ``COURSE_WARM=0``) always starts fresh interpreters.
     """
     if style not in ("srun", "torchrun"):
         raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
@@ -183,14 +185,17 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     procs: list[subprocess.Popen] = []
     popen = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                  start_new_session=True, preexec_fn=preexec_fn)
-    log_dir = None
+    log_dir = server = None
+    own_server = False
+    if style == "srun" and preexec_fn is None:
+        from course_lib.core import warm as warm_start
+        server, own_server = warm_start.for_launch(warm, base, script_args)
     start = time.monotonic()
     try:
         if style == "srun":
             port = free_port()
             for rank in range(nprocs):
-                procs.append(subprocess.Popen([sys.executable, *script_args],
-                                              env=srun_env(rank, nprocs, port, base), **popen))
+                procs.append(_start_rank(script_args, srun_env(rank, nprocs, port, base), popen, server))
         else:
             log_dir = tempfile.TemporaryDirectory(prefix="torchrun-logs-")
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}",
@@ -205,9 +210,21 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
         for p in procs:
             kill_group(p)
         result.elapsed = time.monotonic() - start
+        if own_server:
+            server.close()
         if log_dir is not None:
             log_dir.cleanup()
     return result
+
+
+def _start_rank(script_args, env: dict, popen: dict, server):
+    """One srun-style rank: forked by the warm server if there is one (cold if it fails), else Popen."""
+    if server is not None and not server.broken:
+        try:
+            return server.spawn(script_args, env, popen["cwd"])
+        except OSError:
+            pass   # the server says why it cannot: this rank and the next start cold
+    return subprocess.Popen([sys.executable, *script_args], env=env, **popen)
 
 
 def _route(result: LaunchResult, style: str, stream_idx: int, line: str) -> tuple[int, str]:

@@ -69,6 +69,14 @@ def _gpus() -> int:
         return 0
 
 
+def start_env(gpu: bool) -> dict:
+    """The variables of a probe launch that Python and torch read at start-up (the warm server gets them too)."""
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    if not gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""   # fewer GPUs than ranks: check on CPU, say so at Step 4
+    return env
+
+
 def run_script(script: Path, style: str, nprocs: int, root: Path, data: Path, timeout: float,
                echo: bool = False, stall: float | None = None, stop=None) -> Run:
     """Launch ``script`` under the probe as ``nprocs`` ranks; read back every rank's record."""
@@ -78,10 +86,8 @@ def run_script(script: Path, style: str, nprocs: int, root: Path, data: Path, ti
     workdir.mkdir(parents=True)
     gpu = _gpus() >= nprocs
     env = {"COURSE_PROBE_DIR": str(folder), "COURSE_PROBE_DATA": str(data),
-           "COURSE_PROBE_HANG": str(max(5.0, timeout - 6)), "PYTHONDONTWRITEBYTECODE": "1",
-           "COURSE_PROBE_STALL": str(stall if stall else max(10.0, min(30.0, timeout / 4)))}
-    if not gpu:
-        env["CUDA_VISIBLE_DEVICES"] = ""   # fewer GPUs than ranks: check on CPU, say so at Step 4
+           "COURSE_PROBE_HANG": str(max(5.0, timeout - 6)),
+           "COURSE_PROBE_STALL": str(stall if stall else max(10.0, min(30.0, timeout / 4))), **start_env(gpu)}
     printer = (lambda rank, line: print(f"[{style} {nprocs}] [rank {rank}] {line}", flush=True)) if echo else None
     result = launch(["-m", "course_lib.ddp.probe", str(script), *SCRIPT_ARGS], nprocs=nprocs,
                     style=style, timeout=timeout, env=env, cwd=workdir, on_line=printer, stop=stop)

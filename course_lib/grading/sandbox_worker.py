@@ -53,6 +53,7 @@ def _enter_limits(max_processes: int, max_file_mb: int) -> None:
 def worker(argv: list[str]) -> int:
     exercise, path, result, run_timeout, max_processes, max_file_mb, checker, strict = argv
     _enter_limits(int(max_processes), int(max_file_mb))
+    os.environ["COURSE_WARM"] = "0"   # graded ranks start as fresh interpreters under these limits (no fork server)
 
     from course_lib.core.report import Report
     from course_lib.registry import get

@@ -155,6 +155,12 @@ def check(path: str, timeout: float = 180, case_timeout: float = 30, world_sizes
 
     ``world_sizes``: the numbers of ranks to run the layers on (tests use (2,) where 4 adds nothing).
     """
+    from course_lib.core import warm
+    with warm.session():   # one fork server for all of this check's srun-style launches
+        return _check(path, timeout, case_timeout, world_sizes)
+
+
+def _check(path: str, timeout: float = 180, case_timeout: float = 30, world_sizes=(2, 4)) -> Report:
     start = time.monotonic()
     report = Report("tp", path)
     got, current, result, lines = _run_worker(path, "groups", 1, timeout, case_timeout, set())

@@ -1,0 +1,197 @@
+"""The fork server of ``course_lib.core.warm`` (runs in its own process; imports only the standard library
+and torch, so it has no thread to lose at fork). ``serve(path)``: see warm's docstring for the protocol."""
+from __future__ import annotations
+
+import atexit
+import builtins
+import io
+import json
+import os
+import runpy
+import select
+import shutil
+import signal
+import socket
+import sys
+import threading
+import types
+
+MAX_MSG = 1 << 20
+
+
+def serve(path: str | None = None) -> int:
+    import torch  # noqa: F401  the point of the server: imported once, before any fork
+    import torch.distributed  # noqa: F401
+    if len(os.listdir("/proc/self/task")) != 1:
+        print("threads", flush=True)   # fork would copy one thread of several: the launcher starts cold
+        return 1
+    path = path or sys.argv[1]
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(64)
+    print("ready", flush=True)
+    conns: dict = {}      # connection -> its child's pid (None until forked)
+    children: dict = {}   # pid -> connection to report its exit code on (None: the launcher left)
+    try:
+        _loop(listener, conns, children)
+    finally:
+        for pid in children:   # the launcher is gone: nothing of ours stays
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        _reap(children)
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # the private dir the launcher made for us
+    return 0
+
+
+def _loop(listener, conns, children) -> None:
+    while True:
+        ready, _, _ = select.select([0, listener, *conns], [], [], 0.05)
+        if 0 in ready and not os.read(0, 4096):
+            return
+        if listener in ready:
+            conn, _ = listener.accept()
+            conns[conn] = None
+        for conn in [c for c in ready if c in conns]:
+            if conns[conn] is None:
+                _request(conn, listener, conns, children)
+            elif not conn.recv(16):
+                children[conns.pop(conn)] = None
+                conn.close()
+        _reap(children)
+
+
+def _request(conn, listener, conns, children) -> None:
+    try:
+        msg, fds, _, _ = socket.recv_fds(conn, MAX_MSG, 1)
+        req = json.loads(msg)
+        started_r, started_w = os.pipe()
+        pid = os.fork()
+    except (OSError, ValueError) as e:
+        conns.pop(conn)
+        with _quiet():
+            conn.send(json.dumps({"error": str(e)}).encode())
+        conn.close()
+        return
+    if pid == 0:
+        for c in (listener, *conns):
+            c.close()
+        os.close(started_r)
+        _child(req, fds[0], started_w)   # never returns
+    os.close(fds[0])
+    os.close(started_w)
+    os.read(started_r, 1)   # EOF once the child leads its own session: the launcher may kill its group now
+    os.close(started_r)
+    conns[conn], children[pid] = pid, conn
+    with _quiet():
+        conn.send(json.dumps({"pid": pid}).encode())
+
+
+def _reap(children) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is not None:
+            with _quiet():
+                conn.send(json.dumps({"code": os.waitstatus_to_exitcode(status)}).encode())
+
+
+class _quiet:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, *_):
+        return kind is not None and issubclass(kind, OSError)
+
+
+# ----- in the forked child -----
+
+def _child(req: dict, out_fd: int, started: int) -> None:
+    code = 1
+    try:
+        os.setsid()
+        os.close(started)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.chdir(req["cwd"])
+        unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+        sys.stdout = sys.__stdout__ = _stream(1, unbuffered, "strict")
+        sys.stderr = sys.__stderr__ = _stream(2, True, "backslashreplace")
+        code = _run(req["argv"])
+        code = _finish(code)
+    finally:
+        os._exit(code)
+
+
+def _stream(fd: int, line_buffered: bool, errors: str):
+    return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8", errors=errors,
+                            line_buffering=line_buffered, write_through=line_buffered)
+
+
+def _run(argv: list) -> int:
+    """Run the script as ``python *argv`` would; its exit code (SystemExit's, or 1 after a traceback)."""
+    try:
+        if argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]     # runpy puts the module's file in argv[0]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        elif argv[0] == "-c":
+            sys.argv = ["-c", *argv[2:]]
+            sys.path[0] = ""
+            main = types.ModuleType("__main__")
+            main.__builtins__ = builtins
+            sys.modules["__main__"] = main
+            exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+        else:
+            sys.argv = list(argv)
+            sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
+            runpy.run_path(argv[0], run_name="__main__")
+        return 0
+    except SystemExit as e:
+        return _exit_code(e.code)
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
+            tb = tb.tb_next     # Python's own traceback starts at the script
+        sys.excepthook(type(e), e.with_traceback(tb), tb)
+        return -signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
+
+
+def _exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _finish(code: int) -> int:
+    """What the interpreter does on the way out: wait for non-daemon threads, atexit, flush."""
+    try:
+        threading._shutdown()
+    except BaseException:
+        pass
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            code = code or 120
+    if code == -signal.SIGINT:   # as Python does: die of SIGINT after the traceback
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return code

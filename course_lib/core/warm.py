@@ -1,0 +1,184 @@
+"""Warm start for srun-style launches: a fork server that has imported torch once, so a rank costs a fork.
+
+Most of a check is starting ranks: every rank of every launch starts an interpreter and imports torch.
+The server (``python -c "...serve()"``) imports torch and torch.distributed, runs no torch op and checks
+that it has no thread but its own (fork copies one thread only; with ``OMP_NUM_THREADS=1``, as launch sets,
+neither torch nor numpy's OpenBLAS starts one at import). It listens on a Unix socket in a private temp dir.
+A request carries argv, env, cwd and the write end of the rank's output pipe (SCM_RIGHTS); the server forks a
+child that does what ``python script.py`` / ``python -m module`` would after start-up: its own session,
+stdin from /dev/null, stdout and stderr into the pipe, exactly the rank's environment, cwd, ``sys.argv`` and
+``sys.path[0]``, then runs the script with runpy. The server reaps its children and sends each exit code back
+on the request's connection (a forked rank is not the launcher's child); ``WarmProcess`` gives launch() the
+part of Popen it uses (pid, stdout, poll, wait), so deadlines and kills work as for a cold rank.
+
+The server ends when its standard input reaches EOF (the process that started it closed it or died) and
+kills what it still runs. ``COURSE_WARM=0`` turns the warm start off everywhere (back to a fresh interpreter
+per rank). Variables read while Python and torch start (IMPORT_TIME) must be the same for the launch and the
+server, else the launch starts cold.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+IMPORT_TIME = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "OPENBLAS", "GOTO", "CUDA", "LD_")
+MAX_MSG = 1 << 20
+READY_TIMEOUT = 300.0     # a loaded machine can take minutes to import torch
+_active: Server | None = None
+_lock = threading.Lock()
+
+
+def enabled() -> bool:
+    return os.environ.get("COURSE_WARM", "1").strip().lower() not in ("0", "no", "false", "off")
+
+
+def supported(argv) -> bool:
+    """Only what follows ``python`` as a script, ``-m module`` or ``-c code`` (other flags: start cold)."""
+    argv = list(argv)
+    return bool(argv) and (argv[0] in ("-m", "-c") and len(argv) >= 2 or not argv[0].startswith("-"))
+
+
+def _import_env(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME)}
+
+
+# ----- the launcher's side -----
+
+class WarmProcess:
+    """A rank forked by the server, with the part of subprocess.Popen that launch() uses."""
+
+    def __init__(self, conn: socket.socket, pid: int, stdout):
+        self.conn, self.pid, self.stdout, self.returncode = conn, pid, stdout, None
+        self.args = ["<warm>", pid]
+
+    def _read(self, timeout: float | None) -> None:
+        ready, _, _ = select.select([self.conn], [], [], timeout)
+        if not ready:
+            return
+        msg = self.conn.recv(4096)
+        if msg:
+            self.returncode = json.loads(msg)["code"]
+        else:   # the server is gone without a word: make sure the rank is too
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+            self.returncode = -signal.SIGKILL
+        self.conn.close()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self._read(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._read(left)
+        return self.returncode
+
+
+class Server:
+    """One fork server (started here, ready when first used); ``close()`` ends it and removes its dir."""
+
+    def __init__(self, env: dict):
+        self.env = dict(env)
+        self.dir = tempfile.mkdtemp(prefix="course-warm-")
+        self.path = os.path.join(self.dir, "sock")
+        self.broken = False
+        self._ready: bool | None = None
+        self._lock = threading.Lock()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from course_lib.core.forkserver import serve; serve()", self.path],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.dir,
+            env=self.env, start_new_session=True)
+
+    def ready(self) -> bool:
+        """Waits for the server's first line (launches side by side: one reads it, the others wait)."""
+        with self._lock:
+            if self._ready is None:
+                ok, _, _ = select.select([self.proc.stdout], [], [], READY_TIMEOUT)
+                self._ready = bool(ok) and self.proc.stdout.readline().strip() == b"ready"
+        return self._ready and not self.broken
+
+    def usable(self, env: dict, argv) -> bool:
+        return supported(argv) and _import_env(env) == _import_env(self.env) and self.ready()
+
+    def spawn(self, argv, env: dict, cwd) -> WarmProcess:
+        """Fork one rank; OSError when the server cannot (the caller starts that rank cold)."""
+        r, w = os.pipe()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.settimeout(60)
+            conn.connect(self.path)
+            req = {"argv": list(argv), "env": dict(env), "cwd": os.fspath(cwd or os.getcwd())}
+            socket.send_fds(conn, [json.dumps(req).encode()], [w])
+            reply = json.loads(conn.recv(4096) or b'{"error": "server gone"}')
+            if "pid" not in reply:
+                raise OSError(reply.get("error", "no pid"))
+            conn.settimeout(None)
+            return WarmProcess(conn, reply["pid"], os.fdopen(r, "rb"))
+        except (OSError, ValueError) as e:
+            self.broken = True
+            conn.close()
+            os.close(r)
+            raise OSError(f"warm start failed: {e}") from e
+        finally:
+            os.close(w)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def session(env: dict | None = None):
+    """One server for every srun-style launch inside (all threads), ended on the way out; None when
+    COURSE_WARM=0 or inside another session (that one serves). ``env``: as launch(env=...) gets it."""
+    global _active
+    from course_lib.core.launch import _base_env
+    with _lock:
+        if not enabled() or _active is not None:
+            server = None
+        else:
+            server = _active = Server(_base_env(env))
+    try:
+        yield server
+    finally:
+        if server is not None:
+            with _lock:
+                _active = None
+            server.close()
+
+
+def for_launch(warm: bool | None, base: dict, argv) -> tuple[Server | None, bool]:
+    """The server a launch uses and whether the launch owns it: the session's when there is one (warm None
+    or True), a server of its own for ``warm=True`` outside a session; none for False or COURSE_WARM=0."""
+    if warm is False or not enabled() or not supported(argv):
+        return None, False
+    server, own = _active, False
+    if server is None and warm:
+        server, own = Server(base), True
+    if server is not None and server.usable(base, argv):
+        return server, own
+    if own:
+        server.close()
+    return None, False

@@ -1,0 +1,131 @@
+"""Warm launches: srun-style ranks forked from a server that imported torch once (course_lib.core.warm).
+Real processes and real gloo; the same guarantees as cold launches, and no server left behind."""
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+from conftest import live_processes
+
+from course_lib.core import proc, warm
+from course_lib.core.launch import launch
+
+pytestmark = pytest.mark.slow
+
+SHOW = """
+import os, sys
+rank = int(os.environ["SLURM_PROCID"])
+print("ppid", os.getppid(), "pid", os.getpid(), "name", __name__)
+print("env", os.environ["SLURM_NTASKS"], os.environ.get("WARM_TEST"), "RANK" in os.environ)
+print("argv", *sys.argv[1:])
+print("where", os.getcwd(), sys.path[0])
+sys.exit(rank * 5)
+"""
+
+
+def script(folder, body, name="s.py") -> str:
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def lines_of(res, rank, word):
+    return [line.split()[1:] for line in res.ranks[rank].lines if line.startswith(word + " ")]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with warm.session() as s:
+        assert s is not None and s.ready(), "the fork server did not start"
+        yield s
+    assert s.proc.poll() is not None and not os.path.exists(s.dir)   # the session's end ends the server
+
+
+def test_rank_sees_its_env_argv_cwd_and_exit_code(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "9")   # left over in the caller: srun-style ranks must not see it
+    work = tmp_path / "work"
+    work.mkdir()
+    res = launch([script(tmp_path, SHOW), "a b", "--x"], 2, timeout=120, env={"WARM_TEST": "yes"}, cwd=work,
+                 on_line=None)
+    assert [r.returncode for r in res.ranks] == [0, 5] and res.failed_rank == 1, res.summary()
+    for rank in (0, 1):
+        [(parent, _, _, _, name)] = lines_of(res, rank, "ppid")
+        assert int(parent) == server.proc.pid and name == "__main__"   # forked by the server, run as a script
+        assert lines_of(res, rank, "env") == [["2", "yes", "False"]]
+        assert lines_of(res, rank, "argv") == [["a", "b", "--x"]]   # one argument "a b": printed as two words
+        assert lines_of(res, rank, "where") == [[str(work), str(tmp_path)]]
+
+
+def test_module_runs_as_main_with_cwd_first_on_the_path(server, tmp_path):
+    script(tmp_path, SHOW, name="showmod.py")
+    res = launch(["-m", "showmod", "z"], 1, timeout=120, cwd=tmp_path, on_line=None)
+    assert res.ok, res.summary()
+    assert lines_of(res, 0, "argv") == [["z"]]
+    assert lines_of(res, 0, "where") == [[str(tmp_path), str(tmp_path)]]
+    assert int(lines_of(res, 0, "ppid")[0][0]) == server.proc.pid
+
+
+def test_uncaught_exception_prints_the_traceback_and_exits_1(server, tmp_path):
+    body = "import os\nprint('before')\nraise ValueError('boom in rank ' + os.environ['SLURM_PROCID'])\n"
+    res = launch([script(tmp_path, body)], 2, timeout=120, on_line=None)
+    assert [r.returncode for r in res.ranks] == [1, 1]
+    for rank in (0, 1):
+        out = list(res.ranks[rank].lines)
+        assert out[0] == "before" and out[1] == "Traceback (most recent call last):"
+        assert out[2].startswith(f'  File "{tmp_path}') and out[-1] == f"ValueError: boom in rank {rank}"
+        assert not any("forkserver" in line or "runpy" in line for line in out)   # as python s.py prints it
+
+
+def test_real_gloo_all_reduce(server, tmp_path):
+    body = """
+    import os, torch, torch.distributed as dist
+    dist.init_process_group("gloo", rank=int(os.environ["SLURM_PROCID"]), world_size=int(os.environ["SLURM_NTASKS"]))
+    t = torch.tensor([dist.get_rank() + 1.0]); dist.all_reduce(t)
+    print("sum", int(t.item()), torch.get_num_threads())
+    dist.destroy_process_group()
+    """
+    res = launch([script(tmp_path, body)], 3, timeout=120, on_line=None)
+    assert res.ok, res.summary()
+    assert [lines_of(res, rank, "sum") for rank in range(3)] == [[["6", "1"]]] * 3   # 1+2+3; OMP_NUM_THREADS=1
+
+
+def test_deadline_stops_a_hang_with_all_it_started(server, tmp_path):
+    marker = f"course-warm-test-{uuid.uuid4()}"
+    body = f"""
+    import os, subprocess, sys, time
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{marker}"])
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{marker}"], start_new_session=True)
+    print("pid", os.getpid(), flush=True)
+    time.sleep(300)
+    """
+    res = launch([script(tmp_path, body)], 2, timeout=20, on_line=None)
+    assert res.timed_out and res.stuck_ranks == [0, 1], res.summary()
+    pids = [int(lines_of(res, rank, "pid")[0][0]) for rank in (0, 1)]
+    assert proc.wait_gone(pids, 30) == []
+    assert live_processes(marker) == []
+    assert server.proc.poll() is None   # the server outlives a failed launch and serves the next one
+
+
+def test_a_launch_outside_a_session_starts_and_ends_its_own_server(tmp_path, monkeypatch):
+    monkeypatch.setattr(warm, "_active", None)   # this module's session is open: step outside it
+    res = launch([script(tmp_path, SHOW)], 1, timeout=120, warm=True, on_line=None)
+    assert res.ok, res.summary()
+    parent = int(lines_of(res, 0, "ppid")[0][0])
+    assert parent != os.getpid() and proc.wait_gone([parent], 30) == []
+
+
+def test_course_warm_0_starts_fresh_interpreters(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_WARM", "0")
+    res = launch([script(tmp_path, SHOW)], 1, timeout=120, warm=True, on_line=None)
+    assert res.ok and int(lines_of(res, 0, "ppid")[0][0]) == os.getpid()
+
+
+def test_the_server_ends_when_the_process_that_started_it_dies(tmp_path):
+    code = ("import os\nfrom course_lib.core import warm\n"
+            "with warm.session() as s:\n    s.ready(); print(s.proc.pid, s.dir, flush=True); os._exit(0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env=os.environ | {"OMP_NUM_THREADS": "1"})
+    pid, folder = out.stdout.split()
+    assert proc.wait_gone([int(pid)], 30) == [] and not os.path.exists(folder)   # stdin's EOF ended it

@@ -33,8 +33,10 @@ def test_a_trace_that_is_not_a_course_step_is_named(tmp_path):
 
 @pytest.mark.slow
 def test_one_bucket_waits_for_backward_and_the_default_first_bucket_overlaps_it(tmp_path):
-    whole = run.profile_step(2, bucket_cap_mb=25, out=tmp_path / "cap25")
-    small = run.profile_step(2, out=tmp_path / "default")
+    # both settings in one launch of the ranks (profile_steps), each with its own model and DDP wrapper
+    by_cap = run.profile_steps(2, [25, None], outs={25: tmp_path / "cap25", None: tmp_path / "default"})
+    whole, small = by_cap[25], by_cap[None]
+    assert (tmp_path / "cap25" / "trace-rank1.json").is_file() and (tmp_path / "default" / "trace-rank0.json").is_file()
     report = "bucket_cap_mb=25:\n" + run.summary(whole) + "\nDDP's default:\n" + run.summary(small)
     print("\n" + report)
     for tl in whole:

@@ -21,18 +21,31 @@ def profile_step(nprocs: int = 2, bucket_cap_mb: float | None = None, batch_size
     every bucket, the first included (torch/nn/parallel/distributed.py, ``_BucketConfig``). The traces land in
     ``out`` (default: the workspace's ``out/trace/W<nprocs>-cap<bucket_cap_mb>``).
     """
-    cap = [] if bucket_cap_mb is None else ["--bucket-cap-mb", str(bucket_cap_mb)]
-    if out is None:
-        out = out_dir() / "trace" / f"W{nprocs}-cap{'default' if bucket_cap_mb is None else bucket_cap_mb}"
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("trace-rank*.json"):
-        old.unlink()
-    result = launch(["-m", "course_lib.trace.step", "--out", str(out), *cap, "--batch-size", str(batch_size)],
+    outs = None if out is None else {bucket_cap_mb: out}
+    return profile_steps(nprocs, [bucket_cap_mb], batch_size, outs, timeout, env)[bucket_cap_mb]
+
+
+def profile_steps(nprocs: int, caps, batch_size: int = 64, outs: dict | None = None, timeout: float = 180,
+                  env: dict | None = None) -> dict:
+    """``profile_step`` for each bucket cap in ``caps``, all in one launch of the ranks: {cap: timelines}.
+
+    Each cap gets a fresh model and DDP wrapper in the same processes, so start-up is paid once. ``outs`` maps a
+    cap to its folder (default: the workspace's ``out/trace/W<nprocs>-cap<cap>``).
+    """
+    outs = dict(outs or {})
+    pairs = []
+    for cap in caps:
+        folder = Path(outs.get(cap) or out_dir() / "trace" / f"W{nprocs}-cap{'default' if cap is None else cap}")
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("trace-rank*.json"):
+            old.unlink()
+        outs[cap] = folder
+        pairs += ["--trace", str(folder), "default" if cap is None else str(cap)]
+    result = launch(["-m", "course_lib.trace.step", *pairs, "--batch-size", str(batch_size)],
                     nprocs=nprocs, timeout=timeout, env=env, on_line=None, cwd=tempfile.gettempdir())
     if not result.ok:
         raise TraceError("the traced step failed: " + result.summary())
-    return [from_chrome_trace(out / f"trace-rank{r}.json", r) for r in range(nprocs)]
+    return {cap: [from_chrome_trace(outs[cap] / f"trace-rank{r}.json", r) for r in range(nprocs)] for cap in caps}
 
 
 def summary(timelines: list[Timeline]) -> str:

@@ -4,6 +4,8 @@ Serial when the launcher gives one rank, DDP otherwise (gloo on CPU, NCCL on ``c
 steps first (DDP builds its buckets in the order gradients arrive during the first backward), then one step under
 ``torch.profiler``, labelled ``forward``, ``backward`` and ``optimizer`` with ``record_function``. Each rank writes
 ``trace-rank<R>.json`` (Chrome trace format: chrome://tracing or https://ui.perfetto.dev open it).
+Several ``--trace DIR CAP`` pairs trace one step per bucket setting in the same processes, each with a fresh model
+and DDP wrapper (start-up and the process group are paid once).
 The batch is random images: the time of a step does not depend on the pixel values.
 """
 from __future__ import annotations
@@ -23,9 +25,9 @@ from course_lib.model import Net
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True, help="folder for trace-rank<R>.json")
-    p.add_argument("--bucket-cap-mb", type=float, default=None,
-                   help="DDP's bucket size in MiB (not given: DDP's default, 25 MiB after a first bucket of 1 MiB)")
+    p.add_argument("--trace", nargs=2, action="append", required=True, metavar=("DIR", "CAP"),
+                   help="folder for trace-rank<R>.json and DDP's bucket size in MiB ('default': DDP's default, "
+                        "25 MiB after a first bucket of 1 MiB); repeat it to trace several settings")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--warmup", type=int, default=3)
     return p.parse_args(argv)
@@ -40,39 +42,46 @@ def main(argv=None) -> None:
         if cuda:
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if cuda else "gloo", rank=env.rank, world_size=env.world_size)
+    for folder, cap in args.trace:
+        trace_one(Path(folder), None if cap == "default" else float(cap), args, env, device)
+    if env.world_size > 1:
+        dist.destroy_process_group()
+
+
+def step(model, opt, x, y) -> None:
+    """One labelled training step (the labels are the phases the timeline reads back)."""
+    with record_function("forward"):
+        loss = F.nll_loss(model(x), y)
+    with record_function("backward"):
+        loss.backward()
+    with record_function("optimizer"):
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
+
+
+def trace_one(out: Path, cap: float | None, args, env, device) -> None:
+    """Warm-up steps, then one profiled step of a fresh model (DDP with bucket_cap_mb=cap on several ranks)."""
     torch.manual_seed(0)
     model = Net().to(device)
     if env.world_size > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)   # None: default
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap)   # None: DDP's default
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(args.batch_size, 1, 28, 28, device=device)
     y = torch.randint(0, 10, (args.batch_size,), device=device)
 
-    def step():
-        with record_function("forward"):
-            loss = F.nll_loss(model(x), y)
-        with record_function("backward"):
-            loss.backward()
-        with record_function("optimizer"):
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        if cuda:
-            torch.cuda.synchronize(device)
-
     for _ in range(args.warmup):
-        step()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        step(model, opt, x, y)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
-        step()
-    out = Path(args.out)
+        step(model, opt, x, y)
     out.mkdir(parents=True, exist_ok=True)
     prof.export_chrome_trace(str(out / f"trace-rank{env.rank}.json"))
     print(f"rank {env.rank}: traced one step of batch {args.batch_size} on {device}"
-          + (f", bucket_cap_mb={args.bucket_cap_mb}" if env.world_size > 1 else ""), flush=True)
-    if env.world_size > 1:
-        del model, opt          # the DDP model goes before the process group (DESIGN.md: clean shutdown)
-        gc.collect()
-        dist.destroy_process_group()
+          + (f", bucket_cap_mb={cap}" if env.world_size > 1 else ""), flush=True)
+    del model, opt      # a DDP model goes before the process group (DESIGN.md: clean shutdown), and before the next
+    gc.collect()
 
 
 if __name__ == "__main__":

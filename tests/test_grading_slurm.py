@@ -134,5 +134,5 @@ def test_a_class_as_a_slurm_job_array(tmp_path, slurm):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "1 learners to grade, 4 already in" in again.stdout
     assert verdicts(out) == got
-    jobs = sorted(p.name for p in (out / "slurm").iterdir() if p.is_dir())
+    jobs = sorted((p.name for p in (out / "slurm").iterdir() if p.is_dir()), key=int)   # job ids: 9 before 14
     assert len(jobs) == 2 and sorted(p.name for p in (out / "slurm" / jobs[-1] / "rows").iterdir()) == ["2.json"]

@@ -55,7 +55,12 @@ BATCH = [c for c in CASES if c.name not in ALONE]
 def batch(tmp_path_factory):
     """{case name, "solution" or "starter": (path, report)} from one check_many run on W=2."""
     assert all(c.options == {"world_sizes": (2,)} for c in BATCH), "a batched case needs options of its own"
-    paths = [SOLUTION, EXERCISE] + [c.write(SOLUTION, FOLDER, tmp_path_factory.mktemp(c.name)) for c in BATCH]
+    # copies, not the repository's files: a notebook test on the other xdist worker may check those same paths at
+    # the same time, and "nothing survives" looks for processes by path
+    own = [tmp_path_factory.mktemp(name) / "zero.py" for name in ("solution", "starter")]
+    for copy, original in zip(own, (SOLUTION, EXERCISE)):
+        copy.write_text(original.read_text())
+    paths = own + [c.write(SOLUTION, FOLDER, tmp_path_factory.mktemp(c.name)) for c in BATCH]
     reports = zero_check.check_many(paths, world_sizes=(2,))
     for path, report in zip(paths, reports):
         print(report.text())

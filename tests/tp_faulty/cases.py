@@ -136,7 +136,9 @@ CASES = [
                    "            if rank in ranks:\n                mine[kind] = group",
                    "        for ranks in grid[kind]:\n            if rank in ranks:\n"
                    "                mine[kind] = dist.new_group(ranks)")],
-           expect={"init_rank_groups": ("fail", "did not finish"), "rank_groups": PASS, "ParallelMLP": PASS}),
+           # gloo either waits for the missing new_group (stuck) or pairs the calls wrongly (a wrong sum): both FAIL
+           expect={"init_rank_groups": ("fail", "did not finish|not created the same way on every rank"),
+                   "rank_groups": PASS, "ParallelMLP": PASS}),
     # whole files: written in their own style, not as edits of the solution
     Faulty("functional_allreduce", file="functional_allreduce.py", options=TP2,
            why="g built on torch.distributed.nn.functional.all_reduce, whose backward all-reduces too",

@@ -120,6 +120,15 @@ def slurm_cluster():
 
 
 @pytest.fixture
+def local(tmp_path, monkeypatch):
+    """Jobs run on the local engine with the local profile, their run folders under ``tmp_path/runs``."""
+    monkeypatch.setenv("COURSE_ENGINE", "local")
+    monkeypatch.setenv("COURSE_SITE", "local")
+    monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
+    return tmp_path
+
+
+@pytest.fixture
 def slurm(slurm_cluster, monkeypatch):
     """Use the local Slurm in this test: SLURM_CONF set, COURSE_ENGINE=slurm, COURSE_SITE=local."""
     from course_lib import jobs

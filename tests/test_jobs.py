@@ -206,14 +206,6 @@ def test_engine_choice(monkeypatch):
         jobs.engine("slurm")
 
 
-@pytest.fixture
-def local(tmp_path, monkeypatch):
-    monkeypatch.setenv("COURSE_ENGINE", "local")
-    monkeypatch.setenv("COURSE_SITE", "local")
-    monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
-    return tmp_path
-
-
 def _alive(pid):
     return bool(alive([pid]))   # running and not a zombie
 

@@ -150,14 +150,6 @@ def test_the_sampler_writes_top_frames_of_its_childrens_cpu(tmp_path):
     assert mine and max(r["cpu"] for r in mine) > 10, frames
 
 
-@pytest.fixture
-def local(tmp_path, monkeypatch):
-    monkeypatch.setenv("COURSE_ENGINE", "local")
-    monkeypatch.setenv("COURSE_SITE", "local")
-    monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
-    return tmp_path
-
-
 def test_a_local_job_with_monitor_writes_its_cpu_log_and_leaves_nothing_running(local):
     spin = local / "spin.py"   # each rank burns 3 s of CPU (CPU time, not wall time: the machine is busy)
     spin.write_text("import time\nt = time.process_time()\nwhile time.process_time() - t < 3: pass\nprint('done')\n")

@@ -70,7 +70,19 @@ class LocalJob(Job):
             if state in ("PENDING", "RUNNING"):
                 return ("FAILED", f"the local runner exited ({self.proc.returncode}) without an end state; "
                         "see runner.log", None)
+        if state not in ("PENDING", "RUNNING"):
+            self._reap()
         return state, info.get("reason", ""), info.get("exit_code")
+
+    def _reap(self) -> None:
+        # the runner writes its end state just before it exits: a caller told "COMPLETED" must find it gone
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            tree = descendants(self.proc.pid)
+            self.proc.kill()
+            signal_all(tree, signal.SIGKILL)
+            self.proc.wait(10)
 
     def _cancel(self) -> None:
         if self.proc.poll() is not None:

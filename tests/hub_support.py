@@ -28,6 +28,8 @@ LEARNERS = ("hublearner1", "hublearner2", "hublearner3")
 # The Slurm test's own account: it runs on the Slurm tests' worker, beside the browser tests, whose hub wipes and
 # uses the three learners' workspaces
 SLURM_LEARNER = "hublearner4"
+# The account whose server is a Slurm job (tests/test_hub_slurm.py, on the Slurm worker too)
+SLURM_HUB_LEARNER = "hublearner5"
 
 
 def why_not() -> str | None:
@@ -80,8 +82,9 @@ def free_port() -> int:
 
 
 class Hub:
-    def __init__(self, state: Path):
+    def __init__(self, state: Path, config: str = "jupyterhub_config.py"):
         self.state = state
+        self.config = ROOT / "scripts" / "hub" / config
         self.port, self.api_port, self.proxy_api = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = secrets.token_hex(16)
@@ -96,8 +99,7 @@ class Hub:
                    **env_extra)
         self.log = self.state / "hub.log"
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([str(HUB_PREFIX / "venv/bin/jupyterhub"), "-f",
-                                          str(ROOT / "scripts/hub/jupyterhub_config.py")],
+            self.proc = subprocess.Popen([str(HUB_PREFIX / "venv/bin/jupyterhub"), "-f", str(self.config)],
                                          cwd=self.state, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout

@@ -45,7 +45,8 @@ c.Authenticator.allow_all = True
 if os.environ.get("COURSE_HUB_TOKEN"):
     c.JupyterHub.services = [{"name": "course-admin", "api_token": os.environ["COURSE_HUB_TOKEN"]}]
     c.JupyterHub.load_roles = [{"name": "course-admin", "services": ["course-admin"],
-                                "scopes": ["admin:users", "admin:servers", "list:users", "read:users"]}]
+                                "scopes": ["admin:users", "admin:servers", "list:users", "read:users",
+                                           "tokens"]}]
 
 # each learner's server: as the learner, from the shared environment, in their own workspace
 c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"

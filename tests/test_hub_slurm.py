@@ -95,7 +95,8 @@ def test_hub_server_runs_as_the_learners_slurm_job(slurm_cluster, tmp_path):
     hub = hs.Hub(tmp_path, config="jupyterhub_slurm_config.py")
     try:
         hub.start({"SLURM_CONF": str(slurm_cluster.conf), "COURSE_SITE": "local", "COURSE_ENGINE": "slurm",
-                   "COURSE_QUICK": "1", "COURSE_HUB_START_TIMEOUT": str(START_TIMEOUT)})
+                   "COURSE_QUICK": "1", "COURSE_HUB_START_TIMEOUT": str(START_TIMEOUT),
+                   "COURSE_HUB_SLURM_TIME": "1:30:00", "COURSE_HUB_SLURM_PARTITION": "debug"})
         hub.api("POST", f"/users/{name}")
         t0 = time.monotonic()
         try:
@@ -106,10 +107,10 @@ def test_hub_server_runs_as_the_learners_slurm_job(slurm_cluster, tmp_path):
         ready_s = time.monotonic() - t0
 
         # the learner's own job, running
-        jobs = _squeue(slurm_cluster, "-u", name, "-o", "%i,%u,%j,%T")
+        jobs = _squeue(slurm_cluster, "-u", name, "-o", "%i,%u,%j,%T,%P,%l")
         assert len(jobs) == 1, jobs
-        job_id, job_user, job_name, state = jobs[0].split(",")
-        assert (job_user, job_name, state) == (name, "jupyterhub", "RUNNING"), jobs
+        job_id, *rest = jobs[0].split(",")
+        assert rest == [name, "jupyterhub", "RUNNING", "debug", "1:30:00"], jobs
         # the server is a process of the learner under the job's slurmstepd, not a child of the hub
         servers = [p for p in psutil.process_iter(["uids", "cmdline"]) if p.info["uids"]
                    and p.info["uids"].real == user.pw_uid and "jupyterhub-singleuser" in " ".join(p.info["cmdline"])]

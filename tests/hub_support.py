@@ -1,7 +1,8 @@
 """A real JupyterHub for tests/test_hub.py: learner accounts, the hub process, its REST API, and a clean stop.
 
 The hub runs from the shared install that ``make hub-test-install`` made (HUB_PREFIX), as root, with
-scripts/hub/jupyterhub_config.py; every learner's server runs as that learner. Nothing is left running:
+scripts/hub/jupyterhub_config.py (or another config there: jupyterhub_slurm_config.py); every learner's server runs
+as that learner. Nothing is left running:
 ``Hub.stop`` ends the hub's process group, then any process still owned by a test learner that this hub started.
 """
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """A learner's server as a Slurm job: the hub of scripts/hub/jupyterhub_slurm_config.py (batchspawner's SlurmSpawner)
 against the session's local Slurm. Through the hub's REST API: start the learner's server, see it run as the
-learner's own job (squeue's user column) under slurmstepd, reach it through the hub's proxy with the learner's token
-(it serves the learner's workspace with the course kernel), stop it, and see the job and every process of the
-learner gone. Skips, saying why, where the machine cannot host a hub (tests/hub_support.py) or a local Slurm.
+learner's own job (squeue's user column, with the partition and time limit the hub was given) under slurmstepd,
+reach it through the hub's proxy with the learner's token (it serves the learner's workspace with the course
+kernel), submit a course job from the server's environment as a kernel would (its srun rank sees the job script's
+and the kernel's variables), stop the server, and see the job and every process of the learner gone.
+Skips, saying why, where the machine cannot host a hub (tests/hub_support.py) or a local Slurm.
 """
 import json
 import os

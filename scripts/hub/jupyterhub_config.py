@@ -5,6 +5,8 @@
 #
 #   COURSE_PREFIX=/opt/multigpu-course jupyterhub -f scripts/hub/jupyterhub_config.py
 #
+# Each server as a Slurm job instead (batchspawner): jupyterhub_slurm_config.py, which loads this file.
+#
 # Settings from the environment (all optional):
 #   COURSE_PREFIX        the shared install (default /opt/multigpu-course)
 #   COURSE_HUB_IP/PORT   where the hub listens for browsers (default 127.0.0.1:8000)

@@ -1,7 +1,8 @@
 """A real JupyterHub for tests/test_hub.py: learner accounts, the hub process, its REST API, and a clean stop.
 
 The hub runs from the shared install that ``make hub-test-install`` made (HUB_PREFIX), as root, with
-scripts/hub/jupyterhub_config.py; every learner's server runs as that learner. Nothing is left running:
+scripts/hub/jupyterhub_config.py (or another config there: jupyterhub_slurm_config.py); every learner's server runs
+as that learner. Nothing is left running:
 ``Hub.stop`` ends the hub's process group, then any process still owned by a test learner that this hub started.
 """
 from __future__ import annotations
@@ -28,6 +29,8 @@ LEARNERS = ("hublearner1", "hublearner2", "hublearner3")
 # The Slurm test's own account: it runs on the Slurm tests' worker, beside the browser tests, whose hub wipes and
 # uses the three learners' workspaces
 SLURM_LEARNER = "hublearner4"
+# The account whose server is a Slurm job (tests/test_hub_slurm.py, on the Slurm worker too)
+SLURM_HUB_LEARNER = "hublearner5"
 
 
 def why_not() -> str | None:
@@ -80,8 +83,9 @@ def free_port() -> int:
 
 
 class Hub:
-    def __init__(self, state: Path):
+    def __init__(self, state: Path, config: str = "jupyterhub_config.py"):
         self.state = state
+        self.config = ROOT / "scripts" / "hub" / config
         self.port, self.api_port, self.proxy_api = free_port(), free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = secrets.token_hex(16)
@@ -96,8 +100,7 @@ class Hub:
                    **env_extra)
         self.log = self.state / "hub.log"
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([str(HUB_PREFIX / "venv/bin/jupyterhub"), "-f",
-                                          str(ROOT / "scripts/hub/jupyterhub_config.py")],
+            self.proc = subprocess.Popen([str(HUB_PREFIX / "venv/bin/jupyterhub"), "-f", str(self.config)],
                                          cwd=self.state, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout

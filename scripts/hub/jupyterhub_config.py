@@ -5,6 +5,8 @@
 #
 #   COURSE_PREFIX=/opt/multigpu-course jupyterhub -f scripts/hub/jupyterhub_config.py
 #
+# Each server as a Slurm job instead (batchspawner): jupyterhub_slurm_config.py, which loads this file.
+#
 # Settings from the environment (all optional):
 #   COURSE_PREFIX        the shared install (default /opt/multigpu-course)
 #   COURSE_HUB_IP/PORT   where the hub listens for browsers (default 127.0.0.1:8000)
@@ -45,7 +47,8 @@ c.Authenticator.allow_all = True
 if os.environ.get("COURSE_HUB_TOKEN"):
     c.JupyterHub.services = [{"name": "course-admin", "api_token": os.environ["COURSE_HUB_TOKEN"]}]
     c.JupyterHub.load_roles = [{"name": "course-admin", "services": ["course-admin"],
-                                "scopes": ["admin:users", "admin:servers", "list:users", "read:users"]}]
+                                "scopes": ["admin:users", "admin:servers", "list:users", "read:users",
+                                           "tokens"]}]
 
 # each learner's server: as the learner, from the shared environment, in their own workspace
 c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"

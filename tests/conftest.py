@@ -108,6 +108,20 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
+def pytest_collection_finish(session):
+    """The groups must hold: the hub tests share one hub and its learners' workspaces, which a second worker's
+    hub would wipe. pytest-xdist marks a grouped test by a suffix of its node id; when that is missing (pytest
+    9.2 with xdist 3.8 dropped it silently), stop here rather than run the groups split."""
+    if not getattr(session.config.option, "loadgroup", False):   # set on each worker under --dist loadgroup
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        why = (f"pytest-xdist did not apply the xdist_group marks ({len(lost)} tests, e.g. {lost[0]}): "
+               "install the pytest version pyproject.toml pins")
+        print(why, file=sys.stderr, flush=True)   # a worker's exception reaches the user as an INTERNALERROR
+        raise pytest.UsageError(why)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """The session's local Slurm (skips, with the reason, where it cannot start)."""

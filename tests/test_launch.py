@@ -133,3 +133,21 @@ def test_bench_checks_times_every_launch_and_explains_the_ratio(tmp_path):
          "startup_s": 4.8, "in_ranks_s": 2.0, "checker_s": 1.2}
     assert bench_checks.row(r).split() == ["tp", "8.0", "5.0", "2", "6", "4.8", "2.0", "1.2", "all", "passed"]
     assert "torch import in a fresh interpreter: 1.60 s" in bench_checks.header(1.6)
+
+
+def test_torchrun_lines_cut_by_its_tee_are_joined_per_rank():
+    # torchrun --tee copies each rank's log file as it grows: print's text and its newline (two unbuffered
+    # writes) can come out as two prefixed pieces, or cut by another rank's line (CI: a loss read as
+    # "2.0900731086730957[default0]:")
+    from course_lib.core.launch import LaunchResult, RankResult, _route
+
+    res = LaunchResult("torchrun", 2, [RankResult(0), RankResult(1)])
+    got = [_route(res, "torchrun", 0, line) for line in (
+        "[default0]:loss=2.09[default0]:",
+        "[default0]:step=1 lo[default1]:rank 1 ok",
+        "[default0]:ss=3.5",
+        "W1123 torchrun's own [default0]: mention",
+        "[default1]:cut short at the end[default1]:")]
+    assert got == [[(0, "loss=2.09")], [(1, "rank 1 ok")], [(0, "step=1 loss=3.5")],
+                   [(-1, "W1123 torchrun's own [default0]: mention")], [(1, "cut short at the end")]]
+    assert _route(res, "srun", 1, "[default0]:as printed") == [(1, "[default0]:as printed")]

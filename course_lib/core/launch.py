@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 from course_lib.core import proc
 
 MAX_LINE = 2000          # characters kept of one output line
-TORCHRUN_PREFIX = re.compile(r"^\[default(\d+)\]:(.*)$")
+TORCHRUN_PREFIX_ANY = re.compile(r"\[default(\d+)\]:")
 
 
 def free_port() -> int:
@@ -87,6 +87,7 @@ class LaunchResult:
     elapsed: float = 0.0
     returncode: int | None = None     # torchrun's own exit code (style="torchrun")
     launcher_lines: deque = field(default_factory=lambda: deque(maxlen=200))   # torchrun's own messages
+    partial: dict = field(default_factory=dict, repr=False)   # torchrun: rank -> a line cut short
 
     @property
     def ok(self) -> bool:
@@ -227,14 +228,26 @@ def _start_rank(script_args, env: dict, popen: dict, server):
     return subprocess.Popen([sys.executable, *script_args], env=env, **popen)
 
 
-def _route(result: LaunchResult, style: str, stream_idx: int, line: str) -> tuple[int, str]:
-    """Which rank printed ``line``: the stream's own for srun-style, torchrun's [defaultN]: prefix otherwise."""
-    if style == "torchrun":
-        m = TORCHRUN_PREFIX.match(line)
-        if m:
-            return int(m.group(1)), m.group(2)
-        return -1, line   # torchrun's own messages
-    return stream_idx, line
+def _route(result: LaunchResult, style: str, stream_idx: int, line: str) -> list[tuple[int, str]]:
+    """Which rank printed ``line``: the stream's own for srun-style, torchrun's [defaultN]: prefix otherwise.
+
+    torchrun's --tee copies each rank's log file to its stdout as it grows, so a line the rank wrote in two
+    pieces (print's text, then its newline, unbuffered) can come out as "[default0]:text[default0]:" or cut by
+    another rank's "[default1]:...": the pieces are joined per rank, and a line is passed on once it is whole."""
+    if style != "torchrun":
+        return [(stream_idx, line)]
+    pieces = TORCHRUN_PREFIX_ANY.split(line)   # "", rank, text, rank, text, ...
+    if len(pieces) == 1 or pieces[0]:
+        return [(-1, line)]   # torchrun's own messages
+    segments = list(zip(map(int, pieces[1::2]), pieces[2::2]))
+    whole = []
+    for i, (rank, text) in enumerate(segments):
+        text = result.partial.pop(rank, "") + text
+        if i < len(segments) - 1:
+            result.partial[rank] = text   # cut short by the next prefix: the rest comes later
+        else:
+            whole.append((rank, text))
+    return whole
 
 
 def _supervise(result, procs, q, deadline, grace, on_line, stop=None):
@@ -248,13 +261,8 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop=None):
             if line is None:
                 open_streams -= 1
             else:
-                rank, text = _route(result, result.style, idx, line)
-                if 0 <= rank < result.nprocs:
-                    result.ranks[rank].lines.append(text)
-                else:
-                    result.launcher_lines.append(text)
-                if on_line is not None:
-                    on_line(rank, text)
+                for rank, text in _route(result, result.style, idx, line):
+                    _deliver(result, rank, text, on_line)
         except queue.Empty:
             pass
         _collect_exit_codes(result, procs)
@@ -268,9 +276,21 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop=None):
             break
         if (stop_at and now >= stop_at) or (stop is not None and stop.is_set()):
             break
+    for rank, text in sorted(result.partial.items()):   # a last piece whose newline never came
+        _deliver(result, rank, text, on_line)
+    result.partial.clear()
     _collect_exit_codes(result, procs)
     if result.style == "torchrun":
         _torchrun_codes(result, procs[0])
+
+
+def _deliver(result, rank, text, on_line):
+    if 0 <= rank < result.nprocs:
+        result.ranks[rank].lines.append(text)
+    else:
+        result.launcher_lines.append(text)
+    if on_line is not None:
+        on_line(rank, text)
 
 
 def _collect_exit_codes(result, procs):

@@ -112,27 +112,30 @@ class _Grading:
             kill()
 
     def run(self, jobs: int) -> bool:
-        """Run every check, ``jobs`` at a time; False when interrupted."""
+        """Run every check, ``jobs`` at a time; False when interrupted (Ctrl-C or SIGTERM)."""
         pool = ThreadPoolExecutor(max_workers=jobs)
         futures = {pool.submit(self.task, n, lr, ex) for n, (lr, ex) in enumerate(self.todo)}
-        old = None
+        interrupted = threading.Event()
+        # the signals only set a flag that the loop reads: a KeyboardInterrupt raised inside
+        # concurrent.futures' wait() can leave a future's lock held, and the pool then never shuts down
+        old = {}
         if threading.current_thread() is threading.main_thread():
-            old = signal.signal(signal.SIGTERM, _raise_interrupt)   # SIGTERM stops as Ctrl-C does
+            old = {sig: signal.signal(sig, lambda *_: interrupted.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            while futures:
+            while futures and not interrupted.is_set():
                 ready, futures = wait(futures, timeout=0.5, return_when=FIRST_COMPLETED)
                 for f in ready:
                     if f.result() is not None:
                         self.finished(*f.result())
-        except KeyboardInterrupt:
-            self.stop(futures)
-            pool.shutdown(wait=True, cancel_futures=True)
-            return False
+        except KeyboardInterrupt:   # not the main thread's signals (e.g. a kernel interrupt elsewhere)
+            interrupted.set()
         finally:
+            if interrupted.is_set():
+                self.stop(futures)
             pool.shutdown(wait=True, cancel_futures=True)
-            if old is not None:
-                signal.signal(signal.SIGTERM, old)
-        return True
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+        return not interrupted.is_set()
 
 
 def header_of(subs: Path, learners: list, exercises: list[str], limits: Limits, notes: list[str]) -> str:

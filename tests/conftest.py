@@ -101,6 +101,7 @@ def _stop_slurm(directory: Path) -> None:
                    capture_output=True, text=True, timeout=120)
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook, which reads the marks into the node ids
 def pytest_collection_modifyitems(items):
     """Under xdist (--dist loadgroup) every test that uses the local Slurm runs on one worker: one cluster."""
     for item in items:

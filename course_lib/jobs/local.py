@@ -76,27 +76,28 @@ class LocalJob(Job):
 
     def _reap(self) -> None:
         # the runner writes its end state just before it exits: a caller told "COMPLETED" must find it gone
+        self._wait_or_kill()
+
+    def _wait_or_kill(self) -> list | None:
+        """Give the runner 30 s to exit; then KILL it and everything below it. The killed tree, or None."""
         try:
             self.proc.wait(30)
+            return None
         except subprocess.TimeoutExpired:
             tree = descendants(self.proc.pid)
             self.proc.kill()
             signal_all(tree, signal.SIGKILL)
             self.proc.wait(10)
+            return tree
 
     def _cancel(self) -> None:
         if self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)   # the runner stops its ranks (launch's kill_group) and records CANCELLED
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            # it did not answer: KILL it and everything below it, then the ranks it recorded (one may have
-            # left its tree), wait until all of that is gone, and write the end state it could not write
-            tree = descendants(self.proc.pid)
-            self.proc.kill()
-            signal_all(tree, signal.SIGKILL)
-            self.proc.wait(10)
+        tree = self._wait_or_kill()
+        if tree is not None:
+            # it did not answer and was killed: then the ranks it recorded (one may have left its tree), wait
+            # until all of that is gone, and write the end state it could not write
             kill_recorded(self.run_dir)
             wait_gone(tree, 10)
             _write_json(self.run_dir / STATE_NAME, {"state": "CANCELLED", "reason": "cancelled (runner killed)",

@@ -44,6 +44,18 @@ def root() -> Path:
     return ROOT
 
 
+@pytest.fixture
+def run_mark(monkeypatch) -> str:
+    """A unique value in this test's environment, which every process it starts inherits: pass it to
+    ``live_processes(mark, environ=True)`` to find what this test left behind, and not what a test on the
+    other xdist worker (or a notebook running the same module) is running right now."""
+    import uuid
+
+    mark = f"course-test-{uuid.uuid4()}"
+    monkeypatch.setenv("COURSE_TEST_MARK", mark)
+    return mark
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _offline_defaults():
     # the tests never download: pin the data dir to an empty folder unless one is given

@@ -15,7 +15,7 @@ SOLUTION = ROOT / "solutions" / "08_checkpoint" / "snapshot.py"
 
 
 @pytest.mark.slow
-def test_killed_rank_resumes_under_torchrun_and_the_curve_equals_the_uninterrupted_one():
+def test_killed_rank_resumes_under_torchrun_and_the_curve_equals_the_uninterrupted_one(run_mark):
     reference = ckpt_check.reference_curve(timeout=240)
     run = curves.run(SOLUTION, epochs=3, every=3, kill_at=14, restarts=1, timeout=240)
     assert run.result.ok, run.result.summary() + "\n" + "\n".join(run.lines[-30:])
@@ -29,7 +29,7 @@ def test_killed_rank_resumes_under_torchrun_and_the_curve_equals_the_uninterrupt
     equal, message = curves.compare(reference, run.losses)
     assert equal, message
     print(f"\n[ckpt torchrun] {message}; {run.result.elapsed:.1f} s")
-    assert not live_processes("course_lib.ckpt.train")
+    assert not live_processes("course_lib.ckpt.train", run_mark, environ=True)
 
 
 def test_skip_sampler_goes_on_where_the_epoch_stopped():

@@ -9,18 +9,18 @@ SOLUTION = "solutions/09_zero/zero.py"
 
 
 @pytest.mark.slow
-def test_no_sync_gives_the_large_batch_step_with_fewer_all_reduces():
+def test_no_sync_gives_the_large_batch_step_with_fewer_all_reduces(run_mark):
     rows = lab.accumulation(world=2, micro=4, batch=8)
     print(lab.accumulation_table(rows))
     large, quiet, loud = rows["large batch"], rows["no_sync"], rows["every micro-batch"]
     assert quiet["allreduces"] == large["allreduces"] >= 1
     assert loud["allreduces"] == 4 * large["allreduces"]
     assert quiet["diff"] < 1e-12 and loud["diff"] < 1e-12     # float64: the same step up to rounding
-    assert not live_processes("course_lib.zero.demo")
+    assert not live_processes("course_lib.zero.demo", run_mark, environ=True)
 
 
 @pytest.mark.slow
-def test_zero_and_fsdp2_train_like_ddp_with_a_share_of_the_memory(root):
+def test_zero_and_fsdp2_train_like_ddp_with_a_share_of_the_memory(root, run_mark):
     run = lab.sharded(root / SOLUTION, world=2, steps=3)
     print(lab.memory_table([run]))
     assert not run["errors"], run["errors"]
@@ -32,4 +32,4 @@ def test_zero_and_fsdp2_train_like_ddp_with_a_share_of_the_memory(root):
         assert abs(mem[method]["state"] / ddp["state"] - 0.5) < 0.01, (method, mem)
     assert mem["ZeRO-2"]["grads"] < 0.51 * ddp["grads"] < mem["ZeRO-1"]["grads"]
     assert mem["FSDP2"]["params"] < 0.51 * ddp["params"] and mem["ZeRO-2"]["params"] == ddp["params"]
-    assert not live_processes("course_lib.zero.demo")
+    assert not live_processes("course_lib.zero.demo", run_mark, environ=True)

@@ -188,6 +188,20 @@ def test_rank_labels_from_srun_and_torchrun():
     assert rank_labelled("1: [default2]:epoch=1 a=1\n[default1]:x", tr) == "6: epoch=1 a=1\n1: x"
 
 
+def test_torchrun_lines_cut_by_tee_in_a_job_log_are_joined_per_rank():
+    # as in tests/test_launch.py's stream, here in the log file: node 1's --tee cut rank 5's loss line
+    tr = JobSpec("t", "x.py", nodes=2, ntasks_per_node=4, launcher="torchrun")
+    log = ("1: [default1]:epoch=1 loss=2.09[default1]:\n"
+           "1: [default1]:epoch=2 lo[default0]:rank 4 ok\n"
+           "0: [default1]:epoch=2 loss=1.5\n"
+           "1: [default1]:ss=1.7\n"
+           "0: W1123 torchrun's own [default0]: mention\n"
+           "1: [default3]:no newline at the end[default3]:")
+    assert rank_labelled(log, tr).splitlines() == [
+        "5: epoch=1 loss=2.09", "4: rank 4 ok", "1: epoch=2 loss=1.5", "5: epoch=2 loss=1.7",
+        "0: W1123 torchrun's own [default0]: mention", "7: no newline at the end"]
+
+
 def test_slurm_exit_codes():
     assert _code("3:0") == 3 and _code("0:0") == 0 and _code("0:15") == -15 and _code(None) is None
 

@@ -229,24 +229,31 @@ def _start_rank(script_args, env: dict, popen: dict, server):
 
 
 def _route(result: LaunchResult, style: str, stream_idx: int, line: str) -> list[tuple[int, str]]:
-    """Which rank printed ``line``: the stream's own for srun-style, torchrun's [defaultN]: prefix otherwise.
-
-    torchrun's --tee copies each rank's log file to its stdout as it grows, so a line the rank wrote in two
-    pieces (print's text, then its newline, unbuffered) can come out as "[default0]:text[default0]:" or cut by
-    another rank's "[default1]:...": the pieces are joined per rank, and a line is passed on once it is whole."""
+    """Which rank printed ``line``: the stream's own for srun-style, torchrun's [defaultN]: prefix otherwise."""
     if style != "torchrun":
         return [(stream_idx, line)]
+    whole = rejoin_tee(line, result.partial)
+    return [(-1, line)] if whole is None else whole   # None: torchrun's own messages
+
+
+def rejoin_tee(line: str, partial: dict, key=lambda rank: rank) -> list[tuple[int, str]] | None:
+    """The whole lines in a line of torchrun's --tee output, as ``(key(rank), text)``; None if it is not one.
+
+    --tee copies each rank's log file to stdout as it grows, so a line the rank wrote in two pieces (print's
+    text, then its newline, unbuffered) can come out as "[default0]:text[default0]:" or cut by another rank's
+    "[default1]:...": the pieces wait in ``partial`` (per key) and a line is given once it is whole. What is
+    left in ``partial`` at the end are last pieces whose newline never came."""
     pieces = TORCHRUN_PREFIX_ANY.split(line)   # "", rank, text, rank, text, ...
     if len(pieces) == 1 or pieces[0]:
-        return [(-1, line)]   # torchrun's own messages
+        return None
     segments = list(zip(map(int, pieces[1::2]), pieces[2::2]))
     whole = []
     for i, (rank, text) in enumerate(segments):
-        text = result.partial.pop(rank, "") + text
+        text = partial.pop(key(rank), "") + text
         if i < len(segments) - 1:
-            result.partial[rank] = text   # cut short by the next prefix: the rest comes later
+            partial[key(rank)] = text   # cut short by the next prefix: the rest comes later
         else:
-            whole.append((rank, text))
+            whole.append((key(rank), text))
     return whole
 
 

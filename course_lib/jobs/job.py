@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from course_lib.core.atomic import write_text
+from course_lib.core.launch import rejoin_tee
 from course_lib.jobs.spec import JobSpec
 from course_lib.metrics import parse_epoch_lines
 
@@ -22,7 +23,7 @@ SCRIPT_NAME = "job.sbatch"
 INFO_NAME = "job.json"
 QUERY_EVERY = 0.25   # seconds
 # "  3: text", "0: [default1]:text" or "[default1]:text"
-LABEL = re.compile(r"^(?:\s*(\d+): )?(?:\[default(\d+)\]:)?(.*)$")
+SRUN_LABEL = re.compile(r"^\s*(\d+): (.*)$")   # srun --label
 
 
 class SubmitError(RuntimeError):
@@ -181,17 +182,16 @@ def rank_labelled(text: str, spec: JobSpec) -> str:
 
     ``srun --label`` writes ``rank: `` (padded, `` 3: ``, from 10 tasks on). Under torchrun the label is the
     node (one srun task per node) and torchrun's ``--tee`` adds ``[default<local rank>]:``; the global rank
-    is node * ranks_per_node + local rank.
+    is node * ranks_per_node + local rank, and a line --tee cut into pieces is joined again (rejoin_tee).
     """
-    out = []
+    out, partial = [], {}
     for line in text.splitlines():
-        m = LABEL.match(line)
-        if m is None:
-            out.append(line)
-        elif m.group(2) is not None:
-            out.append(f"{int(m.group(1) or 0) * spec.ntasks_per_node + int(m.group(2))}: {m.group(3)}")
-        elif m.group(1) is not None:
-            out.append(f"{int(m.group(1))}: {m.group(3)}")
+        m = SRUN_LABEL.match(line)
+        node, rest = (int(m.group(1)), m.group(2)) if m else (None, line)
+        whole = rejoin_tee(rest, partial, key=lambda local: (node or 0) * spec.ntasks_per_node + local)
+        if whole is not None:
+            out += [f"{rank}: {piece}" for rank, piece in whole]
         else:
-            out.append(line)
+            out.append(line if node is None else f"{node}: {rest}")
+    out += [f"{rank}: {piece}" for rank, piece in sorted(partial.items())]   # a last piece with no newline
     return "\n".join(out)

@@ -22,8 +22,8 @@ LOG_NAME = "output.log"
 SCRIPT_NAME = "job.sbatch"
 INFO_NAME = "job.json"
 QUERY_EVERY = 0.25   # seconds
-# "  3: text", "0: [default1]:text" or "[default1]:text"
-SRUN_LABEL = re.compile(r"^\s*(\d+): (.*)$")   # srun --label
+# srun --label's "  3: text"; what follows it may be torchrun --tee's "[default1]:text" (rank_labelled)
+SRUN_LABEL = re.compile(r"^\s*(\d+): (.*)$")
 
 
 class SubmitError(RuntimeError):

@@ -1,6 +1,7 @@
 """Warm launches: srun-style ranks forked from a server that imported torch once (course_lib.core.warm).
 Real processes and real gloo; the same guarantees as cold launches, and no server left behind."""
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -129,3 +130,68 @@ def test_the_server_ends_when_the_process_that_started_it_dies(tmp_path):
                          env=os.environ | {"OMP_NUM_THREADS": "1"})
     pid, folder = out.stdout.split()
     assert proc.wait_gone([int(pid)], 30) == [] and not os.path.exists(folder)   # stdin's EOF ended it
+
+
+def test_a_library_that_sets_kmp_variables_does_not_make_launches_cold(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("KMP_INIT_AT_FORK", f"x{uuid.uuid4()}")   # scikit-learn's import sets it after the server
+    res = launch([script(tmp_path, SHOW)], 1, timeout=120, on_line=None)
+    assert res.ok and int(lines_of(res, 0, "ppid")[0][0]) == server.proc.pid, res.summary()
+
+
+def test_modules_preloaded_by_the_server_are_there_in_the_rank(tmp_path, monkeypatch):
+    monkeypatch.setattr(warm, "_active", None)   # a session of its own, with a preload
+    body = "import sys\nprint('has', 'wave' in sys.modules, 'torch' in sys.modules)\n"
+    with warm.session(preload=("wave", "no_such_module_here")) as s:   # one that fails is left to the rank
+        res = launch([script(tmp_path, body)], 1, timeout=120, on_line=None)
+    assert res.ok and lines_of(res, 0, "has") == [["True", "True"]], res.summary()
+    assert proc.wait_gone([s.proc.pid], 30) == []
+
+
+TORCHRUN_SHOW = """
+import os, sys
+rank = int(os.environ["RANK"])
+print("ppid", os.getppid(), "pid", os.getpid())
+print("env", os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"], "COURSE_WARM_SOCKET" in os.environ,
+      "SLURM_PROCID" in os.environ)
+print("err", rank, file=sys.stderr)
+sys.exit(rank * 5)
+"""
+
+
+def test_torchrun_in_a_session_forks_its_agent_and_ranks_from_the_server(server, tmp_path):
+    res = launch([script(tmp_path, TORCHRUN_SHOW)], 2, style="torchrun", timeout=120, on_line=None)
+    assert res.failed_rank == 1 and res.ranks[1].returncode == 5, res.summary()   # from torchrun's summary
+    for rank in (0, 1):
+        assert int(lines_of(res, rank, "ppid")[0][0]) == server.proc.pid, res.output()
+        assert lines_of(res, rank, "env") == [["2", str(rank), "False", "False"]]
+        assert lines_of(res, rank, "err") == [[str(rank)]]   # stderr: torchrun's own log file, teed
+
+
+def test_stopping_a_warm_torchrun_stops_its_ranks(server, tmp_path):
+    import threading
+    stop, pids = threading.Event(), {}
+
+    def on_line(rank, line):
+        if line.startswith("pid "):
+            pids[rank] = int(line.split()[1])
+        if len(pids) == 2:
+            stop.set()
+    body = "import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n"
+    res = launch([script(tmp_path, body)], 2, style="torchrun", timeout=300, on_line=on_line, stop=stop)
+    assert sorted(pids) == [0, 1] and res.stuck_ranks == [0, 1], res.summary()
+    assert proc.wait_gone(list(pids.values()), 30) == []
+    assert server.proc.poll() is None
+
+
+def test_torchruns_worker_passes_signals_on_and_its_rank_dies_with_it(server):
+    from course_lib.core.warm_rank import SOCKET_VAR
+    code = "import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(300)\n"
+    env = os.environ | {SOCKET_VAR: server.path}
+    for sig, expected in ((signal.SIGTERM, -signal.SIGTERM), (signal.SIGKILL, -signal.SIGKILL)):
+        worker = subprocess.Popen([sys.executable, "-m", "course_lib.core.warm_rank", "-c", code], env=env,
+                                  stdout=subprocess.PIPE, text=True)
+        rank = int(worker.stdout.readline())
+        assert rank != worker.pid and proc.wait_gone([rank], 0.5) == [rank]   # forked by the server, alive
+        worker.send_signal(sig)    # TERM: passed on, and the worker dies of it as its rank did; KILL: the server
+        assert worker.wait(60) == expected and proc.wait_gone([rank], 30) == []   # sees it go and kills the rank
+        worker.stdout.close()

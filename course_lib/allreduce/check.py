@@ -105,13 +105,13 @@ def _crash_message(run: Run, res, fn: str, world: int) -> str:
     return "\n".join([head, *tail[-6:]])
 
 
-def _launch(path: str, world: int, functions: list[str], timeout: float, case_timeout: float):
+def _launch(path: str, world: int, functions: list[str], timeout: float, case_timeout: float, stop=None):
     from course_lib.core.launch import launch
     run = Run()
     res = launch(["-m", WORKER, os.path.abspath(path), "--functions", ",".join(functions),
                   "--case-timeout", str(case_timeout)],
                  nprocs=world, timeout=timeout, on_line=run.on_line, grace=3.0,
-                 env={"OMP_NUM_THREADS": "1"})
+                 env={"OMP_NUM_THREADS": "1"}, stop=stop)
     return run, res
 
 
@@ -122,43 +122,40 @@ def check(path: str, timeout: float = 180, case_timeout: float = 10.0, world_siz
         return _check(path, timeout, case_timeout, world_sizes)
 
 
+PARALLEL = 2   # world sizes run side by side: a rank waits for its peers often enough to leave a core free
+
+
 def _check(path: str, timeout: float = 180, case_timeout: float = 10.0, world_sizes=WORLD_SIZES) -> Report:
+    """The world sizes side by side (PARALLEL at a time, largest first); then, per function, its first failure
+    in the order of ``world_sizes`` is its verdict, as if they had run one after the other."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
     start = time.monotonic()
     report = Report("allreduce", path)
+    stop = threading.Event()     # set on Ctrl-C, or once a file that does not load is seen: the rest stop
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        futures = {w: pool.submit(_one_world, path, w, timeout, case_timeout, stop)
+                   for w in sorted(world_sizes, reverse=True)}
+        try:
+            worlds = {w: futures[w].result() for w in world_sizes}
+        except BaseException:
+            stop.set()
+            raise
     verdicts: dict[str, tuple[str, str]] = {}          # fn -> (result, message), first failure wins
     passed_worlds: dict[str, list[int]] = {f: [] for f in FUNCTIONS}
+    failed_import = next((worlds[w][0] for w in world_sizes if worlds[w][0]), None)
+    if failed_import:
+        report.verdicts.append(Verdict("import", "fail", failed_import))
+        report.seconds = time.monotonic() - start
+        return report
     for world in world_sizes:
-        todo = [f for f in FUNCTIONS if f not in verdicts]
-        while todo:
-            run, res = _launch(path, world, todo, timeout, case_timeout)
-            imp = run.imported
-            if imp is None or not imp["ok"]:
-                report.verdicts.append(Verdict("import", "fail", _import_message(imp, run, res)))
-                report.seconds = time.monotonic() - start
-                return report
-            for fn, state in imp["functions"].items():
-                if state == "missing":
-                    verdicts[fn] = (MISSING, f"no function {fn}(tensor, group=None) in the file")
-                elif state != "ok":
-                    verdicts[fn] = ("fail", f"{fn} must accept group=None: the interface is {fn}(tensor, group=None)")
-            progressed = False
-            for fn in todo:
-                if fn in verdicts:
-                    continue
-                if run.finished.get(fn) is True:
-                    passed_worlds[fn].append(world)
-                    progressed = True
-                    continue
-                if fn not in {k[0] for k in run.begun}:
-                    continue            # not reached in this launch: goes into the next one
-                progressed = True
-                msg = _case_failure(run, fn, world)
-                verdicts[fn] = ("fail", msg or _crash_message(run, res, fn, world))
-            todo = [f for f in todo if f not in verdicts and world not in passed_worlds[f]]
-            if todo and not progressed:   # nothing started: the launch itself failed
-                for fn in todo:
-                    verdicts[fn] = ("fail", f"W={world}: the worker did not start: {res.summary()}")
-                break
+        for fn in FUNCTIONS:
+            if fn in verdicts:
+                continue
+            if fn in worlds[world][1]:
+                verdicts[fn] = worlds[world][1][fn]
+            else:
+                passed_worlds[fn].append(world)
     for fn in FUNCTIONS:
         result, msg = verdicts.get(fn, ("pass", ""))
         if result == "pass":
@@ -167,6 +164,45 @@ def _check(path: str, timeout: float = 180, case_timeout: float = 10.0, world_si
         report.verdicts.append(Verdict(fn, result, msg))
     report.seconds = time.monotonic() - start
     return report
+
+
+def _one_world(path: str, world: int, timeout: float, case_timeout: float, stop) -> tuple[str | None, dict]:
+    """Every function on ``world`` ranks, launching again for the rest after a failure that leaves messages in
+    flight: (why the file did not load, or None; {fn: (result, message)} for the functions that failed)."""
+    verdicts: dict[str, tuple[str, str]] = {}
+    passed: set = set()
+    todo = list(FUNCTIONS)
+    while todo and not stop.is_set():
+        run, res = _launch(path, world, todo, timeout, case_timeout, stop)
+        imp = run.imported
+        if imp is None or not imp["ok"]:
+            if not stop.is_set():
+                stop.set()       # the file does not load: the other world sizes need not run
+                return _import_message(imp, run, res), {}
+            return None, verdicts
+        for fn, state in imp["functions"].items():
+            if state == "missing":
+                verdicts[fn] = (MISSING, f"no function {fn}(tensor, group=None) in the file")
+            elif state != "ok":
+                verdicts[fn] = ("fail", f"{fn} must accept group=None: the interface is {fn}(tensor, group=None)")
+        progressed = False
+        for fn in todo:
+            if fn in verdicts:
+                continue
+            if run.finished.get(fn) is True:
+                passed.add(fn)
+                progressed = True
+                continue
+            if fn not in {k[0] for k in run.begun}:
+                continue            # not reached in this launch: goes into the next one
+            progressed = True
+            verdicts[fn] = ("fail", _case_failure(run, fn, world) or _crash_message(run, res, fn, world))
+        todo = [f for f in todo if f not in verdicts and f not in passed]
+        if todo and not progressed:   # nothing started: the launch itself failed
+            for fn in todo:
+                verdicts[fn] = ("fail", f"W={world}: the worker did not start: {res.summary()}")
+            break
+    return None, verdicts
 
 
 def _import_message(imp, run: Run, res) -> str:

@@ -19,9 +19,17 @@ import types
 MAX_MSG = 1 << 20
 
 
-def serve(path: str | None = None) -> int:
+def serve(path: str | None = None, preload=None) -> int:
+    """``preload``: more modules to import before the first fork (``python -c ... PATH MODULE...``)."""
+    import importlib
+
     import torch  # noqa: F401  the point of the server: imported once, before any fork
     import torch.distributed  # noqa: F401
+    for name in sys.argv[2:] if preload is None else preload:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass   # the rank imports it itself (and says why it cannot)
     if len(os.listdir("/proc/self/task")) != 1:
         print("threads", flush=True)   # fork would copy one thread of several: the launcher starts cold
         return 1
@@ -36,11 +44,7 @@ def serve(path: str | None = None) -> int:
         _loop(listener, conns, children)
     finally:
         for pid in children:   # the launcher is gone: nothing of ours stays
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            _kill(pid)
         _reap(children)
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # the private dir the launcher made for us
     return 0
@@ -57,19 +61,25 @@ def _loop(listener, conns, children) -> None:
         for conn in [c for c in ready if c in conns]:
             if conns[conn] is None:
                 _request(conn, listener, conns, children)
-            elif not conn.recv(16):
-                children[conns.pop(conn)] = None
+            elif not conn.recv(16):   # the launcher left: a child still running must not outlive it
+                pid = conns.pop(conn)
                 conn.close()
+                if pid in children:
+                    children[pid] = None
+                    _kill(pid)
         _reap(children)
 
 
 def _request(conn, listener, conns, children) -> None:
+    fds: list = []
     try:
-        msg, fds, _, _ = socket.recv_fds(conn, MAX_MSG, 1)
+        msg, fds, _, _ = socket.recv_fds(conn, MAX_MSG, 2)
         req = json.loads(msg)
         started_r, started_w = os.pipe()
         pid = os.fork()
     except (OSError, ValueError) as e:
+        for fd in fds:
+            os.close(fd)
         conns.pop(conn)
         with _quiet():
             conn.send(json.dumps({"error": str(e)}).encode())
@@ -79,14 +89,23 @@ def _request(conn, listener, conns, children) -> None:
         for c in (listener, *conns):
             c.close()
         os.close(started_r)
-        _child(req, fds[0], started_w)   # never returns
-    os.close(fds[0])
+        _child(req, fds, started_w)   # never returns
+    for fd in fds:
+        os.close(fd)
     os.close(started_w)
     os.read(started_r, 1)   # EOF once the child leads its own session: the launcher may kill its group now
     os.close(started_r)
     conns[conn], children[pid] = pid, conn
     with _quiet():
         conn.send(json.dumps({"pid": pid}).encode())
+
+
+def _kill(pid: int) -> None:
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _reap(children) -> None:
@@ -113,7 +132,8 @@ class _quiet:
 
 # ----- in the forked child -----
 
-def _child(req: dict, out_fd: int, started: int) -> None:
+def _child(req: dict, fds: list, started: int) -> None:
+    """``fds``: the rank's stdout and stderr, or one descriptor for both."""
     code = 1
     try:
         os.setsid()
@@ -121,9 +141,10 @@ def _child(req: dict, out_fd: int, started: int) -> None:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        os.dup2(out_fd, 1)
-        os.dup2(out_fd, 2)
-        os.close(out_fd)
+        os.dup2(fds[0], 1)
+        os.dup2(fds[-1], 2)
+        for fd in set(fds) - {1, 2}:
+            os.close(fd)
         os.environ.clear()
         os.environ.update(req["env"])
         os.chdir(req["cwd"])

@@ -172,9 +172,10 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     before exec (the grader uses it to set resource limits). ``torchrun_args`` go to torchrun itself
     (``["--max-restarts", "1"]``); the lines of every attempt go to the same ranks. ``stop``: when another
     thread sets it, the ranks are stopped as at the deadline (a caller running launches side by side uses it
-    on Ctrl-C). ``warm``: srun-style ranks without ``preexec_fn`` are forked from a server that imported
-    torch once (``course_lib.core.warm``): None uses the server of an open ``warm.session()`` if any, True
-    starts one for this launch if none is open, False (or ``COURSE_WARM=0``) always starts fresh interpreters.
+    on Ctrl-C). ``warm``: ranks without ``preexec_fn`` are forked from a server that imported torch once
+    (``course_lib.core.warm``; under torchrun, its agent and each rank): None uses the server of an open
+    ``warm.session()`` if any, True starts one for this launch if none is open, False (or ``COURSE_WARM=0``)
+    always starts fresh interpreters.
     """
     if style not in ("srun", "torchrun"):
         raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
@@ -188,7 +189,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
                  start_new_session=True, preexec_fn=preexec_fn)
     log_dir = server = None
     own_server = False
-    if style == "srun" and preexec_fn is None:
+    if preexec_fn is None:
         from course_lib.core import warm as warm_start
         server, own_server = warm_start.for_launch(warm, base, script_args)
     start = time.monotonic()
@@ -199,9 +200,9 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
                 procs.append(_start_rank(script_args, srun_env(rank, nprocs, port, base), popen, server))
         else:
             log_dir = tempfile.TemporaryDirectory(prefix="torchrun-logs-")
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}",
-                   "--tee=3", f"--log-dir={log_dir.name}", *torchrun_args, *script_args]
-            procs.append(subprocess.Popen(cmd, env=base, **popen))
+            args = ["--standalone", f"--nproc_per_node={nprocs}", "--tee=3", f"--log-dir={log_dir.name}",
+                    *torchrun_args]
+            procs.append(_start_torchrun(args, script_args, base, popen, server))
         threads = [threading.Thread(target=_reader, args=(p.stdout, i, q), daemon=True)
                    for i, p in enumerate(procs)]
         for t in threads:
@@ -226,6 +227,19 @@ def _start_rank(script_args, env: dict, popen: dict, server):
         except OSError:
             pass   # the server says why it cannot: this rank and the next start cold
     return subprocess.Popen([sys.executable, *script_args], env=env, **popen)
+
+
+def _start_torchrun(args: list, script_args, env: dict, popen: dict, server):
+    """The real torchrun. With a warm server, the server forks torchrun's agent, and torchrun's worker for each
+    rank is ``course_lib.core.warm_rank``, which has the server fork the rank (cold if the server cannot)."""
+    if server is not None and not server.broken:
+        from course_lib.core.warm_rank import SOCKET_VAR
+        try:
+            return server.spawn(["-m", "torch.distributed.run", *args, "-m", "course_lib.core.warm_rank",
+                                 *script_args], {**env, SOCKET_VAR: server.path}, popen["cwd"])
+        except OSError:
+            pass
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args, *script_args], env=env, **popen)
 
 
 def _route(result: LaunchResult, style: str, stream_idx: int, line: str) -> list[tuple[int, str]]:

@@ -1,4 +1,4 @@
-"""Warm start for srun-style launches: a fork server that has imported torch once, so a rank costs a fork.
+"""Warm start for launches: a fork server that has imported torch once, so a rank costs a fork.
 
 Most of a check is starting ranks: every rank of every launch starts an interpreter and imports torch.
 The server (``python -c "...serve()"``) imports torch and torch.distributed, runs no torch op and checks
@@ -10,6 +10,11 @@ stdin from /dev/null, stdout and stderr into the pipe, exactly the rank's enviro
 ``sys.path[0]``, then runs the script with runpy. The server reaps its children and sends each exit code back
 on the request's connection (a forked rank is not the launcher's child); ``WarmProcess`` gives launch() the
 part of Popen it uses (pid, stdout, poll, wait), so deadlines and kills work as for a cold rank.
+
+Under torchrun (``launch(style="torchrun")``) the server forks torchrun's agent, and the worker torchrun starts
+for each rank is ``course_lib.core.warm_rank``, which sends its own environment, working directory, stdout and
+stderr in the same request and stands in for the rank towards torchrun (signals in, exit status out). A request
+whose connection closes before its child has ended (the launcher or that worker was killed) gets the child killed.
 
 The server ends when its standard input reaches EOF (the process that started it closed it or died) and
 kills what it still runs. ``COURSE_WARM=0`` turns the warm start off everywhere (back to a fresh interpreter
@@ -31,7 +36,9 @@ import tempfile
 import threading
 import time
 
-IMPORT_TIME = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "KMP_", "OPENBLAS", "GOTO", "CUDA", "LD_")
+# Not KMP_*: those are Intel OpenMP's, and torch's wheels load GNU OpenMP (torch/lib/libgomp.so.1); scikit-learn
+# sets two of them when imported (a checker that loads the digits would otherwise start every rank cold).
+IMPORT_TIME = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "OPENBLAS", "GOTO", "CUDA", "LD_")
 MAX_MSG = 1 << 20
 READY_TIMEOUT = 300.0     # a loaded machine can take minutes to import torch
 _active: Server | None = None
@@ -92,15 +99,18 @@ class WarmProcess:
 class Server:
     """One fork server (started here, ready when first used); ``close()`` ends it and removes its dir."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, preload=()):
         self.env = dict(env)
         self.dir = tempfile.mkdtemp(prefix="course-warm-")
         self.path = os.path.join(self.dir, "sock")
         self.broken = False
         self._ready: bool | None = None
         self._lock = threading.Lock()
+        # os._exit: an orderly shutdown of an interpreter with torch loaded takes most of a second, and the
+        # check waits for the server to be gone (it has flushed all it says)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from course_lib.core.forkserver import serve; serve()", self.path],
+            [sys.executable, "-c", "import os; from course_lib.core.forkserver import serve; os._exit(serve())",
+             self.path, *preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.dir,
             env=self.env, start_new_session=True)
 
@@ -150,16 +160,17 @@ class Server:
 
 
 @contextlib.contextmanager
-def session(env: dict | None = None):
-    """One server for every srun-style launch inside (all threads), ended on the way out; None when
-    COURSE_WARM=0 or inside another session (that one serves). ``env``: as launch(env=...) gets it."""
+def session(env: dict | None = None, preload=()):
+    """One server for every launch inside (all threads), ended on the way out; None when
+    COURSE_WARM=0 or inside another session (that one serves). ``env``: as launch(env=...) gets it;
+    ``preload``: modules the ranks would import after torch, imported once by the server instead."""
     global _active
     from course_lib.core.launch import _base_env
     with _lock:
         if not enabled() or _active is not None:
             server = None
         else:
-            server = _active = Server(_base_env(env))
+            server = _active = Server(_base_env(env), preload)
     try:
         yield server
     finally:

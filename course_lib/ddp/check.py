@@ -32,7 +32,7 @@ from pathlib import Path
 from course_lib.core.report import Report
 from course_lib.ddp.failures import describe_failure, waiting_in_init
 from course_lib.ddp.launchers import step6
-from course_lib.ddp.runs import Run, _gpus, prepare_data, run_script, run_side_by_side, start_env, works
+from course_lib.ddp.runs import RANK_IMPORTS, Run, _gpus, prepare_data, run_script, run_side_by_side, start_env, works
 from course_lib.ddp.steps import step1, step2, step3, step4, step5
 
 STEP_NAMES = {1: "Step 1", 2: "Step 2", 3: "Step 3", 4: "Step 4", 5: "Step 5", 6: "Step 6"}
@@ -60,7 +60,7 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
         full = _CACHE[key]
     else:
         from course_lib.core import warm
-        with warm.session(start_env(_gpus() >= 2)):   # one fork server for the srun-style launches
+        with warm.session(start_env(_gpus() >= 2), RANK_IMPORTS):   # one fork server for every launch
             full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers)
         if key is not None:
             _CACHE[key] = full

@@ -7,12 +7,16 @@ launcher's result and each rank's record (``rank-<N>.json``), stack dump and tra
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 SCRIPT_ARGS = ["--dataset", "digits", "--epochs", "2", "--save-model"]
 EPOCHS = int(SCRIPT_ARGS[SCRIPT_ARGS.index("--epochs") + 1])
 TRAIN_IMAGES, TEST_IMAGES = 128, 64     # the digits subset each check trains on: seconds, not minutes
+# what a rank imports after torch, for the warm server to import once: DistributedDataParallel() imports
+# torch._dynamo (1.5-2 s of CPU per rank on this machine's cores)
+RANK_IMPORTS = ("torch._dynamo",)
 
 
 @dataclass
@@ -62,11 +66,19 @@ def prepare_data(folder: Path) -> Path:
 
 
 def _gpus() -> int:
+    if os.name == "posix" and not _gpu_device_files():
+        return 0   # torch would find none: no need to import it (the warm server starts sooner)
     try:
         import torch
         return torch.cuda.device_count()
     except Exception:  # noqa: BLE001 - no CUDA at all
         return 0
+
+
+def _gpu_device_files() -> bool:
+    """Whether /dev shows a GPU: NVIDIA's, AMD's (ROCm) or WSL's."""
+    dev = Path("/dev")
+    return any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists()
 
 
 def start_env(gpu: bool) -> dict:

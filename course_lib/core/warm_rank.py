@@ -1,0 +1,55 @@
+"""torchrun's worker in a warm launch: ``python -m course_lib.core.warm_rank ARGS`` runs ``python ARGS`` as a rank
+forked by the warm server (``course_lib.core.warm``) instead of a fresh interpreter that imports torch again.
+
+torchrun starts one per rank, with the rank's environment (RANK, LOCAL_RANK, ...), its log files as stdout and
+stderr, in a session of its own. This process asks the server named by COURSE_WARM_SOCKET to fork the rank with
+exactly that environment, working directory and output, passes on every signal torchrun sends it to the rank's
+process group, and exits as the rank did (the same code, or the same signal), so torchrun's restarts, failure
+summary and shutdown see the rank as their own worker. If this process is killed, the server kills the rank. It
+imports neither torch nor the rest of course_lib: it starts in tens of milliseconds. Where the server cannot
+fork, it becomes the rank itself (exec of a fresh ``python -u ARGS``, what torchrun would have started).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+
+SOCKET_VAR = "COURSE_WARM_SOCKET"
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def main(argv: list[str]) -> int:
+    env = dict(os.environ)
+    path = env.pop(SOCKET_VAR, "")
+    env["PYTHONUNBUFFERED"] = "1"     # torchrun starts its workers as ``python -u``
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(path)
+        socket.send_fds(conn, [json.dumps({"argv": argv, "env": env, "cwd": os.getcwd()}).encode()], [1, 2])
+        pid = json.loads(conn.recv(4096) or b"{}")["pid"]
+    except (OSError, ValueError, KeyError):
+        conn.close()
+        os.environ.pop(SOCKET_VAR, None)
+        os.execv(sys.executable, [sys.executable, "-u", *argv])   # no server: the cold rank, as torchrun does
+
+    def forward(sig, _frame):
+        try:
+            os.killpg(pid, sig)
+        except OSError:
+            pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    msg = conn.recv(4096)    # the rank's exit code, once the server has reaped it
+    code = json.loads(msg)["code"] if msg else -signal.SIGKILL
+    if code < 0:             # the rank died of a signal: so does this process, for torchrun to report
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

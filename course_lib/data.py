@@ -155,18 +155,40 @@ def _as_dataset(pixels01: np.ndarray, labels: np.ndarray, name: str, split: str)
 DIGITS_TEST_FRACTION = 0.2
 
 
+def digits_8x8() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's bundled digits: images [1797, 8, 8] (0..16) and labels [1797].
+
+    The file scikit-learn's ``load_digits`` reads, read the same way without importing scikit-learn (that
+    import costs a second of CPU in every rank that loads the data); ``load_digits`` where the file has moved."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")   # finds the package without running it
+    folders = (spec.submodule_search_locations or []) if spec else []
+    csv = Path(next(iter(folders), "/nonexistent")) / "datasets" / "data" / "digits.csv.gz"
+    if not csv.is_file():
+        from sklearn.datasets import load_digits
+        bunch = load_digits()
+        return bunch.images, bunch.target
+    data = np.loadtxt(csv, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+
+
+_digits_28: tuple | None = None   # the upsampled set, once per process (train and test are cut from it)
+
+
 def load_digits_split(split: str) -> InMemoryDataset:
     """scikit-learn's 8x8 digits drawn as MNIST draws digits: 20x20 in the middle of a 28x28 frame."""
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    pixels = torch.from_numpy(bunch.images.astype(np.float32) / 16.0).unsqueeze(1)   # [N,1,8,8] in [0,1]
-    pixels = torch.nn.functional.interpolate(pixels, size=(20, 20), mode="bilinear", align_corners=False)
-    pixels = torch.nn.functional.pad(pixels, (4, 4, 4, 4)).clamp_(0, 1).squeeze(1).numpy()
+    global _digits_28
+    if _digits_28 is None:
+        images, target = digits_8x8()
+        pixels = torch.from_numpy(images.astype(np.float32) / 16.0).unsqueeze(1)   # [N,1,8,8] in [0,1]
+        pixels = torch.nn.functional.interpolate(pixels, size=(20, 20), mode="bilinear", align_corners=False)
+        _digits_28 = torch.nn.functional.pad(pixels, (4, 4, 4, 4)).clamp_(0, 1).squeeze(1).numpy(), target
+    pixels, target = _digits_28
     order = np.random.default_rng(0).permutation(len(pixels))   # a fixed split, the same everywhere
     n_test = int(len(order) * DIGITS_TEST_FRACTION)
     idx = order[n_test:] if split == "train" else order[:n_test]
-    return _as_dataset(pixels[idx], bunch.target[idx], "digits", split)
+    return _as_dataset(pixels[idx], target[idx], "digits", split)
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -72,6 +72,28 @@ def test_digits_is_28x28_fixed_split_and_learnable():
     assert train.images[:, :, 4:24, 4:24].max() > background + 2
 
 
+def test_digits_are_scikit_learns_without_importing_it(monkeypatch):
+    """The bundled file read directly gives exactly load_digits(), in a process that never imports sklearn;
+    where the file is not found, load_digits() itself is used."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    images, target = data.digits_8x8()
+    assert np.array_equal(images, bunch.images) and np.array_equal(target, bunch.target)
+    code = ("import sys; from course_lib import data; tr, te = data.load_dataset('digits'); "
+            "print(len(tr), len(te), 'sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["1438", "359", "False"], out.stdout + out.stderr
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)   # the file cannot be found
+    images, target = data.digits_8x8()
+    assert np.array_equal(images, bunch.images) and np.array_equal(target, bunch.target)
+
+
 @pytest.mark.parametrize("breakage, expect", [
     ("magic", "not an IDX images file"),
     ("truncated", "truncated or corrupt"),

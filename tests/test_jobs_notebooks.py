@@ -7,6 +7,7 @@ import nbformat
 import papermill
 import pytest
 from conftest import ROOT
+from test_notebooks import EXPECT, ON_SLURM, slurm_runs_here
 
 from course_lib.jobs import monitor
 
@@ -40,6 +41,7 @@ def has_widget(nb):
 @pytest.fixture
 def slurm_engine(slurm, tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("COURSE_OUT_DIR", str(tmp_path / "out"))   # its own answers: a local run may overlap
     return tmp_path
 
 
@@ -69,9 +71,26 @@ def test_03_solutions_on_slurm(slurm_engine):
 
 @pytest.mark.slurm
 def test_04_solutions_on_slurm(slurm_engine):
-    nb = execute(NB04, slurm_engine / "04.ipynb", TREE="solutions", STRICT=True)
+    nb = execute(NB04, slurm_engine / "04.ipynb", TREE="solutions", STRICT=True, ANSWERS="key")
     text = text_of(nb)
     assert "(strong-2, slurm): COMPLETED" in text and "(weak-2, slurm): COMPLETED" in text and "1 -> 2 ranks" in text
     assert "(lr-linear-warmup-2, slurm): COMPLETED" in text      # the warm-up wrapper runs as a Slurm job too
+    # what test_papermill asks of a solutions run (it leaves 04 to this test where Slurm runs)
+    missing = [s for s in EXPECT[("04_scaling_study", "solutions")] if s not in text]
+    assert not missing, f"04 (solutions, Slurm) ran but does not show {missing}"
+    assert "FAIL" not in text, "04: a check failed against the solutions"
 
 
+
+
+def test_notebooks_left_to_slurm_are_run_and_judged_here():
+    """test_notebooks leaves the solutions run of ON_SLURM to this module where Slurm runs: each has its Slurm
+    test here, which asserts test_papermill's expectations (EXPECT and no FAIL) with the quiz key."""
+    import inspect
+    assert ON_SLURM and slurm_runs_here() in (True, False)
+    for stem in ON_SLURM:
+        test = globals().get(f"test_{stem[:2]}_solutions_on_slurm")
+        assert test is not None, f"{stem}: test_notebooks leaves it to a Slurm test that does not exist"
+        body = inspect.getsource(test)
+        assert 'EXPECT[("' + stem + '", "solutions")]' in body and '"FAIL" not in text' in body, stem
+        assert 'ANSWERS="key"' in body and 'TREE="solutions"' in body, stem

@@ -7,7 +7,7 @@ import nbformat
 import papermill
 import pytest
 from conftest import ROOT
-from test_notebooks import EXPECT, ON_SLURM, slurm_runs_here
+from test_notebooks import EXPECT, ON_SLURM
 
 from course_lib.jobs import monitor
 
@@ -81,13 +81,11 @@ def test_04_solutions_on_slurm(slurm_engine):
     assert "FAIL" not in text, "04: a check failed against the solutions"
 
 
-
-
 def test_notebooks_left_to_slurm_are_run_and_judged_here():
     """test_notebooks leaves the solutions run of ON_SLURM to this module where Slurm runs: each has its Slurm
     test here, which asserts test_papermill's expectations (EXPECT and no FAIL) with the quiz key."""
     import inspect
-    assert ON_SLURM and slurm_runs_here() in (True, False)
+    assert ON_SLURM
     for stem in ON_SLURM:
         test = globals().get(f"test_{stem[:2]}_solutions_on_slurm")
         assert test is not None, f"{stem}: test_notebooks leaves it to a Slurm test that does not exist"

@@ -13,6 +13,7 @@ Every problem with a file raises ``DataError`` with one message that names the f
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import os
@@ -173,18 +174,17 @@ def digits_8x8() -> tuple[np.ndarray, np.ndarray]:
     return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
 
 
-_digits_28: tuple | None = None   # the upsampled set, once per process (train and test are cut from it)
+@functools.cache   # once per process: train and test are cut from the same upsampled set
+def _digits_28x28() -> tuple[np.ndarray, np.ndarray]:
+    images, target = digits_8x8()
+    pixels = torch.from_numpy(images.astype(np.float32) / 16.0).unsqueeze(1)   # [N,1,8,8] in [0,1]
+    pixels = torch.nn.functional.interpolate(pixels, size=(20, 20), mode="bilinear", align_corners=False)
+    return torch.nn.functional.pad(pixels, (4, 4, 4, 4)).clamp_(0, 1).squeeze(1).numpy(), target
 
 
 def load_digits_split(split: str) -> InMemoryDataset:
     """scikit-learn's 8x8 digits drawn as MNIST draws digits: 20x20 in the middle of a 28x28 frame."""
-    global _digits_28
-    if _digits_28 is None:
-        images, target = digits_8x8()
-        pixels = torch.from_numpy(images.astype(np.float32) / 16.0).unsqueeze(1)   # [N,1,8,8] in [0,1]
-        pixels = torch.nn.functional.interpolate(pixels, size=(20, 20), mode="bilinear", align_corners=False)
-        _digits_28 = torch.nn.functional.pad(pixels, (4, 4, 4, 4)).clamp_(0, 1).squeeze(1).numpy(), target
-    pixels, target = _digits_28
+    pixels, target = _digits_28x28()
     order = np.random.default_rng(0).permutation(len(pixels))   # a fixed split, the same everywhere
     n_test = int(len(order) * DIGITS_TEST_FRACTION)
     idx = order[n_test:] if split == "train" else order[:n_test]

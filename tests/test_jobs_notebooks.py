@@ -7,7 +7,7 @@ import nbformat
 import papermill
 import pytest
 from conftest import ROOT
-from test_notebooks import EXPECT, ON_SLURM
+from test_notebooks import EXPECT, ON_SLURM, missing_from
 
 from course_lib.jobs import monitor
 
@@ -76,8 +76,8 @@ def test_04_solutions_on_slurm(slurm_engine):
     assert "(strong-2, slurm): COMPLETED" in text and "(weak-2, slurm): COMPLETED" in text and "1 -> 2 ranks" in text
     assert "(lr-linear-warmup-2, slurm): COMPLETED" in text      # the warm-up wrapper runs as a Slurm job too
     # what test_papermill asks of a solutions run (it leaves 04 to this test where Slurm runs)
-    missing = [s for s in EXPECT[("04_scaling_study", "solutions")] if s not in text]
-    assert not missing, f"04 (solutions, Slurm) ran but does not show {missing}"
+    missing = missing_from(text, EXPECT[("04_scaling_study", "solutions")])
+    assert not missing, f"04 (solutions, Slurm) ran but {missing}"
     assert "FAIL" not in text, "04: a check failed against the solutions"
 
 

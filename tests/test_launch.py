@@ -1,4 +1,8 @@
 """The local launcher: real processes, real gloo, real torchrun; deadlines, failures and no survivors."""
+import json
+import os
+import subprocess
+import sys
 import textwrap
 import threading
 import uuid
@@ -98,6 +102,75 @@ def test_two_launches_at_once_do_not_collide(tmp_path):
     assert all(r.ok for r in results), [r.summary() for r in results]
     ports = {line.split()[-3] for r in results for line in r.ranks[0].lines if line.startswith("rank")}
     assert len(ports) == 2
+
+
+def test_rank_0s_port_is_held_until_the_launch_ends(tmp_path):
+    # chosen seconds before rank 0 opens it: in between no other socket may take it (CI: an all-reduce demo whose
+    # ranks never met while other tests' gloo ranks were opening ports)
+    body = """
+    import os, socket
+    if int(os.environ["SLURM_PROCID"]) == 0:
+        probe = socket.socket()   # no SO_REUSEADDR, as any other program's bind
+        try:
+            probe.bind(("127.0.0.1", int(os.environ["MASTER_PORT"])))
+            print("port free")
+        except OSError:
+            print("port held")
+        probe.close()
+    """
+    body = textwrap.dedent(body) + textwrap.dedent(REPORT)
+    sockets = _own_sockets()
+    res = launch([script(tmp_path, body)], 2, timeout=120, on_line=None)
+    assert res.ok, res.summary()                     # rank 0's store still opened it
+    assert "port held" in res.ranks[0].lines, res.output()
+    assert _own_sockets() <= sockets                 # and the launcher let it go at the end
+
+
+def _own_sockets() -> set[str]:
+    fds = Path("/proc/self/fd")
+    return {target for target in (os.readlink(fd) for fd in fds.iterdir() if fd.exists())
+            if target.startswith("socket:")}
+
+
+def test_the_kernel_hands_a_held_port_to_no_one():
+    # in a network namespace of its own with ten ephemeral ports: bind(0), with or without SO_REUSEADDR, and
+    # connect() get each of the other nine, never the held one
+    code = textwrap.dedent("""
+        import json, socket, subprocess
+        from course_lib.core.launch import reserve_port
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        open("/proc/sys/net/ipv4/ip_local_port_range", "w").write("40000 40009")
+        holder = reserve_port()
+        held = holder.getsockname()[1]
+        given = []
+        for reuse in (0, 1):
+            socks = []
+            try:
+                while True:
+                    s = socket.socket()
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, reuse)
+                    s.bind(("127.0.0.1", 0))
+                    socks.append(s)
+            except OSError:
+                given.append(sorted(s.getsockname()[1] for s in socks))
+            for s in socks:
+                s.close()
+        server, conns = socket.create_server(("127.0.0.2", 5000)), []
+        try:
+            while True:
+                conns.append(socket.create_connection(("127.0.0.2", 5000)))
+        except OSError:
+            given.append(sorted(c.getsockname()[1] for c in conns))
+        print(json.dumps({"held": held, "given": given}))
+    """)
+    run = subprocess.run(["unshare", "--net", sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).parents[1])
+    if run.returncode != 0 and run.stderr.startswith("unshare:"):
+        pytest.skip("needs a network namespace of its own (root): " + run.stderr.strip())
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    others = [p for p in range(40000, 40010) if p != got["held"]]
+    assert got["given"] == [others, others, others], got
 
 
 def test_output_is_bounded(tmp_path):

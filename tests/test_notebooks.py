@@ -169,6 +169,18 @@ def text_of_cells(cells) -> str:
     return "\n".join(parts)
 
 
+def missing_from(text: str, wanted: list[str]) -> str:
+    """"" if ``text`` shows every string in ``wanted``; else which it lacks, each with the lines of ``text`` that
+    share its first words, so that a failure says what the notebook showed instead."""
+    report = []
+    for s in wanted:
+        if s not in text:
+            lead = s[:12]
+            near = [line for line in text.splitlines() if lead in line][:5]
+            report.append(f"{s!r} (lines with {lead!r}: {near or 'none'})")
+    return "does not show " + "; ".join(report) if report else ""
+
+
 @pytest.mark.slow
 @against_solutions
 @pytest.mark.parametrize("tree", ["solutions"])
@@ -188,8 +200,8 @@ def test_papermill(nb_path, tree, tmp_path, monkeypatch):
                         cwd=str(nb_path.parent), kernel_name="python3", execution_timeout=DEADLINE,
                         progress_bar=False)
     text = text_of(out)
-    missing = [s for s in EXPECT.get((nb_path.stem, tree), []) if s not in text]
-    assert not missing, f"{nb_path.name} ({tree}) ran but does not show {missing}"
+    missing = missing_from(text, EXPECT.get((nb_path.stem, tree), []))
+    assert not missing, f"{nb_path.name} ({tree}) ran but {missing}"
     if tree == "solutions":
         assert "FAIL" not in text, f"{nb_path.name}: a check failed against the solutions"
 
@@ -210,8 +222,8 @@ def test_nbval_lax_against_exercises(nb_path, tmp_path):
     cells = [json.loads(line) for line in outputs.read_text(encoding="utf-8").splitlines()]
     assert cells, f"no outputs saved by tests/nbval_outputs.py:\n{p.stdout[-2000:]}"
     text = text_of_cells(cells)
-    missing = [s for s in EXPECT.get((nb_path.stem, "exercises"), []) if s not in text]
-    assert not missing, f"{nb_path.name} (exercises) ran but does not show {missing}"
+    missing = missing_from(text, EXPECT.get((nb_path.stem, "exercises"), []))
+    assert not missing, f"{nb_path.name} (exercises) ran but {missing}"
     if same_in_both_trees(nb_path):   # it ran the solutions' code: what test_papermill asks of those
         assert "FAIL" not in text, f"{nb_path.name}: a check failed against the solutions' code"
 

@@ -42,6 +42,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def reserve_port() -> socket.socket:
+    """A socket that holds a free port (``.getsockname()[1]``) for rank 0's store until the launch ends.
+
+    Rank 0 opens MASTER_PORT seconds after the port is chosen (it imports torch first). A port let go at once
+    could go to another socket in that window (another run's gloo pair or store binds port 0), and rank 0 would
+    fail with EADDRINUSE, which a checker reads as the learner's two rank 0s. While a socket bound with
+    SO_REUSEADDR holds it, Linux gives the port to no bind(0) or connect() (tests/test_launch.py shows it), and
+    a store that also sets SO_REUSEADDR (c10d's TCPStore does) may still bind and listen on it (socket(7))."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
 def srun_env(rank: int, nprocs: int, port: int, base: dict | None = None) -> dict:
     """The environment srun (plus the course's job script) gives task ``rank`` of a one-node job."""
     env = dict(os.environ if base is None else base)
@@ -187,7 +201,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     procs: list[subprocess.Popen] = []
     popen = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                  start_new_session=True, preexec_fn=preexec_fn)
-    log_dir = server = None
+    log_dir = server = held = None
     own_server = False
     if preexec_fn is None:
         from course_lib.core import warm as warm_start
@@ -195,7 +209,8 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     start = time.monotonic()
     try:
         if style == "srun":
-            port = free_port()
+            held = reserve_port()
+            port = held.getsockname()[1]
             for rank in range(nprocs):
                 procs.append(_start_rank(script_args, srun_env(rank, nprocs, port, base), popen, server))
         else:
@@ -212,6 +227,8 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
         for p in procs:
             kill_group(p)
         result.elapsed = time.monotonic() - start
+        if held is not None:
+            held.close()
         if own_server:
             server.close()
         if log_dir is not None:

@@ -10,7 +10,7 @@ PYTHON = sys.executable
 
 
 def live_processes(*needles: str, environ: bool = False) -> list[str]:
-    """``"pid: command"`` of live processes (no zombies, no pytest) whose command line (and environment, if
+    """``"pid: command"`` of live processes (no zombies, not pytest) whose command line (and environment, if
     asked) holds every one of ``needles``: what a run that must leave nothing behind left behind."""
     from course_lib.core import proc
 
@@ -18,11 +18,18 @@ def live_processes(*needles: str, environ: bool = False) -> list[str]:
     for p in proc.live(["cmdline", "environ"] if environ else ["cmdline"]):
         if p.pid == os.getpid():
             continue
-        cmd = " ".join(p.info["cmdline"] or [])
+        argv = p.info["cmdline"] or []
+        cmd = " ".join(argv)
         blob = cmd + ("".join(f"{k}={v}" for k, v in (p.info["environ"] or {}).items()) if environ else "")
-        if "pytest" not in cmd and all(n in blob for n in needles):
+        if not _is_pytest(argv) and all(n in blob for n in needles):
             found.append(f"{p.pid}: {cmd[:200]}")
     return found
+
+
+def _is_pytest(argv: list) -> bool:
+    """pytest itself (its arguments may name what a test looks for), not a process whose path has "pytest" in
+    it, as every file under tmp_path (/tmp/pytest-of-USER/...) does."""
+    return bool(argv) and (os.path.basename(argv[0]) in ("pytest", "py.test") or argv[1:3] == ["-m", "pytest"])
 
 
 def processes_under(folder, any_of: tuple = ()) -> list[str]:

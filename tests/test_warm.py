@@ -109,6 +109,22 @@ def test_deadline_stops_a_hang_with_all_it_started(server, tmp_path):
     assert server.proc.poll() is None   # the server outlives a failed launch and serves the next one
 
 
+def test_a_rank_shows_its_own_command_line_while_it_runs(server, tmp_path):
+    # ps, top and the tests' "nothing survives" checks (live_processes) read /proc/PID/cmdline: a forked rank
+    # would show the server's
+    path = script(tmp_path, "import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(300)\n")
+    seen = []
+
+    def on_line(rank, line):
+        if line.startswith("pid") and not seen:
+            seen.append(live_processes(path, "--flag"))
+    res = launch([path, "--flag"], 1, timeout=20, on_line=on_line)
+    assert res.timed_out and int(lines_of(res, 0, "pid")[0][0]) != os.getpid()
+    [[found]] = seen
+    assert found.startswith(lines_of(res, 0, "pid")[0][0] + ":") and f"{sys.executable} {path} --flag" in found
+    assert live_processes(path) == []
+
+
 def test_a_launch_outside_a_session_starts_and_ends_its_own_server(tmp_path, monkeypatch):
     monkeypatch.setattr(warm, "_active", None)   # this module's session is open: step outside it
     res = launch([script(tmp_path, SHOW)], 1, timeout=120, warm=True, on_line=None)

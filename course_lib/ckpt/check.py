@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.ckpt.curves import RANK_ENV
 from course_lib.core.report import Report
 
 ITEMS = ("model", "optimizer", "scheduler", "position", "RNG states", "rank 0 writes", "atomic write", "resume")
@@ -59,8 +60,7 @@ def run_worker(path: str, folder: Path, timeout: float, call_timeout: float) -> 
     run, snapshot = Run(), str(folder / "snapshot.pt")
     run.result = launch(["-m", "course_lib.ckpt.worker", os.path.abspath(path), snapshot,
                          "--seconds", str(call_timeout)], nprocs=WORLD,
-                        timeout=timeout, cwd=folder, on_line=run.on_line, grace=5.0,
-                        env={"PYTHONDONTWRITEBYTECODE": "1"})
+                        timeout=timeout, cwd=folder, on_line=run.on_line, grace=5.0, env=RANK_ENV)
     return run, snapshot
 
 
@@ -188,6 +188,12 @@ def resume_verdict(report: Report, path: str, timeout: float) -> None:
 def check(path: str, timeout: float = 240, resume: bool = True, call_timeout: float = 60) -> Report:
     """Check the learner's file at ``path``; ``timeout`` bounds each multi-process run, ``call_timeout`` each call
     of save_snapshot or load_snapshot; ``resume=False`` leaves out the torchrun experiment (the slow part)."""
+    from course_lib.core import warm
+    with warm.session(RANK_ENV):   # one fork server for the worker, the reference and the torchrun runs
+        return _check(path, timeout, resume, call_timeout)
+
+
+def _check(path: str, timeout: float, resume: bool, call_timeout: float) -> Report:
     start, path = time.monotonic(), str(path)
     report = Report("ckpt", path)
     with tempfile.TemporaryDirectory(prefix="ckpt-check-") as tmp:

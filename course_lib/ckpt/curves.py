@@ -13,6 +13,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 
+RANK_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}   # no __pycache__ written beside the learner's file
 STEP = re.compile(r"^step=(\d+) epoch=(\d+) batch=(\d+) loss=(\S+)$")
 ATTEMPT = re.compile(r"^attempt=(\d+) world_size=(\d+) steps_per_epoch=(\d+)$")
 SNAPSHOT = re.compile(r"^snapshot epoch=(\d+) step=(\d+)$")
@@ -92,7 +93,7 @@ def run(snapshots=None, nprocs: int = 2, epochs: int = 3, every: int = 3, kill_a
         args += ["--data", _data(work, extra)]
         torchrun_args = ["--max-restarts", str(restarts)] if style == "torchrun" else []
         curve.result = launch(args, nprocs=nprocs, style=style, timeout=timeout, cwd=work, on_line=on_line,
-                              torchrun_args=torchrun_args, env={"PYTHONDONTWRITEBYTECODE": "1"})
+                              torchrun_args=torchrun_args, env=RANK_ENV)
     return curve
 
 

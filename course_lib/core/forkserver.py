@@ -1,5 +1,6 @@
-"""The fork server of ``course_lib.core.warm`` (runs in its own process; imports only the standard library
-and torch, so it has no thread to lose at fork). ``serve(path)``: see warm's docstring for the protocol."""
+"""The fork server of ``course_lib.core.warm`` (runs in its own process; imports only the standard library,
+torch and setproctitle, so it has no thread to lose at fork). ``serve(path)``: see warm's docstring for the
+protocol."""
 from __future__ import annotations
 
 import atexit
@@ -25,7 +26,7 @@ def serve(path: str | None = None, preload=None) -> int:
 
     import torch  # noqa: F401  the point of the server: imported once, before any fork
     import torch.distributed  # noqa: F401
-    for name in sys.argv[2:] if preload is None else preload:
+    for name in [*(sys.argv[2:] if preload is None else preload), "setproctitle"]:
         try:
             importlib.import_module(name)
         except ImportError:
@@ -138,6 +139,7 @@ def _child(req: dict, fds: list, started: int) -> None:
     try:
         os.setsid()
         os.close(started)
+        _title(req["argv"])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -155,6 +157,17 @@ def _child(req: dict, fds: list, started: int) -> None:
         code = _finish(code)
     finally:
         os._exit(code)
+
+
+def _title(argv: list) -> None:
+    """Show the rank's own command line in ps, top and /proc/PID/cmdline (a forked rank would show the
+    server's). setproctitle writes it over the memory of the server's argv and environment, before the rank's
+    environment is set."""
+    try:
+        from setproctitle import setproctitle
+    except ImportError:
+        return   # the rank runs the same; ps shows the server's command line
+    setproctitle(" ".join([sys.executable, *argv]))
 
 
 def _stream(fd: int, line_buffered: bool, errors: str):

@@ -102,6 +102,12 @@ def _on_world(path, nprocs, timeout, case_timeout):
 
 def check(path: str, timeout: float = 180, case_timeout: float = 30, world_sizes=(2, 4)) -> Report:
     """Check ``path`` (the learner's zero.py); ``timeout`` bounds the runs on each world size."""
+    from course_lib.core import warm
+    with warm.session():   # one fork server for every launch (inside check_many's, that one serves)
+        return _check(path, timeout, case_timeout, world_sizes)
+
+
+def _check(path: str, timeout: float, case_timeout: float, world_sizes) -> Report:
     start = time.monotonic()
     verdicts = []
     for nprocs in world_sizes:
@@ -114,7 +120,13 @@ def check(path: str, timeout: float = 180, case_timeout: float = 30, world_sizes
 def check_many(paths, timeout: float = 180, case_timeout: float = 30, world_sizes=(2, 4)) -> list[Report]:
     """``check`` for each of ``paths``, all in one launch per world size; if a launch hangs or fails, each file is
     checked again alone (``check``), so one file's hang cannot cost another its verdicts."""
-    start, paths = time.monotonic(), [str(p) for p in paths]
+    from course_lib.core import warm
+    with warm.session():
+        return _check_many([str(p) for p in paths], timeout, case_timeout, world_sizes)
+
+
+def _check_many(paths: list, timeout: float, case_timeout: float, world_sizes) -> list[Report]:
+    start = time.monotonic()
     by_file: dict[int, list[dict]] = defaultdict(list)
     for nprocs in world_sizes:
         got, current, result, _ = _run_worker(paths, nprocs, timeout, case_timeout, (), ())

@@ -195,6 +195,37 @@ def test_watchdog_says_where_the_main_thread_waits_and_exits(tmp_path):
     assert events[0]["thread"] != "MainThread"
 
 
+def test_watchdog_counts_a_cores_share_so_a_busy_machine_does_not_make_a_hang(tmp_path):
+    # a quarter of a core (8 runnable processes on 2 cores): 0.4 s of work takes at least 1.6 s of wall time
+    p = run_script(tmp_path, """
+        import time
+        from course_lib.core import rankkit
+
+        rankkit.core_share = lambda: 0.25
+        start = time.monotonic()
+        dog = rankkit.Watchdog(0.4, lambda frames: rankkit.emit("stuck", after=time.monotonic() - start))
+        dog.arm()
+        time.sleep(30)
+    """)
+    assert p.returncode == 3, p.stderr
+    [event] = [rankkit.parse(line) for line in p.stdout.splitlines()]
+    assert event["after"] >= 1.6 - 2 * rankkit.Watchdog.TICK, event
+
+
+def test_core_share_is_cores_over_the_load(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    for load, share in ((0.0, 1.0), (1.5, 1.0), (2.0, 1.0), (4.0, 0.5), (8.0, 0.25)):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
+        assert rankkit.core_share() == share, load
+
+    def unreadable():
+        raise OSError("no load average here")
+    monkeypatch.setattr(os, "getloadavg", unreadable)
+    assert rankkit.core_share() == 1.0   # the plain wall clock
+    monkeypatch.undo()
+    assert 0 < rankkit.core_share() <= 1
+
+
 GUARD = """
 import json, os, tempfile
 import torch, torch.distributed as dist

@@ -95,28 +95,55 @@ def exit_now(code: int = 0) -> None:
 
 class Watchdog:
     """A deadline for one piece of work: if it is not over in time, ``on_fire`` says where the main thread
-    waits (it gets ``main_thread_frames()`` and the arguments of ``arm``), then the process exits."""
+    waits (it gets ``main_thread_frames()`` and the arguments of ``arm``), then the process exits.
+
+    The deadline is kept on a clock of a core's fair share (``core_share``): while the machine's load is above
+    its cores, it runs slower, by at most SLOWEST, so work that is only slow because the machine is busy (a room
+    of learners on one node, CI) is not called stuck. A real hang waits on an idle machine as on a
+    busy one: it fires, later on a busy one. The launch's own deadline still bounds the whole run."""
+
+    TICK = 0.1
+    SLOWEST = 0.25
 
     def __init__(self, seconds: float, on_fire: Callable[..., None], exit_code: int = 3):
         self.seconds, self.on_fire, self.exit_code = seconds, on_fire, exit_code
-        self.timer: threading.Timer | None = None
+        self._stop: threading.Event | None = None
 
     def arm(self, *args) -> None:
         self.disarm()
-        self.timer = threading.Timer(self.seconds, self._fire, args=args)
-        self.timer.daemon = True
-        self.timer.start()
+        self._stop = threading.Event()
+        threading.Thread(target=self._count, args=(self._stop, args), daemon=True).start()
 
     def disarm(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
+
+    def _count(self, stop: threading.Event, args) -> None:
+        left = self.seconds
+        while left > 0:
+            if stop.wait(self.TICK):
+                return
+            left -= self.TICK * max(self.SLOWEST, core_share())
+        self._fire(*args)
 
     def _fire(self, *args) -> None:
         try:
             self.on_fire(main_thread_frames(), *args)
         finally:   # the main thread is stuck: whatever on_fire did, this process ends here
             exit_now(self.exit_code)
+
+
+def core_share() -> float:
+    """The share of a core a runnable process gets: cores / the 1-minute load average, at most 1 (1 where the
+    load cannot be read). A smooth figure that every rank of a launch reads alike, so that their watchdogs
+    fire together (one that fired first would end its rank, and its peers would see a closed connection)."""
+    try:
+        load = os.getloadavg()[0]
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    except OSError:
+        return 1.0
+    return min(1.0, cores / load) if load > 0 else 1.0
 
 
 # ---- guards on torch.distributed ------------------------------------------------------------------------------

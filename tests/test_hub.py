@@ -77,14 +77,30 @@ def _run_to(page, marker: str) -> object:
     """Run every cell above the cell holding ``marker``, then that cell; returns the cell's locator."""
     cell = page.locator(".jp-Notebook .jp-Cell", has_text=marker).first
     cell.scroll_into_view_if_needed()
-    cell.locator(".jp-InputPrompt").first.click()          # select it, command mode
-    page.keyboard.press("Control+Shift+C")
-    palette = page.locator(".lm-CommandPalette-input")
-    palette.fill("Run All Above Selected Cell")
-    page.locator(".lm-CommandPalette-item", has_text="Run All Above Selected Cell").first.click()
+    _palette(page, cell, "Run All Above Selected Cell")
     cell.locator(".jp-InputPrompt").first.click()
     page.keyboard.press("Shift+Enter")
     return cell
+
+
+def _palette(page, cell, command: str, tries: int = 4) -> None:
+    """Select ``cell`` and run ``command`` from the command palette. The palette is a modal that closes when it
+    loses focus; on a learner's first page load, a late start-up step (kernel, file browser) took the focus once
+    between filling the palette and clicking its item, and the click then waited for nothing (CI, 15 minutes). So
+    the palette is opened afresh when its item does not show within a minute."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    for attempt in range(1, tries + 1):
+        try:
+            cell.locator(".jp-InputPrompt").first.click()          # select it, command mode
+            page.keyboard.press("Control+Shift+C")
+            page.locator(".lm-CommandPalette-input").fill(command, timeout=60_000)
+            page.locator(".lm-CommandPalette-item", has_text=command).first.click(timeout=60_000)
+            return
+        except PlaywrightTimeout:
+            print(f"command palette, try {attempt} of {tries}: {command!r} did not show; opening it again")
+            page.keyboard.press("Escape")
+    raise AssertionError(f"the command palette never offered {command!r} in {tries} tries")
 
 
 def _open(page, base: str, notebook: str):

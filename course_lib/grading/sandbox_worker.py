@@ -52,8 +52,9 @@ def _enter_limits(max_processes: int, max_file_mb: int) -> None:
 
 def worker(argv: list[str]) -> int:
     exercise, path, result, run_timeout, max_processes, max_file_mb, checker, strict = argv
+    # the checker's fork server (course_lib.core.warm) starts after this, so it and every rank it forks are in
+    # the check's cgroups, under its rlimits, and found by the sweep as the worker's descendants
     _enter_limits(int(max_processes), int(max_file_mb))
-    os.environ["COURSE_WARM"] = "0"   # graded ranks start as fresh interpreters under these limits (no fork server)
 
     from course_lib.core.report import Report
     from course_lib.registry import get

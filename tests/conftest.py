@@ -122,10 +122,16 @@ def _stop_slurm(directory: Path) -> None:
 
 @pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook, which reads the marks into the node ids
 def pytest_collection_modifyitems(items):
-    """Under xdist (--dist loadgroup) every test that uses the local Slurm runs on one worker: one cluster."""
+    """Under xdist (--dist loadgroup) every test that uses the local Slurm runs on one worker: one cluster.
+
+    Then the slow tests (multi-process runs, notebooks) go first and the quick unit tests last: xdist hands out
+    tests in this order (groups first, the largest first), so the run ends on tests of a second or less instead
+    of one worker finishing a minute-long test while the others are idle. The order within a module, and
+    within a group, stays as written."""
     for item in items:
         if "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("slurm"))
+    items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")))
 
 
 def pytest_collection_finish(session):

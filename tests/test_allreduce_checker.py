@@ -51,6 +51,27 @@ def test_diagnose_names_the_mistake():
 
 
 @pytest.mark.slow
+def test_a_closed_connection_after_a_hang_is_reported_as_the_hang():
+    """On a loaded machine the stuck ranks' watchdogs can end them before the last rank's fires; that rank then
+    sees a closed connection (CI: tree_pow2_only at W=3). The verdict is the deadlock, with where each waited."""
+    from course_lib.allreduce.check import Run, _case_failure
+
+    key = ("tree_allreduce", 0)
+    gone = "raised DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. (at allreduce.py:122)"
+    assert worker.peer_gone(RuntimeError(gone)) and not worker.peer_gone(ValueError("Invalid destination rank"))
+    run = Run(labels={key: "W=3, 1,009 elements, float32"}, begun={key: {0, 1, 2}},
+              results={key: {2: {"ok": False, "kind": "peer_gone", "msg": gone}}},
+              stuck={key: {0: {"where": "allreduce.py:124"}, 1: {"where": "allreduce.py:124"}}})
+    msg = _case_failure(run, "tree_allreduce", 3)
+    assert re.search(r"W=3.*deadlock", msg) and "rank 1 was waiting at allreduce.py:124" in msg, msg
+    assert "then rank 2 saw its partner's connection close: raised DistNetworkError" in msg, msg
+    # a rank's own error stays the reason, and so does a closed connection where no partner was stuck
+    run.results[key][2]["kind"] = "error"
+    assert _case_failure(run, "tree_allreduce", 3).startswith("W=3, 1,009 elements, float32: rank 2: raised")
+    run.results[key][2]["kind"], run.stuck = "peer_gone", {}
+    assert "deadlock" not in _case_failure(run, "tree_allreduce", 3)
+
+
 def test_solution_passes():
     report = check(str(SOLUTION))
     assert report.passed, report.text()

@@ -67,6 +67,10 @@ def _case_failure(run: Run, fn: str, world: int) -> str | None:
         results = run.results.get(key, {})
         bad = {r: ev for r, ev in sorted(results.items()) if not ev["ok"]}
         missing = sorted(set(range(world)) - set(results))
+        if bad and _after_a_hang(run, key, bad, missing):
+            r0, ev = next(iter(bad.items()))
+            return (_stuck_message(run, key, label, missing, world)
+                    + f"\n(then rank {r0} saw its partner's connection close: {ev['msg'].split(' (at ')[0]})")
         if bad:
             r0, ev = next(iter(bad.items()))
             ranks = sorted(bad)
@@ -78,6 +82,14 @@ def _case_failure(run: Run, fn: str, world: int) -> str | None:
         if missing:
             return _stuck_message(run, key, label, missing, world)
     return None
+
+
+def _after_a_hang(run: Run, key, bad: dict, missing: list[int]) -> bool:
+    """Every failing rank failed only because a partner's connection closed, and a rank that did not return was
+    stuck: that rank's watchdog ended it first (on a busy machine the ranks' deadlines do not end at the same
+    instant), so the hang is the learner's fault, the closed connection its consequence."""
+    stuck = run.stuck.get(key, {})
+    return all(ev.get("kind") == "peer_gone" for ev in bad.values()) and any(r in stuck for r in missing)
 
 
 def _stuck_message(run: Run, key, label: str, missing: list[int], world: int) -> str:

@@ -139,6 +139,15 @@ def load(path: str, guard: CollectiveGuard):
         return import_path(path, "learner_allreduce")
 
 
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Failed to recv, got 0 bytes")
+
+
+def peer_gone(e: Exception) -> bool:
+    """Gloo's error on this rank when a partner's process ended and closed its connection: what a rank still
+    waiting sees after a stuck partner's watchdog ended it, not a fault of this rank's own code."""
+    return any(s in str(e) for s in PEER_GONE)
+
+
 def run_case(fn, case: dict, world: int, rank: int, guard: CollectiveGuard, path: str) -> dict:
     """Call the learner's function on this rank's input; return {"ok": bool, "kind": str, "msg": str}."""
     import torch
@@ -159,7 +168,7 @@ def run_case(fn, case: dict, world: int, rank: int, guard: CollectiveGuard, path
         return {"ok": False, "kind": "todo", "msg": f"not written yet (NotImplementedError: {e})"}
     except Exception as e:   # the learner's bug: report it with the line it came from
         where = error_where(e, path)
-        return {"ok": False, "kind": "error",
+        return {"ok": False, "kind": "peer_gone" if peer_gone(e) else "error",
                 "msg": f"raised {type(e).__name__}: {e}" + (f" (at {where})" if where else "")}
     if guard.used:   # the learner caught our exception and went on
         return {"ok": False, "kind": "collective",

@@ -1,4 +1,5 @@
 """Shared fixtures. Slurm fixtures are added by the jobs tests' owner; keep others in their own test files."""
+import json
 import os
 import sys
 from pathlib import Path
@@ -131,7 +132,40 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("slurm"))
-    items.sort(key=lambda item: not (item.get_closest_marker("slow") or item.get_closest_marker("xdist_group")))
+    seconds = _durations()
+
+    def order(item):
+        if item.get_closest_marker("xdist_group"):
+            return (0, 0)        # a group's tests run in the order written
+        return (0 if item.get_closest_marker("slow") else 1, -seconds.get(item.nodeid, 0))
+    items.sort(key=order)
+
+
+# How long each test of 5 s or more took in a CI run (tests/durations.json): the slow tests are handed out longest
+# first, so that a test that mostly waits (a hang case's deadline, a job) starts early instead of at the end.
+# Only the order depends on it: a missing or stale file changes no verdict. COURSE_TEST_DURATIONS=write (with
+# `make test`) writes it anew from the run.
+DURATIONS = ROOT / "tests" / "durations.json"
+_measured: dict = {}
+
+
+def _durations() -> dict:
+    try:
+        return json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("COURSE_TEST_DURATIONS") == "write":   # on the controller, with xdist: every worker's reports
+        node = report.nodeid.split("@")[0]                  # without xdist's group suffix
+        _measured[node] = _measured.get(node, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    if _measured and not hasattr(session.config, "workerinput"):
+        kept = {node: round(t) for node, t in sorted(_measured.items()) if t >= 5}
+        DURATIONS.write_text(json.dumps(kept, indent=0) + "\n", encoding="utf-8")
 
 
 def pytest_collection_finish(session):

@@ -212,6 +212,32 @@ def test_watchdog_counts_a_cores_share_so_a_busy_machine_does_not_make_a_hang(tm
     assert event["after"] >= 1.6 - 2 * rankkit.Watchdog.TICK, event
 
 
+def test_watchdog_keeps_time_when_its_thread_wakes_late(tmp_path):
+    # a starved thread: every wait takes three times its timeout. The deadline follows the clock, so two ranks
+    # of one deadlock fire together however often each one's watchdog gets to run (counting ticks: 3 s here)
+    p = run_script(tmp_path, """
+        import threading, time
+        from course_lib.core import rankkit
+
+        class Starved(threading.Event):   # only the watchdog's waits have a timeout here
+            def wait(self, timeout=None):
+                if timeout is None:
+                    return super().wait()
+                time.sleep(3 * timeout)
+                return self.is_set()
+
+        rankkit.threading.Event = Starved
+        rankkit.core_share = lambda: 1.0
+        start = time.monotonic()
+        dog = rankkit.Watchdog(1.0, lambda frames: rankkit.emit("stuck", after=time.monotonic() - start))
+        dog.arm()
+        time.sleep(30)
+    """)
+    assert p.returncode == 3, p.stderr
+    [event] = [rankkit.parse(line) for line in p.stdout.splitlines()]
+    assert 1.0 <= event["after"] < 2.5, event   # four late wake-ups of 0.3 s (counting ticks: ten, 3 s or more)
+
+
 def test_core_share_is_cores_over_the_load(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     for load, share in ((0.0, 1.0), (1.5, 1.0), (2.0, 1.0), (4.0, 0.5), (8.0, 0.25)):

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 from typing import Callable, NamedTuple
 
@@ -120,11 +121,16 @@ class Watchdog:
             self._stop = None
 
     def _count(self, stop: threading.Event, args) -> None:
-        left = self.seconds
+        # the time that really passed, not TICK: on a busy machine this thread wakes late, and counting ticks made
+        # each rank's clock as slow as its own wake-ups; two ranks of one deadlock then fired seconds apart, and
+        # the first to exit had the launcher stop the other before it said where it waited (CI, four workers)
+        left, last = self.seconds, time.monotonic()
         while left > 0:
             if stop.wait(self.TICK):
                 return
-            left -= self.TICK * max(self.SLOWEST, core_share())
+            now = time.monotonic()
+            left -= (now - last) * max(self.SLOWEST, core_share())
+            last = now
         self._fire(*args)
 
     def _fire(self, *args) -> None:

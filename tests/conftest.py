@@ -125,10 +125,10 @@ def _stop_slurm(directory: Path) -> None:
 def pytest_collection_modifyitems(items):
     """Under xdist (--dist loadgroup) every test that uses the local Slurm runs on one worker: one cluster.
 
-    Then the slow tests (multi-process runs, notebooks) go first and the quick unit tests last: xdist hands out
-    tests in this order (groups first, the largest first), so the run ends on tests of a second or less instead
-    of one worker finishing a minute-long test while the others are idle. The order within a module, and
-    within a group, stays as written."""
+    Then the slow tests (multi-process runs, notebooks) go first, longest first (tests/durations.json), and the
+    quick unit tests last: xdist hands out tests in this order (groups first, the largest first), so the run ends
+    on tests of a second or less instead of one worker finishing a minute-long test while the others are idle.
+    The order within a group stays as written."""
     for item in items:
         if "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("slurm"))
@@ -144,7 +144,7 @@ def pytest_collection_modifyitems(items):
 # How long each test of 5 s or more took in a CI run (tests/durations.json): the slow tests are handed out longest
 # first, so that a test that mostly waits (a hang case's deadline, a job) starts early instead of at the end.
 # Only the order depends on it: a missing or stale file changes no verdict. COURSE_TEST_DURATIONS=write (with
-# `make test`) writes it anew from the run.
+# `make test`) writes what the run measured into it (a partial run updates the tests it ran).
 DURATIONS = ROOT / "tests" / "durations.json"
 _measured: dict = {}
 
@@ -164,7 +164,8 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session):
     if _measured and not hasattr(session.config, "workerinput"):
-        kept = {node: round(t) for node, t in sorted(_measured.items()) if t >= 5}
+        kept = {**_durations(), **{node: round(t) for node, t in _measured.items()}}
+        kept = {node: t for node, t in sorted(kept.items()) if t >= 5}
         DURATIONS.write_text(json.dumps(kept, indent=0) + "\n", encoding="utf-8")
 
 

@@ -67,10 +67,8 @@ def _case_failure(run: Run, fn: str, world: int) -> str | None:
         results = run.results.get(key, {})
         bad = {r: ev for r, ev in sorted(results.items()) if not ev["ok"]}
         missing = sorted(set(range(world)) - set(results))
-        if bad and _after_a_hang(run, key, bad, missing):
-            r0, ev = next(iter(bad.items()))
-            return (_stuck_message(run, key, label, missing, world)
-                    + f"\n(then rank {r0} saw its partner's connection close: {ev['msg'].split(' (at ')[0]})")
+        if bad and _after_a_hang(run, key, bad, missing):   # the ranks that saw a partner leave waited too
+            return _stuck_message(run, key, label, sorted(missing + list(bad)), world, gone=bad)
         if bad:
             r0, ev = next(iter(bad.items()))
             ranks = sorted(bad)
@@ -92,8 +90,9 @@ def _after_a_hang(run: Run, key, bad: dict, missing: list[int]) -> bool:
     return all(ev.get("kind") == "peer_gone" for ev in bad.values()) and any(r in stuck for r in missing)
 
 
-def _stuck_message(run: Run, key, label: str, missing: list[int], world: int) -> str:
-    stuck = run.stuck.get(key, {})
+def _stuck_message(run: Run, key, label: str, missing: list[int], world: int, gone: dict | None = None) -> str:
+    """``gone``: ranks that were waiting when a stuck partner's watchdog ended it (their error says where)."""
+    stuck, gone = run.stuck.get(key, {}), gone or {}
     returned = sorted(set(range(world)) - set(missing))
     lines = [f"{label}: deadlock or hang: ranks {missing} did not return within the deadline"
              + (f" (ranks {returned} did)" if returned else "")]
@@ -101,6 +100,8 @@ def _stuck_message(run: Run, key, label: str, missing: list[int], world: int) ->
         ev = stuck.get(r)
         if ev and ev.get("where"):
             lines.append(f"rank {r} was waiting at {ev['where']}")
+        elif gone.get(r, {}).get("where"):
+            lines.append(f"rank {r} was waiting at {gone[r]['where']} (until its partner's connection closed)")
     lines.append("hint: " + DEADLOCK_HINT)
     return "\n".join(lines)
 

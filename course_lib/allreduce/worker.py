@@ -168,7 +168,7 @@ def run_case(fn, case: dict, world: int, rank: int, guard: CollectiveGuard, path
         return {"ok": False, "kind": "todo", "msg": f"not written yet (NotImplementedError: {e})"}
     except Exception as e:   # the learner's bug: report it with the line it came from
         where = error_where(e, path)
-        return {"ok": False, "kind": "peer_gone" if peer_gone(e) else "error",
+        return {"ok": False, "kind": "peer_gone" if peer_gone(e) else "error", "where": where,
                 "msg": f"raised {type(e).__name__}: {e}" + (f" (at {where})" if where else "")}
     if guard.used:   # the learner caught our exception and went on
         return {"ok": False, "kind": "collective",

@@ -197,45 +197,41 @@ def test_watchdog_says_where_the_main_thread_waits_and_exits(tmp_path):
 
 def test_watchdog_counts_a_cores_share_so_a_busy_machine_does_not_make_a_hang(tmp_path):
     # a quarter of a core (8 runnable processes on 2 cores): 0.4 s of work takes at least 1.6 s of wall time
-    p = run_script(tmp_path, """
-        import time
+    after = _watchdog_fires_after(tmp_path, "rankkit.core_share = lambda: 0.25", 0.4)
+    assert after >= 1.6 - 2 * rankkit.Watchdog.TICK, after
+
+
+def _watchdog_fires_after(tmp_path, setup: str, seconds: float) -> float:
+    """Seconds until a Watchdog(seconds) fires in a fresh process after ``setup`` (code run with rankkit imported)."""
+    p = run_script(tmp_path, f"""
+        import threading, time
         from course_lib.core import rankkit
 
-        rankkit.core_share = lambda: 0.25
+        {setup}
         start = time.monotonic()
-        dog = rankkit.Watchdog(0.4, lambda frames: rankkit.emit("stuck", after=time.monotonic() - start))
+        dog = rankkit.Watchdog({seconds}, lambda frames: rankkit.emit("stuck", after=time.monotonic() - start))
         dog.arm()
         time.sleep(30)
     """)
     assert p.returncode == 3, p.stderr
     [event] = [rankkit.parse(line) for line in p.stdout.splitlines()]
-    assert event["after"] >= 1.6 - 2 * rankkit.Watchdog.TICK, event
+    return event["after"]
 
 
 def test_watchdog_keeps_time_when_its_thread_wakes_late(tmp_path):
     # a starved thread: every wait takes three times its timeout. The deadline follows the clock, so two ranks
     # of one deadlock fire together however often each one's watchdog gets to run (counting ticks: 3 s here)
-    p = run_script(tmp_path, """
-        import threading, time
-        from course_lib.core import rankkit
-
-        class Starved(threading.Event):   # only the watchdog's waits have a timeout here
-            def wait(self, timeout=None):
-                if timeout is None:
-                    return super().wait()
-                time.sleep(3 * timeout)
-                return self.is_set()
-
-        rankkit.threading.Event = Starved
-        rankkit.core_share = lambda: 1.0
-        start = time.monotonic()
-        dog = rankkit.Watchdog(1.0, lambda frames: rankkit.emit("stuck", after=time.monotonic() - start))
-        dog.arm()
-        time.sleep(30)
-    """)
-    assert p.returncode == 3, p.stderr
-    [event] = [rankkit.parse(line) for line in p.stdout.splitlines()]
-    assert 1.0 <= event["after"] < 2.5, event   # four late wake-ups of 0.3 s (counting ticks: ten, 3 s or more)
+    starved = (  # only the watchdog's waits have a timeout here
+        "class Starved(threading.Event):\n"
+        "            def wait(self, timeout=None):\n"
+        "                if timeout is None:\n"
+        "                    return super().wait()\n"
+        "                time.sleep(3 * timeout)\n"
+        "                return self.is_set()\n"
+        "        rankkit.threading.Event = Starved\n"
+        "        rankkit.core_share = lambda: 1.0")
+    after = _watchdog_fires_after(tmp_path, starved, 1.0)
+    assert 1.0 <= after < 2.5, after   # four late wake-ups of 0.3 s (counting ticks: ten, 3 s or more)
 
 
 def test_core_share_is_cores_over_the_load(monkeypatch):

@@ -19,9 +19,13 @@ lab: $(STAMP)
 # the first minutes two more wait on the hub's browser and the two-node cluster; the others fill those waits
 # (measured with 3: the cores 18 % idle over the run, most of it in those first minutes and the last one).
 PYTEST_WORKERS ?= 4
-test: $(STAMP) lint
-	-@bash scripts/system-deps.sh
-	-@$(MAKE) --no-print-directory hub-test-install
+# The system packages and the hub's shared install need neither the venv nor each other's CPU much: they are made
+# while the venv is built (on a fresh CI machine about a minute each, one after the other before), their output
+# shown when both are done. A failure in them only makes the tests that need them skip, saying why.
+DEPS_LOG := out/test-deps.log
+test:
+	@mkdir -p out; { bash scripts/system-deps.sh; $(MAKE) --no-print-directory hub-test-install; } >$(DEPS_LOG) 2>&1 & \
+	deps=$$!; $(MAKE) --no-print-directory $(STAMP) lint; rc=$$?; wait $$deps; cat $(DEPS_LOG); exit $$rc
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 # The unit tests alone (no multi-process, notebook or Slurm runs): under a minute.

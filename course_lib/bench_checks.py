@@ -83,6 +83,8 @@ def bench_one(name: str, import_s: float, start_mode: str = "warm") -> dict:
     """Run checker ``name`` on its reference solution, ranks started ``start_mode`` ("warm" or "cold");
     its figures (see the module docstring)."""
     from course_lib.check import check
+    from course_lib.core import warm
+    warm.close_idle()   # a first check: it starts its own server (a kept one would hide that import)
     cores = os.cpu_count() or 1
     saved = os.environ.get("COURSE_WARM")
     os.environ["COURSE_WARM"] = "1" if start_mode == "warm" else "0"

@@ -43,7 +43,10 @@ def server():
     with warm.session() as s:
         assert s is not None and s.ready(), "the fork server did not start"
         yield s
-    assert s.proc.poll() is not None and not os.path.exists(s.dir)   # the session's end ends the server
+    # the session's end keeps the server for the next session; close_idle() (or the keep time, or exit) ends it
+    assert s.alive() and s in warm._idle
+    warm.close_idle()
+    assert s.proc.poll() is not None and not os.path.exists(s.dir)
 
 
 def test_rank_sees_its_env_argv_cwd_and_exit_code(server, tmp_path, monkeypatch):
@@ -147,6 +150,7 @@ def test_a_deep_tmpdir_still_gives_a_warm_launch(tmp_path, monkeypatch):
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
     monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setenv("COURSE_WARM_KEEP", "0")      # ended with its session
     monkeypatch.setattr(tempfile, "tempdir", None)   # tempfile caches the folder it chose first
     monkeypatch.setattr(warm, "_active", None)
     with warm.session() as s:
@@ -166,6 +170,39 @@ def test_the_server_ends_when_the_process_that_started_it_dies(tmp_path):
     assert proc.wait_gone([int(pid)], 30) == [] and not os.path.exists(folder)   # stdin's EOF ended it
 
 
+def test_the_next_session_with_the_same_variables_gets_the_kept_server_and_no_other(tmp_path, monkeypatch):
+    monkeypatch.setattr(warm, "_active", None)   # outside this module's session
+    monkeypatch.setattr(warm, "_idle", [])
+    try:
+        with warm.session() as first:
+            first_res = launch([script(tmp_path, SHOW)], 1, timeout=120, on_line=None)
+        with warm.session() as second:   # the next check: the same server, no torch import
+            second_res = launch([script(tmp_path, SHOW)], 1, timeout=120, on_line=None)
+        with warm.session(preload=("wave",)) as other, warm.session() as inner:   # other preloads: its own
+            assert inner is None
+        with warm.session(env={"OMP_NUM_THREADS": "3"}) as third:   # another start-up variable: its own
+            pass
+        assert second is first and other is not first and third not in (first, other)
+        for res in (first_res, second_res):
+            assert res.ok and int(lines_of(res, 0, "ppid")[0][0]) == first.proc.pid, res.summary()
+        assert set(warm._idle) == {first, other, third} and all(s.alive() for s in warm._idle)
+    finally:
+        kept = list(warm._idle)
+        warm.close_idle()
+    assert warm._idle == [] and proc.wait_gone([s.proc.pid for s in kept], 30) == []
+    assert not any(os.path.exists(s.dir) for s in kept)
+
+
+def test_an_idle_server_ends_after_its_keep_time(monkeypatch):
+    monkeypatch.setattr(warm, "_active", None)
+    monkeypatch.setattr(warm, "_idle", [])
+    monkeypatch.setenv("COURSE_WARM_KEEP", "1")
+    with warm.session() as s:
+        assert s.ready()
+    assert s in warm._idle
+    assert proc.wait_gone([s.proc.pid], 60) == [] and warm._idle == [] and not os.path.exists(s.dir)
+
+
 def test_a_library_that_sets_kmp_variables_does_not_make_launches_cold(server, tmp_path, monkeypatch):
     monkeypatch.setenv("KMP_INIT_AT_FORK", f"x{uuid.uuid4()}")   # scikit-learn's import sets it after the server
     res = launch([script(tmp_path, SHOW)], 1, timeout=120, on_line=None)
@@ -174,6 +211,7 @@ def test_a_library_that_sets_kmp_variables_does_not_make_launches_cold(server, t
 
 def test_modules_preloaded_by_the_server_are_there_in_the_rank(tmp_path, monkeypatch):
     monkeypatch.setattr(warm, "_active", None)   # a session of its own, with a preload
+    monkeypatch.setenv("COURSE_WARM_KEEP", "0")
     body = "import sys\nprint('has', 'wave' in sys.modules, 'torch' in sys.modules)\n"
     with warm.session(preload=("wave", "no_such_module_here")) as s:   # one that fails is left to the rank
         res = launch([script(tmp_path, body)], 1, timeout=120, on_line=None)

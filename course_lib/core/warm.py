@@ -17,12 +17,16 @@ stderr in the same request and stands in for the rank towards torchrun (signals 
 whose connection closes before its child has ended (the launcher or that worker was killed) gets the child killed.
 
 The server ends when its standard input reaches EOF (the process that started it closed it or died) and
-kills what it still runs. ``COURSE_WARM=0`` turns the warm start off everywhere (back to a fresh interpreter
-per rank). Variables read while Python and torch start (IMPORT_TIME) must be the same for the launch and the
-server, else the launch starts cold.
+kills what it still runs. A session's server is kept for the next session with the same start-up variables and
+preloads, for ``COURSE_WARM_KEEP`` seconds (default 120; 0: end it with its session): the second check in a
+notebook or a test run starts at once instead of importing torch again. An idle server runs nothing; it ends
+when that time is up, when the process exits, or with ``close_idle()``. ``COURSE_WARM=0`` turns the warm start
+off everywhere (back to a fresh interpreter per rank). Variables read while Python and torch start
+(IMPORT_TIME) must be the same for the launch and the server, else the launch starts cold.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -42,7 +46,10 @@ IMPORT_TIME = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "OPENBLAS", "GOTO",
 MAX_MSG = 1 << 20
 READY_TIMEOUT = 300.0     # a loaded machine can take minutes to import torch
 SOCKET_PATH_MAX = 107     # bytes of a Unix socket's path (sun_path holds 108 with the closing NUL: unix(7))
+KEEP_DEFAULT = 120.0     # seconds an idle server waits for the next session (COURSE_WARM_KEEP)
+MAX_IDLE = 4             # idle servers kept at most (one per kind of check: a few hundred MB each)
 _active: Server | None = None
+_idle: list[Server] = []
 _lock = threading.Lock()
 
 
@@ -69,6 +76,13 @@ def _socket_dir() -> str:
 
 def _import_env(env: dict) -> dict:
     return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME)}
+
+
+def _keep_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get("COURSE_WARM_KEEP", KEEP_DEFAULT)))
+    except ValueError:
+        return KEEP_DEFAULT
 
 
 # ----- the launcher's side -----
@@ -112,7 +126,8 @@ class Server:
     """One fork server (started here, ready when first used); ``close()`` ends it and removes its dir."""
 
     def __init__(self, env: dict, preload=()):
-        self.env = dict(env)
+        self.env, self.preload = dict(env), tuple(preload)
+        self.idle_since: float | None = None
         self.dir = _socket_dir()
         self.path = os.path.join(self.dir, "sock")
         self.broken = False
@@ -136,6 +151,11 @@ class Server:
 
     def usable(self, env: dict, argv) -> bool:
         return supported(argv) and _import_env(env) == _import_env(self.env) and self.ready()
+
+    def alive(self) -> bool:
+        """Running, and its socket still there once it listens (a test or sandbox may have removed TMPDIR)."""
+        return (not self.broken and self.proc.poll() is None
+                and (self._ready is None or bool(self._ready) and os.path.exists(self.path)))
 
     def spawn(self, argv, env: dict, cwd) -> WarmProcess:
         """Fork one rank; OSError when the server cannot (the caller starts that rank cold)."""
@@ -173,23 +193,71 @@ class Server:
 
 @contextlib.contextmanager
 def session(env: dict | None = None, preload=()):
-    """One server for every launch inside (all threads), ended on the way out; None when
-    COURSE_WARM=0 or inside another session (that one serves). ``env``: as launch(env=...) gets it;
-    ``preload``: modules the ranks would import after torch, imported once by the server instead."""
+    """One server for every launch inside (all threads); None when COURSE_WARM=0 or inside another session
+    (that one serves). ``env``: as launch(env=...) gets it; ``preload``: modules the ranks would import after
+    torch, imported once by the server instead. The server is an idle one kept from an earlier session with the
+    same start-up variables and preloads if there is one; on the way out it is kept for the next (``_keep_s``)."""
     global _active
     from course_lib.core.launch import _base_env
+    base = _base_env(env)
     with _lock:
         if not enabled() or _active is not None:
             server = None
         else:
-            server = _active = Server(_base_env(env), preload)
+            server = _active = _take_idle(base, tuple(preload)) or Server(base, preload)
     try:
         yield server
     finally:
         if server is not None:
             with _lock:
                 _active = None
-            server.close()
+            _put_idle(server)
+
+
+def _take_idle(env: dict, preload: tuple) -> Server | None:
+    """(Under _lock.) A kept server that can serve this session, taken out of the idle list."""
+    for server in list(_idle):
+        if server.preload == preload and _import_env(server.env) == _import_env(env) and server.alive():
+            _idle.remove(server)
+            server.idle_since = None
+            return server
+    return None
+
+
+def _put_idle(server: Server) -> None:
+    """Keep the server for the next session (ended after ``_keep_s()`` idle seconds), or end it now."""
+    keep = _keep_s()
+    if keep <= 0 or not server.alive():
+        server.close()
+        return
+    with _lock:
+        server.idle_since = since = time.monotonic()
+        _idle.append(server)
+        evicted = _idle[:-MAX_IDLE]
+        del _idle[:-MAX_IDLE]
+    for old in evicted:
+        old.close()
+    timer = threading.Timer(keep, _expire, (server, since))
+    timer.daemon = True
+    timer.start()
+
+
+def _expire(server: Server, since: float) -> None:
+    with _lock:
+        if server.idle_since != since or server not in _idle:
+            return   # taken by a session meanwhile (and maybe kept again, with a timer of its own)
+        _idle.remove(server)
+    server.close()
+
+
+@atexit.register
+def close_idle() -> None:
+    """End every kept server now (also at exit; a process killed outright ends them by their stdin's EOF)."""
+    with _lock:
+        servers = list(_idle)
+        _idle.clear()
+    for server in servers:
+        server.close()
 
 
 def for_launch(warm: bool | None, base: dict, argv) -> tuple[Server | None, bool]:

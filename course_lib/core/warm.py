@@ -149,8 +149,12 @@ class Server:
                 self._ready = bool(ok) and self.proc.stdout.readline().strip() == b"ready"
         return self._ready and not self.broken
 
+    def starts_like(self, env: dict) -> bool:
+        """A process with ``env`` would import torch as this server did (the same IMPORT_TIME variables)."""
+        return _import_env(env) == _import_env(self.env)
+
     def usable(self, env: dict, argv) -> bool:
-        return supported(argv) and _import_env(env) == _import_env(self.env) and self.ready()
+        return supported(argv) and self.starts_like(env) and self.ready()
 
     def alive(self) -> bool:
         """Running, and its socket still there once it listens (a test or sandbox may have removed TMPDIR)."""
@@ -217,7 +221,7 @@ def session(env: dict | None = None, preload=()):
 def _take_idle(env: dict, preload: tuple) -> Server | None:
     """(Under _lock.) A kept server that can serve this session, taken out of the idle list."""
     for server in list(_idle):
-        if server.preload == preload and _import_env(server.env) == _import_env(env) and server.alive():
+        if server.preload == preload and server.starts_like(env) and server.alive():
             _idle.remove(server)
             server.idle_since = None
             return server

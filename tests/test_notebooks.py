@@ -4,7 +4,8 @@
   whose first line is ``# NBVAL_CHECK_OUTPUT`` keep theirs), no execution leftovers;
 - papermill against solutions/ with ``TREE="solutions", QUICK=True, STRICT=True``: all checks green (not for a
   notebook whose code never reads TREE, 01: its exercises run below is the same run, and shows no FAIL; nor for
-  04 where the local Slurm runs: tests/test_jobs_notebooks.py runs it against solutions/ there, asserting the same);
+  04 where the local Slurm runs: tests/test_jobs_notebooks.py runs it against solutions/ there, asserting the same;
+  nor for 05: tests/test_workspace.py runs it on the solution's file in a learner workspace, asserting the same);
 - nbval ``--nbval-lax`` against exercises/ with ``COURSE_QUICK=1`` (the default parameters a learner gets,
   so the quizzes are widgets nobody clicks): every cell runs, the checked cells print what is committed, and
   the outputs (saved by tests/nbval_outputs.py) show the red checks. One run does both: a second execution of
@@ -54,6 +55,10 @@ def same_in_both_trees(path: Path) -> bool:
 # asserts of them (EXPECT, no FAIL): where that Slurm can start (root, Debian's slurmctld), a local run would repeat
 # it; elsewhere test_papermill runs them. Notebook 03 stays in both: its output differs by engine.
 ON_SLURM = ("04_scaling_study",)
+# Run against the solution's code by tests/test_workspace.py, from a learner workspace that holds the solution's file
+# (STRICT, the quizzes answered with their key), which asserts what test_papermill asserts of it: a second run of the
+# same code here would only repeat it.
+IN_A_WORKSPACE = ("05_allreduce_algorithms",)
 
 
 def slurm_runs_here() -> bool:
@@ -62,7 +67,8 @@ def slurm_runs_here() -> bool:
 
 
 against_solutions = pytest.mark.parametrize(
-    "nb_path", [p for p in NOTEBOOKS if not same_in_both_trees(p) and not (p.stem in ON_SLURM and slurm_runs_here())],
+    "nb_path", [p for p in NOTEBOOKS if not same_in_both_trees(p) and p.stem not in IN_A_WORKSPACE
+                and not (p.stem in ON_SLURM and slurm_runs_here())],
     ids=lambda p: p.stem)
 
 

@@ -187,8 +187,10 @@ def test_jobs_list_and_attach_after_a_restart_slurm(home, slurm):
 
 @pytest.mark.slow
 def test_notebook_05_from_two_workspaces_of_one_install(home, monkeypatch):
-    """The one holding a correct allreduce.py passes STRICT; the one with the starter fails; install untouched."""
+    """The one holding a correct allreduce.py passes STRICT and shows what test_papermill asks of 05 against the
+    solutions (it is that run: test_notebooks.IN_A_WORKSPACE); the one with the starter fails; install untouched."""
     import papermill as pm
+    from test_notebooks import EXPECT, missing_from, text_of
 
     before = tree_digest(paths.course_root())
     monkeypatch.setenv("COURSE_QUICK", "1"); monkeypatch.setenv("COURSE_ENGINE", "local")
@@ -199,13 +201,19 @@ def test_notebook_05_from_two_workspaces_of_one_install(home, monkeypatch):
         out = ws / "out" / "05.ipynb"
         try:
             pm.execute_notebook(str(ws / "notebooks/05_allreduce_algorithms.ipynb"), str(out),
-                                parameters={"TREE": "exercises", "STRICT": True}, cwd=str(ws / "notebooks"),
-                                kernel_name="python3", execution_timeout=600, progress_bar=False)
+                                parameters={"TREE": "exercises", "STRICT": True,
+                                            "ANSWERS": "key" if ws == good else None},   # quiz.AUTO
+                                cwd=str(ws / "notebooks"), kernel_name="python3", execution_timeout=600,
+                                progress_bar=False)
             runs[ws.name] = "passed"
         except pm.PapermillExecutionError as e:
             runs[ws.name] = f"failed: {e.evalue[:300]}"
         assert "your file: exercises/05_allreduce/allreduce.py" in out.read_text()
     assert runs["good"] == "passed", runs
+    text = text_of(good / "out" / "05.ipynb")
+    missing = missing_from(text, EXPECT[("05_allreduce_algorithms", "solutions")])
+    assert not missing, f"05 on the solution's file ran but {missing}"
+    assert "FAIL" not in text, "05: a check failed against the solution's file"
     assert runs["starter"].startswith("failed: check failed (STRICT=True)"), runs
     assert tree_digest(paths.course_root()) == before, "the install's notebooks/exercises/solutions changed"
 

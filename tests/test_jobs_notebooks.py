@@ -7,7 +7,7 @@ import nbformat
 import papermill
 import pytest
 from conftest import ROOT
-from test_notebooks import EXPECT, ON_SLURM, missing_from
+from test_notebooks import ON_SLURM, assert_solutions_run
 
 from course_lib.jobs import monitor
 
@@ -75,10 +75,7 @@ def test_04_solutions_on_slurm(slurm_engine):
     text = text_of(nb)
     assert "(strong-2, slurm): COMPLETED" in text and "(weak-2, slurm): COMPLETED" in text and "1 -> 2 ranks" in text
     assert "(lr-linear-warmup-2, slurm): COMPLETED" in text      # the warm-up wrapper runs as a Slurm job too
-    # what test_papermill asks of a solutions run (it leaves 04 to this test where Slurm runs)
-    missing = missing_from(text, EXPECT[("04_scaling_study", "solutions")])
-    assert not missing, f"04 (solutions, Slurm) ran but {missing}"
-    assert "FAIL" not in text, "04: a check failed against the solutions"
+    assert_solutions_run("04_scaling_study", text, "solutions, Slurm")   # test_papermill leaves 04 to this test
 
 
 def test_notebooks_left_to_slurm_are_run_and_judged_here():
@@ -90,5 +87,5 @@ def test_notebooks_left_to_slurm_are_run_and_judged_here():
         test = globals().get(f"test_{stem[:2]}_solutions_on_slurm")
         assert test is not None, f"{stem}: test_notebooks leaves it to a Slurm test that does not exist"
         body = inspect.getsource(test)
-        assert 'EXPECT[("' + stem + '", "solutions")]' in body and '"FAIL" not in text' in body, stem
+        assert 'assert_solutions_run("' + stem + '"' in body, stem
         assert 'ANSWERS="key"' in body and 'TREE="solutions"' in body, stem

@@ -187,6 +187,14 @@ def missing_from(text: str, wanted: list[str]) -> str:
     return "does not show " + "; ".join(report) if report else ""
 
 
+def assert_solutions_run(stem: str, text: str, where: str) -> None:
+    """What test_papermill asserts of a run against the solutions' code, for the tests it leaves one to (ON_SLURM,
+    IN_A_WORKSPACE): every string of EXPECT[(stem, "solutions")], and no red check."""
+    missing = missing_from(text, EXPECT[(stem, "solutions")])
+    assert not missing, f"{stem} ({where}) ran but {missing}"
+    assert "FAIL" not in text, f"{stem} ({where}): a check failed against the solutions' code"
+
+
 @pytest.mark.slow
 @against_solutions
 @pytest.mark.parametrize("tree", ["solutions"])

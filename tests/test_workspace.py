@@ -190,7 +190,7 @@ def test_notebook_05_from_two_workspaces_of_one_install(home, monkeypatch):
     """The one holding a correct allreduce.py passes STRICT and shows what test_papermill asks of 05 against the
     solutions (it is that run: test_notebooks.IN_A_WORKSPACE); the one with the starter fails; install untouched."""
     import papermill as pm
-    from test_notebooks import EXPECT, missing_from, text_of
+    from test_notebooks import IN_A_WORKSPACE, assert_solutions_run, text_of
 
     before = tree_digest(paths.course_root())
     monkeypatch.setenv("COURSE_QUICK", "1"); monkeypatch.setenv("COURSE_ENGINE", "local")
@@ -210,10 +210,9 @@ def test_notebook_05_from_two_workspaces_of_one_install(home, monkeypatch):
             runs[ws.name] = f"failed: {e.evalue[:300]}"
         assert "your file: exercises/05_allreduce/allreduce.py" in out.read_text()
     assert runs["good"] == "passed", runs
-    text = text_of(good / "out" / "05.ipynb")
-    missing = missing_from(text, EXPECT[("05_allreduce_algorithms", "solutions")])
-    assert not missing, f"05 on the solution's file ran but {missing}"
-    assert "FAIL" not in text, "05: a check failed against the solution's file"
+    # test_notebooks leaves exactly this notebook's solutions run to this test
+    assert IN_A_WORKSPACE == ("05_allreduce_algorithms",), IN_A_WORKSPACE
+    assert_solutions_run("05_allreduce_algorithms", text_of(good / "out" / "05.ipynb"), "solution's file, workspace")
     assert runs["starter"].startswith("failed: check failed (STRICT=True)"), runs
     assert tree_digest(paths.course_root()) == before, "the install's notebooks/exercises/solutions changed"
 

@@ -47,8 +47,8 @@ kernel: $(STAMP)
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10 or newer is needed; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(if $(SITE_TORCH),--system-site-packages) $(VENV)
-	$(if $(SITE_TORCH),$(PY) -c 'import torch; print("using the site PyTorch", torch.__version__)',$(PY) -m pip install -q "$(TORCH)")
-	$(PY) -m pip install -q -e ".[lab,test]"
+	$(if $(SITE_TORCH),$(PY) -c 'import torch; print("using the site PyTorch", torch.__version__)')
+	$(if $(SITE_TORCH),COURSE_PIP=1) bash scripts/venv-install.sh $(PY) $(if $(SITE_TORCH),,"$(TORCH)") -e ".[lab,test]"
 	@$(PY) -c 'import torch, course_lib; print("torch", torch.__version__, "| course_lib ready")'
 	touch $(STAMP)
 

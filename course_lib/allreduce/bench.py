@@ -33,6 +33,7 @@ QUICK_SIZES = (4 * 2**10, 256 * 2**10, 4 * 2**20, 16 * 2**20)
 RATIO_FROM = 16 * 2**20          # the goal: ring reaches 0.7 of gloo's busbw from 16 MiB up
 GOAL = 0.7
 WORKER = "course_lib.allreduce.bench_worker"
+WORKER_ENV = {"OMP_NUM_THREADS": "1"}   # one thread per rank: the ranks share the cores
 SOLUTION = course_root() / "solutions" / "05_allreduce" / "allreduce.py"
 
 
@@ -149,6 +150,7 @@ def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS,
     Each algorithm first runs once on a small tensor; one that hangs for ``sanity_timeout`` s is left out.
     """
     from course_lib.allreduce import costmodel as model
+    from course_lib.core import warm
     from course_lib.core.launch import launch
     result = BenchResult()
     for world in ranks:
@@ -163,10 +165,11 @@ def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS,
                 elif echo is not None and rank >= 0:
                     echo(f"[rank {rank}] {line}")
 
-            res = launch(["-m", WORKER, os.path.abspath(path), "--sizes", ",".join(map(str, sizes)),
-                          "--algos", ",".join(todo), "--sanity-timeout", str(sanity_timeout)]
-                         + (["--quick"] if quick else []),
-                         nprocs=world, timeout=timeout, on_line=on_line, env={"OMP_NUM_THREADS": "1"})
+            with warm.session(WORKER_ENV):   # ranks forked from a server that imported torch once
+                res = launch(["-m", WORKER, os.path.abspath(path), "--sizes", ",".join(map(str, sizes)),
+                              "--algos", ",".join(todo), "--sanity-timeout", str(sanity_timeout)]
+                             + (["--quick"] if quick else []),
+                             nprocs=world, timeout=timeout, on_line=on_line, env=WORKER_ENV)
             for ev in events:
                 if ev["ev"] == "skip":
                     result.skipped[ev["algo"]] = ev["why"]

@@ -77,6 +77,7 @@ def run(snapshots=None, nprocs: int = 2, epochs: int = 3, every: int = 3, kill_a
     """Train under torchrun; ``snapshots``: the learner's file (None: never save, the reference run).
 
     ``style="srun"`` starts the ranks without torchrun (no restarts): one process fewer, for a reference run."""
+    from course_lib.core import warm
     from course_lib.core.launch import launch
     curve = Curve()
 
@@ -92,8 +93,9 @@ def run(snapshots=None, nprocs: int = 2, epochs: int = 3, every: int = 3, kill_a
     with tempfile.TemporaryDirectory(prefix="ckpt-run-") if workdir is None else _keep(workdir) as work:
         args += ["--data", _data(work, extra)]
         torchrun_args = ["--max-restarts", str(restarts)] if style == "torchrun" else []
-        curve.result = launch(args, nprocs=nprocs, style=style, timeout=timeout, cwd=work, on_line=on_line,
-                              torchrun_args=torchrun_args, env=RANK_ENV)
+        with warm.session(RANK_ENV):   # the ranks (and torchrun's agent) forked from a server with torch imported
+            curve.result = launch(args, nprocs=nprocs, style=style, timeout=timeout, cwd=work, on_line=on_line,
+                                  torchrun_args=torchrun_args, env=RANK_ENV)
     return curve
 
 

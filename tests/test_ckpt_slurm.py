@@ -20,7 +20,8 @@ from course_lib.ckpt import check as ckpt_check
 from course_lib.ckpt import curves, requeue
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-STEP_SECONDS = 2.2        # 24 steps: about 53 s of training
+STEP_SECONDS = 1.0        # 24 steps: about 24 s of training; after the step that triggers USR1, 20 s are left
+                          # for the test to see it (it looks every 0.5 s) and for scancel to deliver it
 SIGNAL_AFTER_STEP = 4     # the first run is stopped after its first snapshot (every 3 steps): it resumes past step 0
 
 

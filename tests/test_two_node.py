@@ -185,7 +185,7 @@ def test_two_node_stop_removes_every_namespace_link_and_daemon(cluster):
         assert name not in where, f"{kind} {name} left after stop.sh:\n{out}"
     assert alive(cluster.pids) == [], f"daemons left (munged, slurmctld, slurmd per node):\n{out}"
     assert live_processes(str(cluster.dir), environ=True) == [], out   # anything with this SLURM_CONF
-    assert not (cluster.dir / "net" / "created").exists()
+    assert not (cluster.dir / "net" / "created").exists(), f"stop.sh left net/created (netns.sh down failed):\n{out}"
     print(f"\n[two-node] after stop: `ip netns list` -> {namespaces.strip() or '(empty)'}")
 
 

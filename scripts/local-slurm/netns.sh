@@ -109,17 +109,24 @@ down() {
         fi
         ip netns del "$name" 2>/dev/null || true
     done <"$NET/created"
-    while read -r kind name; do   # the host ends of the veth pairs usually went with their namespace
+    while read -r kind name; do   # the host ends of the veth pairs usually go with their namespace
         [ "$kind" = link ] || continue
-        ! ip link show "$name" >/dev/null 2>&1 || ip link del "$name"
+        ip link del "$name" 2>/dev/null || true   # gone already, or going
     done <"$NET/created"
-    local left=""
-    while read -r kind name; do
-        case $kind in
-            netns) ip netns list | awk '{print $1}' | grep -qx "$name" && left="$left $name" ;;
-            link) ip link show "$name" >/dev/null 2>&1 && left="$left $name" ;;
-        esac
-    done <"$NET/created"
+    # the kernel takes a deleted namespace's devices down in the background: on a loaded machine a veth's host
+    # end was still listed right after (one CI-like run), and gone a moment later; wait up to 30 s
+    local left i
+    for i in $(seq 300); do
+        left=""
+        while read -r kind name; do
+            case $kind in
+                netns) ip netns list | awk '{print $1}' | grep -qx "$name" && left="$left $name" ;;
+                link) ip link show "$name" >/dev/null 2>&1 && left="$left $name" ;;
+            esac
+        done <"$NET/created"
+        [ -n "$left" ] || break
+        sleep 0.1
+    done
     [ -z "$left" ] || die "could not remove:$left"
     log "network: removed $(wc -l <"$NET/created") recorded namespace(s) and link(s)"
     rm -f "$NET/created"

@@ -33,9 +33,10 @@ def _wait(pids: dict, timeout: float) -> dict:
         if pid:
             codes[pids[pid]] = os.waitstatus_to_exitcode(status)
         elif time.monotonic() > deadline:
-            for p in set(pids) - {q for q, r in pids.items() if r in codes}:
-                os.kill(p, signal.SIGKILL)
-                os.waitpid(p, 0)
+            for p, rank in pids.items():
+                if rank not in codes:
+                    os.kill(p, signal.SIGKILL)
+                    os.waitpid(p, 0)
             return {r: codes.get(r) for r in pids.values()}
         else:
             time.sleep(0.02)

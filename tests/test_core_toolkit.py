@@ -367,3 +367,18 @@ def test_explain_points_at_the_learners_file(tmp_path):
         with pytest.raises(Exception) as info:
             call()
         assert rankkit.explain(info.value, str(learner), "tp.py") == want
+
+
+def test_a_skipped_item_shows_as_not_run_and_never_counts_as_passed():
+    from course_lib.core.report import Report
+    r = Report("sbatch", "x.sbatch")
+    r.add("directives", True)
+    r.skip("ranks", "no Slurm here: the script was only read")
+    assert r.passed and r.tally() == "1/1 passed, 1 not run"
+    assert "NOT RUN ranks" in r.text() and "1/1 passed, 1 not run" in r.text()
+    assert [v.result for v in Report.from_dict(r.to_dict()).verdicts] == ["pass", "skipped"]
+    only_skipped = Report("sbatch", "y.sbatch")
+    only_skipped.skip("ranks", "no Slurm")
+    assert not only_skipped.passed
+    r.add("gpus", False, "no GPU asked for")
+    assert not r.passed and r.tally() == "1/2 passed, 1 not run"

@@ -8,14 +8,16 @@ from __future__ import annotations
 import html
 from dataclasses import asdict, dataclass, field
 
-PASS, FAIL, MISSING = "pass", "fail", "missing"
-_MARK = {PASS: "PASS", FAIL: "FAIL", MISSING: "MISSING"}
+# SKIPPED: an item that could not be established here (e.g. a job script read without Slurm to run it). It is shown
+# as NOT RUN, never counted as passed, and left out of the score (a report of skipped items alone has not passed).
+PASS, FAIL, MISSING, SKIPPED = "pass", "fail", "missing", "skipped"
+_MARK = {PASS: "PASS", FAIL: "FAIL", MISSING: "MISSING", SKIPPED: "NOT RUN"}
 
 
 @dataclass
 class Verdict:
     item: str          # "Step 1", "ring_allreduce", "ColumnParallelLinear", ...
-    result: str        # PASS, FAIL or MISSING
+    result: str        # PASS, FAIL, MISSING or SKIPPED
     message: str = ""  # what was seen and what to do; one or a few lines
 
 
@@ -31,9 +33,26 @@ class Report:
         self.verdicts.append(v)
         return v
 
+    def skip(self, item: str, message: str) -> Verdict:
+        """An item not established here: NOT RUN, with why (never a PASS)."""
+        v = Verdict(item, SKIPPED, message)
+        self.verdicts.append(v)
+        return v
+
+    @property
+    def judged(self) -> list[Verdict]:
+        """The verdicts that count: every one but the skipped."""
+        return [v for v in self.verdicts if v.result != SKIPPED]
+
     @property
     def passed(self) -> bool:
-        return bool(self.verdicts) and all(v.result == PASS for v in self.verdicts)
+        return bool(self.judged) and all(v.result == PASS for v in self.judged)
+
+    def tally(self) -> str:
+        """"5/7 passed", with ", 1 not run" where items were skipped."""
+        n_ok = sum(v.result == PASS for v in self.judged)
+        n_skip = len(self.verdicts) - len(self.judged)
+        return f"{n_ok}/{len(self.judged)} passed" + (f", {n_skip} not run" if n_skip else "")
 
     def text(self) -> str:
         width = max((len(v.item) for v in self.verdicts), default=4)
@@ -41,8 +60,7 @@ class Report:
         for v in self.verdicts:
             msg = v.message.replace("\n", "\n" + " " * (width + 11))
             lines.append(f"  {_MARK[v.result]:<7} {v.item:<{width}}  {msg}".rstrip())
-        n_ok = sum(v.result == PASS for v in self.verdicts)
-        lines.append(f"{n_ok}/{len(self.verdicts)} passed in {self.seconds:.1f} s")
+        lines.append(f"{self.tally()} in {self.seconds:.1f} s")
         return "\n".join(lines)
 
     __str__ = text
@@ -52,14 +70,13 @@ class Report:
         return "\n".join(f"{_MARK[v.result]:<7} {v.item}" for v in self.verdicts)
 
     def _repr_html_(self) -> str:
-        colour = {PASS: "#1a7f37", FAIL: "#cf222e", MISSING: "#9a6700"}
+        colour = {PASS: "#1a7f37", FAIL: "#cf222e", MISSING: "#9a6700", SKIPPED: "#57606a"}
         rows = "".join(
             f"<tr><td><b style='color:{colour[v.result]}'>{_MARK[v.result]}</b></td><td>{html.escape(v.item)}</td>"
             f"<td style='text-align:left;white-space:pre-wrap'>{html.escape(v.message)}</td></tr>"
             for v in self.verdicts)
-        n_ok = sum(v.result == PASS for v in self.verdicts)
         return (f"<p><code>course check {self.exercise} {html.escape(self.path)}</code>: "
-                f"{n_ok}/{len(self.verdicts)} passed in {self.seconds:.1f} s</p>"
+                f"{self.tally()} in {self.seconds:.1f} s</p>"
                 f"<table><tr><th></th><th>item</th><th style='text-align:left'>message</th></tr>{rows}</table>")
 
     def rows(self) -> list[dict]:

@@ -110,9 +110,34 @@ def test_update_keeps_learner_edits_and_brings_new_files(home, fake_install):
     assert mine.read_text().endswith("# my ring, half done\n")
     assert '"newer": true' in (ws / "notebooks/00_welcome.ipynb").read_text()
     assert not (ws / "exercises/06_tensor_parallel/tp.py").exists()
+    # both sides changed allreduce.py: the course's version is beside the learner's, which is untouched
+    assert result["beside"] == ["exercises/05_allreduce/allreduce.py.course-new"]
+    assert (ws / "exercises/05_allreduce/allreduce.py.course-new").read_text() == "# newer starter\n"
     # a second update changes nothing and still keeps the edit
     again = workspace.update(ws)
     assert again["kept"] == ["exercises/05_allreduce/allreduce.py"] and not again["refreshed"] and not again["added"]
+
+
+def test_restore_brings_back_the_course_version_and_keeps_the_learners(home, fake_install):
+    ws = workspace.init(home / "ws")
+    mine, gone = ws / "exercises/05_allreduce/allreduce.py", ws / "exercises/06_tensor_parallel/tp.py"
+    mine.write_text("# my ring\n")
+    gone.unlink()
+    target, kept = workspace.restore(gone)
+    assert kept is None and target.read_text() == (fake_install / "exercises/06_tensor_parallel/tp.py").read_text()
+    target, kept = workspace.restore(mine)
+    assert kept == ws / "exercises/05_allreduce/allreduce.py.mine" and kept.read_text() == "# my ring\n"
+    assert mine.read_text() == (fake_install / "exercises/05_allreduce/allreduce.py").read_text()
+    # restored files count as the course's again: a newer course refreshes them
+    (fake_install / "exercises/05_allreduce/allreduce.py").write_text("# newer starter\n")
+    assert workspace.update(ws)["refreshed"] == ["exercises/05_allreduce/allreduce.py"]
+    # a second restore would overwrite the kept copy: it refuses and changes nothing
+    mine.write_text("# my second try\n")
+    with pytest.raises(workspace.WorkspaceError, match="already there"):
+        workspace.restore(mine)
+    assert mine.read_text() == "# my second try\n"
+    with pytest.raises(workspace.WorkspaceError, match="not a course file"):
+        workspace.restore(ws / "out" / "notes.txt")
 
 
 def test_cli_workspace_and_lab_settings(home):
@@ -127,6 +152,9 @@ def test_cli_workspace_and_lab_settings(home):
     assert r.returncode == 0 and "kept (you changed it)" in r.stdout and "02_ddp/mnist_classify_ddp.py" in r.stdout
     r = run("workspace", "update", str(home))
     assert r.returncode == 2 and "not a course workspace" in r.stderr
+    r = run("workspace", "restore", str(home / "ws/exercises/02_ddp/mnist_classify_ddp.py"))
+    assert r.returncode == 0 and "mnist_classify_ddp.py.mine" in r.stdout, r.stderr
+    assert (home / "ws/exercises/02_ddp/mnist_classify_ddp.py.mine").read_text() == "# mine\n"
     prefix = home / "env"
     (prefix / "etc/jupyter/labconfig").mkdir(parents=True)
     (prefix / "etc/jupyter/labconfig/page_config.json").write_text('{"disabledExtensions": {"other": true}}')

@@ -1,11 +1,13 @@
-"""A learner's workspace: ``course workspace init DIR`` and ``course workspace update [DIR]``.
+"""A learner's workspace: ``course workspace init DIR``, ``update [DIR]`` and ``restore PATH``.
 
 A workspace holds the learner's own copy of ``notebooks/``, ``exercises/`` and the ``jobs/*.sbatch`` scripts
 (``solutions/`` too with ``--with-solutions``) and a marker, ``.course-workspace.json``, that records the
 course version and the digest of every file as it was copied. Inside it every learner path resolves there
 (course_lib.core.paths); the install is only read. ``update`` merges a newer course the way nbgitpuller
 does: a file the learner never changed is refreshed, a new file is added, a file the learner changed (or
-deleted) is kept and reported.
+deleted) is kept and reported. Where the course changed a file the learner changed too, the course's new version
+is written beside it (``NAME.course-new``) so that nothing is lost on either side. ``restore`` brings back the
+course's version of one file (a deleted one, or an edit the learner gives up; the edit is kept as ``NAME.mine``).
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from course_lib.core.paths import MARKER, course_root, find_workspace
 
 TREES = ("notebooks", "exercises", "jobs")   # jobs: the *.sbatch scripts for a shell, never anyone's runs
 SKIP = ("__pycache__", ".ipynb_checkpoints")
+NEW_SUFFIX = ".course-new"   # the course's version beside a file both sides changed
+MINE_SUFFIX = ".mine"        # the learner's version, kept by ``restore``
 
 
 def _digest(path: Path) -> str:
@@ -98,7 +102,7 @@ def update(folder: str | Path | None = None) -> dict[str, list[str]]:
     marker = read_marker(folder)
     recorded = marker.get("files", {})
     trees = tuple(marker.get("trees", TREES))
-    result = {"added": [], "refreshed": [], "kept": [], "deleted_kept": []}
+    result = {"added": [], "refreshed": [], "kept": [], "beside": [], "deleted_kept": []}
     digests = dict(recorded)
     for rel, src in source_files(course_root(), trees).items():
         dest, new = folder / rel, _digest(src)
@@ -116,10 +120,36 @@ def update(folder: str | Path | None = None) -> dict[str, list[str]]:
             result["refreshed"].append(rel)
         else:
             result["kept"].append(rel)    # the learner's edit wins; the record keeps the old digest
+            if new != recorded.get(rel):  # ... and the course changed it too: its version goes beside it
+                shutil.copyfile(src, dest.with_name(dest.name + NEW_SUFFIX))
+                result["beside"].append(rel + NEW_SUFFIX)
             continue
         digests[rel] = new
     _write_marker(folder, trees, digests)
     return result
+
+
+def restore(path: str | Path) -> tuple[Path, Path | None]:
+    """Put the course's version of one workspace file back; returns (the file, where the learner's edit went)."""
+    target = Path(path).expanduser().resolve()
+    folder = find_workspace(target.parent if target.parent.exists() else None)
+    rel = target.relative_to(folder).as_posix() if folder in target.parents else None
+    sources = source_files(course_root(), tuple(read_marker(folder).get("trees", TREES)))
+    if rel not in sources:
+        raise WorkspaceError(f"{path} is not a course file of the workspace {folder}: give a path such as "
+                             f"{folder / 'exercises/02_ddp/mnist_classify_ddp.py'}")
+    kept = None
+    if target.exists() and _digest(target) != _digest(sources[rel]):
+        kept = target.with_name(target.name + MINE_SUFFIX)
+        if kept.exists():
+            raise WorkspaceError(f"{kept} is already there: move it away first (nothing was changed)")
+        shutil.copyfile(target, kept)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(sources[rel], target)
+    marker = read_marker(folder)
+    marker.setdefault("files", {})[rel] = _digest(target)
+    _write_marker(folder, tuple(marker.get("trees", TREES)), marker["files"])
+    return target, kept
 
 
 def add_arguments(p) -> None:
@@ -130,6 +160,8 @@ def add_arguments(p) -> None:
     i.add_argument("--exist-ok", action="store_true", help="a workspace already there is fine (first login)")
     u = sub.add_parser("update", help="[DIR]: bring in a newer course; your edits are kept")
     u.add_argument("dir", type=Path, nargs="?")
+    r = sub.add_parser("restore", help="PATH: the course's version of one file (yours is kept as PATH.mine)")
+    r.add_argument("path", type=Path)
 
 
 def run(args) -> int:
@@ -138,14 +170,22 @@ def run(args) -> int:
             folder = init(args.dir, args.with_solutions, args.exist_ok)
             print(f"course workspace: {folder} is ready; open notebooks/00_welcome.ipynb there")
             return 0
+        if args.action == "restore":
+            target, kept = restore(args.path)
+            print(f"course workspace: {target} is the course's version again"
+                  + (f"; your version is in {kept}" if kept else ""))
+            return 0
         result = update(args.dir)
     except WorkspaceError as e:
         print(f"course workspace: {e}", file=sys.stderr)
         return 2
     for label, key in (("added", "added"), ("updated", "refreshed"), ("kept (you changed it)", "kept"),
-                       ("not restored (you deleted it)", "deleted_kept")):
+                       ("the course's new version", "beside"), ("not restored (you deleted it)", "deleted_kept")):
         for rel in result[key]:
             print(f"{label:32s}{rel}")
-    print(f"course workspace: {sum(map(len, result.values()))} file(s) differ from before; nothing of yours was "
-          f"overwritten")
+    changed = sum(len(result[k]) for k in ("added", "refreshed", "kept", "deleted_kept"))
+    print(f"course workspace: {changed} file(s) differ from before; nothing of yours was overwritten")
+    if result["beside"]:
+        print("course workspace: the course changed files you changed too: compare each with its .course-new "
+              "copy; `course workspace restore PATH` takes the course's version (yours is kept as PATH.mine)")
     return 0

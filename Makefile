@@ -55,8 +55,9 @@ $(STAMP): pyproject.toml
 # One install for every user of a JupyterHub (docs/jupyterhub.md): PREFIX/course read-only, PREFIX/venv from
 # a Python every user can run, the "Multi-GPU course" kernel under /usr/local, learners' JupyterLab settings.
 PREFIX ?= /opt/multigpu-course
+SITE ?= generic
 shared-install:
-	bash scripts/hub/shared-install.sh $(PREFIX)
+	SITE=$(SITE) bash scripts/hub/shared-install.sh $(PREFIX)
 
 # The shared install the hub tests use (tests/test_hub.py), with the npm proxy; fast when up to date.
 # Only as root (the hub starts servers as other users); otherwise the hub tests skip and say why.

@@ -48,8 +48,10 @@ def spec_for(exercise: str, path: str, options: dict, site, minutes: int):
     request = json.dumps({"exercise": exercise, "path": path, "cwd": os.getcwd(), "options": options,
                           "env": {k: os.environ[k] for k in JOB_ONLY if k in os.environ}})
     # launcher "python" runs `python -m course_lib.check_slurm REQUEST`: -m keeps course_lib/ off sys.path
+    # a check needs CPUs only: a site may send it to a CPU partition or QoS (check_partition, check_qos)
     return JobSpec(name=f"check-{exercise}", script="-m", args=["course_lib.check_slurm", request],
-                   launcher="python", cpus_per_task=max(1, min(ranks, site.cpus_per_node)), time=str(minutes))
+                   launcher="python", cpus_per_task=max(1, min(ranks, site.cpus_per_node)), time=str(minutes),
+                   partition=site.check_partition or None, qos=site.check_qos or None)
 
 
 def submit(exercise: str, path, options: dict, site=None):

@@ -2,6 +2,7 @@
 import subprocess
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from conftest import PYTHON, ROOT
@@ -150,6 +151,85 @@ def test_a_wrong_type_is_named(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- jobs/
+def _top(text, keys):
+    """A profile with ``keys`` (TOML lines) added at the top level, before its tables."""
+    return text.replace("\n[env]", "\n" + keys + "\n[env]", 1)
+
+
+def test_the_optional_request_keys_are_checked_and_written(tmp_path):
+    path = _profile(tmp_path, lambda t: _top(t, 'mem = "16G"\nconstraint = "a100"\nsbatch_extra = ["--exclusive"]\n'
+                    'srun_args = ["--cpu-bind=cores"]\ntime = "01:00:00"\n'))
+    site = load_site(path)
+    text = script_text(JobSpec("d", DDP, ntasks_per_node=2), site)
+    assert "#SBATCH --mem=16G\n#SBATCH --constraint=a100\n#SBATCH --exclusive\n" in text
+    assert "srun --label --kill-on-bad-exit=1 --cpu-bind=cores " in text
+    assert all("#SBATCH --time=01:00:00\n" in t for t in render_all(site).values())
+    bash_syntax_ok(text, tmp_path)
+    with pytest.raises(SiteError, match="sbatch_extra must list options"):
+        load_site(_profile(tmp_path, lambda t: _top(t, 'sbatch_extra = ["exclusive"]')))
+    with pytest.raises(SiteError, match="module_init must be"):
+        load_site(_profile(tmp_path, lambda t: _top(t, 'module_init = "lmod.sh"')))
+    with pytest.raises(SiteError, match="mem must be a str"):
+        load_site(_profile(tmp_path, lambda t: _top(t, "mem = 16")))
+
+
+def _module_job(tmp_path, module_init):
+    """A one-process job on a site whose `module` command exists only in its init file (as on Lmod sites)."""
+    init = tmp_path / "lmod-init.sh"
+    init.write_text('module() { echo "module $*" >> "$MODULE_LOG"; }\n')
+    path = _profile(tmp_path, lambda t: t.replace("modules = []", 'modules = ["cuda/12.4", "pytorch/2.5"]')
+                    .replace('python = ""', f'python = "{PYTHON}"'))
+    path = _profile(tmp_path, lambda t: _top(Path(path).read_text(), f'module_init = "{module_init}"'
+                                             .replace("INIT", str(init))))
+    hello = tmp_path / "hello.py"
+    hello.write_text("print('trained')\n")
+    text = script_text(JobSpec("m", str(hello), launcher="python"), load_site(path))
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    # the environment a job submitted from a hub kernel may have: no module function, no profile read
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "MODULE_LOG": str(tmp_path / "modules.log"),
+           "SLURM_JOB_ID": "7", "SLURM_CPUS_PER_TASK": "1", "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_NAME": "m"}
+    return text, subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                                timeout=60), tmp_path / "modules.log"
+
+
+def test_a_job_loads_modules_through_the_sites_init_file_even_without_an_inherited_module_command(tmp_path):
+    text, r, log = _module_job(tmp_path, "INIT")
+    assert r.returncode == 0 and "trained" in r.stdout, r.stdout + r.stderr
+    assert log.read_text() == "module load cuda/12.4\nmodule load pytorch/2.5\n"
+    assert text.index("source ") < text.index("module load")
+
+
+def test_a_job_without_a_module_command_stops_with_what_to_set(tmp_path):
+    text, r, log = _module_job(tmp_path, "")
+    assert r.returncode == 2 and "trained" not in r.stdout and not log.exists()
+    assert "no 'module' command in this job; set module_init in the site profile" in r.stderr
+    login_text, _, _ = _module_job(tmp_path, "login")
+    assert login_text.startswith("#!/bin/bash -l\n") and text.startswith("#!/bin/bash\n")
+
+
+def test_scripts_for_a_shared_install_run_its_python_and_its_serial_script(tmp_path):
+    site = load_site("generic")
+    texts = render_all(site, install=tmp_path / "inst")
+    serial = texts["serial.sbatch"]
+    assert f"{tmp_path}/inst/venv/bin/python {tmp_path}/inst/course/solutions/01_serial/mnist_classify.py" in serial
+    assert f"export PYTHONPATH={tmp_path}/inst/course" in serial and "Submit from your workspace" in serial
+    assert '"${SCRIPT:-exercises/02_ddp/mnist_classify_ddp.py}"' in texts["ddp_srun.sbatch"]
+    assert f"{tmp_path}/inst/venv/bin/python -m torch.distributed.run" in texts["ddp_torchrun.sbatch"]
+    for text in texts.values():
+        bash_syntax_ok(text, tmp_path)
+
+
+def test_a_check_job_goes_to_the_sites_check_partition(tmp_path):
+    from course_lib.check_slurm import spec_for
+    site = load_site(_profile(tmp_path, lambda t: _top(t.replace('partition = ""', 'partition = "gpu"'),
+                                                       'check_partition = "cpu"\ncheck_qos = "short"')))
+    job = spec_for("allreduce", "a.py", {}, site, 5).with_site(site)
+    assert (job.partition, job.qos) == ("cpu", "short")
+    plain = load_site(_profile(tmp_path, lambda t: t.replace('partition = ""', 'partition = "gpu"')))
+    assert spec_for("allreduce", "a.py", {}, plain, 5).with_site(plain).partition == "gpu"
+
+
 def test_jobs_folder_matches_the_templates():
     r = subprocess.run([PYTHON, "-m", "course_lib.cli", "jobs", "--check"], capture_output=True, text=True,
                        cwd=ROOT)

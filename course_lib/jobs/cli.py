@@ -21,6 +21,9 @@ def add_arguments(p):
     p.add_argument("--site", default=None, help=f"site profile name or .toml path (default: {DEFAULT_SITE})")
     p.add_argument("--out", default=None, help="folder to write into (default: jobs/ of the course)")
     p.add_argument("--force", action="store_true", help="overwrite scripts that differ (edited by hand?)")
+    p.add_argument("--for-install", metavar="PREFIX", default=None,
+                   help="scripts for the learner workspaces of a shared install (make shared-install): PREFIX's "
+                        "python and course_lib, submitted from a workspace")
 
 
 def run(args) -> int:
@@ -33,7 +36,7 @@ def run(args) -> int:
         print(f"course jobs: {e}", file=sys.stderr)
         return 2
     out = Path(args.out).expanduser() if args.out else workspace() / "jobs"
-    texts = render_all(site)
+    texts = render_all(site, install=Path(args.for_install).resolve() if args.for_install else None)
     if args.check:
         return _check(out, texts)
     try:

@@ -3,13 +3,17 @@
 A profile is a TOML file. ``COURSE_SITE`` picks one: a name from ``course_lib/jobs/sites/`` (``local``,
 ``generic``, ``example-gpu-cluster``) or a path to your own ``.toml``. Unset: ``generic``.
 Every key must be present (``""``, ``0`` or ``[]`` for "not used"), so a typo is an error that names the
-key instead of silently losing the account or the reservation. One key may be left out: ``checks`` (where
-``course check`` runs a check: ``"local"``, the default, or ``"slurm"``, as a short job; course_lib.check_slurm).
+key instead of silently losing the account or the reservation. The keys in ``OPTIONAL`` may be left out (profiles
+written before they existed stay valid): ``checks`` (where ``course check`` runs a check: ``"local"``, the default,
+or ``"slurm"``, as a short job; course_lib.check_slurm), how a job script reaches the module system
+(``module_init``), and more of a job's request (``time``, ``mem``, ``constraint``, ``sbatch_extra``, ``srun_args``,
+``check_partition``, ``check_qos``).
 """
 from __future__ import annotations
 
 import difflib
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +33,19 @@ KEYS = {
 }
 TABLES = ("env", "nccl")
 # optional keys -> default: profiles written before the key existed stay valid
-OPTIONAL = {"checks": "local"}
+OPTIONAL = {
+    "checks": "local",
+    # how a job script gets the `module` command: "" (the job's environment has it), "login" (the script runs as a
+    # login shell, #!/bin/bash -l, which reads /etc/profile), or a file to source (e.g. /etc/profile.d/lmod.sh)
+    "module_init": "",
+    "time": "",               # the workshop jobs' time limit ("" = the course's 00:30:00)
+    "mem": "",                # --mem, e.g. "16G" ("" = the partition's default)
+    "constraint": "",         # --constraint, e.g. "a100"
+    "sbatch_extra": [],       # more #SBATCH options, each as written after "#SBATCH ", e.g. "--exclusive"
+    "srun_args": [],          # options for every srun that starts ranks, e.g. "--cpu-bind=cores"
+    "check_partition": "",    # checks run as jobs (checks = "slurm") go here ("" = partition)
+    "check_qos": "",          # ... with this QoS ("" = qos)
+}
 CHECK_ENGINES = ("local", "slurm")
 GPU_REQUESTS = ("gpus-per-node", "gres")
 
@@ -54,12 +70,26 @@ class Site:
     gpu_request: str = "gpus-per-node"
     data_dir: str = ""
     checks: str = "local"     # where `course check` and the notebooks' check cells run: "local" or "slurm"
+    module_init: str = ""
+    time: str = ""
+    mem: str = ""
+    constraint: str = ""
+    sbatch_extra: tuple = ()
+    srun_args: tuple = ()
+    check_partition: str = ""
+    check_qos: str = ""
     env: dict = field(default_factory=dict)
     nccl: dict = field(default_factory=dict)
 
     def sbatch_options(self) -> list[tuple[str, str]]:
         """The ``#SBATCH --key=value`` pairs this site adds (only the ones it sets)."""
         return [(k, getattr(self, k)) for k in ("partition", "account", "reservation", "qos") if getattr(self, k)]
+
+    def module_setup(self) -> list[str]:
+        """Shell lines that make `module` usable in a job script (before the first ``module load``)."""
+        if self.module_init in ("", "login"):
+            return []
+        return [f"source {shlex.quote(self.module_init)}"]
 
 
 def available() -> list[str]:
@@ -116,9 +146,18 @@ def _checked(data: dict, path: Path) -> dict:
         raise SiteError(f"{path}: gpus_per_node must be >= 0 and cpus_per_node >= 1")
     if out["gpu_request"] not in GPU_REQUESTS:
         raise SiteError(f"{path}: gpu_request must be one of {GPU_REQUESTS}, not {out['gpu_request']!r}")
-    out["checks"] = data.get("checks", OPTIONAL["checks"])
+    for key, default in OPTIONAL.items():
+        value = data.get(key, default)
+        if not isinstance(value, type(default)):
+            raise SiteError(f"{path}: {key} must be a {type(default).__name__}, not {type(value).__name__} ({value!r})")
+        if isinstance(value, list) and not all(isinstance(v, str) and v.startswith("-") for v in value):
+            raise SiteError(f"{path}: {key} must list options as written on the command line, e.g. [\"--exclusive\"]")
+        out[key] = tuple(value) if isinstance(value, list) else value
     if out["checks"] not in CHECK_ENGINES:
         raise SiteError(f"{path}: checks must be one of {CHECK_ENGINES}, not {out['checks']!r}")
+    if out["module_init"] not in ("", "login") and not out["module_init"].startswith("/"):
+        raise SiteError(f"{path}: module_init must be \"\", \"login\" or the absolute path of the file that defines "
+                        f"`module` (e.g. /etc/profile.d/lmod.sh), not {out['module_init']!r}")
     for table in TABLES:
         values = data.get(table, {})
         if not isinstance(values, dict) or not all(isinstance(v, (str, int)) for v in values.values()):

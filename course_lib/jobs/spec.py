@@ -143,10 +143,12 @@ def render(spec: JobSpec, site: Site | None = None, *, python: str, pythonpath: 
     site = site or load_site()
     job = spec.with_site(site)
     options = [(k, getattr(job, k)) for k in ("partition", "account", "reservation", "qos") if getattr(job, k)]
+    options += [(k, getattr(site, k)) for k in ("mem", "constraint") if getattr(site, k)]
     env = sorted({**site.env, **{str(k): str(v) for k, v in job.env.items()}}.items())
     command = shlex.join([job.script, *job.args])
     return _environment().get_template("sbatch.sh.j2").render(
         job=job, site=site, options=options, env=env, command=command, python=python,
         torchrun=torchrun or "torchrun", torchrun_logs=torchrun_logs, pythonpath=pythonpath, output=output,
+        srun_args="".join(" " + shlex.quote(a) for a in site.srun_args),
         workdir=workdir,
         header=header or [])

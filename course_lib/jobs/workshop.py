@@ -1,11 +1,14 @@
 """The workshop's shell-ready job scripts (jobs/*.sbatch), rendered from the same template as notebook jobs.
 
 With the ``generic`` profile (what jobs/ holds) they ask for CPUs only and run on any Slurm; rendered
-for a GPU site (``COURSE_SITE=mysite course jobs --out DIR``) they ask for one rank per GPU.
+for a GPU site (``COURSE_SITE=mysite course jobs --out DIR``) they ask for one rank per GPU. A shared install
+(``make shared-install SITE=...``) renders them for its learners' workspaces (``install``): the install's python and
+course_lib, the serial script from the install (a workspace holds no solutions/), the exercise from the workspace.
 """
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 from course_lib.jobs.site import Site
 from course_lib.jobs.spec import JobSpec, render
@@ -32,23 +35,29 @@ def specs(site: Site) -> dict[str, JobSpec]:
     for filename, (_, how) in SCRIPTS.items():
         serial = how["launcher"] == "python"
         out[filename] = JobSpec(
-            name=filename.split(".")[0].replace("_", "-"), args=ARGS, time="00:30:00",
+            name=filename.split(".")[0].replace("_", "-"), args=ARGS, time=site.time or "00:30:00",
             ntasks_per_node=1 if serial else ranks, cpus_per_task=cpus,
             gpus_per_node=(1 if serial else ranks) if site.gpus_per_node else 0,
             monitor=not serial, **how)
     return out
 
 
-def render_all(site: Site) -> dict[str, str]:
-    """file name -> script text, as ``course jobs`` writes them."""
+def render_all(site: Site, install: Path | None = None) -> dict[str, str]:
+    """file name -> script text, as ``course jobs`` writes them; ``install``: a shared install's PREFIX."""
+    python, pythonpath, serial = site.python or "python", '"$SLURM_SUBMIT_DIR"', SERIAL
+    if install:
+        python = site.python or shlex.quote(str(install / "venv" / "bin" / "python"))
+        pythonpath, serial = shlex.quote(str(install / "course")), str(install / "course" / SERIAL)
+    where = "your workspace" if install else "the course's folder"
     texts = {}
     for filename, spec in specs(site).items():
         title = SCRIPTS[filename][0]
         header = [
             f"Workshop job: {title}.",
-            f"Submit from the course's folder:  sbatch jobs/{filename}",
+            f"Submit from {where}:  sbatch jobs/{filename}",
             f"Output: {spec.name}-<job id>.out there. Partition, account: sbatch -p P -A A jobs/{filename}",
-            "(or set SBATCH_PARTITION / SBATCH_ACCOUNT); activate the course's environment first.",
+            "(or set SBATCH_PARTITION / SBATCH_ACCOUNT)"
+            + ("." if install else "; activate the course's environment first."),
         ]
         if spec.script == DDP:
             header.append("Your exercise by default; the reference: "
@@ -59,8 +68,8 @@ def render_all(site: Site) -> dict[str, str]:
                          f"sbatch jobs/{filename} --epochs 1")
         spec_for_shell = JobSpec(**{**spec.to_dict(), "script": "SCRIPT_PLACEHOLDER",
                                     "args": [*spec.args, "ARGS_PLACEHOLDER"]})
-        text = render(spec_for_shell, site, python=site.python or "python", torchrun="torchrun",
-                      pythonpath='"$SLURM_SUBMIT_DIR"', output="%x-%j.out", header=header)
-        script = f'"${{SCRIPT:-{spec.script}}}"' if spec.script == DDP else shlex.quote(spec.script)
+        text = render(spec_for_shell, site, python=python, torchrun=f"{python} -m torch.distributed.run" if install
+                      else "torchrun", pythonpath=pythonpath, output="%x-%j.out", header=header)
+        script = f'"${{SCRIPT:-{spec.script}}}"' if spec.script == DDP else shlex.quote(serial)
         texts[filename] = text.replace("SCRIPT_PLACEHOLDER", script).replace("ARGS_PLACEHOLDER", '"$@"')
     return texts

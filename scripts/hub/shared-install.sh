@@ -3,7 +3,9 @@
 # PREFIX/venv (one environment from a Python every user can execute), the course kernel registered under
 # KERNEL_PREFIX (/usr/local: every user's Jupyter finds it), and PREFIX/proxy (configurable-http-proxy, with HUB_PROXY=1).
 # Re-running it refreshes the sources and is fast when pyproject.toml has not changed.
-# usage: scripts/hub/shared-install.sh PREFIX
+# SITE (a profile name or .toml path, default generic) renders the job scripts that every new workspace copies
+# (PREFIX/course/jobs/*.sbatch) for that site: its partition, modules and GPUs, and this install's python.
+# usage: [SITE=mysite] scripts/hub/shared-install.sh PREFIX
 set -euo pipefail
 PREFIX=${1:?usage: shared-install.sh PREFIX}
 KERNEL_PREFIX=${KERNEL_PREFIX:-/usr/local}
@@ -40,6 +42,8 @@ fi
 "$PREFIX/venv/bin/python" -m ipykernel install --prefix "$KERNEL_PREFIX" --name multigpu-course \
     --display-name "Multi-GPU course" >/dev/null
 "$PREFIX/venv/bin/course" lab-settings --prefix "$PREFIX/venv"
+"$PREFIX/venv/bin/course" jobs --site "${SITE:-generic}" --for-install "$PREFIX" --out "$PREFIX/course/jobs" \
+    --force >/dev/null
 
 if [ "${HUB_PROXY:-0}" = 1 ] && [ ! -x "$PREFIX/proxy/node_modules/.bin/configurable-http-proxy" ]; then
     say "installing configurable-http-proxy (npm) into $PREFIX/proxy"

@@ -1,5 +1,6 @@
 """Write exercises/ from solutions/: ``course release`` (``--check``: fail if exercises/ would change;
-``--nbgrader DIR``: an nbgrader course's ``source/``, learner files only).
+``--nbgrader DIR``: an nbgrader course's ``source/``, learner files only; ``--gradescope DIR``: a Gradescope
+autograder bundle, course_lib.grading.autograder).
 
 solutions/ is the one source. What a learner must write is marked with nbgrader's delimiters::
 
@@ -205,6 +206,19 @@ def release_for_nbgrader(solutions: Path, course: Path, exercises: list[str] | N
     return 0
 
 
+def _gradescope(dest: Path, exercises: list[str]) -> int:
+    """``course release --gradescope DIR``: the autograder bundle (course_lib.grading.autograder)."""
+    from course_lib.grading.autograder import write_bundle
+
+    try:
+        archive = write_bundle(dest, exercises)
+    except FileExistsError as e:
+        print(f"course release: {e}", file=sys.stderr)
+        return 2
+    print(f"Gradescope autograder for {', '.join(exercises)}: upload {archive} (its folder shows what it holds)")
+    return 0
+
+
 def add_arguments(p):
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if exercises/ is out of date")
     p.add_argument("--solutions", type=Path, default=course_root() / "solutions")
@@ -212,8 +226,12 @@ def add_arguments(p):
     p.add_argument("--nbgrader", type=Path, default=None, metavar="DIR",
                    help="instead of exercises/: write nbgrader's DIR/source/<exercise folder>/ with the learner's "
                         "files only (nbgrader copies .py files as they are: never give it solutions/)")
+    p.add_argument("--gradescope", type=Path, default=None, metavar="DIR",
+                   help="instead of exercises/: write a Gradescope autograder bundle (setup.sh, run_autograder, the "
+                        "course's checkers; DIR/autograder.zip to upload) into the new folder DIR")
     p.add_argument("--exercise", action="append", choices=list(EXERCISES), metavar="EX",
-                   help=f"with --nbgrader: only this exercise's folder ({', '.join(EXERCISES)}); repeat for more")
+                   help=f"with --nbgrader: only this exercise's folder; with --gradescope: the exercises the "
+                        f"autograder grades ({', '.join(EXERCISES)}); repeat for more; default: all")
 
 
 def run(args) -> int:
@@ -221,10 +239,12 @@ def run(args) -> int:
         print(f"course release: no folder {args.solutions} (give --solutions, the folder of complete files)",
               file=sys.stderr)
         return 2
-    if args.exercise and args.nbgrader is None:
-        print("course release: --exercise goes with --nbgrader DIR", file=sys.stderr)
+    if args.exercise and args.nbgrader is None and args.gradescope is None:
+        print("course release: --exercise goes with --nbgrader DIR or --gradescope DIR", file=sys.stderr)
         return 2
     try:
+        if args.gradescope is not None:
+            return _gradescope(args.gradescope, args.exercise or list(EXERCISES))
         if args.nbgrader is not None:
             return release_for_nbgrader(args.solutions, args.nbgrader, args.exercise)
         files = plan(args.solutions, args.exercises)

@@ -38,8 +38,8 @@ def nbgrader_would_write(text: str) -> str:
     return exercise_view(without_stubs)
 
 
-def solution_lines(text: str) -> set[str]:
-    """The code inside the regions (not STUB lines) that appears nowhere outside them."""
+def split_regions(text: str) -> tuple[set[str], set[str]]:
+    """(the stripped lines inside the regions, not STUB lines; those outside them)."""
     inside, outside, depth = set(), set(), False
     for line in text.splitlines():
         s = line.strip()
@@ -49,6 +49,12 @@ def solution_lines(text: str) -> set[str]:
             inside.add(s)
         elif not depth:
             outside.add(s)
+    return inside, outside
+
+
+def solution_lines(text: str) -> set[str]:
+    """The code inside the regions (not STUB lines) that appears nowhere outside them."""
+    inside, outside = split_regions(text)
     return inside - outside
 
 
@@ -126,18 +132,7 @@ def solution_only_lines() -> dict[str, set[str]]:
                 and p.relative_to(ROOT / "solutions").parts[0] not in release.NOT_EXERCISES]
     texts = {str(p.relative_to(ROOT / "solutions")): p.read_text(encoding="utf-8") for p in released}
     starter = {line.strip() for t in texts.values() for line in exercise_view(t).splitlines()}
-    regions = {}
-    for name, text in texts.items():
-        inside, depth = set(), False
-        for line in text.splitlines():
-            s = line.strip()
-            if s in (release.BEGIN, release.END):
-                depth = s == release.BEGIN
-            elif depth and s and not STUB.match(line):
-                inside.add(s)
-        if release.BEGIN in text:
-            regions[name] = inside - starter
-    return regions
+    return {name: split_regions(text)[0] - starter for name, text in texts.items() if release.BEGIN in text}
 
 
 def leaks(folder: Path, regions: dict[str, set[str]]) -> dict[str, list[str]]:

@@ -201,3 +201,28 @@ def test_gradescope_bundle_runs_in_a_stand_in_autograder_folder(tmp_path):
         assert results["score"] == score, results
         assert results["extra_data"]["learner"] == "ann@example.org"
         assert "grades of" in p.stdout.lower()          # the instructors' view on stdout
+
+
+@pytest.mark.slow
+def test_a_skipped_verdict_is_stored_as_skipped_and_resume_keeps_the_time(tmp_path):
+    """Through the sandbox and `course grade`: the checker's SKIPPED verdict is `skipped` in grades.csv, NOT RUN in
+    the feedback and out of the score; --resume keeps when the learner was graded."""
+    (tmp_path / "subs" / "ann" / "05_allreduce").mkdir(parents=True)
+    (tmp_path / "subs" / "ann" / "05_allreduce" / "allreduce.py").write_text("x = 1\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "grading_class")]))
+    args = [*COURSE, "grade", tmp_path / "subs", "--out", tmp_path / "out", "--exercise", "allreduce",
+            "--checker", "skip_check"]
+    p = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(tmp_path / "out" / "grades.csv", newline="") as f:
+        assert [(r["item"], r["result"]) for r in csv.DictReader(f)] == [("parses", "pass"),
+                                                                        ("runs under Slurm", "skipped")]
+    with open(tmp_path / "out" / "scores.csv", newline="") as f:
+        (first,) = list(csv.DictReader(f))
+    assert (first["allreduce"], first["total"], first["max"]) == ("1.0", "1.0", "1") and first["graded_at"]
+    assert "**NOT RUN** runs under Slurm" in (tmp_path / "out" / "feedback" / "ann.md").read_text()
+    assert "| ann | pass 1/1, 1 not run |" in (tmp_path / "out" / "grades.md").read_text()
+    p = subprocess.run([*args, "--resume"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert p.returncode == 0 and "0 checks to run" in p.stdout, p.stdout + p.stderr
+    with open(tmp_path / "out" / "scores.csv", newline="") as f:
+        assert list(csv.DictReader(f)) == [first]

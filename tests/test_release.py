@@ -174,6 +174,16 @@ def test_release_for_nbgrader_writes_starters_and_never_overwrites(tmp_path, cap
     assert (source / "allreduce.py").read_text() == "# the instructor's own edit\n"
 
 
+def test_release_for_gradescope_refuses_a_folder_with_files(tmp_path, capsys):
+    (tmp_path / "ag").mkdir()
+    (tmp_path / "ag" / "mine.txt").write_text("the instructor's\n")
+    assert release.run(_parser().parse_args(["--gradescope", str(tmp_path / "ag")])) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "ag").iterdir()] == ["mine.txt"]
+    both = ["--gradescope", str(tmp_path / "g"), "--nbgrader", str(tmp_path / "n")]
+    assert release.run(_parser().parse_args(both)) == 2 and not (tmp_path / "g").exists()
+
+
 def _parser():
     import argparse
 

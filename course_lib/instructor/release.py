@@ -239,6 +239,9 @@ def run(args) -> int:
         print(f"course release: no folder {args.solutions} (give --solutions, the folder of complete files)",
               file=sys.stderr)
         return 2
+    if args.nbgrader is not None and args.gradescope is not None:
+        print("course release: --nbgrader and --gradescope write different things: give one", file=sys.stderr)
+        return 2
     if args.exercise and args.nbgrader is None and args.gradescope is None:
         print("course release: --exercise goes with --nbgrader DIR or --gradescope DIR", file=sys.stderr)
         return 2

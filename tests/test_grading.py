@@ -5,6 +5,7 @@ sandbox on the class of tests/grading_class/make_class.py and checks the report 
 """
 import csv
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 import zipfile
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from course_lib import grading
@@ -242,7 +244,8 @@ def test_a_made_up_class(tmp_path):
     tmp, env = private_tmp(tmp_path)
     start = time.monotonic()
     p = course("grade", subs, "--out", out, "--jobs", 2, "--check-timeout", 150, "--max-processes", 256,
-               "--exercise", "allreduce", "--exercise", "tp", timeout=900, env=env)
+               "--exercise", "allreduce", "--exercise", "tp", "--format", "gradescope", "--format", "lms",
+               timeout=900, env=env)
     took = time.monotonic() - start
     md = (out / "grades.md").read_text(encoding="utf-8")
     print(p.stdout, p.stderr, md, f"\ngraded in {took:.1f} s with --jobs 2", sep="\n")
@@ -308,6 +311,26 @@ def test_a_made_up_class(tmp_path):
         assert next(csv.reader(f)) == ["learner", "exercise", "item", "result", "message"]
     logs = list((out / "logs").rglob("*.log"))
     assert logs and max(p.stat().st_size for p in logs) < 64 * 1024
+
+    # the fork bomb's feedback names the limit that stopped it, and what it means for the learner's code
+    forky = (out / "feedback" / "forky.md").read_text(encoding="utf-8")
+    assert "Stopped by the grader's process limit: a check may have at most 256 processes" in forky, forky
+    # scores: a row per learner, each exercise one point; the exports carry the same numbers
+    with open(out / "scores.csv", newline="", encoding="utf-8") as f:
+        scores = {r["learner"]: r for r in csv.DictReader(f)}
+    assert set(scores) == learners and all(r["graded_at"] for r in scores.values())
+    assert [scores["alice"][k] for k in ("allreduce", "tp", "total", "max")] == ["1.0", "1.0", "2.0", "2"]
+    assert all(scores[n]["total"] == "0.0" for n in learners - {"alice"}), scores
+    with open(out / "lms.csv", newline="", encoding="utf-8") as f:
+        lms = list(csv.reader(f))
+    assert lms[0] == ["id", "learner", "allreduce", "tp", "total"] and len(lms) == 1 + len(learners)
+    schema = json.loads((ROOT / "tests" / "grading_class" / "gradescope_results.schema.json").read_text())
+    results = list((out / "gradescope").glob("*/results.json"))
+    assert len(results) == len(learners)
+    for path in results:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        jsonschema.validate(data, schema)
+        assert data["score"] == float(scores[data["extra_data"]["learner"]]["total"]), path
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from course_lib.grading.causes import DEADLINE, FILE_SIZE, MEMORY, PROCESSES, limits_hit
+from course_lib.grading.reports import outcome_rows
 from course_lib.grading.sandbox import Cgroups, Limits, run_check
 
 HERE = Path(__file__).resolve().parent
@@ -133,6 +135,10 @@ def test_many_processes_are_capped_and_killed(tmp_path, pids_dir, cgroups):
     started = len(list(pids_dir.iterdir()))
     if cgroups:
         assert "fork failed" in out.output and started < 64, (started, out.output[-2000:])
+        # the cgroup's own counter names the cause, and the learner is told which limit and what it means
+        assert out.events.get("pids", 0) > 0 and limits_hit(out) == [PROCESSES, DEADLINE], out.events
+        (row,) = outcome_rows(out, Limits(deadline=12, max_processes=64))
+        assert "process limit: a check may have at most 64 processes" in row["message"], row
     elif os.getuid() == 0:
         assert started == 2 + 200     # root ignores RLIMIT_NPROC: nothing caps it, the sweep kills it all
     else:
@@ -171,6 +177,9 @@ def test_a_huge_file_is_cut_by_the_file_size_limit(tmp_path, pids_dir):
     out = grade(tmp_path, code, max_file_mb=8)
     assert out.verdicts[0]["result"] == "fail"
     assert "failed first" in out.verdicts[0]["message"]
+    assert FILE_SIZE in limits_hit(out, out.verdicts[0]["message"]), out.verdicts[0]["message"]
+    (row,) = outcome_rows(out, Limits(max_file_mb=8))
+    assert row["message"].startswith("Stopped by the grader's file-size limit: no file may grow past 8 MB"), row
 
 
 @pytest.mark.skipif(not HAS_CGROUPS, reason=NO_CGROUPS)
@@ -179,4 +188,7 @@ def test_memory_is_limited_where_cgroups_are(tmp_path, pids_dir):
     out = grade(tmp_path, code, memory_mb=512)
     assert out.verdicts[0]["result"] == "fail"
     assert "allocated 2 GB" not in out.output
+    assert MEMORY in limits_hit(out, out.verdicts[0]["message"]), (out.events, out.verdicts[0]["message"])
+    (row,) = outcome_rows(out, Limits(memory_mb=512))
+    assert row["message"].startswith("Stopped by the grader's memory limit: 512 MB"), row
     assert not survivors(pids_dir)

@@ -152,3 +152,41 @@ def test_a_solution_notebook_is_released_with_nbgrader_conventions():
     assert code.outputs == [] and code.execution_count is None
     assert whole.source == "# YOUR CODE HERE\nraise NotImplementedError()"
     assert text.source == "YOUR ANSWER HERE"
+
+
+def test_release_for_nbgrader_writes_starters_and_never_overwrites(tmp_path, capsys):
+    """`course release --nbgrader DIR`: one assignment per exercise folder, the starter files as exercises/
+    holds them, a guide notebook; a second run writes nothing; a file that differs stops it, untouched."""
+    course = tmp_path / "course"
+    args = ["--solutions", str(ROOT / "solutions"), "--nbgrader", str(course), "--exercise", "allreduce"]
+    parse = lambda a: _parser().parse_args(a)
+    assert release.run(parse(args)) == 0
+    source = course / "source" / "05_allreduce"
+    assert sorted(p.name for p in source.iterdir()) == ["05_allreduce.ipynb", "allreduce.py"]
+    assert (source / "allreduce.py").read_text() == (ROOT / "exercises/05_allreduce/allreduce.py").read_text()
+    guide = nbformat.read(source / "05_allreduce.ipynb", as_version=4)
+    assert 'check("allreduce", "allreduce.py")' in guide.cells[-1].source
+    assert (course / "nbgrader_config.py").is_file()
+    assert release.run(parse(args)) == 0 and "(0 files written)" in capsys.readouterr().out
+    (source / "allreduce.py").write_text("# the instructor's own edit\n")
+    assert release.run(parse(args)) == 2
+    assert "exist and differ" in capsys.readouterr().err
+    assert (source / "allreduce.py").read_text() == "# the instructor's own edit\n"
+
+
+def test_release_for_gradescope_refuses_a_folder_with_files(tmp_path, capsys):
+    (tmp_path / "ag").mkdir()
+    (tmp_path / "ag" / "mine.txt").write_text("the instructor's\n")
+    assert release.run(_parser().parse_args(["--gradescope", str(tmp_path / "ag")])) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert [p.name for p in (tmp_path / "ag").iterdir()] == ["mine.txt"]
+    both = ["--gradescope", str(tmp_path / "g"), "--nbgrader", str(tmp_path / "n")]
+    assert release.run(_parser().parse_args(both)) == 2 and not (tmp_path / "g").exists()
+
+
+def _parser():
+    import argparse
+
+    p = argparse.ArgumentParser()
+    release.add_arguments(p)
+    return p

@@ -26,8 +26,8 @@ from course_lib.core.atomic import write_text
 from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.grading.array_wait import Progress, collect, slurm_states
 from course_lib.grading.discover import discover
-from course_lib.grading.reports import write_reports
-from course_lib.grading.run import _raise_interrupt, header_of
+from course_lib.grading.reports import Outputs, write_reports
+from course_lib.grading.run import _raise_interrupt, header_of, now_utc
 from course_lib.jobs.job import TERMINAL, SubmitError
 from course_lib.jobs.slurm import _run
 
@@ -111,7 +111,8 @@ def wait(job_id: str, todo: list[int]) -> dict[int, tuple[str, str]]:
 
 
 def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_rows: list[dict], scratch: Path,
-                   notes: list[str], on_done, site, throttle: int, minutes: int | None, cpus: int) -> int:
+                   notes: list[str], on_done, site, throttle: int, minutes: int | None, cpus: int,
+                   outputs: Outputs | None = None) -> int:
     """Grade the class as a Slurm job array into ``out``; the exit code (0, 2 could not submit, 130)."""
     learners, ignored = discover(subs, exercises, scratch)
     held = {}
@@ -148,7 +149,9 @@ def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_row
         rows += new
     header = header_of(subs, learners, exercises, limits, notes + [
         f"Engine: Slurm job array; isolation in the tasks: {isolation or 'no task reported it'}"])
-    write_reports(out, rows, learners, exercises, header, ignored, timing)
+    outputs = outputs or Outputs()
+    outputs.graded_at.update({r["learner"]: now_utc() for r in rows if r["learner"] not in outputs.graded_at})
+    write_reports(out, rows, learners, exercises, header, ignored, timing, outputs)
     if code == 130:
         print(f"interrupted: the job array was cancelled; the learners graded so far are in {out}; --resume "
               "continues", file=sys.stderr)

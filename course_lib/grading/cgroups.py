@@ -199,6 +199,23 @@ class Cgroups:
                 pass
         return found
 
+    def events(self) -> dict[str, int]:
+        """What the limits refused so far: {"pids": forks refused at pids.max, "oom": processes the memory limit
+        killed}, from pids.events and memory.events (v2) or memory.oom_control (v1); {} where none is readable."""
+        found: dict[str, int] = {}
+        for d in self.dirs:
+            for name, key, field_name in (("pids.events", "pids", "max"), ("memory.events", "oom", "oom_kill"),
+                                          ("memory.oom_control", "oom", "oom_kill")):
+                try:
+                    lines = (d / name).read_text().splitlines()
+                except OSError:
+                    continue
+                for line in lines:
+                    word, _, value = line.partition(" ")
+                    if word == field_name and value.strip().isdigit():
+                        found[key] = found.get(key, 0) + int(value)
+        return found
+
     def remove(self) -> None:
         for d in self.dirs:
             _rmdir(d)

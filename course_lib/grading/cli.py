@@ -5,8 +5,13 @@ single exercise file (course_lib.grading.discover). For each learner and exercis
 temporary copy, in a sandbox (course_lib.grading.sandbox: deadline, bounded output, process limits,
 everything killed afterwards); the submissions are only read. Results go to ``--out``
 (course_lib.grading.reports):
-- ``grades.csv``: learner, exercise, item, result (pass, fail or missing), message; one row per verdict, and
-  a ``missing`` row for an exercise that was not handed in;
+- ``grades.csv``: learner, exercise, item, result (pass, fail, missing or skipped), message; one row per verdict,
+  and a ``missing`` row for an exercise that was not handed in; ``skipped`` is a check that could not be
+  established here (shown NOT RUN), never a pass and left out of the score;
+- ``scores.csv``: a row per learner: id (``--roster``), a column per exercise (each worth one point: the share of
+  its judged checks that pass), total, max, graded_at (course_lib.grading.scores);
+- ``--format gradescope``: ``gradescope/<learner>/results.json``; ``--format lms``: ``lms.csv``
+  (course_lib.grading.exports);
 - ``grades.md``: one table for the class, then one section per learner with what was found and the messages;
 - ``feedback/<learner>.md`` and ``.html``: one learner's verdicts and messages, to hand back (nothing of others);
 - ``logs/``: what each check printed (its first and last KB).
@@ -32,6 +37,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from course_lib.grading.reports import FORMATS
+from course_lib.grading.routes import ROUTES, route_exercises
 from course_lib.registry import EXERCISES
 
 
@@ -40,8 +47,19 @@ def add_arguments(p):
                    help="a folder with one entry per learner: a copy of exercises/, a zip of one, or a single file")
     p.add_argument("--out", type=Path, default=None,
                    help="where grades.csv, grades.md and logs/ go (default: grades/<name of SUBMISSIONS_DIR>)")
-    p.add_argument("--exercise", action="append", choices=list(EXERCISES), metavar="EX",
-                   help=f"grade only this exercise ({', '.join(EXERCISES)}); repeat for more; default: all")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--exercise", action="append", choices=list(EXERCISES), metavar="EX",
+                       help=f"grade only this exercise ({', '.join(EXERCISES)}); repeat for more; default: all")
+    which.add_argument("--route", choices=list(ROUTES), default=None,
+                       help="grade the exercises of one route of the README's course map: "
+                            + "; ".join(f"{r}: {', '.join(route_exercises(r))}" for r in ROUTES))
+    p.add_argument("--roster", type=Path, default=None, metavar="CSV",
+                   help="a CSV with columns learner (the entry's name in SUBMISSIONS_DIR) and id (the student id an "
+                        "LMS or Gradescope knows): scores.csv and the exports carry the id; roster learners with no "
+                        "entry get 0")
+    p.add_argument("--format", action="append", choices=list(FORMATS), default=[], dest="formats",
+                   help="also write gradescope/<learner>/results.json (gradescope) or lms.csv (lms); repeat for both; "
+                        "grades.csv, scores.csv, grades.md and feedback/ are always written")
     p.add_argument("--jobs", "-j", type=int, default=1, help="checks run at the same time (default 1)")
     p.add_argument("--timeout", type=float, default=None,
                    help="deadline in seconds of each multi-process run, passed to the checker (default: the "
@@ -103,7 +121,8 @@ def _where(args):
             import nbgrader.api  # noqa: F401
         except ImportError:
             return "--nbgrader-db needs nbgrader in this environment: pip install nbgrader"
-    exercises = [ex for ex in EXERCISES if ex in (args.exercise or EXERCISES)]
+    chosen = args.exercise or (route_exercises(args.route) if args.route else list(EXERCISES))
+    exercises = [ex for ex in EXERCISES if ex in chosen]
     out: Path = args.out or Path("grades") / (args.submissions.resolve().name or "class")
     if Path(os.path.realpath(out)).is_relative_to(Path(os.path.realpath(subs))):
         return f"--out {out} is inside SUBMISSIONS_DIR, which grading never writes into"
@@ -116,7 +135,23 @@ def _where(args):
         (out / "logs").mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return f"cannot write to {out}: {e}"
-    return subs, layout, out, exercises, done_rows
+    outputs = _outputs(args, out)
+    if isinstance(outputs, str):
+        return outputs
+    return subs, layout, out, exercises, done_rows, outputs
+
+
+def _outputs(args, out: Path):
+    """The exports, the roster and the times of an earlier run (--resume), or why not."""
+    from course_lib.grading.reports import Outputs
+    from course_lib.grading.scores import RosterError, read_graded_at, read_roster
+
+    try:
+        roster = read_roster(args.roster) if args.roster is not None else None
+    except RosterError as e:
+        return str(e)
+    graded_at = read_graded_at(out / "scores.csv") if args.resume else {}
+    return Outputs(tuple(dict.fromkeys(args.formats)), roster, graded_at)
 
 
 def _engine(choice: str):
@@ -138,7 +173,7 @@ def run(args) -> int:
     where = _where(args)
     if isinstance(where, str):
         return _fail(where)
-    subs, layout, out, exercises, done_rows = where
+    subs, layout, out, exercises, done_rows, outputs = where
     engine = _engine(args.engine)
     if isinstance(engine, str):
         return _fail(engine)
@@ -148,13 +183,13 @@ def run(args) -> int:
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
         if engine[0] == "local":
             return grade(subs, out, exercises, limits, args.jobs, done_rows, Path(scratch),
-                         [layout, describe(limits)], on_done)
+                         [layout, describe(limits)], on_done, outputs)
         from course_lib.grading.array import grade_on_slurm
         from course_lib.jobs import SubmitError
 
         try:
             return grade_on_slurm(subs, out, exercises, limits, done_rows, Path(scratch), [layout], on_done,
-                                  engine[1], args.throttle, args.slurm_time, args.cpus_per_task)
+                                  engine[1], args.throttle, args.slurm_time, args.cpus_per_task, outputs)
         except SubmitError as e:
             return _fail(str(e))
 

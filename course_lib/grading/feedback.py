@@ -34,13 +34,20 @@ def _by_exercise(rows: list[dict], name: str) -> dict[str, list[dict]]:
     return own
 
 
+SHOWN = {"skipped": "NOT RUN"}    # a skipped check could not be established where grading ran: it does not count
+
+
 def _summary(rows: list[dict]) -> str:
-    ok = sum(r["result"] == "pass" for r in rows)
-    if ok == len(rows):
-        return f"all {ok} checks pass"
+    counted = [r for r in rows if r["result"] != "skipped"]
+    skipped = f" ({len(rows) - len(counted)} not run, not counted)" if len(counted) < len(rows) else ""
+    ok = sum(r["result"] == "pass" for r in counted)
+    if not counted:
+        return "no check could be run here" + skipped
+    if ok == len(counted):
+        return f"all {ok} checks pass" + skipped
     if all(r["result"] == "missing" for r in rows):
         return "not handed in"
-    return f"{ok} of {len(rows)} checks pass"
+    return f"{ok} of {len(counted)} checks pass" + skipped
 
 
 def _again(ex: str) -> str:
@@ -58,14 +65,14 @@ def markdown(name: str, own: dict[str, list[dict]], found_notes: list[str]) -> s
         md += [f"## {ex}: {_summary(rows)}", ""]
         for r in rows:
             message = r["message"].replace("\n", "\n  ")
-            md.append(f"- **{r['result']}** {r['item']}" + (f": {message}" if message else ""))
+            md.append(f"- **{SHOWN.get(r['result'], r['result'])}** {r['item']}" + (f": {message}" if message else ""))
         md += ["", _again(ex), ""]
     return "\n".join(md).rstrip() + "\n"
 
 
 def to_html(name: str, own: dict[str, list[dict]], found_notes: list[str]) -> str:
     e = html.escape
-    colour = {"pass": "#1a7f37", "fail": "#cf222e", "missing": "#9a6700"}
+    colour = {"pass": "#1a7f37", "fail": "#cf222e", "missing": "#9a6700", "skipped": "#57606a"}
     parts = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>Feedback for {e(name)}</title></head>",
              f"<body style='font-family:sans-serif;max-width:60em'><h1>Feedback for {e(name)}</h1>"]
     if found_notes:
@@ -76,7 +83,8 @@ def to_html(name: str, own: dict[str, list[dict]], found_notes: list[str]) -> st
                      "<tr><th>item</th><th>result</th><th>message</th></tr>")
         for r in rows:
             parts.append(f"<tr><td>{e(r['item'])}</td><td style='color:{colour.get(r['result'], '#000')}'>"
-                         f"<b>{e(r['result'])}</b></td><td><pre style='white-space:pre-wrap;margin:0'>"
+                         f"<b>{e(SHOWN.get(r['result'], r['result']))}</b></td>"
+                         "<td><pre style='white-space:pre-wrap;margin:0'>"
                          f"{e(r['message'])}</pre></td></tr>")
         parts.append(f"</table><p>{e(_again(ex)).replace('`', '')}</p>")
     parts.append("</body></html>\n")

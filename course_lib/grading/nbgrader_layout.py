@@ -7,8 +7,8 @@ Layout: SUBMISSIONS_DIR may be nbgrader's course folder (it holds ``submitted/``
 
 Gradebook (``--nbgrader-db PATH``, through nbgrader's own ``Gradebook`` API): per exercise an assignment
 (the assignment folder the class used, else the exercise's name), in it a notebook named after the exercise
-with one autograded cell ``checks`` worth 1 point; a learner's score is the share of that exercise's checks
-that pass (0 for missing). Written after grading, for every row in grades.csv.
+with one autograded cell ``checks`` worth 1 point; a learner's score is the share of that exercise's judged checks
+that pass (0 for missing; skipped checks do not count). Written after grading, for every row in grades.csv.
 """
 from __future__ import annotations
 
@@ -48,13 +48,13 @@ def assignment_names(learners, exercises: list[str]) -> dict[str, str]:
 
 
 def scores(rows: list[dict]) -> dict[tuple[str, str], float]:
-    """(learner, exercise) -> share of its checks that pass."""
-    total, ok = Counter(), Counter()
-    for r in rows:
-        key = (r["learner"], r["exercise"])
-        total[key] += 1
-        ok[key] += r["result"] == "pass"
-    return {key: ok[key] / total[key] for key in total}
+    """(learner, exercise) -> share of its judged checks that pass (course_lib.grading.scores; an exercise with
+    nothing judged, every check skipped, has no score and is left out)."""
+    from course_lib.grading.scores import by_learner, exercise_score
+
+    got = {(name, ex): exercise_score(ex_rows) for name, own in by_learner(rows).items()
+           for ex, ex_rows in own.items()}
+    return {key: score for key, score in got.items() if score is not None}
 
 
 @contextmanager

@@ -1,4 +1,6 @@
-"""The grader's reports: ``grades.csv`` (one row per verdict) and ``grades.md`` (for people), rewritten whole.
+"""The grader's reports: ``grades.csv`` (one row per verdict), ``scores.csv`` (a row per learner:
+course_lib.grading.scores), ``grades.md`` (for people), feedback/ and the exports that ``--format`` asks for
+(course_lib.grading.exports), all rewritten whole.
 
 Each write is atomic (course_lib.core.atomic): a reader, or an interrupted run, sees the old file or the new
 one, never half of one. ``read_rows`` reads grades.csv back (``--resume``).
@@ -8,6 +10,7 @@ from __future__ import annotations
 import csv
 import re
 import signal
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.core.atomic import atomic_writer
@@ -15,6 +18,15 @@ from course_lib.grading.feedback import write_feedback
 from course_lib.registry import EXERCISES
 
 COLUMNS = ["learner", "exercise", "item", "result", "message"]
+FORMATS = ("gradescope", "lms")
+
+
+@dataclass
+class Outputs:
+    """What goes beside grades.csv and grades.md: the exports asked for, the roster, when each learner was graded."""
+    formats: tuple[str, ...] = ()
+    roster: dict[str, str] | None = None
+    graded_at: dict[str, str] = field(default_factory=dict)
 
 
 def _cell(text: str) -> str:
@@ -29,18 +41,27 @@ def md_name(text: str) -> str:
 
 
 def summary_cell(rows: list[dict]) -> str:
+    """An exercise's cell in the class table: skipped checks (NOT RUN) are named, not counted."""
     if not rows:
         return ""
     if any(r["result"] == "missing" for r in rows) and all(r["result"] != "pass" for r in rows):
         return "missing"
-    ok = sum(r["result"] == "pass" for r in rows)
-    return f"pass {ok}/{len(rows)}" if ok == len(rows) else f"**fail** {ok}/{len(rows)}"
+    counted = [r for r in rows if r["result"] != "skipped"]
+    ok = sum(r["result"] == "pass" for r in counted)
+    skipped = f", {len(rows) - len(counted)} not run" if len(counted) < len(rows) else ""
+    if not counted:
+        return f"not run {len(rows)}"
+    return (f"pass {ok}/{len(counted)}" if ok == len(counted) else f"**fail** {ok}/{len(counted)}") + skipped
 
 
 def write_reports(out: Path, rows: list[dict], learners: list, exercises: list[str],
-                  header: str, ignored: list[str], timing: dict) -> None:
-    """Rewrite grades.csv, grades.md and feedback/ from all the rows so far (atomically: a reader never sees
-    half)."""
+                  header: str, ignored: list[str], timing: dict, outputs: Outputs | None = None) -> None:
+    """Rewrite grades.csv, scores.csv, grades.md, feedback/ and the exports from all the rows so far (each file
+    atomically: a reader never sees half)."""
+    from course_lib.grading.exports import write_gradescope, write_lms
+    from course_lib.grading.scores import write_scores
+
+    outputs = outputs or Outputs()
     order = {ex: i for i, ex in enumerate(EXERCISES)}
     rows = sorted(rows, key=lambda r: (r["learner"].casefold(), r["learner"], order.get(r["exercise"], 9)))
     with atomic_writer(out / "grades.csv", "w", encoding="utf-8", newline="") as f:
@@ -51,6 +72,12 @@ def write_reports(out: Path, rows: list[dict], learners: list, exercises: list[s
     with atomic_writer(out / "grades.md", "w", encoding="utf-8") as f:
         f.write("\n".join(md) + "\n")
     write_feedback(out, rows, learners)
+    cols = [ex for ex in EXERCISES if ex in exercises or any(r["exercise"] == ex for r in rows)]
+    write_scores(out / "scores.csv", rows, cols, outputs.roster, outputs.graded_at)
+    if "gradescope" in outputs.formats:
+        write_gradescope(out, rows, learners, cols, outputs.roster, outputs.graded_at, timing)
+    if "lms" in outputs.formats:
+        write_lms(out / "lms.csv", rows, cols, outputs.roster)
 
 
 def _markdown(rows, learners, exercises, header, ignored, timing) -> list[str]:
@@ -82,7 +109,7 @@ def _section(name: str, rows: dict[str, list[dict]], cols: list[str], learner, e
     md += ["| exercise | item | result | message |", "|---|---|---|---|"]
     for ex in cols:
         for r in rows.get(ex, []):
-            result = r["result"] if r["result"] != "fail" else "**fail**"
+            result = {"fail": "**fail**", "skipped": "not run"}.get(r["result"], r["result"])
             md.append(f"| {ex} | {_cell(r['item'])} | {result} | {_cell(r['message'])} |")
     if extra:
         md += ["", extra]
@@ -97,19 +124,21 @@ def read_rows(path: Path) -> list[dict]:
         return list(reader)
 
 
-def outcome_rows(outcome, deadline: float) -> list[dict]:
-    """The rows of one check: the checker's verdicts, or why there are none."""
+def outcome_rows(outcome, limits) -> list[dict]:
+    """The rows of one check: the checker's verdicts, or why there are none; a limit that stopped it is named
+    (course_lib.grading.causes)."""
+    from course_lib.grading.causes import DEADLINE, annotate, explain, limits_hit
+
     if outcome.verdicts:
-        return list(outcome.verdicts)
+        return annotate(list(outcome.verdicts), outcome, limits)
     tail = outcome.last_lines()
     tail = f"\nlast lines it printed:\n{tail}" if tail else ""
+    hit = [explain(h, limits) for h in limits_hit(outcome) if h != DEADLINE]
     if outcome.timed_out:
-        return [{"item": "deadline", "result": "fail",
-                 "message": f"the check did not finish within {deadline:.0f} s and was stopped: your code "
-                            "may wait forever (a recv nobody sends to, a collective not every rank calls) or "
-                            f"loop{tail}"}]
+        return [{"item": "deadline", "result": "fail", "message": "\n".join(hit + [explain(DEADLINE, limits)]) + tail}]
     code = outcome.returncode
     how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None and code < 0
            else f"ended with exit code {code}")
-    oom = " (SIGKILL: perhaps the memory limit)" if code == -signal.SIGKILL else ""
-    return [{"item": "check", "result": "fail", "message": f"the check {how}{oom} before giving a verdict{tail}"}]
+    if hit:
+        return [{"item": "check", "result": "fail", "message": "\n".join(hit) + f"\n(the check {how})"}]
+    return [{"item": "check", "result": "fail", "message": f"the check {how} before giving a verdict{tail}"}]

@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from course_lib.grading.discover import Learner, discover
-from course_lib.grading.reports import outcome_rows, write_reports
+from course_lib.grading.reports import Outputs, outcome_rows, write_reports
 from course_lib.grading.sandbox import Limits, run_check
 from course_lib.registry import EXERCISES
 
@@ -46,15 +46,16 @@ def check_one(learner: Learner, ex: str, limits: Limits, out: Path, on_start=Non
     log = out / "logs" / _slug(learner.name) / f"{ex}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(outcome.output, encoding="utf-8", errors="replace")
-    return outcome_rows(outcome, limits.deadline), outcome
+    return outcome_rows(outcome, limits), outcome
 
 
 class _Grading:
     """One run: the rows so far, the checks still pending per learner, and what Ctrl-C must stop."""
 
     def __init__(self, out: Path, learners: list[Learner], exercises: list[str], limits: Limits,
-                 header: str, ignored: list[str], done_rows: list[dict]):
+                 header: str, ignored: list[str], done_rows: list[dict], outputs: Outputs):
         self.out, self.learners, self.exercises, self.limits = out, learners, exercises, limits
+        self.outputs = outputs
         self.header, self.ignored = header, ignored
         self.rows = list(done_rows)
         done = {(r["learner"], r["exercise"]) for r in done_rows}
@@ -96,12 +97,14 @@ class _Grading:
             took = f" in {outcome.seconds:.1f} s" if outcome else ""
             print(f"  {learner.name} / {ex}: {n_ok}/{len(new_rows)} passed{took}", flush=True)
             if self.pending[learner.name] == 0:
+                self.outputs.graded_at[learner.name] = now_utc()
                 if learner.name in self.seconds:
                     self.timing[learner.name] = "Check times: " + "; ".join(self.seconds[learner.name]) + "."
                 self.write()
 
     def write(self) -> None:
-        write_reports(self.out, self.rows, self.learners, self.exercises, self.header, self.ignored, self.timing)
+        write_reports(self.out, self.rows, self.learners, self.exercises, self.header, self.ignored, self.timing,
+                      self.outputs)
 
     def stop(self, futures) -> None:
         """Ctrl-C: start no more checks and kill the running ones."""
@@ -138,21 +141,28 @@ class _Grading:
         return not interrupted.is_set()
 
 
+def now_utc() -> str:
+    """The time of grading, as scores.csv and the exports give it: ISO 8601, UTC, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def header_of(subs: Path, learners: list, exercises: list[str], limits: Limits, notes: list[str]) -> str:
     """The first lines of grades.md: what was graded, how, and the isolation in force."""
     return (f"# Grades of `{subs}`\n\n{len(learners)} learners; exercises: {', '.join(exercises)}; "
-            f"deadline {limits.deadline:.0f} s per check. Results: pass, **fail**, missing (not handed in)."
+            f"deadline {limits.deadline:.0f} s per check. Results: pass, **fail**, missing (not handed in), "
+            "not run (could not be established here; not counted). Scores: scores.csv."
             + "".join(f"\n\n{n}" for n in notes if n))
 
 
 def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int, done_rows: list[dict],
-          scratch: Path, notes: list[str] = (), on_done=None) -> int:
+          scratch: Path, notes: list[str] = (), on_done=None, outputs: Outputs | None = None) -> int:
     """Grade every learner of ``subs`` into ``out``; the exit code (0 graded, 2 could not, 130 interrupted).
 
-    ``notes``: lines for the report's header; ``on_done(rows, learners)``: called once all is graded."""
+    ``notes``: lines for the report's header; ``on_done(rows, learners)``: called once all is graded;
+    ``outputs``: exports, roster and the times of earlier grading (course_lib.grading.reports.Outputs)."""
     learners, ignored = discover(subs, exercises, scratch)
     header = header_of(subs, learners, exercises, limits, list(notes))
-    g = _Grading(out, learners, exercises, limits, header, ignored, done_rows)
+    g = _Grading(out, learners, exercises, limits, header, ignored, done_rows, outputs or Outputs())
     done = {(r["learner"], r["exercise"]) for r in done_rows}
     print(f"grading {len(learners)} learners x {len(exercises)} exercises in {subs} "
           f"({len(g.todo)} checks to run, {len(done)} already in {out / 'grades.csv'}), {jobs} at a time", flush=True)

@@ -67,6 +67,7 @@ class Outcome:
     leftovers: int = 0               # processes still there after the worker ended (killed by the sweep)
     isolation: str = ""              # course_lib.grading.cgroups.Cgroups.kind: "cgroup v1", ..., "sweep"
     notes: list[str] = field(default_factory=list)
+    events: dict[str, int] = field(default_factory=dict)   # Cgroups.events(): what the limits refused
 
     def last_lines(self, n: int = 8, width: int = 200) -> str:
         lines = [line[:width] for line in self.output.splitlines() if line.strip()]
@@ -144,6 +145,7 @@ class _Check:
         self.proc: subprocess.Popen | None = None
         self.out: BoundedOutput | None = None
         self.stopped = threading.Event()
+        self.events: dict[str, int] = {}
 
     def start(self, exercise: str, source: Path, relative: str, checker: str) -> None:
         copy = self.work / relative
@@ -191,6 +193,7 @@ class _Check:
         sweep(self.token, set(), self.cgroups, str(self.base))
         if self.out is not None:
             self.out.thread.join(10)
+        self.events = self.cgroups.events()     # before the cgroups go: did a limit refuse something?
         self.cgroups.remove()
         verdicts = _read_verdicts(self.result)
         _remove_tree(self.base)
@@ -217,7 +220,7 @@ def run_check(exercise: str, source: Path, relative: str, limits: Limits, on_sta
     finally:
         verdicts = check.end()
     outcome = Outcome(verdicts, check.proc.returncode, timed_out, time.monotonic() - start, check.out.text(),
-                      check.out.total, leftovers, isolation)
+                      check.out.total, leftovers, isolation, events=check.events)
     if check.stopped.is_set():
         outcome.notes.append("stopped by the grader (interrupted)")
     return outcome

@@ -1,7 +1,8 @@
-"""Write exercises/ from solutions/: ``course release`` (``--check``: fail if exercises/ would change).
+"""Write exercises/ from solutions/: ``course release`` (``--check``: fail if exercises/ would change;
+``--nbgrader DIR``: an nbgrader course's ``source/``, learner files only; ``--gradescope DIR``: a Gradescope
+autograder bundle, course_lib.grading.autograder).
 
-solutions/ is the one source. What a learner must write is marked with nbgrader's delimiters, so
-instructors who use nbgrader can take the files as they are::
+solutions/ is the one source. What a learner must write is marked with nbgrader's delimiters::
 
     ### BEGIN SOLUTION
     # STUB: train_sampler = None        <- becomes ``train_sampler = None`` in the exercise
@@ -17,6 +18,13 @@ nbgrader reads any line that *contains* "BEGIN SOLUTION" as a marker, so such a 
 unless it is exactly the marker. A notebook in solutions/ is released cell by cell: code cells as above,
 text cells with nbgrader's conventions (a marked region, or a cell whose nbgrader metadata says
 ``solution``, becomes "YOUR ANSWER HERE"), outputs cleared.
+
+nbgrader clears solution regions in notebook cells only: any other file of an assignment's ``source/`` folder
+(a ``.py``, a ``.sbatch``) is copied into ``release/`` as it is. So nbgrader must never be given solutions/.
+``--nbgrader DIR`` writes ``DIR/source/<exercise folder>/`` with the starter files exactly as exercises/ holds
+them, plus what nbgrader needs to accept an assignment: a notebook (``<folder>.ipynb``: which file to edit, and
+a cell that runs the course's check on it) and, when DIR has none, an ``nbgrader_config.py``. It never
+overwrites a file that differs.
 """
 from __future__ import annotations
 
@@ -26,6 +34,7 @@ from pathlib import Path
 
 from course_lib.core.atomic import write_text
 from course_lib.core.paths import course_root
+from course_lib.registry import EXERCISES
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = re.compile(r"^(\s*)# STUB:(?: (.*))?$")
@@ -136,10 +145,93 @@ def orphans(files: dict[Path, str], exercises: Path) -> list[Path]:
             and p not in files and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts]
 
 
+# ---------------------------------------------------------------- nbgrader's source/
+
+NBGRADER_CONFIG = ("c = get_config()  # noqa: F821 (nbgrader defines it)\n"
+                   "# written by `course release --nbgrader`: the course folder is where this file is; set your\n"
+                   "# course id and exchange here as nbgrader's documentation says\n")
+
+
+def _guide(folder: str, files: list[str]) -> str:
+    """The assignment's notebook: what to edit, and a cell per exercise that checks the learner's file."""
+    import nbformat
+
+    kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    exercises = [e for e in EXERCISES.values() if e.file.split("/")[0] == folder]
+    taught = ", ".join(sorted({f"`{e.notebook}`" for e in exercises})) or f"the notebook of {folder}"
+    listed = "\n".join(f"- `{f}`" for f in files)
+    cells = [nbformat.v4.new_markdown_cell(
+        f"# {folder}\n\nEdit the file(s) of this folder where they say TODO ({taught} explains the task):\n\n"
+        f"{listed}\n\nRun the cell(s) below to check your work, then submit this folder as it is.")]
+    for e in exercises:
+        name = e.file.split("/", 1)[1]
+        cells.append(nbformat.v4.new_code_cell(f'from course_lib.check import check\n\ncheck("{e.name}", "{name}")'))
+    for i, cell in enumerate(cells):
+        cell.id = f"guide-{i}"      # fixed ids: a second release writes the same bytes (and so writes nothing)
+    nb = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel})
+    return nbformat.writes(nb) + "\n"
+
+
+def nbgrader_plan(solutions: Path, course: Path, exercises: list[str] | None = None) -> dict[Path, str]:
+    """{path: content} of nbgrader's ``course/source/<folder>/``: one assignment per exercise folder (those of
+    ``exercises`` only, when given), the starter files as exercises/ holds them, and a guide notebook."""
+    folders: dict[str, dict[str, str]] = {}
+    for rel, text in plan(solutions, Path()).items():
+        folders.setdefault(rel.parts[0], {})[str(Path(*rel.parts[1:]))] = text
+    wanted = {EXERCISES[e].file.split("/")[0] for e in exercises} if exercises else set(folders)
+    files = {}
+    for folder in sorted(wanted & set(folders)):
+        source = course / "source" / folder
+        files.update({source / name: text for name, text in folders[folder].items()})
+        if not any(name.endswith(".ipynb") for name in folders[folder]):
+            files[source / f"{folder}.ipynb"] = _guide(folder, sorted(folders[folder]))
+    if not (course / "nbgrader_config.py").exists():
+        files[course / "nbgrader_config.py"] = NBGRADER_CONFIG
+    return files
+
+
+def release_for_nbgrader(solutions: Path, course: Path, exercises: list[str] | None) -> int:
+    """``course release --nbgrader DIR``: write what is new, refuse to overwrite what differs."""
+    files = nbgrader_plan(solutions, course, exercises)
+    differ = [p for p, text in files.items() if p.exists() and p.read_text(encoding="utf-8") != text]
+    if differ:
+        print("course release: these files exist and differ from what would be written (nothing was written; move "
+              "them away or choose another folder):\n  " + "\n  ".join(map(str, differ)), file=sys.stderr)
+        return 2
+    new = [p for p in files if not p.exists()]
+    _write(new, files)
+    assignments = sorted({p.parent.name for p in files if p.parent.parent == course / "source"})
+    print(f"nbgrader source in {course / 'source'}: {', '.join(assignments)} ({len(new)} files written); "
+          f"next: cd {course} && nbgrader generate_assignment ASSIGNMENT")
+    return 0
+
+
+def _gradescope(dest: Path, exercises: list[str]) -> int:
+    """``course release --gradescope DIR``: the autograder bundle (course_lib.grading.autograder)."""
+    from course_lib.grading.autograder import write_bundle
+
+    try:
+        archive = write_bundle(dest, exercises)
+    except FileExistsError as e:
+        print(f"course release: {e}", file=sys.stderr)
+        return 2
+    print(f"Gradescope autograder for {', '.join(exercises)}: upload {archive} (its folder shows what it holds)")
+    return 0
+
+
 def add_arguments(p):
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if exercises/ is out of date")
     p.add_argument("--solutions", type=Path, default=course_root() / "solutions")
     p.add_argument("--exercises", type=Path, default=course_root() / "exercises")
+    p.add_argument("--nbgrader", type=Path, default=None, metavar="DIR",
+                   help="instead of exercises/: write nbgrader's DIR/source/<exercise folder>/ with the learner's "
+                        "files only (nbgrader copies .py files as they are: never give it solutions/)")
+    p.add_argument("--gradescope", type=Path, default=None, metavar="DIR",
+                   help="instead of exercises/: write a Gradescope autograder bundle (setup.sh, run_autograder, the "
+                        "course's checkers; DIR/autograder.zip to upload) into the new folder DIR")
+    p.add_argument("--exercise", action="append", choices=list(EXERCISES), metavar="EX",
+                   help=f"with --nbgrader: only this exercise's folder; with --gradescope: the exercises the "
+                        f"autograder grades ({', '.join(EXERCISES)}); repeat for more; default: all")
 
 
 def run(args) -> int:
@@ -147,10 +239,23 @@ def run(args) -> int:
         print(f"course release: no folder {args.solutions} (give --solutions, the folder of complete files)",
               file=sys.stderr)
         return 2
+    if args.nbgrader is not None and args.gradescope is not None:
+        print("course release: --nbgrader and --gradescope write different things: give one", file=sys.stderr)
+        return 2
+    if args.exercise and args.nbgrader is None and args.gradescope is None:
+        print("course release: --exercise goes with --nbgrader DIR or --gradescope DIR", file=sys.stderr)
+        return 2
     try:
+        if args.gradescope is not None:
+            return _gradescope(args.gradescope, args.exercise or list(EXERCISES))
+        if args.nbgrader is not None:
+            return release_for_nbgrader(args.solutions, args.nbgrader, args.exercise)
         files = plan(args.solutions, args.exercises)
     except MarkerError as e:
         print(f"course release: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"course release: cannot write: {e}", file=sys.stderr)
         return 2
     stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
     extra = orphans(files, args.exercises)

@@ -7,6 +7,7 @@ seconds; the real checkers' verdicts on the made-up class are test_grading.py's 
 benchmarks/grading_class.py grades 30 learners with both engines.
 """
 import csv
+import dataclasses
 import json
 import os
 import subprocess
@@ -52,6 +53,12 @@ def test_the_array_script_takes_the_site_profile(tmp_path):
                  "module load cuda/12.4", "-m course_lib.grading.array_task"):
         assert line in text, line
     assert "--gpus" not in text       # grading asks for no GPUs
+    # a module-based site: the init file first, and the site's partition for checks (grading is CPU work)
+    site = dataclasses.replace(load_site("example-gpu-cluster"), module_init="/etc/profile.d/lmod.sh",
+                               check_partition="cpu")
+    text = script(tmp_path / "slurm" / "manifest.json", site, [0], 8, 12, 2)
+    assert "#SBATCH --partition=cpu" in text and "--partition=gpu" not in text
+    assert text.index("source /etc/profile.d/lmod.sh") < text.index("module load cuda/12.4")
 
 
 def test_tasks_slurm_ended_become_fail_rows(tmp_path):

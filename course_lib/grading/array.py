@@ -50,12 +50,17 @@ def script(manifest: Path, site, todo: list[int], throttle: int, minutes: int, c
     """The sbatch script of the array: one task per learner index in ``todo``."""
     slurm_dir = manifest.parent
     python = site.python or shlex.quote(sys.executable)
-    lines = ["#!/bin/bash", "#SBATCH --job-name=course-grade", f"#SBATCH --array={array_ranges(todo)}%{throttle}",
+    shell = "#!/bin/bash -l" if site.module_init == "login" else "#!/bin/bash"
+    lines = [shell, "#SBATCH --job-name=course-grade", f"#SBATCH --array={array_ranges(todo)}%{throttle}",
              f"#SBATCH --output={slurm_dir}/task-%A_%a.log", f"#SBATCH --time={minutes}", "#SBATCH --ntasks=1",
              f"#SBATCH --cpus-per-task={cpus}"]
-    lines += [f"#SBATCH --{key}={value}" for key, value in site.sbatch_options()]
+    # grading needs CPUs only: the site's partition and QoS for checks, where it has them
+    options = dict(site.sbatch_options(), **{k: v for k, v in (("partition", site.check_partition),
+                                                                ("qos", site.check_qos)) if v})
+    lines += [f"#SBATCH --{key}={value}" for key, value in options.items()]
     lines += [f"# Written by course grade for site '{site.name}': one task grades one learner (manifest.json)",
               "set -e"]
+    lines += site.module_setup() if site.modules else []
     lines += [f"module load {shlex.quote(m)}" for m in site.modules]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in site.env.items()]
     lines += [f"export PYTHONPATH={shlex.quote(str(PACKAGE_PARENT))}${{PYTHONPATH:+:$PYTHONPATH}}",

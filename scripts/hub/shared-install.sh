@@ -32,7 +32,7 @@ STAMP="$PREFIX/venv/.installed"
 if [ ! -f "$STAMP" ] || ! cmp -s "$SRC/pyproject.toml" "$STAMP"; then
     say "building $PREFIX/venv from $SHARED_PYTHON"
     "$SHARED_PYTHON" -m venv "$PREFIX/venv"
-    bash "$SRC/scripts/venv-install.sh" "$PREFIX/venv/bin/python" "$TORCH" -e "$PREFIX/course[lab,hub]"
+    bash "$SRC/scripts/venv-install.sh" "$PREFIX/venv/bin/python" "$TORCH" -e "$PREFIX/course[lab,hub,instructor]"
     cp "$SRC/pyproject.toml" "$STAMP"
 else
     say "$PREFIX/venv is up to date"

@@ -16,11 +16,12 @@ from course_lib.sbatch import check as sbatch_check
 from course_lib.sbatch.script import parse
 
 sys.path.insert(0, str(ROOT / "tests" / "sbatch_faulty"))
-from cases import CASES  # noqa: E402
+from cases import CASES, CORRECT  # noqa: E402
 
 REFERENCE = ROOT / "solutions" / "03_jobs" / "ddp.sbatch"
 STARTER = ROOT / "exercises" / "03_jobs" / "ddp.sbatch"
 SLURM_CASES = [c for c in CASES if c.options.get("slurm")]
+SLURM_CORRECT = [c for c in CORRECT if c.options.get("slurm")]
 RUN_ONLY = ("ranks", "process group", "sbatch accepts it")     # verdicts only a run gives
 
 
@@ -46,7 +47,10 @@ def read_only(monkeypatch):
 def test_reference_passes_read_only(read_only):
     report = sbatch_check.check(REFERENCE, site="generic")
     assert report.passed, report.text()
-    assert "NOT RUN (no Slurm here" in verdicts(report)["not checked"].message
+    ranks = verdicts(report)["ranks"]
+    assert ranks.result == "skipped" and "not run (no Slurm here" in ranks.message, report.text()
+    assert re.search(r"(?m)^  NOT RUN +ranks ", report.text()), report.text()
+    assert report.tally() == "6/6 passed, 1 not run", report.text()
 
 
 def test_starter_fails_with_its_todos(read_only):
@@ -63,6 +67,13 @@ def test_faulty_read_only(case, tmp_path, read_only):
     report = sbatch_check.check(path, site=case.options.get("site", "generic"))
     expect = {k: v for k, v in case.expect.items() if k not in RUN_ONLY}
     assert_expected(type(case)(case.name, expect, case.edits), report, path.read_text())
+
+
+@pytest.mark.parametrize("case", CORRECT, ids=ids(CORRECT))
+def test_right_variants_pass_read_only(case, tmp_path, read_only):
+    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    report = sbatch_check.check(path, site="generic")
+    assert report.passed, f"{case.name}\n{report.text()}"
 
 
 def test_directives_are_read_as_sbatch_reads_them():
@@ -119,6 +130,18 @@ def test_faulty_on_slurm(case, slurm, tmp_path):
     assert empty, queue
 
 
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SLURM_CORRECT, ids=ids(SLURM_CORRECT))
+def test_right_variants_on_slurm(case, slurm, tmp_path):
+    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    report = sbatch_check.check(path, timeout=120)
+    print(f"\n[sbatch check on Slurm] {case.name}: {report.seconds:.1f} s\n{report.text()}")
+    assert report.passed and verdicts(report)["ranks"].result == "pass", report.text()
+    empty, queue = _queue_is_empty()
+    assert empty, queue
+
+
 TORCHRUN_EDITS = [
     ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH --cpus-per-task=4"),
     ("export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK", "export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / 2 ))"),
@@ -158,7 +181,8 @@ def test_course_grade_takes_job_scripts(tmp_path):
     with open(tmp_path / "out" / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     result = {(r["learner"], r["item"]): r["result"] for r in rows}
-    assert {r for (learner, _), r in result.items() if learner == "alice"} == {"pass"}, rows
+    assert {r for (learner, item), r in result.items() if learner == "alice" and item != "ranks"} == {"pass"}, rows
+    assert result["alice", "ranks"] == result["bob", "ranks"] == "skipped", rows     # read only: NOT RUN, never pass
     assert result["bob", "MASTER_ADDR/PORT"] == result["bob", "directives"] == "fail", rows
 
 
@@ -188,14 +212,31 @@ def test_the_course_own_job_scripts_pass(path, read_only):
 
 
 def test_a_job_whose_ranks_were_not_observed():
-    """Its own python first on PATH (activate, module load): the probe is bypassed; the job's state decides."""
+    """Ranks expected and none seen is a FAIL that says what the job did (never a PASS with a guessed cause)."""
     from course_lib.sbatch.run import Outcome
 
     script = parse(REFERENCE.read_text())
-    done = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="7", state="COMPLETED", log="0: epoch 1"))
+    done = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="7", state="COMPLETED", seconds=1.4,
+                                                  log="job 7 on node1"))
     failed = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="8", state="FAILED", log="0: Traceback"))
-    assert done["ranks"][0] is True and "not observed" in done["ranks"][1] and "MASTER_ADDR/PORT" not in done
+    assert done["ranks"][0] is False and "2 rank(s) expected, none started: the job COMPLETED 1 s after" \
+        in done["ranks"][1] and "job 7 on node1" in done["ranks"][1], done
+    assert done["process group"][0] is None and "MASTER_ADDR/PORT" not in done
     assert failed["ranks"][0] is False and "0: Traceback" in failed["ranks"][1]
+
+
+def test_a_job_larger_than_this_slurm_is_not_run():
+    """--nodes=2 refused by a one-node Slurm: NOT RUN (the test cluster is small, the script is not wrong)."""
+    from course_lib.sbatch.run import Outcome
+
+    script = parse(REFERENCE.read_text().replace("--nodes=1", "--nodes=2"))
+    small = Outcome(accepted=False, refusal="sbatch: error: Batch job submission failed: Node count specification "
+                                            "invalid", nodes=1)
+    got = sbatch_check.behaviour(script, small)
+    assert got["sbatch accepts it"][0] is None and "this Slurm has 1 node(s) and the script asks for --nodes=2" \
+        in got["sbatch accepts it"][1] and got["ranks"][0] is None
+    other = sbatch_check.behaviour(script, Outcome(accepted=False, refusal="Invalid account or account/partition"))
+    assert other["sbatch accepts it"] == (False, "sbatch refused it: Invalid account or account/partition")
 
 
 def test_probe_records_survive_interleaved_output():

@@ -9,7 +9,10 @@ from __future__ import annotations
 import difflib
 
 from course_lib.jobs.site import Site
+from course_lib.sbatch.address import launch_env, rank0_mistakes
 from course_lib.sbatch.script import KNOWN, Script, _words, gpu_count, integer
+
+LAUNCHERS = {"srun", "torchrun", "python", "python3", "mpirun", "mpiexec"}
 
 NEEDED = ("nodes", "time")
 
@@ -107,9 +110,25 @@ def _nproc(s: Script) -> int | None:
     return None
 
 
+def backgrounded(s: Script) -> list[str]:
+    """Launch lines run in the background (``srun ... &``) with no ``wait`` after them."""
+    msgs = []
+    for i, c in enumerate(s.simple):
+        if c.background and LAUNCHERS & {w.rsplit("/", 1)[-1] for w in c.words}:
+            if not any(later.name == "wait" for later in s.simple[i + 1:]):
+                msgs.append(f"line {c.line}: `{' '.join(c.words[:3])} ... &` runs in the background and nothing waits "
+                            "for it: the batch script reaches its end at once, and when the batch script ends the "
+                            "job ends and Slurm stops its steps, so no rank trains. Remove the `&`, or add `wait` "
+                            "after the last background srun")
+    return msgs
+
+
 def launch(s: Script) -> tuple:
     how, tasks = launcher(s), tasks_per_node(s)
     nodes = integer(s.get("nodes", "1")) or 1
+    waits = backgrounded(s)
+    if waits:
+        return "launch", False, "\n".join(waits)
     if how == "none":
         return "launch", False, "no line starts the training: srun python SCRIPT (or srun torchrun ... SCRIPT)"
     if how == "srun-without-script":
@@ -139,20 +158,22 @@ def _torchrun(s: Script, tasks, nodes) -> tuple:
 
 
 def master(s: Script) -> tuple:
-    how = launcher(s)
-    line = " ".join(c for _, c in s.commands)
-    if how == "torchrun" and ("--standalone" in line or "MASTER" not in line):
-        return "MASTER_ADDR/PORT", True, "torchrun sets them for its ranks"
+    """Where the ranks find rank 0: exported (or given on the launch line), and an address every node reaches."""
+    wrong = rank0_mistakes(s)
+    line = " ".join(c for _, c in s.commands if "torchrun" in c or "torch.distributed.run" in c)
+    if launcher(s) == "torchrun" and ("--standalone" in line or "MASTER" not in line):
+        return "MASTER_ADDR/PORT", not wrong, "\n".join(wrong) or "torchrun sets them for its ranks"
     msgs = []
     for name, hint in (("MASTER_ADDR", 'the first node of the job: $(scontrol show hostnames "$SLURM_JOB_NODELIST" '
                                        "| head -n 1)"),
                        ("MASTER_PORT", "a port that no other job on the node uses, e.g. $(( 20000 + SLURM_JOB_ID "
                                        "% 20000 ))")):
-        if name in s.exports:
+        if name in s.exports or launch_env(s, name) is not None:
             continue
         msgs.append(f"{name} is set but not exported: the ranks do not see it; export {name}=..." if name in s.assigned
                     else f"no export {name}=...: the ranks must know where rank 0 waits; {name} is {hint}")
-    return "MASTER_ADDR/PORT", not msgs, "\n".join(msgs) or "both exported"
+    msgs = wrong + msgs
+    return "MASTER_ADDR/PORT", not msgs, "\n".join(msgs) or "both exported; rank 0's node is one every node reaches"
 
 
 def threads(s: Script) -> tuple:

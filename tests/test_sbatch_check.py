@@ -12,7 +12,10 @@ from conftest import ROOT
 from faulty import ids
 
 from course_lib import registry
+from course_lib.instructor.release import solution_view
+from course_lib.jobs import load_site
 from course_lib.sbatch import check as sbatch_check
+from course_lib.sbatch import site_lines
 from course_lib.sbatch.script import parse
 
 sys.path.insert(0, str(ROOT / "tests" / "sbatch_faulty"))
@@ -61,9 +64,19 @@ def test_starter_fails_with_its_todos(read_only):
     assert got["MASTER_ADDR/PORT"].result == "fail" and got["OMP_NUM_THREADS"].result == "fail"
 
 
+def write(case, tmp_path):
+    """The case's script; ``render``: the edits apply to the reference as written for the case's site."""
+    if not case.options.get("render"):
+        return case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    rendered = tmp_path / "reference" / REFERENCE.name
+    rendered.parent.mkdir()
+    rendered.write_text(site_lines.reference(solution_view(REFERENCE.read_text()), load_site(case.options["site"])))
+    return case.write(rendered, ROOT / "tests" / "sbatch_faulty", tmp_path)
+
+
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_faulty_read_only(case, tmp_path, read_only):
-    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    path = write(case, tmp_path)
     report = sbatch_check.check(path, site=case.options.get("site", "generic"))
     expect = {k: v for k, v in case.expect.items() if k not in RUN_ONLY}
     assert_expected(type(case)(case.name, expect, case.edits), report, path.read_text())
@@ -74,6 +87,31 @@ def test_right_variants_pass_read_only(case, tmp_path, read_only):
     path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
     report = sbatch_check.check(path, site="generic")
     assert report.passed, f"{case.name}\n{report.text()}"
+
+
+def test_the_reference_written_for_the_gpu_site_passes(tmp_path, read_only):
+    """Example GPU profile: the model answer written for it passes, and the starter written for it fails only
+    where its TODOs are (never for partition, account or reservation, which the site block carries)."""
+    gpu = load_site("example-gpu-cluster")
+    ref, starter = tmp_path / "ref.sbatch", tmp_path / "starter.sbatch"
+    ref.write_text(site_lines.reference(REFERENCE.read_text(), gpu))
+    starter.write_text(site_lines.render(STARTER.read_text(), gpu))
+    report = sbatch_check.check(ref, site=gpu)
+    got = verdicts(report)
+    assert report.passed and got["ranks and GPUs"].message == "one task (rank) per GPU", report.text()
+    assert "--ntasks-per-node=4" in ref.read_text() and "--gpus-per-node=4" in ref.read_text()
+    mine = verdicts(sbatch_check.check(starter, site=gpu))
+    assert mine["site profile"].result == "pass", mine
+    assert {mine[k].result for k in ("directives", "ranks and GPUs", "MASTER_ADDR/PORT", "OMP_NUM_THREADS")} == {"fail"}
+
+
+def test_site_lines_of_the_repository_are_the_generic_profile():
+    """The files in the repository carry the block written for 'generic'; writing it again changes nothing."""
+    for path in (REFERENCE, STARTER):
+        text = path.read_text()
+        assert site_lines.written_for(text) == "generic" and site_lines.render(text, load_site("generic")) == text
+    with pytest.raises(ValueError, match="no site block"):
+        site_lines.render("#!/bin/bash\n#SBATCH --nodes=1\n", load_site("generic"))
 
 
 def test_directives_are_read_as_sbatch_reads_them():
@@ -122,7 +160,7 @@ def test_reference_runs_on_slurm(slurm):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", SLURM_CASES, ids=ids(SLURM_CASES))
 def test_faulty_on_slurm(case, slurm, tmp_path):
-    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    path = write(case, tmp_path)
     report = sbatch_check.check(path, timeout=120)
     assert_expected(case, report, path.read_text())
     print(f"\n[sbatch check on Slurm] {case.name}: {report.seconds:.1f} s\n{report.text()}")

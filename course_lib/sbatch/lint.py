@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 
 from course_lib.jobs.site import Site
+from course_lib.sbatch import site_lines
 from course_lib.sbatch.address import launch_env, rank0_mistakes
 from course_lib.sbatch.script import KNOWN, Script, _words, gpu_count, integer
 
@@ -70,6 +71,11 @@ def site_profile(s: Script, site: Site) -> tuple:
         want, have = getattr(site, key), s.get(key)
         if want and have != want:
             msgs.append(f"#SBATCH --{key}={want} (site '{site.name}'), " + (f"not {have}" if have else "missing"))
+    if msgs:
+        lines = "\n".join(site_lines.directives(site))
+        was = site_lines.written_for(s.text)
+        stale = f" (this file's site lines were written for site '{was}')" if was and was != site.name else ""
+        msgs.append(f"the lines of site '{site.name}'{stale}, to copy in and keep as they are:\n{lines}")
     tasks, cpus = tasks_per_node(s), integer(s.get("cpus-per-task", "1"))
     if tasks and cpus and tasks * cpus > site.cpus_per_node:
         msgs.append(f"{tasks} task(s) x {cpus} CPU(s) per node is more than the {site.cpus_per_node} CPUs of a "
@@ -81,13 +87,17 @@ def site_profile(s: Script, site: Site) -> tuple:
     return "site profile", not msgs, "\n".join(msgs) or fits
 
 
-def ranks_and_gpus(s: Script) -> tuple:
+def ranks_and_gpus(s: Script, site: Site) -> tuple:
     how, tasks, gpus = launcher(s), tasks_per_node(s), gpus_per_node(s)
     if s.get("gpus-per-task") and how == "srun":
         return ("ranks and GPUs", False,
                 f"--gpus-per-task={s.get('gpus-per-task')} binds each task to its own GPU (sbatch(1): it implies "
                 "--gpu-bind=per_task), so every rank sees one GPU, cuda:0; a script that picks "
                 "cuda:LOCAL_RANK fails on local rank 1 with 'invalid device ordinal'. Ask --gpus-per-node instead")
+    if not gpus and site.gpus_per_node:
+        return ("ranks and GPUs", False, f"no GPUs asked for, on site '{site.name}' whose nodes have "
+                f"{site.gpus_per_node}: the ranks would use the CPU (gloo) and the GPUs stay idle; ask for them "
+                f"({site_lines.gpu_line(site, site.gpus_per_node)[8:]}) and start one task (rank) per GPU")
     if not gpus:
         return "ranks and GPUs", True, "no GPUs asked for: the ranks use the CPU (gloo)"
     if how == "torchrun":
@@ -186,4 +196,4 @@ def threads(s: Script) -> tuple:
 
 def lint(s: Script, site: Site) -> list[tuple]:
     """Every rule's (item, ok, message), in the order a learner fixes them."""
-    return [directives(s), site_profile(s, site), launch(s), ranks_and_gpus(s), master(s), threads(s)]
+    return [directives(s), site_profile(s, site), launch(s), ranks_and_gpus(s, site), master(s), threads(s)]

@@ -11,6 +11,8 @@ SRUN = 'srun --label python "${SCRIPT:-exercises/02_ddp/mnist_classify_ddp.py}"'
 PORT = "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))\n"
 OMP = "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n"
 GPU_SITE = {"site": "example-gpu-cluster"}
+# the reference as written for the example GPU site (course_lib.sbatch.site_lines.reference), then the edits
+GPU_REFERENCE = {"site": "example-gpu-cluster", "render": True}
 MASTER = 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
 TWO_NODES = ("#SBATCH --nodes=1\n", "#SBATCH --nodes=2\n")
 TORCHRUN = ('srun --label torchrun --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=2 --rdzv_backend=c10d '
@@ -101,6 +103,29 @@ CASES = [
                                       "waits for it.*add `wait`"),
                    "ranks": ("fail", "2 rank\\(s\\) expected, none started: the job COMPLETED \\d+ s after it was "
                                      "submitted")}),
+    # graded by the site's rules (example GPU profile: partition, account, reservation, 4 GPUs per node)
+    Faulty("gpu_site_no_gpus", why="a GPU site, and the script asks for no GPU: the ranks would train on the CPU",
+           edits=[("#SBATCH --gpus-per-node=4\n", "")], options=GPU_REFERENCE,
+           expect={"ranks and GPUs": ("fail", "no GPUs asked for, on site 'example-gpu-cluster' whose nodes have 4: "
+                                              "the ranks would use the CPU \\(gloo\\).*--gpus-per-node=4"),
+                   "site profile": PASS}),
+    Faulty("gpu_site_two_of_four", why="4 GPUs asked for, 2 tasks: half the GPUs idle",
+           edits=[("--ntasks-per-node=4", "--ntasks-per-node=2")], options=GPU_REFERENCE,
+           expect={"ranks and GPUs": ("fail", "2 task\\(s\\) per node but 4 GPU")}),
+    Faulty("gpu_site_wrong_partition", why="the site block edited: another partition",
+           edits=[("--partition=gpu", "--partition=cpu")], options=GPU_REFERENCE,
+           expect={"site profile": ("fail", "#SBATCH --partition=gpu \\(site 'example-gpu-cluster'\\), not cpu"),
+                   "ranks and GPUs": PASS}),
+    Faulty("gpu_site_lines_deleted", why="the site block deleted: no reservation, no account",
+           edits=[("#SBATCH --account=my-project\n#SBATCH --reservation=workshop\n", "")], options=GPU_REFERENCE,
+           expect={"site profile": ("fail", "--account=my-project \\(site 'example-gpu-cluster'\\), missing.*"
+                                            "--reservation=workshop.*to copy in.*#SBATCH --partition=gpu\n"
+                                            "#SBATCH --account=my-project\n#SBATCH --reservation=workshop")}),
+    Faulty("generic_file_on_gpu_site", why="the repository's file (site lines for 'generic') checked on the GPU site",
+           options=GPU_SITE,
+           expect={"site profile": ("fail", "written for site 'generic'.*#SBATCH --partition=gpu"),
+                   "ranks and GPUs": ("fail", "CPU \\(gloo\\)")}),
+
 ]
 
 # Right ways that must pass (read only): the rules may not fail what works on a cluster.

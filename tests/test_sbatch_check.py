@@ -122,6 +122,33 @@ def test_directives_are_read_as_sbatch_reads_them():
     assert s.launches("srun") == [(7, "srun python x.py")]
 
 
+def test_simple_commands_as_bash_runs_them():
+    s = parse('#!/bin/bash\n#SBATCH -N 2\nHEAD=$(scontrol show hostnames "$X" | head -n 1)\nexport HEAD\n'
+              "MASTER_ADDR=localhost srun python x.py & pid=$!\nwait $pid\n")
+    assert s.exports["HEAD"] == (3, '$(scontrol show hostnames "$X" | head -n 1)')
+    launch, assign, wait = s.simple[-3:]
+    assert (launch.words, launch.env, launch.background) == (["srun", "python", "x.py"], {"MASTER_ADDR": "localhost"},
+                                                             True)
+    assert assign.words == ["pid=$!"] and wait.name == "wait" and "MASTER_ADDR" not in s.assigned
+
+
+def test_two_nodes_and_localhost_as_the_ranks_saw_it():
+    """What a --nodes=2 job with MASTER_ADDR=localhost gave on the two-node test Slurm (docs/two-node-slurm.md):
+    rank 0 timed out waiting, rank 1 never said; each is named."""
+    from course_lib.sbatch.run import Outcome
+
+    env = {"MASTER_ADDR": "localhost", "MASTER_PORT": "20005", "OMP_NUM_THREADS": "2", "SLURM_CPUS_PER_TASK": "2"}
+    ranks = [{"kind": "rank", "rank": r, "world": 2, "local_rank": 0, "launcher": "srun", "host": f"node{r + 1}",
+              "env": env} for r in (0, 1)]
+    group = {"kind": "group", "rank": 0, "ok": False,
+             "error": "DistStoreError: Timed out after 31 seconds waiting for clients. 1/2 clients joined."}
+    script = parse(REFERENCE.read_text().replace("--nodes=1", "--nodes=2"))
+    got = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="5", state="FAILED", records=ranks + [group]))
+    assert got["MASTER_ADDR/PORT"][0] is False and "ran on 2 nodes (node1, node2)" in got["MASTER_ADDR/PORT"][1]
+    assert got["process group"] == (False, "rank 0 could not join the process group: " + group["error"]
+                                    + "\nrank(s) [1] never finished joining the group (job FAILED)")
+
+
 def test_registry_knows_the_job_script():
     assert registry.guess("ddp.sbatch", "#!/bin/bash\n#SBATCH --nodes=1\n")[0] == "sbatch"
     assert registry.guess("job.sh", "#!/bin/bash\n#SBATCH --nodes=1\n") == ("sbatch", "what it defines")

@@ -1,9 +1,11 @@
 """``course check sbatch PATH``: a learner's job script, read against the site profile, then run on Slurm.
 
-Where the job runs (the local test Slurm: site profile ``local``, or ``COURSE_SBATCH_RUN=1``), the verdicts on
-MASTER_ADDR/PORT and OMP_NUM_THREADS come from what each rank saw, and two more say whether the expected ranks
-started and formed one process group. On another Slurm only ``sbatch --test-only`` runs (nothing is queued);
-without Slurm the script is only read, and the report says what was not checked.
+The script's text is always judged (course_lib.sbatch.lint): mistakes that one node hides, such as MASTER_ADDR=localhost
+on two nodes, fail whatever a run on this machine shows. Where the job runs (the course's test Slurm: site profile
+``local`` or ``local-2nodes``, or ``COURSE_SBATCH_RUN=1``), the verdicts on MASTER_ADDR/PORT and OMP_NUM_THREADS also
+come from what each rank saw, and two more say whether the expected ranks started and formed one process group. On
+another Slurm only ``sbatch --test-only`` runs (nothing is queued); without Slurm the script is only read. What a run
+did not establish is NOT RUN (``Report.skip``), never a PASS.
 """
 from __future__ import annotations
 
@@ -73,7 +75,7 @@ def _mode(site, run: bool | None) -> tuple[str, str]:
     if engine != "slurm":
         return "read", f"no Slurm here: {why}"
     if run is None:
-        run = site.name == "local" or os.environ.get("COURSE_SBATCH_RUN") == "1"
+        run = site.name in ("local", "local-2nodes") or os.environ.get("COURSE_SBATCH_RUN") == "1"
     return ("run", "") if run else ("test-only", "a real cluster: only sbatch --test-only; COURSE_SBATCH_RUN=1 runs it")
 
 
@@ -155,17 +157,16 @@ def _ranks(script, ranks) -> tuple:
 
 
 def _group(ranks, groups, out) -> tuple:
-    bad = [g for g in groups if not g.get("ok")]
-    if bad:
-        g = bad[0]
-        return False, f"rank {g['rank']} could not join the process group: {g.get('error') or g}"
+    """Did the ranks form one process group? Each rank that did not, in its own words (or its silence)."""
+    bad = [f"rank {g['rank']} could not join the process group: {g.get('error') or g}"
+           for g in sorted(groups, key=lambda g: g["rank"]) if not g.get("ok")]
     missing = sorted({r["rank"] for r in ranks} - {g["rank"] for g in groups})
     if missing:
-        return False, f"rank(s) {missing} never finished joining the group (job {out.state})"
+        bad.append(f"rank(s) {missing} never finished joining the group (job {out.state})")
     errors = out.of("torchrun-error")
     if errors:
-        return False, f"torchrun failed: {errors[0]['error']}"
-    return True, f"all {len(groups)} rank(s) joined one gloo group and all-reduced"
+        bad.append(f"torchrun failed: {errors[0]['error']}")
+    return not bad, "\n".join(bad) or f"all {len(groups)} rank(s) joined one gloo group and all-reduced"
 
 
 def _seen_master(ranks) -> tuple:

@@ -177,13 +177,14 @@ def parse(text: str) -> Script:
 
 def _assignments(s: Script, number: int, command: str) -> None:
     m, names, plain = EXPORT.match(command), EXPORT_NAMES.match(command), ASSIGN.match(command)
+    first = next((c for c in s.simple if c.line == number), None)
     if m:
         s.exports[m.group(1)] = s.values[m.group(1)] = (number, m.group(2))
     elif names:                          # NAME=...; export NAME: exported from here on, with the value set
         for name in names.group(1).split():
             s.exports[name] = s.values.get(name, (number, ""))
-    elif plain and not (s.simple and s.simple[-1].line == number and s.simple[-1].words
-                        and plain.group(1) in s.simple[-1].env):     # not ``NAME=x srun ...`` (that command's env)
+    elif plain and not (first is not None and first.words and plain.group(1) in first.env):
+        # (``NAME=x srun ...`` gives NAME to that command only: not the script's variable)
         s.assigned.add(plain.group(1))
         s.values[plain.group(1)] = (number, plain.group(2))
 

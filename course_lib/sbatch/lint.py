@@ -10,7 +10,7 @@ import difflib
 
 from course_lib.jobs.site import Site
 from course_lib.sbatch import site_lines
-from course_lib.sbatch.address import launch_env, rank0_mistakes
+from course_lib.sbatch.address import launch_env, rank0_mistakes, torchrun_options
 from course_lib.sbatch.script import KNOWN, Script, _words, gpu_count, integer
 
 LAUNCHERS = {"srun", "torchrun", "python", "python3", "mpirun", "mpiexec"}
@@ -164,6 +164,12 @@ def _torchrun(s: Script, tasks, nodes) -> tuple:
     if nodes > 1 and "--standalone" in line:
         return "launch", False, ("--standalone is a rendezvous on this node only; with several nodes use "
                                  "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT")
+    nnodes = torchrun_options(s).get("nnodes", "")
+    most = max((integer(n) or 0 for n in nnodes.split(":")), default=0)
+    if most and most != nodes:
+        fate = "it never completes" if most > nodes else "the torchruns of the other nodes wait and are left out"
+        return "launch", False, (f"torchrun --nnodes={nnodes}, but the job has --nodes={nodes}: the rendezvous "
+                                 f"waits for {most} node(s), so {fate}; give --nnodes=$SLURM_JOB_NUM_NODES")
     return "launch", True, "one torchrun per node, which starts the node's ranks"
 
 
@@ -188,7 +194,13 @@ def master(s: Script) -> tuple:
 
 def threads(s: Script) -> tuple:
     if "OMP_NUM_THREADS" in s.exports:
-        return "OMP_NUM_THREADS", True, f"exported (line {s.exports['OMP_NUM_THREADS'][0]})"
+        line, value = s.exports["OMP_NUM_THREADS"]
+        if "SLURM_CPUS_PER_TASK" in value and s.get("cpus-per-task") is None:
+            return "OMP_NUM_THREADS", False, (
+                f"line {line}: OMP_NUM_THREADS={value}, but the script asks no #SBATCH --cpus-per-task, and Slurm "
+                "sets SLURM_CPUS_PER_TASK only when it is asked for (sbatch(1)), so OMP_NUM_THREADS is empty; "
+                "ask --cpus-per-task=N")
+        return "OMP_NUM_THREADS", True, f"exported (line {line})"
     return "OMP_NUM_THREADS", False, ("not exported: each rank's PyTorch starts one thread per core of the node, "
                                       "and the ranks fight for the cores; export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK "
                                       "(torchrun: CPUs per task / ranks per node)")

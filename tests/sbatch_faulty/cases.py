@@ -103,6 +103,15 @@ CASES = [
                                       "waits for it.*add `wait`"),
                    "ranks": ("fail", "2 rank\\(s\\) expected, none started: the job COMPLETED \\d+ s after it was "
                                      "submitted")}),
+    Faulty("torchrun_nnodes_one", why="--nnodes=1 copied from a one-node example into a two-node job",
+           edits=[TWO_NODES, ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH "
+                                                                              "--cpus-per-task=4"),
+                  (SRUN, TORCHRUN.replace("--nnodes=$SLURM_JOB_NUM_NODES", "--nnodes=1"))],
+           expect={"launch": ("fail", "torchrun --nnodes=1, but the job has --nodes=2.*--nnodes=\\$SLURM_JOB_NUM_NODES"),
+                   "MASTER_ADDR/PORT": PASS}),
+    Faulty("omp_without_cpus_per_task", why="$SLURM_CPUS_PER_TASK is unset without --cpus-per-task: OMP is empty",
+           edits=[("#SBATCH --cpus-per-task=2\n", "")],
+           expect={"OMP_NUM_THREADS": ("fail", "no #SBATCH --cpus-per-task.*SLURM_CPUS_PER_TASK only when")}),
     # graded by the site's rules (example GPU profile: partition, account, reservation, 4 GPUs per node)
     Faulty("gpu_site_no_gpus", why="a GPU site, and the script asks for no GPU: the ranks would train on the CPU",
            edits=[("#SBATCH --gpus-per-node=4\n", "")], options=GPU_REFERENCE,
@@ -139,5 +148,5 @@ CORRECT = [
                                                    "export MASTER_ADDR=${nodes[0]}")]),
     Faulty("set_then_export", {}, [TWO_NODES, (MASTER, 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" '
                                                        '| head -n 1)\nMASTER_ADDR=$head_node\nexport MASTER_ADDR')]),
-    Faulty("background_then_wait", {}, [('--epochs 1 "$@"', '--epochs 1 "$@" &\nwait')], options={"slurm": True}),
+    Faulty("background_then_wait", {}, [('--epochs 1 "$@"', '--epochs 1 "$@" &\nwait')]),
 ]

@@ -61,6 +61,8 @@ def test_starter_fails_with_its_todos(read_only):
     assert not report.passed
     assert got["directives"].result == "fail" and "--nodes" in got["directives"].message
     assert got["MASTER_ADDR/PORT"].result == "fail" and got["OMP_NUM_THREADS"].result == "fail"
+    assert got["launch"].result == "fail" and "srun python SCRIPT" in got["launch"].message
+    assert report.tally() == "2/6 passed, 1 not run", report.text()      # site profile, ranks and GPUs: right as given
 
 
 def write(case, tmp_path):
@@ -101,7 +103,8 @@ def test_the_reference_written_for_the_gpu_site_passes(tmp_path, read_only):
     assert "--ntasks-per-node=4" in ref.read_text() and "--gpus-per-node=4" in ref.read_text()
     mine = verdicts(sbatch_check.check(starter, site=gpu))
     assert mine["site profile"].result == "pass", mine
-    assert {mine[k].result for k in ("directives", "ranks and GPUs", "MASTER_ADDR/PORT", "OMP_NUM_THREADS")} == {"fail"}
+    todo = ("directives", "launch", "ranks and GPUs", "MASTER_ADDR/PORT", "OMP_NUM_THREADS")
+    assert {mine[k].result for k in todo} == {"fail"}, mine
 
 
 def test_site_lines_of_the_repository_are_the_generic_profile():

@@ -148,6 +148,9 @@ def launch(s: Script) -> tuple:
         return "launch", False, (f"python runs once, in the batch step on the first node, not once per task: "
                                  f"the other {max(tasks or 1, 1) * nodes - 1} task(s) never start; "
                                  "start it with srun python SCRIPT")
+    if how == "python" and tasks is None:
+        return "launch", False, ("python runs once, and the script asks no tasks (Slurm then gives one): a single "
+                                 "rank. Ask --ntasks-per-node=N and start one rank per task: srun python SCRIPT")
     if how == "torchrun":
         return _torchrun(s, tasks, nodes)
     return "launch", True, {"srun": "srun starts one rank per task", "python": "one process"}[how]

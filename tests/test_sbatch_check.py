@@ -116,6 +116,19 @@ def test_site_lines_of_the_repository_are_the_generic_profile():
         site_lines.render("#!/bin/bash\n#SBATCH --nodes=1\n", load_site("generic"))
 
 
+def test_a_fresh_copy_gets_the_site_lines(tmp_path, monkeypatch):
+    """What a workspace does with its copy of the starter: the block only, for $COURSE_SITE."""
+    copy, other = tmp_path / "ddp.sbatch", tmp_path / "job.sbatch"
+    copy.write_text(STARTER.read_text())
+    other.write_text("#!/bin/bash\n#SBATCH --nodes=1\n")
+    monkeypatch.setenv("COURSE_SITE", "example-gpu-cluster")
+    assert site_lines.render_copy(copy) and not site_lines.render_copy(other) and not site_lines.render_copy(copy)
+    text = copy.read_text()
+    assert "#SBATCH --partition=gpu\n#SBATCH --account=my-project\n#SBATCH --reservation=workshop\n" in text
+    assert text.replace(site_lines.block(load_site("example-gpu-cluster")), site_lines.block(load_site("generic"))) \
+        == STARTER.read_text()
+
+
 def test_directives_are_read_as_sbatch_reads_them():
     s = parse("#!/bin/bash\n#SBATCH -N 2 --ntasks-per-node 4\n#SBATCH --time=1:00:00 # a comment\n\n"
               "export A=1\nB=2\nsrun python \\\n  x.py\n#SBATCH --nodes=3\n")

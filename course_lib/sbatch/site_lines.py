@@ -8,8 +8,9 @@ for the ``generic`` profile (nothing site-specific); for another site::
 
     python -m course_lib.sbatch.site_lines exercises/03_jobs/ddp.sbatch --site mysite
 
-rewrites only the block (the learner's own lines stay as they are). ``reference(text, site)`` is the model
-answer for a site: the block written, and one rank per GPU where the nodes have GPUs.
+rewrites only the block (the learner's own lines stay as they are); ``render_copy(path)`` does the same for a
+fresh copy of the course's file (a workspace). ``reference(text, site)`` is the model answer for a site: the block
+written, and one rank per GPU where the nodes have GPUs.
 """
 from __future__ import annotations
 
@@ -73,6 +74,25 @@ def reference(text: str, site) -> str:
     text = re.sub(r"(?m)^#SBATCH --cpus-per-task=\d+$",
                   f"#SBATCH --cpus-per-task={cpus}" + (f"\n{gpu_line(site, gpus)}" if gpus else ""), text)
     return text
+
+
+def render_copy(path, site=None) -> bool:
+    """Write the site block of a learner's fresh copy ``path`` for ``site`` (default: ``$COURSE_SITE``, else
+    generic), where it is a job script with a block and the block differs; True if the file changed. Meant for
+    a copy just made from the course (``course workspace init``/``update``), never for a learner's edited file."""
+    from course_lib.core.atomic import write_text
+    from course_lib.jobs.site import load_site
+
+    path = Path(path)
+    if path.suffix != ".sbatch":
+        return False
+    text = path.read_text()
+    if written_for(text) is None:
+        return False
+    new = render(text, load_site(site) if not hasattr(site, "gpus_per_node") else site)
+    if new != text:
+        write_text(path, new)
+    return new != text
 
 
 def main(argv=None) -> int:

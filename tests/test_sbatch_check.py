@@ -287,7 +287,7 @@ def test_a_job_whose_ranks_were_not_observed():
     done = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="7", state="COMPLETED", seconds=1.4,
                                                   log="job 7 on node1"))
     failed = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="8", state="FAILED", log="0: Traceback"))
-    assert done["ranks"][0] is False and "2 rank(s) expected, none started: the job COMPLETED 1 s after" \
+    assert done["ranks"][0] is False and "2 rank(s) expected, no rank seen: the job COMPLETED 1 s after" \
         in done["ranks"][1] and "job 7 on node1" in done["ranks"][1], done
     assert done["process group"][0] is None and "MASTER_ADDR/PORT" not in done
     assert failed["ranks"][0] is False and "0: Traceback" in failed["ranks"][1]

@@ -97,11 +97,11 @@ def behaviour(script, out) -> dict:
     if not ranks:
         want = expected_ranks(script)
         tail = "\n".join(out.log.strip().splitlines()[-6:]) or "(no output)"
-        found["ranks"] = (False, f"{want or 'the'} rank(s) expected, none started: the job {out.state} "
-                                 f"{out.seconds:.0f} s after it was submitted, and no rank reported (the check puts a "
-                                 "probe named python and torchrun first on PATH; each rank it starts says so). The "
-                                 f"job's last lines:\n{tail}")
-        found["process group"] = (None, "no rank started, so no process group")
+        found["ranks"] = (False, f"{want or 'the'} rank(s) expected, no rank seen: the job {out.state} "
+                                 f"{out.seconds:.0f} s after it was submitted, and no rank reported to the check (it "
+                                 "puts a probe named python and torchrun first on PATH, and every rank the probe "
+                                 f"starts reports itself). The job's last lines:\n{tail}")
+        found["process group"] = (None, "no rank seen, so no process group")
         return found
     found["ranks"] = _ranks(script, ranks)
     found["process group"] = _group(ranks, groups, out)

@@ -101,7 +101,7 @@ CASES = [
            edits=[('--epochs 1 "$@"', '--epochs 1 "$@" &')], options={"slurm": True},
            expect={"launch": ("fail", "line \\d+: `srun --label python ... &` runs in the background and nothing "
                                       "waits for it.*add `wait`"),
-                   "ranks": ("fail", "2 rank\\(s\\) expected, none started: the job COMPLETED \\d+ s after it was "
+                   "ranks": ("fail", "2 rank\\(s\\) expected, no rank seen: the job COMPLETED \\d+ s after it was "
                                      "submitted")}),
     Faulty("torchrun_nnodes_one", why="--nnodes=1 copied from a one-node example into a two-node job",
            edits=[TWO_NODES, ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH "

@@ -100,6 +100,12 @@ def ranks_and_gpus(s: Script, site: Site) -> tuple:
                 f"({site_lines.gpu_line(site, site.gpus_per_node)[8:]}) and start one task (rank) per GPU")
     if not gpus:
         return "ranks and GPUs", True, "no GPUs asked for: the ranks use the CPU (gloo)"
+    if "CUDA_VISIBLE_DEVICES" in s.exports:
+        line, value = s.exports["CUDA_VISIBLE_DEVICES"]
+        return ("ranks and GPUs", False,
+                f"line {line}: export CUDA_VISIBLE_DEVICES={value} replaces the list Slurm gives the job's tasks (the "
+                "GPUs it allocated, which on a shared node need not be 0, 1, ...): the ranks may see too few GPUs "
+                "('invalid device ordinal' for cuda:LOCAL_RANK) or GPUs that are not the job's. Delete the line")
     if how == "torchrun":
         nproc = _nproc(s)
         ok = nproc is None or nproc == gpus

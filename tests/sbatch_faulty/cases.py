@@ -130,6 +130,10 @@ CASES = [
            expect={"site profile": ("fail", "--account=my-project \\(site 'example-gpu-cluster'\\), missing.*"
                                             "--reservation=workshop.*to copy in.*#SBATCH --partition=gpu\n"
                                             "#SBATCH --account=my-project\n#SBATCH --reservation=workshop")}),
+    Faulty("gpu_site_fixed_visible_devices", why="CUDA_VISIBLE_DEVICES=0 typed in: all 4 ranks on the one GPU",
+           edits=[(OMP, OMP + "export CUDA_VISIBLE_DEVICES=0\n")], options=GPU_REFERENCE,
+           expect={"ranks and GPUs": ("fail", "line \\d+: export CUDA_VISIBLE_DEVICES=0 replaces the list Slurm gives.*"
+                                              "Delete the line")}),
     Faulty("generic_file_on_gpu_site", why="the repository's file (site lines for 'generic') checked on the GPU site",
            options=GPU_SITE,
            expect={"site profile": ("fail", "written for site 'generic'.*#SBATCH --partition=gpu"),

@@ -7,6 +7,7 @@ node, c10d rendezvous), and the course's own template (course_lib/jobs/templates
 from __future__ import annotations
 
 import difflib
+import re
 
 from course_lib.jobs.site import Site
 from course_lib.sbatch import site_lines
@@ -139,10 +140,35 @@ def backgrounded(s: Script) -> list[str]:
     return msgs
 
 
+def srun_shrinks(s: Script, tasks, nodes) -> list[str]:
+    """srun lines that start the training on fewer tasks or nodes than the job has (``srun -n 1 python ...``)."""
+    names = {"-n": "ntasks", "--ntasks": "ntasks", "-N": "nodes", "--nodes": "nodes"}
+    msgs = []
+    for c in s.simple:
+        base = [w.rsplit("/", 1)[-1] for w in c.words]
+        starts = [i for i, w in enumerate(base) if w in ("python", "python3", "torchrun")]
+        if c.name != "srun" or not starts:
+            continue
+        options = c.words[1:starts[0]]
+        for i, w in enumerate(options):
+            key, eq, value = w.partition("=")
+            if key not in names and w[:2] in ("-n", "-N") and len(w) > 2:
+                key, value = w[:2], w[2:]                              # -n1
+            elif key in names and not eq:
+                value = options[i + 1] if i + 1 < len(options) else ""  # -n 1, --ntasks 1
+            what = names.get(key)
+            want = {"ntasks": tasks * nodes if tasks else None, "nodes": nodes}.get(what)
+            if want and integer(value) is not None and integer(value) < want:
+                msgs.append(f"line {c.line}: srun {key} {value} starts {value} {'task' if what == 'ntasks' else 'node'}"
+                            f"(s) of the job's {want}: the others never train; leave it out (srun takes the job's "
+                            "tasks and nodes)")
+    return msgs
+
+
 def launch(s: Script) -> tuple:
     how, tasks = launcher(s), tasks_per_node(s)
     nodes = integer(s.get("nodes", "1")) or 1
-    waits = backgrounded(s)
+    waits = backgrounded(s) + (srun_shrinks(s, tasks, nodes) if how in ("srun", "torchrun") else [])
     if waits:
         return "launch", False, "\n".join(waits)
     if how == "none":
@@ -164,6 +190,8 @@ def launch(s: Script) -> tuple:
 
 def _torchrun(s: Script, tasks, nodes) -> tuple:
     line = " ".join(c for _, c in s.commands if "torchrun" in c or "torch.distributed.run" in c)
+    per_node = re.search(r"\bsrun\b.*?--ntasks-per-node[= ](\d+).*?torch", line)
+    tasks = int(per_node.group(1)) if per_node else tasks     # srun --ntasks-per-node=1 torchrun: the step's own
     if tasks != 1:
         return "launch", False, (f"torchrun with {tasks} tasks per node: srun starts one torchrun per task, and "
                                  "each starts all the ranks of a node; ask --ntasks-per-node=1 and let torchrun's "

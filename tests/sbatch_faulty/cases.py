@@ -112,6 +112,10 @@ CASES = [
     Faulty("omp_without_cpus_per_task", why="$SLURM_CPUS_PER_TASK is unset without --cpus-per-task: OMP is empty",
            edits=[("#SBATCH --cpus-per-task=2\n", "")],
            expect={"OMP_NUM_THREADS": ("fail", "no #SBATCH --cpus-per-task.*SLURM_CPUS_PER_TASK only when")}),
+    Faulty("srun_one_task", why="srun -n 1 copied from a serial job: one rank of the job's two",
+           edits=[("srun --label python", "srun -n 1 --label python")],
+           expect={"launch": ("fail", "line \\d+: srun -n 1 starts 1 task\\(s\\) of the job's 2: the others never "
+                                      "train")}),
     # graded by the site's rules (example GPU profile: partition, account, reservation, 4 GPUs per node)
     Faulty("gpu_site_no_gpus", why="a GPU site, and the script asks for no GPU: the ranks would train on the CPU",
            edits=[("#SBATCH --gpus-per-node=4\n", "")], options=GPU_REFERENCE,
@@ -152,5 +156,7 @@ CORRECT = [
                                                    "export MASTER_ADDR=${nodes[0]}")]),
     Faulty("set_then_export", {}, [TWO_NODES, (MASTER, 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" '
                                                        '| head -n 1)\nMASTER_ADDR=$head_node\nexport MASTER_ADDR')]),
+    Faulty("srun_one_torchrun_per_node", {}, [
+        TWO_NODES, (SRUN, TORCHRUN.replace("srun --label torchrun", "srun --label --ntasks-per-node=1 torchrun"))]),
     Faulty("background_then_wait", {}, [('--epochs 1 "$@"', '--epochs 1 "$@" &\nwait')]),
 ]

@@ -12,11 +12,14 @@ from conftest import ROOT
 from faulty import ids
 
 from course_lib import registry
+from course_lib.instructor.release import solution_view
+from course_lib.jobs import load_site
 from course_lib.sbatch import check as sbatch_check
+from course_lib.sbatch import site_lines
 from course_lib.sbatch.script import parse
 
 sys.path.insert(0, str(ROOT / "tests" / "sbatch_faulty"))
-from cases import CASES  # noqa: E402
+from cases import CASES, CORRECT  # noqa: E402
 
 REFERENCE = ROOT / "solutions" / "03_jobs" / "ddp.sbatch"
 STARTER = ROOT / "exercises" / "03_jobs" / "ddp.sbatch"
@@ -46,7 +49,10 @@ def read_only(monkeypatch):
 def test_reference_passes_read_only(read_only):
     report = sbatch_check.check(REFERENCE, site="generic")
     assert report.passed, report.text()
-    assert "NOT RUN (no Slurm here" in verdicts(report)["not checked"].message
+    ranks = verdicts(report)["ranks"]
+    assert ranks.result == "skipped" and "not run (no Slurm here" in ranks.message, report.text()
+    assert re.search(r"(?m)^  NOT RUN +ranks ", report.text()), report.text()
+    assert report.tally() == "6/6 passed, 1 not run", report.text()
 
 
 def test_starter_fails_with_its_todos(read_only):
@@ -55,14 +61,72 @@ def test_starter_fails_with_its_todos(read_only):
     assert not report.passed
     assert got["directives"].result == "fail" and "--nodes" in got["directives"].message
     assert got["MASTER_ADDR/PORT"].result == "fail" and got["OMP_NUM_THREADS"].result == "fail"
+    assert got["launch"].result == "fail" and "srun python SCRIPT" in got["launch"].message
+    assert report.tally() == "2/6 passed, 1 not run", report.text()      # site profile, ranks and GPUs: right as given
+
+
+def write(case, tmp_path):
+    """The case's script; ``render``: the edits apply to the reference as written for the case's site."""
+    if not case.options.get("render"):
+        return case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    rendered = tmp_path / "reference" / REFERENCE.name
+    rendered.parent.mkdir()
+    rendered.write_text(site_lines.reference(solution_view(REFERENCE.read_text()), load_site(case.options["site"])))
+    return case.write(rendered, ROOT / "tests" / "sbatch_faulty", tmp_path)
 
 
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_faulty_read_only(case, tmp_path, read_only):
-    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    path = write(case, tmp_path)
     report = sbatch_check.check(path, site=case.options.get("site", "generic"))
     expect = {k: v for k, v in case.expect.items() if k not in RUN_ONLY}
     assert_expected(type(case)(case.name, expect, case.edits), report, path.read_text())
+
+
+@pytest.mark.parametrize("case", CORRECT, ids=ids(CORRECT))
+def test_right_variants_pass_read_only(case, tmp_path, read_only):
+    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    report = sbatch_check.check(path, site="generic")
+    assert report.passed, f"{case.name}\n{report.text()}"
+
+
+def test_the_reference_written_for_the_gpu_site_passes(tmp_path, read_only):
+    """Example GPU profile: the model answer written for it passes, and the starter written for it fails only
+    where its TODOs are (never for partition, account or reservation, which the site block carries)."""
+    gpu = load_site("example-gpu-cluster")
+    ref, starter = tmp_path / "ref.sbatch", tmp_path / "starter.sbatch"
+    ref.write_text(site_lines.reference(REFERENCE.read_text(), gpu))
+    starter.write_text(site_lines.render(STARTER.read_text(), gpu))
+    report = sbatch_check.check(ref, site=gpu)
+    got = verdicts(report)
+    assert report.passed and got["ranks and GPUs"].message == "one task (rank) per GPU", report.text()
+    assert "--ntasks-per-node=4" in ref.read_text() and "--gpus-per-node=4" in ref.read_text()
+    mine = verdicts(sbatch_check.check(starter, site=gpu))
+    assert mine["site profile"].result == "pass", mine
+    todo = ("directives", "launch", "ranks and GPUs", "MASTER_ADDR/PORT", "OMP_NUM_THREADS")
+    assert {mine[k].result for k in todo} == {"fail"}, mine
+
+
+def test_site_lines_of_the_repository_are_the_generic_profile():
+    """The files in the repository carry the block written for 'generic'; writing it again changes nothing."""
+    for path in (REFERENCE, STARTER):
+        text = path.read_text()
+        assert site_lines.written_for(text) == "generic" and site_lines.render(text, load_site("generic")) == text
+    with pytest.raises(ValueError, match="no site block"):
+        site_lines.render("#!/bin/bash\n#SBATCH --nodes=1\n", load_site("generic"))
+
+
+def test_a_fresh_copy_gets_the_site_lines(tmp_path, monkeypatch):
+    """What a workspace does with its copy of the starter: the block only, for $COURSE_SITE."""
+    copy, other = tmp_path / "ddp.sbatch", tmp_path / "job.sbatch"
+    copy.write_text(STARTER.read_text())
+    other.write_text("#!/bin/bash\n#SBATCH --nodes=1\n")
+    monkeypatch.setenv("COURSE_SITE", "example-gpu-cluster")
+    assert site_lines.render_copy(copy) and not site_lines.render_copy(other) and not site_lines.render_copy(copy)
+    text = copy.read_text()
+    assert "#SBATCH --partition=gpu\n#SBATCH --account=my-project\n#SBATCH --reservation=workshop\n" in text
+    assert text.replace(site_lines.block(load_site("example-gpu-cluster")), site_lines.block(load_site("generic"))) \
+        == STARTER.read_text()
 
 
 def test_directives_are_read_as_sbatch_reads_them():
@@ -71,6 +135,33 @@ def test_directives_are_read_as_sbatch_reads_them():
     assert (s.get("nodes"), s.get("ntasks-per-node"), s.get("time")) == ("2", "4", "1:00:00")
     assert s.ignored == [(9, "#SBATCH --nodes=3")] and "A" in s.exports and "B" in s.assigned
     assert s.launches("srun") == [(7, "srun python x.py")]
+
+
+def test_simple_commands_as_bash_runs_them():
+    s = parse('#!/bin/bash\n#SBATCH -N 2\nHEAD=$(scontrol show hostnames "$X" | head -n 1)\nexport HEAD\n'
+              "MASTER_ADDR=localhost srun python x.py & pid=$!\nwait $pid\n")
+    assert s.exports["HEAD"] == (3, '$(scontrol show hostnames "$X" | head -n 1)')
+    launch, assign, wait = s.simple[-3:]
+    assert (launch.words, launch.env, launch.background) == (["srun", "python", "x.py"], {"MASTER_ADDR": "localhost"},
+                                                             True)
+    assert assign.words == ["pid=$!"] and wait.name == "wait" and "MASTER_ADDR" not in s.assigned
+
+
+def test_two_nodes_and_localhost_as_the_ranks_saw_it():
+    """What a --nodes=2 job with MASTER_ADDR=localhost gave on the two-node test Slurm (docs/two-node-slurm.md):
+    rank 0 timed out waiting, rank 1 never said; each is named."""
+    from course_lib.sbatch.run import Outcome
+
+    env = {"MASTER_ADDR": "localhost", "MASTER_PORT": "20005", "OMP_NUM_THREADS": "2", "SLURM_CPUS_PER_TASK": "2"}
+    ranks = [{"kind": "rank", "rank": r, "world": 2, "local_rank": 0, "launcher": "srun", "host": f"node{r + 1}",
+              "env": env} for r in (0, 1)]
+    group = {"kind": "group", "rank": 0, "ok": False,
+             "error": "DistStoreError: Timed out after 31 seconds waiting for clients. 1/2 clients joined."}
+    script = parse(REFERENCE.read_text().replace("--nodes=1", "--nodes=2"))
+    got = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="5", state="FAILED", records=ranks + [group]))
+    assert got["MASTER_ADDR/PORT"][0] is False and "ran on 2 nodes (node1, node2)" in got["MASTER_ADDR/PORT"][1]
+    assert got["process group"] == (False, "rank 0 could not join the process group: " + group["error"]
+                                    + "\nrank(s) [1] never finished joining the group (job FAILED)")
 
 
 def test_registry_knows_the_job_script():
@@ -111,7 +202,7 @@ def test_reference_runs_on_slurm(slurm):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", SLURM_CASES, ids=ids(SLURM_CASES))
 def test_faulty_on_slurm(case, slurm, tmp_path):
-    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    path = write(case, tmp_path)
     report = sbatch_check.check(path, timeout=120)
     assert_expected(case, report, path.read_text())
     print(f"\n[sbatch check on Slurm] {case.name}: {report.seconds:.1f} s\n{report.text()}")
@@ -158,7 +249,8 @@ def test_course_grade_takes_job_scripts(tmp_path):
     with open(tmp_path / "out" / "grades.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     result = {(r["learner"], r["item"]): r["result"] for r in rows}
-    assert {r for (learner, _), r in result.items() if learner == "alice"} == {"pass"}, rows
+    assert {r for (learner, item), r in result.items() if learner == "alice" and item != "ranks"} == {"pass"}, rows
+    assert result["alice", "ranks"] == result["bob", "ranks"] == "skipped", rows     # read only: NOT RUN, never pass
     assert result["bob", "MASTER_ADDR/PORT"] == result["bob", "directives"] == "fail", rows
 
 
@@ -188,14 +280,31 @@ def test_the_course_own_job_scripts_pass(path, read_only):
 
 
 def test_a_job_whose_ranks_were_not_observed():
-    """Its own python first on PATH (activate, module load): the probe is bypassed; the job's state decides."""
+    """Ranks expected and none seen is a FAIL that says what the job did (never a PASS with a guessed cause)."""
     from course_lib.sbatch.run import Outcome
 
     script = parse(REFERENCE.read_text())
-    done = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="7", state="COMPLETED", log="0: epoch 1"))
+    done = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="7", state="COMPLETED", seconds=1.4,
+                                                  log="job 7 on node1"))
     failed = sbatch_check.behaviour(script, Outcome(accepted=True, job_id="8", state="FAILED", log="0: Traceback"))
-    assert done["ranks"][0] is True and "not observed" in done["ranks"][1] and "MASTER_ADDR/PORT" not in done
+    assert done["ranks"][0] is False and "2 rank(s) expected, no rank seen: the job COMPLETED 1 s after" \
+        in done["ranks"][1] and "job 7 on node1" in done["ranks"][1], done
+    assert done["process group"][0] is None and "MASTER_ADDR/PORT" not in done
     assert failed["ranks"][0] is False and "0: Traceback" in failed["ranks"][1]
+
+
+def test_a_job_larger_than_this_slurm_is_not_run():
+    """--nodes=2 refused by a one-node Slurm: NOT RUN (the test cluster is small, the script is not wrong)."""
+    from course_lib.sbatch.run import Outcome
+
+    script = parse(REFERENCE.read_text().replace("--nodes=1", "--nodes=2"))
+    small = Outcome(accepted=False, refusal="sbatch: error: Batch job submission failed: Node count specification "
+                                            "invalid", nodes=1)
+    got = sbatch_check.behaviour(script, small)
+    assert got["sbatch accepts it"][0] is None and "this Slurm has 1 node(s) and the script asks for --nodes=2" \
+        in got["sbatch accepts it"][1] and got["ranks"][0] is None
+    other = sbatch_check.behaviour(script, Outcome(accepted=False, refusal="Invalid account or account/partition"))
+    assert other["sbatch accepts it"] == (False, "sbatch refused it: Invalid account or account/partition")
 
 
 def test_probe_records_survive_interleaved_output():

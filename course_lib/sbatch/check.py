@@ -1,18 +1,22 @@
 """``course check sbatch PATH``: a learner's job script, read against the site profile, then run on Slurm.
 
-Where the job runs (the local test Slurm: site profile ``local``, or ``COURSE_SBATCH_RUN=1``), the verdicts on
-MASTER_ADDR/PORT and OMP_NUM_THREADS come from what each rank saw, and two more say whether the expected ranks
-started and formed one process group. On another Slurm only ``sbatch --test-only`` runs (nothing is queued);
-without Slurm the script is only read, and the report says what was not checked.
+The script's text is always judged (course_lib.sbatch.lint): mistakes that one node hides, such as MASTER_ADDR=localhost
+on two nodes, fail whatever a run on this machine shows. Where the job runs (the course's test Slurm: site profile
+``local`` or ``local-2nodes``, or ``COURSE_SBATCH_RUN=1``), the verdicts on MASTER_ADDR/PORT and OMP_NUM_THREADS also
+come from what each rank saw, and two more say whether the expected ranks started and formed one process group. On
+another Slurm only ``sbatch --test-only`` runs (nothing is queued); without Slurm the script is only read. What a run
+did not establish is NOT RUN (``Report.skip``), never a PASS.
 """
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
 from course_lib.core.report import Report
 from course_lib.sbatch import lint as rules
+from course_lib.sbatch.address import FIRST_NODE, LOOPBACK, rank0_mistakes
 from course_lib.sbatch.script import integer, parse
 
 TIMEOUT = 180.0     # seconds for the whole job (a busy CI machine starts Slurm steps slowly)
@@ -33,19 +37,30 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
     if mode == "run":
         from course_lib.sbatch.run import submit_and_wait
         outcome = submit_and_wait(Path(path).resolve(), workspace(), site.env, timeout)
-        verdicts.update(behaviour(script, outcome))
-    elif mode == "test-only":
-        from course_lib.sbatch.run import test_only
-        ok, msg = test_only(Path(path).resolve(), workspace())
-        verdicts["sbatch accepts it"] = (ok, msg if not ok else f"sbatch --test-only: {msg}")
-    for item, (ok, msg) in verdicts.items():
-        report.add(item, ok, msg)
-    if mode != "run":
+        verdicts.update(_merged(verdicts, behaviour(script, outcome), script))
+    else:
+        if mode == "test-only":
+            from course_lib.sbatch.run import test_only
+            ok, msg = test_only(Path(path).resolve(), workspace())
+            verdicts["sbatch accepts it"] = (ok, msg if not ok else f"sbatch --test-only: {msg}")
         where = "; run the check where Slurm is" if mode == "read" else ""
-        report.add("not checked", True, f"NOT RUN ({why}): the ranks, MASTER_ADDR/PORT and OMP_NUM_THREADS were "
-                                        f"judged from the script's text only{where}")
+        verdicts["ranks"] = (None, f"not run ({why}): whether the ranks start and form one process group is known "
+                                   "only from a run; MASTER_ADDR/PORT and OMP_NUM_THREADS were judged from the "
+                                   f"script's text{where}")
+    for item, (ok, msg) in verdicts.items():
+        report.skip(item, msg) if ok is None else report.add(item, ok, msg)
     report.seconds = time.monotonic() - start
     return report
+
+
+def _merged(static: dict, seen: dict, script) -> dict:
+    """The run's verdicts, except where the script's text is wrong in a way one node hides (a loopback or a node
+    list as MASTER_ADDR): that verdict stands, whatever the ranks of this run managed."""
+    if static["MASTER_ADDR/PORT"][0] is False and rank0_mistakes(script) and "MASTER_ADDR/PORT" in seen:
+        ok, msg = seen["MASTER_ADDR/PORT"]
+        seen["MASTER_ADDR/PORT"] = (False, static["MASTER_ADDR/PORT"][1] + ("\n(this run: " + msg + ")" if ok else
+                                                                              "\n" + msg))
+    return seen
 
 
 def _mode(site, run: bool | None) -> tuple[str, str]:
@@ -60,7 +75,7 @@ def _mode(site, run: bool | None) -> tuple[str, str]:
     if engine != "slurm":
         return "read", f"no Slurm here: {why}"
     if run is None:
-        run = site.name == "local" or os.environ.get("COURSE_SBATCH_RUN") == "1"
+        run = site.name in ("local", "local-2nodes") or os.environ.get("COURSE_SBATCH_RUN") == "1"
     return ("run", "") if run else ("test-only", "a real cluster: only sbatch --test-only; COURSE_SBATCH_RUN=1 runs it")
 
 
@@ -73,18 +88,20 @@ def expected_ranks(script) -> int | None:
 
 
 def behaviour(script, out) -> dict:
-    """Verdicts from the job's run: accepted, ranks, process group, and what the ranks saw."""
+    """Verdicts from the job's run: accepted, ranks, process group, and what the ranks saw
+    (``(None, why)``: not established by this run, shown NOT RUN)."""
     if not out.accepted:
-        return {"sbatch accepts it": (False, f"sbatch refused it: {out.refusal}")}
+        return _refused(script, out)
     found = {"sbatch accepts it": (True, f"accepted; job {out.job_id} ended {out.state}")}
     ranks, groups = out.of("rank"), out.of("group")
     if not ranks:
+        want = expected_ranks(script)
         tail = "\n".join(out.log.strip().splitlines()[-6:]) or "(no output)"
-        if out.state == "COMPLETED":   # its own python came first on PATH (activate, module load): not observed
-            found["ranks"] = (True, "the job COMPLETED, but its ranks were not observed (the script puts its own "
-                                    "python first on PATH), so the other verdicts come from the script's text")
-        else:
-            found["ranks"] = (False, f"no rank started (job {out.state}); the job's last lines:\n{tail}")
+        found["ranks"] = (False, f"{want or 'the'} rank(s) expected, no rank seen: the job {out.state} "
+                                 f"{out.seconds:.0f} s after it was submitted, and no rank reported to the check (it "
+                                 "puts a probe named python and torchrun first on PATH, and every rank the probe "
+                                 f"starts reports itself). The job's last lines:\n{tail}")
+        found["process group"] = (None, "no rank seen, so no process group")
         return found
     found["ranks"] = _ranks(script, ranks)
     found["process group"] = _group(ranks, groups, out)
@@ -94,6 +111,20 @@ def behaviour(script, out) -> dict:
     if seen_gpus:
         found["ranks and GPUs"] = seen_gpus
     return found
+
+
+def _refused(script, out) -> dict:
+    """sbatch refused the job: the script's fault, or a test Slurm smaller than the job (not the script's)."""
+    nodes, why = integer(re.split(r"[-,:]", script.get("nodes", "1"))[0]) or 1, f"--nodes={script.get('nodes')}"
+    if nodes > out.nodes if out.nodes else "node count" in out.refusal.lower():
+        here = f"this Slurm has {out.nodes} node(s)" if out.nodes else "this Slurm has fewer nodes"
+        return {"sbatch accepts it": (None, f"not run: {here} and the script asks for {why} (sbatch: "
+                                            f"{out.refusal}). The verdicts above come from the script's text; on "
+                                            f"{nodes} nodes (a cluster, or the course's two-node Slurm: "
+                                            "docs/two-node-slurm.md) the job would run"),
+                "ranks": (None, "not run: the job could not start on this Slurm")}
+    return {"sbatch accepts it": (False, f"sbatch refused it: {out.refusal}"),
+            "ranks": (None, "not run: sbatch refused the job")}
 
 
 def _seen_gpus(ranks) -> tuple | None:
@@ -126,17 +157,16 @@ def _ranks(script, ranks) -> tuple:
 
 
 def _group(ranks, groups, out) -> tuple:
-    bad = [g for g in groups if not g.get("ok")]
-    if bad:
-        g = bad[0]
-        return False, f"rank {g['rank']} could not join the process group: {g.get('error') or g}"
+    """Did the ranks form one process group? Each rank that did not, in its own words (or its silence)."""
+    bad = [f"rank {g['rank']} could not join the process group: {g.get('error') or g}"
+           for g in sorted(groups, key=lambda g: g["rank"]) if not g.get("ok")]
     missing = sorted({r["rank"] for r in ranks} - {g["rank"] for g in groups})
     if missing:
-        return False, f"rank(s) {missing} never finished joining the group (job {out.state})"
+        bad.append(f"rank(s) {missing} never finished joining the group (job {out.state})")
     errors = out.of("torchrun-error")
     if errors:
-        return False, f"torchrun failed: {errors[0]['error']}"
-    return True, f"all {len(groups)} rank(s) joined one gloo group and all-reduced"
+        bad.append(f"torchrun failed: {errors[0]['error']}")
+    return not bad, "\n".join(bad) or f"all {len(groups)} rank(s) joined one gloo group and all-reduced"
 
 
 def _seen_master(ranks) -> tuple:
@@ -146,6 +176,14 @@ def _seen_master(ranks) -> tuple:
             return False, (f"rank {r['rank']} ({r['launcher']}) saw no {' and no '.join(missing)}: export "
                            "MASTER_ADDR (the job's first node) and MASTER_PORT (e.g. 20000 + SLURM_JOB_ID % 20000) "
                            "before srun")
+    addr = ranks[0]["env"]["MASTER_ADDR"]
+    if any(c in addr for c in "[], \n"):
+        return False, (f"the ranks saw MASTER_ADDR={addr!r}: a list of nodes, not one host; take the first: "
+                       f"{FIRST_NODE}")
+    hosts = sorted({r["host"] for r in ranks})
+    if LOOPBACK.match(addr) and len(hosts) > 1:
+        return False, (f"the ranks ran on {len(hosts)} nodes ({', '.join(hosts)}) and saw MASTER_ADDR={addr}, each "
+                       f"node's own loopback: the ranks away from rank 0's node cannot reach it; {FIRST_NODE}")
     r = ranks[0]
     return True, f"the ranks saw MASTER_ADDR={r['env']['MASTER_ADDR']} MASTER_PORT={r['env']['MASTER_PORT']}"
 

@@ -7,9 +7,14 @@ node, c10d rendezvous), and the course's own template (course_lib/jobs/templates
 from __future__ import annotations
 
 import difflib
+import re
 
 from course_lib.jobs.site import Site
+from course_lib.sbatch import site_lines
+from course_lib.sbatch.address import launch_env, rank0_mistakes, torchrun_options
 from course_lib.sbatch.script import KNOWN, Script, _words, gpu_count, integer
+
+LAUNCHERS = {"srun", "torchrun", "python", "python3", "mpirun", "mpiexec"}
 
 NEEDED = ("nodes", "time")
 
@@ -67,6 +72,11 @@ def site_profile(s: Script, site: Site) -> tuple:
         want, have = getattr(site, key), s.get(key)
         if want and have != want:
             msgs.append(f"#SBATCH --{key}={want} (site '{site.name}'), " + (f"not {have}" if have else "missing"))
+    if msgs:
+        lines = "\n".join(site_lines.directives(site))
+        was = site_lines.written_for(s.text)
+        stale = f" (this file's site lines were written for site '{was}')" if was and was != site.name else ""
+        msgs.append(f"the lines of site '{site.name}'{stale}, to copy in and keep as they are:\n{lines}")
     tasks, cpus = tasks_per_node(s), integer(s.get("cpus-per-task", "1"))
     if tasks and cpus and tasks * cpus > site.cpus_per_node:
         msgs.append(f"{tasks} task(s) x {cpus} CPU(s) per node is more than the {site.cpus_per_node} CPUs of a "
@@ -78,15 +88,25 @@ def site_profile(s: Script, site: Site) -> tuple:
     return "site profile", not msgs, "\n".join(msgs) or fits
 
 
-def ranks_and_gpus(s: Script) -> tuple:
+def ranks_and_gpus(s: Script, site: Site) -> tuple:
     how, tasks, gpus = launcher(s), tasks_per_node(s), gpus_per_node(s)
     if s.get("gpus-per-task") and how == "srun":
         return ("ranks and GPUs", False,
                 f"--gpus-per-task={s.get('gpus-per-task')} binds each task to its own GPU (sbatch(1): it implies "
                 "--gpu-bind=per_task), so every rank sees one GPU, cuda:0; a script that picks "
                 "cuda:LOCAL_RANK fails on local rank 1 with 'invalid device ordinal'. Ask --gpus-per-node instead")
+    if not gpus and site.gpus_per_node:
+        return ("ranks and GPUs", False, f"no GPUs asked for, on site '{site.name}' whose nodes have "
+                f"{site.gpus_per_node}: the ranks would use the CPU (gloo) and the GPUs stay idle; ask for them "
+                f"({site_lines.gpu_line(site, site.gpus_per_node)[8:]}) and start one task (rank) per GPU")
     if not gpus:
         return "ranks and GPUs", True, "no GPUs asked for: the ranks use the CPU (gloo)"
+    if "CUDA_VISIBLE_DEVICES" in s.exports:
+        line, value = s.exports["CUDA_VISIBLE_DEVICES"]
+        return ("ranks and GPUs", False,
+                f"line {line}: export CUDA_VISIBLE_DEVICES={value} replaces the list Slurm gives the job's tasks (the "
+                "GPUs it allocated, which on a shared node need not be 0, 1, ...): the ranks may see too few GPUs "
+                "('invalid device ordinal' for cuda:LOCAL_RANK) or GPUs that are not the job's. Delete the line")
     if how == "torchrun":
         nproc = _nproc(s)
         ok = nproc is None or nproc == gpus
@@ -107,9 +127,50 @@ def _nproc(s: Script) -> int | None:
     return None
 
 
+def backgrounded(s: Script) -> list[str]:
+    """Launch lines run in the background (``srun ... &``) with no ``wait`` after them."""
+    msgs = []
+    for i, c in enumerate(s.simple):
+        if c.background and LAUNCHERS & {w.rsplit("/", 1)[-1] for w in c.words}:
+            if not any(later.name == "wait" for later in s.simple[i + 1:]):
+                msgs.append(f"line {c.line}: `{' '.join(c.words[:3])} ... &` runs in the background and nothing waits "
+                            "for it: the batch script reaches its end at once, and when the batch script ends the "
+                            "job ends and Slurm stops its steps, so no rank trains. Remove the `&`, or add `wait` "
+                            "after the last background srun")
+    return msgs
+
+
+def srun_shrinks(s: Script, tasks, nodes) -> list[str]:
+    """srun lines that start the training on fewer tasks or nodes than the job has (``srun -n 1 python ...``)."""
+    names = {"-n": "ntasks", "--ntasks": "ntasks", "-N": "nodes", "--nodes": "nodes"}
+    msgs = []
+    for c in s.simple:
+        base = [w.rsplit("/", 1)[-1] for w in c.words]
+        starts = [i for i, w in enumerate(base) if w in ("python", "python3", "torchrun")]
+        if c.name != "srun" or not starts:
+            continue
+        options = c.words[1:starts[0]]
+        for i, w in enumerate(options):
+            key, eq, value = w.partition("=")
+            if key not in names and w[:2] in ("-n", "-N") and len(w) > 2:
+                key, value = w[:2], w[2:]                              # -n1
+            elif key in names and not eq:
+                value = options[i + 1] if i + 1 < len(options) else ""  # -n 1, --ntasks 1
+            what = names.get(key)
+            want = {"ntasks": tasks * nodes if tasks else None, "nodes": nodes}.get(what)
+            if want and integer(value) is not None and integer(value) < want:
+                msgs.append(f"line {c.line}: srun {key} {value} starts {value} {'task' if what == 'ntasks' else 'node'}"
+                            f"(s) of the job's {want}: the others never train; leave it out (srun takes the job's "
+                            "tasks and nodes)")
+    return msgs
+
+
 def launch(s: Script) -> tuple:
     how, tasks = launcher(s), tasks_per_node(s)
     nodes = integer(s.get("nodes", "1")) or 1
+    waits = backgrounded(s) + (srun_shrinks(s, tasks, nodes) if how in ("srun", "torchrun") else [])
+    if waits:
+        return "launch", False, "\n".join(waits)
     if how == "none":
         return "launch", False, "no line starts the training: srun python SCRIPT (or srun torchrun ... SCRIPT)"
     if how == "srun-without-script":
@@ -119,6 +180,9 @@ def launch(s: Script) -> tuple:
         return "launch", False, (f"python runs once, in the batch step on the first node, not once per task: "
                                  f"the other {max(tasks or 1, 1) * nodes - 1} task(s) never start; "
                                  "start it with srun python SCRIPT")
+    if how == "python" and tasks is None:
+        return "launch", False, ("python runs once, and the script asks no tasks (Slurm then gives one): a single "
+                                 "rank. Ask --ntasks-per-node=N and start one rank per task: srun python SCRIPT")
     if how == "torchrun":
         return _torchrun(s, tasks, nodes)
     return "launch", True, {"srun": "srun starts one rank per task", "python": "one process"}[how]
@@ -126,6 +190,8 @@ def launch(s: Script) -> tuple:
 
 def _torchrun(s: Script, tasks, nodes) -> tuple:
     line = " ".join(c for _, c in s.commands if "torchrun" in c or "torch.distributed.run" in c)
+    per_node = re.search(r"\bsrun\b.*?--ntasks-per-node[= ](\d+).*?torch", line)
+    tasks = int(per_node.group(1)) if per_node else tasks     # srun --ntasks-per-node=1 torchrun: the step's own
     if tasks != 1:
         return "launch", False, (f"torchrun with {tasks} tasks per node: srun starts one torchrun per task, and "
                                  "each starts all the ranks of a node; ask --ntasks-per-node=1 and let torchrun's "
@@ -135,29 +201,43 @@ def _torchrun(s: Script, tasks, nodes) -> tuple:
     if nodes > 1 and "--standalone" in line:
         return "launch", False, ("--standalone is a rendezvous on this node only; with several nodes use "
                                  "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT")
+    nnodes = torchrun_options(s).get("nnodes", "")
+    most = max((integer(n) or 0 for n in nnodes.split(":")), default=0)
+    if most and most != nodes:
+        fate = "it never completes" if most > nodes else "the torchruns of the other nodes wait and are left out"
+        return "launch", False, (f"torchrun --nnodes={nnodes}, but the job has --nodes={nodes}: the rendezvous "
+                                 f"waits for {most} node(s), so {fate}; give --nnodes=$SLURM_JOB_NUM_NODES")
     return "launch", True, "one torchrun per node, which starts the node's ranks"
 
 
 def master(s: Script) -> tuple:
-    how = launcher(s)
-    line = " ".join(c for _, c in s.commands)
-    if how == "torchrun" and ("--standalone" in line or "MASTER" not in line):
-        return "MASTER_ADDR/PORT", True, "torchrun sets them for its ranks"
+    """Where the ranks find rank 0: exported (or given on the launch line), and an address every node reaches."""
+    wrong = rank0_mistakes(s)
+    line = " ".join(c for _, c in s.commands if "torchrun" in c or "torch.distributed.run" in c)
+    if launcher(s) == "torchrun" and ("--standalone" in line or "MASTER" not in line):
+        return "MASTER_ADDR/PORT", not wrong, "\n".join(wrong) or "torchrun sets them for its ranks"
     msgs = []
     for name, hint in (("MASTER_ADDR", 'the first node of the job: $(scontrol show hostnames "$SLURM_JOB_NODELIST" '
                                        "| head -n 1)"),
                        ("MASTER_PORT", "a port that no other job on the node uses, e.g. $(( 20000 + SLURM_JOB_ID "
                                        "% 20000 ))")):
-        if name in s.exports:
+        if name in s.exports or launch_env(s, name) is not None:
             continue
         msgs.append(f"{name} is set but not exported: the ranks do not see it; export {name}=..." if name in s.assigned
                     else f"no export {name}=...: the ranks must know where rank 0 waits; {name} is {hint}")
-    return "MASTER_ADDR/PORT", not msgs, "\n".join(msgs) or "both exported"
+    msgs = wrong + msgs
+    return "MASTER_ADDR/PORT", not msgs, "\n".join(msgs) or "both exported; rank 0's node is one every node reaches"
 
 
 def threads(s: Script) -> tuple:
     if "OMP_NUM_THREADS" in s.exports:
-        return "OMP_NUM_THREADS", True, f"exported (line {s.exports['OMP_NUM_THREADS'][0]})"
+        line, value = s.exports["OMP_NUM_THREADS"]
+        if "SLURM_CPUS_PER_TASK" in value and s.get("cpus-per-task") is None:
+            return "OMP_NUM_THREADS", False, (
+                f"line {line}: OMP_NUM_THREADS={value}, but the script asks no #SBATCH --cpus-per-task, and Slurm "
+                "sets SLURM_CPUS_PER_TASK only when it is asked for (sbatch(1)), so OMP_NUM_THREADS is empty; "
+                "ask --cpus-per-task=N")
+        return "OMP_NUM_THREADS", True, f"exported (line {line})"
     return "OMP_NUM_THREADS", False, ("not exported: each rank's PyTorch starts one thread per core of the node, "
                                       "and the ranks fight for the cores; export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK "
                                       "(torchrun: CPUs per task / ranks per node)")
@@ -165,4 +245,4 @@ def threads(s: Script) -> tuple:
 
 def lint(s: Script, site: Site) -> list[tuple]:
     """Every rule's (item, ok, message), in the order a learner fixes them."""
-    return [directives(s), site_profile(s, site), launch(s), ranks_and_gpus(s), master(s), threads(s)]
+    return [directives(s), site_profile(s, site), launch(s), ranks_and_gpus(s, site), master(s), threads(s)]

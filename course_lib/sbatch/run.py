@@ -29,6 +29,8 @@ class Outcome:
     job_id: str = ""
     state: str = ""                # COMPLETED, FAILED, ... or "TIMEOUT (cancelled by the check)"
     exit_code: int | None = None
+    seconds: float = 0.0           # from submission to the end
+    nodes: int = 0                 # nodes this Slurm has (sinfo), 0 if unknown
     records: list = field(default_factory=list)    # the probe's records, in order
     log: str = ""
 
@@ -72,6 +74,7 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
         (folder / "probe").mkdir()
         out.accepted, out.refusal = test_only(path, workdir)
         if not out.accepted:
+            out.nodes = cluster_nodes()
             return out
         log = folder / "job.out"
         r = _run_env(["sbatch", "--parsable", f"--chdir={workdir}", f"--output={log}", f"--error={log}",
@@ -87,6 +90,12 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
         # the files are whole; the log has the ranks of other nodes too where /tmp is not shared (a real cluster)
         out.records = max(from_files, records(out.log), key=lambda rs: sum(r.get("kind") == "rank" for r in rs))
     return out
+
+
+def cluster_nodes() -> int:
+    """How many nodes this Slurm has (0 when sinfo does not say)."""
+    r = _run(["sinfo", "-h", "-N", "-o", "%N"])
+    return len(set(r.stdout.split())) if r.returncode == 0 else 0
 
 
 def records(log: str) -> list[dict]:
@@ -106,10 +115,11 @@ def _wait(out: Outcome, job: SlurmJob, timeout: float) -> None:
     while not job.done and time.monotonic() < deadline:
         time.sleep(0.5)
     if job.done:
-        out.state, out.exit_code = job.state, job.exit_code
+        out.state, out.exit_code, out.seconds = job.state, job.exit_code, job.elapsed
         return
     job.cancel()           # scancel, then wait until Slurm says it has ended
     out.state, out.exit_code = f"TIMEOUT (not done in {timeout:.0f} s: cancelled by the check)", job.exit_code
+    out.seconds = job.elapsed
 
 
 def _run_env(cmd: list[str], env: dict):

@@ -25,7 +25,10 @@ signal sockets-per-node spread-job switches test-only thread-spec threads-per-co
 tres-per-task uid usage verbose version wait wait-all-nodes wckey wrap""".split())
 MISSPELT = re.compile(r"^#+\s+SBATCH\b|^#sbatch\b|^#SBATCH\S")     # '# SBATCH', '#sbatch', '#SBATCH--x'
 EXPORT = re.compile(r"^\s*(?:export\s+)([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+EXPORT_NAMES = re.compile(r"^\s*export((?:\s+[A-Za-z_][A-Za-z0-9_]*)+)\s*$")     # export A B (set earlier)
 ASSIGN = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+NAME_VALUE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+SEPARATORS = {";", "&", "&&", "||", "|", "|&", ";;"}
 
 
 @dataclass
@@ -44,6 +47,8 @@ class Script:
     exports: dict = field(default_factory=dict)        # NAME -> (line, value) for export NAME=... lines
     assigned: set = field(default_factory=set)         # names set without export
     commands: list = field(default_factory=list)       # [(line, text)]: logical command lines (continuations joined)
+    values: dict = field(default_factory=dict)         # NAME -> (line, value) of the last NAME=... (export or not)
+    simple: list = field(default_factory=list)         # [Simple]: the simple commands, in order
 
     def get(self, key: str, default: str | None = None) -> str | None:
         """The value of the last directive ``key`` (sbatch takes the last one)."""
@@ -57,6 +62,65 @@ class Script:
     def launches(self, word: str) -> list:
         """The command lines that run ``word`` (srun, torchrun, python) as a command, not as an argument."""
         return [(n, c) for n, c in self.commands if word in _words(c)]
+
+
+@dataclass
+class Simple:
+    """One simple command of a line (``a && b & c`` has three), as bash runs it."""
+    line: int
+    words: list                  # the command's words, NAME=VALUE prefixes left out
+    env: dict                    # NAME -> VALUE given on the command itself (``MASTER_ADDR=x srun ...``)
+    background: bool             # ended by a single ``&``: the script goes on without waiting for it
+
+    @property
+    def name(self) -> str:
+        return self.words[0].rsplit("/", 1)[-1] if self.words else ""
+
+
+def _masked(command: str) -> str:
+    """``command`` with each ``$(...)``, ``$((...))`` and backtick substitution as one placeholder word part,
+    so that the separators inside it do not split the command it belongs to."""
+    out, i = [], 0
+    while i < len(command):
+        if command.startswith("$(", i):
+            depth, j = 0, i + 1
+            while j < len(command):
+                depth += {"(": 1, ")": -1}.get(command[j], 0)
+                if depth == 0:
+                    break
+                j += 1
+            out.append("SUBST")
+            i = j + 1
+        elif command[i] == "`" and "`" in command[i + 1:]:
+            out.append("SUBST")
+            i = command.index("`", i + 1) + 1
+        else:
+            out.append(command[i])
+            i += 1
+    return "".join(out)
+
+
+def simple_commands(number: int, command: str) -> list[Simple]:
+    """The simple commands of one logical line, split at ; & && || | outside substitutions."""
+    lexer = shlex.shlex(_masked(command), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:
+        tokens = command.split()
+    out, words = [], []
+    for token in tokens + [";"]:
+        if token not in SEPARATORS:
+            words.append(token)
+            continue
+        if words:
+            lead = 0
+            while lead < len(words) - 1 and NAME_VALUE.match(words[lead]):
+                lead += 1
+            env = dict(w.split("=", 1) for w in words[:lead])
+            out.append(Simple(number, words[lead:], env, token == "&"))
+        words = []
+    return out
 
 
 def _words(command: str) -> list[str]:
@@ -106,12 +170,23 @@ def parse(text: str) -> Script:
             continue
         command, pending = pending + stripped, ""
         s.commands.append((start, command))
-        m = EXPORT.match(command)
-        if m:
-            s.exports[m.group(1)] = (start, m.group(2))
-        elif ASSIGN.match(command):
-            s.assigned.add(ASSIGN.match(command).group(1))
+        s.simple.extend(simple_commands(start, command))
+        _assignments(s, start, command)
     return s
+
+
+def _assignments(s: Script, number: int, command: str) -> None:
+    m, names, plain = EXPORT.match(command), EXPORT_NAMES.match(command), ASSIGN.match(command)
+    first = next((c for c in s.simple if c.line == number), None)
+    if m:
+        s.exports[m.group(1)] = s.values[m.group(1)] = (number, m.group(2))
+    elif names:                          # NAME=...; export NAME: exported from here on, with the value set
+        for name in names.group(1).split():
+            s.exports[name] = s.values.get(name, (number, ""))
+    elif plain and not (first is not None and first.words and plain.group(1) in first.env):
+        # (``NAME=x srun ...`` gives NAME to that command only: not the script's variable)
+        s.assigned.add(plain.group(1))
+        s.values[plain.group(1)] = (number, plain.group(2))
 
 
 def integer(value: str | None) -> int | None:

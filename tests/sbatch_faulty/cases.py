@@ -11,6 +11,10 @@ SRUN = 'srun --label python "${SCRIPT:-exercises/02_ddp/mnist_classify_ddp.py}"'
 PORT = "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))\n"
 OMP = "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n"
 GPU_SITE = {"site": "example-gpu-cluster"}
+# the reference as written for the example GPU site (course_lib.sbatch.site_lines.reference), then the edits
+GPU_REFERENCE = {"site": "example-gpu-cluster", "render": True}
+MASTER = 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+TWO_NODES = ("#SBATCH --nodes=1\n", "#SBATCH --nodes=2\n")
 TORCHRUN = ('srun --label torchrun --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=2 --rdzv_backend=c10d '
             '--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT "${SCRIPT:-exercises/02_ddp/mnist_classify_ddp.py}"')
 
@@ -54,4 +58,105 @@ CASES = [
     Faulty("too_many_cpus", why="2 tasks x 8 CPUs on a 4-CPU node: Slurm never starts it",
            edits=[("--cpus-per-task=2", "--cpus-per-task=8")],
            expect={"site profile": ("fail", "more than the 4 CPUs")}),
+    # where rank 0 is: mistakes that one node hides (they fail read only and on the one-node Slurm alike)
+    Faulty("localhost_on_two_nodes", why="MASTER_ADDR=localhost with --nodes=2: each node dials its own loopback; "
+                                         "the one-node test Slurm refuses 2 nodes, the verdict still comes",
+           edits=[TWO_NODES, (MASTER, "export MASTER_ADDR=localhost")], options={"slurm": True},
+           expect={"MASTER_ADDR/PORT": ("fail", "line \\d+: MASTER_ADDR=localhost is a loopback address, and the job "
+                                                "has --nodes=2.*head -n 1"),
+                   "launch": PASS,
+                   "sbatch accepts it": ("skipped", "this Slurm has 1 node\\(s\\) and the script asks for --nodes=2"),
+                   "ranks": ("skipped", "not run")}),
+    Faulty("loopback_tasks_spread", why="127.0.0.1, no --nodes, --ntasks=4: Slurm may put the tasks on 2+ nodes",
+           edits=[("#SBATCH --nodes=1\n", ""), ("--ntasks-per-node=2", "--ntasks=4"),
+                  (MASTER, "export MASTER_ADDR=127.0.0.1")],
+           expect={"MASTER_ADDR/PORT": ("fail", "127.0.0.1 is a loopback address, and the job has --ntasks=4 and no "
+                                                "--nodes.*may spread"),
+                   "directives": ("fail", "missing #SBATCH --nodes")}),
+    Faulty("nodelist_as_master", why="MASTER_ADDR=$SLURM_JOB_NODELIST: node[1-2] on two nodes, not a host",
+           edits=[(MASTER, "export MASTER_ADDR=$SLURM_JOB_NODELIST")], options={"slurm": True},
+           expect={"MASTER_ADDR/PORT": ("fail", "compressed form \\(node\\[1-2\\] on two nodes\\), not a host name"),
+                   "ranks": PASS}),
+    Faulty("nodelist_cut_on_commas", why="cut -d, -f1 of node[1-2] keeps it whole",
+           edits=[(MASTER, 'export MASTER_ADDR=$(echo "$SLURM_JOB_NODELIST" | cut -d, -f1)')],
+           expect={"MASTER_ADDR/PORT": ("fail", "compressed form")}),
+    Faulty("every_hostname_as_master", why="scontrol show hostnames without head: one name per node",
+           edits=[(MASTER, 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST")')],
+           expect={"MASTER_ADDR/PORT": ("fail", "one per line.*head -n 1")}),
+    Faulty("submit_host_as_master", why="the login node the job came from: no rank runs there",
+           edits=[(MASTER, "export MASTER_ADDR=$SLURM_SUBMIT_HOST")],
+           expect={"MASTER_ADDR/PORT": ("fail", "login node")}),
+    Faulty("fixed_host_as_master", why="a host name typed in from an earlier job: Slurm picks the nodes",
+           edits=[(MASTER, "export MASTER_ADDR=node001")],
+           expect={"MASTER_ADDR/PORT": ("fail", "MASTER_ADDR=node001 is a fixed host")}),
+    Faulty("torchrun_rdzv_localhost", why="torchrun's endpoint on localhost with 2 nodes: a rendezvous per node",
+           edits=[TWO_NODES, ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH "
+                                                                              "--cpus-per-task=4"),
+                  (SRUN, TORCHRUN.replace("$MASTER_ADDR:$MASTER_PORT", "localhost:29500"))],
+           expect={"MASTER_ADDR/PORT": ("fail", "torchrun --rdzv_endpoint=localhost:29500 is a loopback address.*"
+                                                "--rdzv-endpoint=\\$MASTER_ADDR:\\$MASTER_PORT.*c10d"),
+                   "launch": PASS}),
+    # the job ends at once
+    Faulty("srun_in_background", why="srun ... & with no wait: the batch script ends, the job ends, no rank runs",
+           edits=[('--epochs 1 "$@"', '--epochs 1 "$@" &')], options={"slurm": True},
+           expect={"launch": ("fail", "line \\d+: `srun --label python ... &` runs in the background and nothing "
+                                      "waits for it.*add `wait`"),
+                   "ranks": ("fail", "2 rank\\(s\\) expected, no rank seen: the job COMPLETED \\d+ s after it was "
+                                     "submitted")}),
+    Faulty("torchrun_nnodes_one", why="--nnodes=1 copied from a one-node example into a two-node job",
+           edits=[TWO_NODES, ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH "
+                                                                              "--cpus-per-task=4"),
+                  (SRUN, TORCHRUN.replace("--nnodes=$SLURM_JOB_NUM_NODES", "--nnodes=1"))],
+           expect={"launch": ("fail", "torchrun --nnodes=1, but the job has --nodes=2.*--nnodes=\\$SLURM_JOB_NUM_NODES"),
+                   "MASTER_ADDR/PORT": PASS}),
+    Faulty("omp_without_cpus_per_task", why="$SLURM_CPUS_PER_TASK is unset without --cpus-per-task: OMP is empty",
+           edits=[("#SBATCH --cpus-per-task=2\n", "")],
+           expect={"OMP_NUM_THREADS": ("fail", "no #SBATCH --cpus-per-task.*SLURM_CPUS_PER_TASK only when")}),
+    Faulty("srun_one_task", why="srun -n 1 copied from a serial job: one rank of the job's two",
+           edits=[("srun --label python", "srun -n 1 --label python")],
+           expect={"launch": ("fail", "line \\d+: srun -n 1 starts 1 task\\(s\\) of the job's 2: the others never "
+                                      "train")}),
+    # graded by the site's rules (example GPU profile: partition, account, reservation, 4 GPUs per node)
+    Faulty("gpu_site_no_gpus", why="a GPU site, and the script asks for no GPU: the ranks would train on the CPU",
+           edits=[("#SBATCH --gpus-per-node=4\n", "")], options=GPU_REFERENCE,
+           expect={"ranks and GPUs": ("fail", "no GPUs asked for, on site 'example-gpu-cluster' whose nodes have 4: "
+                                              "the ranks would use the CPU \\(gloo\\).*--gpus-per-node=4"),
+                   "site profile": PASS}),
+    Faulty("gpu_site_two_of_four", why="4 GPUs asked for, 2 tasks: half the GPUs idle",
+           edits=[("--ntasks-per-node=4", "--ntasks-per-node=2")], options=GPU_REFERENCE,
+           expect={"ranks and GPUs": ("fail", "2 task\\(s\\) per node but 4 GPU")}),
+    Faulty("gpu_site_wrong_partition", why="the site block edited: another partition",
+           edits=[("--partition=gpu", "--partition=cpu")], options=GPU_REFERENCE,
+           expect={"site profile": ("fail", "#SBATCH --partition=gpu \\(site 'example-gpu-cluster'\\), not cpu"),
+                   "ranks and GPUs": PASS}),
+    Faulty("gpu_site_lines_deleted", why="the site block deleted: no reservation, no account",
+           edits=[("#SBATCH --account=my-project\n#SBATCH --reservation=workshop\n", "")], options=GPU_REFERENCE,
+           expect={"site profile": ("fail", "--account=my-project \\(site 'example-gpu-cluster'\\), missing.*"
+                                            "--reservation=workshop.*to copy in.*#SBATCH --partition=gpu\n"
+                                            "#SBATCH --account=my-project\n#SBATCH --reservation=workshop")}),
+    Faulty("gpu_site_fixed_visible_devices", why="CUDA_VISIBLE_DEVICES=0 typed in: all 4 ranks on the one GPU",
+           edits=[(OMP, OMP + "export CUDA_VISIBLE_DEVICES=0\n")], options=GPU_REFERENCE,
+           expect={"ranks and GPUs": ("fail", "line \\d+: export CUDA_VISIBLE_DEVICES=0 replaces the list Slurm gives.*"
+                                              "Delete the line")}),
+    Faulty("generic_file_on_gpu_site", why="the repository's file (site lines for 'generic') checked on the GPU site",
+           options=GPU_SITE,
+           expect={"site profile": ("fail", "written for site 'generic'.*#SBATCH --partition=gpu"),
+                   "ranks and GPUs": ("fail", "CPU \\(gloo\\)")}),
+
+]
+
+# Right ways that must pass (read only): the rules may not fail what works on a cluster.
+CORRECT = [
+    Faulty("hostname_one_node", {}, [(MASTER, "export MASTER_ADDR=$(hostname)")]),
+    Faulty("hostname_two_nodes", {}, [TWO_NODES, (MASTER, "export MASTER_ADDR=`hostname -s`")]),
+    Faulty("localhost_one_node", {}, [(MASTER, "export MASTER_ADDR=localhost")]),
+    Faulty("head_dash_one", {}, [TWO_NODES, (MASTER, "export MASTER_ADDR=$(scontrol show hostname $SLURM_NODELIST "
+                                                     "| head -1)")]),
+    Faulty("array_first", {}, [TWO_NODES, (MASTER, "nodes=( $(scontrol show hostnames $SLURM_JOB_NODELIST) )\n"
+                                                   "export MASTER_ADDR=${nodes[0]}")]),
+    Faulty("set_then_export", {}, [TWO_NODES, (MASTER, 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" '
+                                                       '| head -n 1)\nMASTER_ADDR=$head_node\nexport MASTER_ADDR')]),
+    Faulty("srun_one_torchrun_per_node", {}, [
+        TWO_NODES, (SRUN, TORCHRUN.replace("srun --label torchrun", "srun --label --ntasks-per-node=1 torchrun"))]),
+    Faulty("background_then_wait", {}, [('--epochs 1 "$@"', '--epochs 1 "$@" &\nwait')]),
 ]

@@ -118,6 +118,17 @@ def test_update_keeps_learner_edits_and_brings_new_files(home, fake_install):
     assert again["kept"] == ["exercises/05_allreduce/allreduce.py"] and not again["refreshed"] and not again["added"]
 
 
+def test_a_workspace_job_script_exercise_carries_the_sites_lines(home, monkeypatch):
+    monkeypatch.setenv("COURSE_SITE", "example-gpu-cluster")
+    ws = workspace.init(home / "ws")
+    text = (ws / "exercises/03_jobs/ddp.sbatch").read_text()
+    assert "#SBATCH --partition=gpu" in text and "#SBATCH --account=my-project" in text
+    assert "--partition" not in (paths.course_root() / "exercises/03_jobs/ddp.sbatch").read_text()
+    # the site's lines are the course's version: an update refreshes or keeps nothing, a restore matches it
+    assert not any(workspace.update(ws).values())
+    assert workspace.restore(ws / "exercises/03_jobs/ddp.sbatch") == (ws / "exercises/03_jobs/ddp.sbatch", None)
+
+
 def test_restore_brings_back_the_course_version_and_keeps_the_learners(home, fake_install):
     ws = workspace.init(home / "ws")
     mine, gone = ws / "exercises/05_allreduce/allreduce.py", ws / "exercises/06_tensor_parallel/tp.py"

@@ -32,6 +32,27 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def course_bytes(src: Path) -> bytes:
+    """The course's file as a learner's copy holds it: a job-script exercise gets the site's own lines (partition,
+    account, ... from ``$COURSE_SITE``: course_lib.sbatch.site_lines), everything else as it is."""
+    data = src.read_bytes()
+    if src.suffix == ".sbatch":
+        from course_lib.jobs.site import load_site
+        from course_lib.sbatch import site_lines
+
+        text = data.decode()
+        if site_lines.written_for(text) is not None:
+            return site_lines.render(text, load_site()).encode()
+    return data
+
+
+def _copy(src: Path, dest: Path) -> str:
+    """Write the learner's copy of ``src``; its digest."""
+    data = course_bytes(src)
+    dest.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
+
+
 def source_files(root: Path, trees) -> dict[str, Path]:
     """``{relative path: source file}`` for the shipped trees (no caches, no checkpoints)."""
     files = {}
@@ -87,8 +108,7 @@ def init(folder: str | Path, with_solutions: bool = False, exist_ok: bool = Fals
     for rel, src in source_files(root, trees).items():
         dest = folder / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dest)     # contents only: the learner owns the copy, whatever the install's modes
-        digests[rel] = _digest(dest)
+        digests[rel] = _copy(src, dest)   # contents only: the learner owns the copy, whatever the install's modes
     (folder / "jobs" / "runs").mkdir(parents=True, exist_ok=True)
     (folder / "out").mkdir(exist_ok=True)
     _write_marker(folder, trees, digests)
@@ -105,23 +125,23 @@ def update(folder: str | Path | None = None) -> dict[str, list[str]]:
     result = {"added": [], "refreshed": [], "kept": [], "beside": [], "deleted_kept": []}
     digests = dict(recorded)
     for rel, src in source_files(course_root(), trees).items():
-        dest, new = folder / rel, _digest(src)
+        dest, new = folder / rel, hashlib.sha256(course_bytes(src)).hexdigest()
         if not dest.exists():
             if rel in recorded:           # the learner deleted it: their choice stands
                 result["deleted_kept"].append(rel)
                 continue
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest)
+            _copy(src, dest)
             result["added"].append(rel)
         elif _digest(dest) == new:
             pass                          # already the course's file
         elif _digest(dest) == recorded.get(rel):
-            shutil.copyfile(src, dest)    # untouched by the learner: take the new version
+            _copy(src, dest)              # untouched by the learner: take the new version
             result["refreshed"].append(rel)
         else:
             result["kept"].append(rel)    # the learner's edit wins; the record keeps the old digest
             if new != recorded.get(rel):  # ... and the course changed it too: its version goes beside it
-                shutil.copyfile(src, dest.with_name(dest.name + NEW_SUFFIX))
+                _copy(src, dest.with_name(dest.name + NEW_SUFFIX))
                 result["beside"].append(rel + NEW_SUFFIX)
             continue
         digests[rel] = new
@@ -139,15 +159,14 @@ def restore(path: str | Path) -> tuple[Path, Path | None]:
         raise WorkspaceError(f"{path} is not a course file of the workspace {folder}: give a path such as "
                              f"{folder / 'exercises/02_ddp/mnist_classify_ddp.py'}")
     kept = None
-    if target.exists() and _digest(target) != _digest(sources[rel]):
+    if target.exists() and target.read_bytes() != course_bytes(sources[rel]):
         kept = target.with_name(target.name + MINE_SUFFIX)
         if kept.exists():
             raise WorkspaceError(f"{kept} is already there: move it away first (nothing was changed)")
         shutil.copyfile(target, kept)
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(sources[rel], target)
     marker = read_marker(folder)
-    marker.setdefault("files", {})[rel] = _digest(target)
+    marker.setdefault("files", {})[rel] = _copy(sources[rel], target)
     _write_marker(folder, tuple(marker.get("trees", TREES)), marker["files"])
     return target, kept
 

@@ -494,3 +494,32 @@ def test_throughput_lines_are_measured_and_judged():
     assert out.status == PASS and out.figures["tf32_speedup"] > 0, out.detail
     assert "ran on the wrong device" in speed.judge("\n".join(lines), "cuda", ("fp32-strict", "tf32")).detail
     assert "no result for fp32, bf16, fp16, compile" in speed.judge("\n".join(lines)).detail
+
+
+# ------------------------------------------------------------------------------------------- train_on (notebook 02)
+RANK_SCRIPT = """import os
+hidden = int(os.environ.get("CUDA_VISIBLE_DEVICES") == "")
+print(f"epoch=1 train_loss=0.5 test_acc=0.9 images_per_s=100.0 images_per_s_rank=50.0 epoch_s=1.0 hidden={hidden}")
+"""
+
+
+@pytest.mark.parametrize("gpus, hidden", [(1, 1), (2, 0), (0, 0)], ids=["1-gpu", "2-gpus", "no-gpu"])
+def test_train_on_two_ranks_hides_a_single_gpu_and_says_so(tmp_path, capsys, gpus, hidden):
+    """Two real ranks of a stand-in script (no torch: quick); ``gpus`` stands in for the machine's GPU count."""
+    from course_lib.ddp.runs import train_on
+
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_SCRIPT)
+    last = train_on(script, 2, [], timeout=60, gpus=gpus, warm=False)
+    said = capsys.readouterr().out
+    assert last is not None and last["hidden"] == hidden, said
+    assert ("2 ranks but 1 GPU(s) here: GPUs hidden (CUDA_VISIBLE_DEVICES=''), the ranks run on CPU with gloo"
+            in said) == (gpus == 1), said
+
+
+def test_a_comparison_runs_all_its_runs_on_one_kind_of_device():
+    from course_lib.ddp.runs import placement
+
+    assert placement(1, gpus=1) == ({}, "")
+    assert placement(1, gpus=1, compared_with=2)[0] == {"PYTHONDONTWRITEBYTECODE": "1", "CUDA_VISIBLE_DEVICES": ""}
+    assert placement(2, gpus=2, compared_with=2) == ({}, "")

@@ -523,3 +523,11 @@ def test_a_comparison_runs_all_its_runs_on_one_kind_of_device():
     assert placement(1, gpus=1) == ({}, "")
     assert placement(1, gpus=1, compared_with=2)[0] == {"PYTHONDONTWRITEBYTECODE": "1", "CUDA_VISIBLE_DEVICES": ""}
     assert placement(2, gpus=2, compared_with=2) == ({}, "")
+
+
+def test_the_environment_report_names_nccl_only_with_a_gpu_per_rank():
+    from course_lib.instructor.envreport import _backend
+
+    assert _backend(2, True).startswith("nccl") and _backend(8, True).startswith("nccl")
+    assert _backend(1, True).startswith("gloo (CPU): one GPU")     # notebook 00's reveal says Gloo there
+    assert _backend(0, False) == _backend(2, False) == "gloo (CPU)"

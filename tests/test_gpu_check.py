@@ -274,8 +274,19 @@ def test_the_wheel_list_is_pinned_once_each_and_the_script_parses():
     assert len(set(names)) == len(names), "a package listed twice: two versions stop the whole install"
     assert {"papermill", "nbclient", "nbformat", "ipykernel", "jupyter-client", "pyzmq"} <= set(names)
     assert not {"torch", "numpy", "matplotlib", "jinja2", "scikit-learn"} & set(names), "the GPU machine has these"
-    p = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu-wheels.sh")], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
+    for script in ("gpu-wheels.sh", "gpu-wheels-check.sh"):
+        p = subprocess.run(["bash", "-n", str(ROOT / "scripts" / script)], capture_output=True, text=True)
+        assert p.returncode == 0, script + p.stderr
+
+
+def test_the_docs_say_what_the_code_does():
+    doc = (ROOT / "docs" / "gpu-check.md").read_text()
+    plan = plan_seconds(gpu.select(None), machine(1))
+    assert f"on one GPU its items add up to {plan:.0f} s" in doc
+    assert all(f"| {code} |" in doc for code in (report.OK, report.FAILED, report.BAD_INPUT,
+                                                   report.REQUIRED_MISSING))
+    assert [i.name for i in ITEMS if i.default and i.name not in doc] == []
+    assert "trace/step.py` joins NCCL without `device_id`" in doc
 
 
 # ------------------------------------------------------------------------------------------- NCCL result lines

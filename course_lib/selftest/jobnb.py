@@ -1,17 +1,22 @@
-"""Items around the notebooks: a local-engine GPU job with the template's monitoring lines run beside it (their
-``nvidia-smi dmon`` log read back), and notebooks 00-02 executed on the solutions through papermill."""
+"""Items around the notebooks: a local-engine GPU job (the throughput worker, 20 s of training) with the
+template's monitoring lines run beside it (their ``nvidia-smi dmon`` log read back), and notebooks 00-02
+executed on the solutions through papermill."""
 from __future__ import annotations
 
 import os
 import subprocess
 import time
 
+from course_lib.selftest import speed
 from course_lib.selftest.monitor import monitor_block, parse_dmon, summarize
-from course_lib.selftest.runs import FAIL, PASS, SERIAL, Context, Outcome, child_env, python, run_command, source
-from course_lib.selftest.train import DEVICE, TRAIN_ARGS
+from course_lib.selftest.runs import FAIL, PASS, Context, Outcome, child_env, python, run_command
+from course_lib.selftest.train import DEVICE
 
 JOB_NAME = "gpucheck"
 MONITOR_S = 30     # of the item's deadline, for dmon's samples before and after the job and for its stop
+# the job: the throughput worker's fp32 epoch repeated for 20 s, several of dmon's 5-second samples (the serial
+# solution on digits keeps an H100 busy for well under a second per epoch: samples could all read 0 % SM)
+JOB_ARGS = ["--variants", "fp32", "--min-seconds", "20"]
 
 
 def _start_monitor(block: str, folder, job_id: str) -> subprocess.Popen:
@@ -62,8 +67,8 @@ def _run_job(ctx: Context, spec):
 def job_monitor(ctx: Context) -> Outcome:
     from course_lib import jobs
 
-    spec = jobs.JobSpec(name=JOB_NAME, script=str(source(SERIAL)), args=TRAIN_ARGS, gpus_per_node=1,
-                        monitor=True, time="00:10:00")
+    spec = jobs.JobSpec(name=JOB_NAME, script=str(speed.__file__),
+                        args=JOB_ARGS, gpus_per_node=1, monitor=True, time="00:10:00")
     block = monitor_block(jobs.script(spec, engine_name="local"))
     if "nvidia-smi dmon" not in block:
         return Outcome(FAIL, "the job script of a GPU job with monitor=True has no `nvidia-smi dmon` block")

@@ -12,7 +12,10 @@ warm-up steps, synchronised before the clock stops. Variants, each with its TF32
     bf16, fp16   autocast (fp16 with GradScaler), TF32 switches at PyTorch's default
     compile      torch.compile at PyTorch's default; the first steps (the compilation) timed apart
 
-Worker: ``python -m course_lib.selftest.speed [--images N] [--variants ...]``; one ``speed ...`` line per variant.
+Worker: ``python -m course_lib.selftest.speed [--images N] [--variants ...] [--min-seconds S]``; first a
+``device=... dataset=synthetic`` line (as the course's training scripts print), then one ``speed ...`` line per
+variant. ``--min-seconds`` repeats each variant's timed epoch until that long has passed (the job-monitor item
+keeps the GPU busy for several of ``nvidia-smi dmon``'s 5-second samples this way).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ LINE = re.compile(r"speed variant=(\S+) device=(\S+) images_per_s=([\d.]+) epoch
                   r"compile_s=([\d.]+) tf32_conv=(\d) tf32_matmul=(\d) loss=(\S+)")
 
 
-def _one(variant: str, x, y, device, batch: int, warmup: int = WARMUP) -> str:
+def _one(variant: str, x, y, device, batch: int, warmup: int = WARMUP, min_seconds: float = 0.0) -> str:
     import torch
     import torch.nn.functional as F
 
@@ -68,11 +71,13 @@ def _one(variant: str, x, y, device, batch: int, warmup: int = WARMUP) -> str:
         step(i % steps)
     sync()
     warm_s = time.perf_counter() - start
-    start = time.perf_counter()
-    for i in range(steps):
-        loss = step(i)
-    sync()
-    epoch_s = time.perf_counter() - start
+    start, epochs = time.perf_counter(), 0
+    while epochs == 0 or time.perf_counter() - start < min_seconds:
+        for i in range(steps):
+            loss = step(i)
+        sync()
+        epochs += 1
+    epoch_s = (time.perf_counter() - start) / epochs
     return (f"speed variant={variant} device={device} images_per_s={steps * batch / epoch_s:.1f} "
             f"epoch_s={epoch_s:.3f} compile_s={warm_s if variant == 'compile' else 0:.2f} tf32_conv={int(conv)} "
             f"tf32_matmul={int(matmul)} loss={loss.item():.4f}")
@@ -85,8 +90,10 @@ def main(argv=None) -> int:
     p.add_argument("--images", type=int, default=IMAGES)
     p.add_argument("--batch-size", type=int, default=BATCH)
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument("--min-seconds", type=float, default=0.0, help="repeat each timed epoch until this long")
     args = p.parse_args(argv)
     device = torch.device("cpu" if os.environ.get(CPU_FLAG) == "1" else "cuda")
+    print(f"device={device} dataset=synthetic train={args.images} test=0", flush=True)
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(args.images, 1, 28, 28, device=device, generator=gen)   # made on the device: no copy timed
     y = torch.randint(0, 10, (args.images,), device=device, generator=gen)
@@ -94,7 +101,7 @@ def main(argv=None) -> int:
         if variant == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             print(f"speed variant=bf16 not possible: {torch.cuda.get_device_name()} has no bf16", flush=True)
             continue
-        print(_one(variant, x, y, device, args.batch_size), flush=True)
+        print(_one(variant, x, y, device, args.batch_size, min_seconds=args.min_seconds), flush=True)
     return 0
 
 

@@ -485,7 +485,9 @@ def test_the_warm_fork_probe_is_judged():
                "forked subprocess.")
     assert judge(good, control).status == PASS
     bad = [good[0], "fork_rank rank=1 warm=yes bad_fork=yes cuda=RuntimeError: CUDA error: initialization error"]
-    assert "warm server initialise CUDA" in judge(bad, control).detail
+    assert "the server initialised CUDA before it forked" in judge(bad, control).detail
+    no_kernel = [good[0], "fork_rank rank=1 warm=yes bad_fork=no cuda=RuntimeError: no kernel image"]
+    assert "a CUDA op failed in a warm-forked rank (not marked a bad fork): rank 1" in judge(no_kernel, control).detail
     assert "started cold" in judge([good[0], good[1].replace("warm=yes", "warm=no")], control).detail
     assert "expected the child to be refused" in judge(good, control.replace("bad_fork=yes", "bad_fork=no")).detail
     assert "printed no fork_rank line" in judge([good[0], ""], control).detail

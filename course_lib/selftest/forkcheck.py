@@ -18,11 +18,13 @@ def judge(rank_text: list[str], control_text: str) -> Outcome:
     if not all(ranks):
         return Outcome(FAIL, f"rank(s) {[r for r, m in enumerate(ranks) if not m]} printed no fork_rank line")
     cold = [m.group(1) for m in ranks if m.group(2) != "yes"]
-    bad = [f"rank {m.group(1)}: bad_fork={m.group(3)} cuda={m.group(4)}" for m in ranks
-           if m.group(3) != "no" or m.group(4) != "ok"]
-    if bad:
-        return Outcome(FAIL, "a forked rank cannot use CUDA (did the warm server initialise CUDA before it "
-                             "forked?): " + "; ".join(bad))
+    forked_bad = [f"rank {m.group(1)}: {m.group(4)}" for m in ranks if m.group(3) != "no"]
+    if forked_bad:
+        return Outcome(FAIL, "a rank forked by the warm server is a bad fork (the server initialised CUDA before "
+                             "it forked): " + "; ".join(forked_bad))
+    failed = [f"rank {m.group(1)}: {m.group(4)}" for m in ranks if m.group(4) != "ok"]
+    if failed:
+        return Outcome(FAIL, "a CUDA op failed in a warm-forked rank (not marked a bad fork): " + "; ".join(failed))
     if cold:
         return Outcome(FAIL, f"rank(s) {', '.join(cold)} started cold: the warm fork path was not tested")
     c = CONTROL_LINE.search(control_text)

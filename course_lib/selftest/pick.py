@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 
 PTH = "course-site-torch.pth"
-ASK = ("import json, sys, sysconfig\n"
-       "out = {'venv': sys.prefix != sys.base_prefix, 'prefix': sys.prefix, "
-       "'site': sorted({sysconfig.get_path('purelib'), sysconfig.get_path('platlib')})}\n"
-       "try:\n    import torch\n"
+SITE = ("import json, sys, sysconfig\n"
+        "out = {'venv': sys.prefix != sys.base_prefix, 'prefix': sys.prefix, "
+        "'site': sorted({sysconfig.get_path('purelib'), sysconfig.get_path('platlib')})}\n")
+ASK = (SITE + "try:\n    import torch\n"
        "except Exception as e:\n    out['torch'] = ''; out['error'] = f'{type(e).__name__}: {e}'\n"
        "else:\n    out.update(torch=torch.__version__, cuda_build=torch.version.cuda or '',"
        " cuda=torch.cuda.is_available(), gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0)\n"
@@ -48,10 +48,12 @@ def smi_gpus(timeout: float = 60) -> tuple[int, str]:
     return sum(line.startswith("GPU ") for line in text.splitlines()), text
 
 
-def ask(python: str, timeout: float = 180) -> dict:
-    """What ``python`` is: a venv or not, its site-packages, its torch (version, CUDA build, CUDA usable)."""
+def ask(python: str, timeout: float = 180, torch: bool = True) -> dict:
+    """What ``python`` is: a venv or not, its site-packages, and (``torch``) its torch: version, CUDA build,
+    CUDA usable (importing torch takes seconds: ``torch=False`` leaves it out)."""
+    code = ASK if torch else SITE + "print(json.dumps(out))\n"
     try:
-        p = subprocess.run([python, "-c", ASK], capture_output=True, text=True, timeout=timeout,
+        p = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout,
                            env={**os.environ, "PYTHONNOUSERSITE": "1"})
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"torch": "", "error": str(e)}
@@ -87,7 +89,7 @@ def choose(candidates: list[str], gpus: int, infos: dict) -> tuple[str, str]:
 def see_site(venv_python: str, site_python: str) -> str:
     """Let the venv of ``venv_python`` import what ``site_python`` has when that is itself a venv (a ``.pth``
     naming its site-packages); returns what was done, in one line."""
-    site, own = ask(site_python), ask(venv_python)
+    site, own = ask(site_python, torch=False), ask(venv_python, torch=False)
     if not site.get("venv"):
         return f"{site_python} is no venv: --system-site-packages already shows its packages"
     lines = [d for d in site.get("site", []) if Path(d).is_dir()]

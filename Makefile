@@ -47,6 +47,8 @@ kernel: $(STAMP)
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10 or newer is needed; set PYTHON=python3.11")'
 	$(PYTHON) -m venv $(if $(SITE_TORCH),--system-site-packages) $(VENV)
+	$(if $(SITE_TORCH),$(PYTHON) -m course_lib.selftest.pick --see-site $(PY) $(PYTHON))
+	$(if $(SITE_TORCH),$(PY) -m course_lib.selftest.pick $(PY) >/dev/null)
 	$(if $(SITE_TORCH),$(PY) -c 'import torch; print("using the site PyTorch", torch.__version__)')
 	$(if $(SITE_TORCH),COURSE_PIP=1) bash scripts/venv-install.sh $(PY) $(if $(SITE_TORCH),,"$(TORCH)") -e ".[lab,test]"
 	@$(PY) -c 'import torch, course_lib; print("torch", torch.__version__, "| course_lib ready")'
@@ -71,12 +73,16 @@ clean:
 	rm -rf $(VENV) out jobs/runs
 
 # The GPU self-check (docs/gpu-check.md): every GPU path of the course, a report in out/gpu-check/. It runs with
-# the python whose torch has CUDA (the venv's if there is one, else python3; nothing re-installs torch).
+# GPU_CHECK_PYTHON if set, else the first of the finished venv's python and $(PYTHON) whose torch has CUDA when
+# nvidia-smi lists a GPU (none: stop, exit 2), else the first of them; nothing re-installs torch.
+# Its exit codes: 0 every item that could run passed, 1 one FAILed, 2 bad input, 3 a --require item did not pass.
 .PHONY: gpu-check gpu-wheels
-GPU_CHECK_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+GPU_CHECK_PYTHON ?=
 GPU_CHECK_ARGS ?=
 gpu-check:
-	$(GPU_CHECK_PYTHON) -m course_lib selftest --gpu $(GPU_CHECK_ARGS)
+	@py="$(GPU_CHECK_PYTHON)"; [ -n "$$py" ] || py=$$($(PYTHON) -m course_lib.selftest.pick \
+		$(if $(wildcard $(STAMP)),$(PY)) $(PYTHON)) || exit 2; \
+	echo "gpu-check with $$py"; "$$py" -m course_lib selftest --gpu $(GPU_CHECK_ARGS)
 
 # The packages the GPU machine lacks, as wheels for its Python (GPU_PYTHON, default 3.12), in out/gpu-wheels/.
 gpu-wheels:

@@ -8,6 +8,9 @@ per GPU, under srun or torchrun::
 
 ``job_script()`` writes that as an sbatch script for a GPU cluster. Without CUDA GPUs the module says so
 and exits 0: the experiment is for a GPU cluster.
+
+Rank 0 prints one line per size (``result_line``). With one rank nothing crosses between GPUs: the bus
+bandwidth, algbw x 2(W-1)/W, is 0 by definition, so that line says ``busbw n/a`` and why instead of a figure.
 """
 from __future__ import annotations
 
@@ -19,6 +22,19 @@ import time
 from course_lib.core.rankkit import RankEnvError, rank_env
 
 SIZES = ("1M", "16M", "256M")
+
+
+NO_BUSBW = "busbw n/a (W=1: nothing crosses between GPUs, 2(W-1)/W = 0)"
+
+
+def result_line(algo: str | None, world: int, nbytes: int, seconds: float) -> str:
+    """What rank 0 prints for one size: the algorithm (or ``(NCCL chooses)``), W, the size, the time per
+    all-reduce and the bus bandwidth (``busbw n/a`` and why for W < 2)."""
+    from course_lib.allreduce.bench import human
+    from course_lib.allreduce.costmodel import busbw
+
+    bw = f"busbw {busbw(nbytes, seconds, world) / 1e9:7.2f} GB/s" if world >= 2 else NO_BUSBW
+    return f"NCCL_ALGO={algo or '(NCCL chooses)'} W={world} {human(nbytes):>8}: {seconds * 1e6:9.1f} us  {bw}"
 
 
 def gpus() -> int:
@@ -67,8 +83,7 @@ def main(argv=None) -> int:
     import torch
     import torch.distributed as dist
 
-    from course_lib.allreduce.bench import human, parse_size
-    from course_lib.allreduce.costmodel import busbw
+    from course_lib.allreduce.bench import parse_size
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", local))
     for nbytes in map(parse_size, args.sizes):
@@ -82,8 +97,7 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         seconds = (time.perf_counter() - start) / args.iters
         if rank == 0:
-            print(f"NCCL_ALGO={os.environ.get('NCCL_ALGO', '(NCCL chooses)')} W={world} {human(nbytes):>8}: "
-                  f"{seconds * 1e6:9.1f} us  busbw {busbw(nbytes, seconds, world) / 1e9:7.2f} GB/s", flush=True)
+            print(result_line(os.environ.get("NCCL_ALGO"), world, nbytes, seconds), flush=True)
     dist.destroy_process_group()
     return 0
 

@@ -148,3 +148,47 @@ def group_ok(run: Run) -> bool:
 
 def works(run: Run) -> bool:
     return run.result.ok and run.finished() and group_ok(run)
+
+
+def placement(nprocs: int, gpus: int | None = None, compared_with: int = 0) -> tuple[dict, str]:
+    """(launch variables, what to say) for ``nprocs`` local ranks on this machine's ``gpus``, in a comparison
+    whose largest run has ``compared_with`` ranks (its runs must all run on the same kind of device).
+
+    The DDP script gives each rank ``cuda:LOCAL_RANK`` when CUDA is there: with fewer GPUs than ranks, rank 1
+    of 2 on a one-GPU machine calls ``set_device(1)`` and fails (and NCCL refuses two ranks on one GPU). Then
+    the GPUs are hidden (``CUDA_VISIBLE_DEVICES=""``), as the DDP checker does, and the ranks run on CPU
+    with gloo; the message says so."""
+    gpus = _gpus() if gpus is None else gpus
+    need = max(nprocs, compared_with)
+    if gpus == 0 or gpus >= need:
+        return {}, ""
+    return start_env(False), (f"{need} ranks but {gpus} GPU(s) here: GPUs hidden (CUDA_VISIBLE_DEVICES=''), "
+                              "the ranks run on CPU with gloo")
+
+
+def train_on(script: Path, nprocs: int, args: list, timeout: float = 600, gpus: int | None = None,
+             compared_with: int = 0, warm: bool = True):
+    """Run ``script ARGS`` on ``nprocs`` local ranks; rank 0's last epoch record (None, and why, if it failed).
+    Prints one line: images/s, test accuracy, and where the ranks ran. ``gpus`` (default: this machine's):
+    fewer than ``nprocs`` hides them (``placement``); ``compared_with``: the largest rank count of a comparison
+    (``{n: train_on(SCRIPT, n, ARGS, compared_with=2) for n in (1, 2)}``), so that all its runs use one kind of
+    device."""
+    import tempfile
+
+    from course_lib.core.launch import launch
+    from course_lib.metrics import parse_epoch_lines
+
+    env, note = placement(nprocs, gpus, compared_with)
+    lines = []
+    with tempfile.TemporaryDirectory() as work:
+        res = launch([str(script), *args], nprocs=nprocs, timeout=timeout, cwd=work, env=env or None, warm=warm,
+                     on_line=lambda r, line: lines.append(f"[rank {r}] {line}"))
+    where = f" ({note})" if note else ""
+    records = parse_epoch_lines("\n".join(lines), rank=0)
+    if not res.ok or not records:
+        print(f"{nprocs} rank(s): did not run through{where}: {res.summary()}")
+        return None
+    last = records[-1]
+    print(f"{nprocs} rank(s): {last['images_per_s']:7.0f} images/s in total, {last['images_per_s_rank']:7.0f} per "
+          f"rank, test accuracy {last['test_acc']:.1%} after {len(records)} epoch(s){where}")
+    return last

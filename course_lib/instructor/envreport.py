@@ -29,7 +29,7 @@ def collect() -> dict:
         "torch": torch.__version__,
         "cpu cores": str(os.cpu_count()),
         "gpus": ", ".join(f"{i}: {n}" for i, n in enumerate(gpus)) or "none (CPU only)",
-        "backend": "nccl (GPUs)" if gpus and "nccl" in backends else "gloo (CPU)",
+        "backend": _backend(len(gpus), "nccl" in backends),
         "backends built in": ", ".join(backends) or "none",
         "jobs run with": f"{'Slurm' if engine == 'slurm' else 'local processes'} ({why})",
         "in a Slurm job": os.environ.get("SLURM_JOB_ID", "no"),
@@ -37,6 +37,15 @@ def collect() -> dict:
         "data dir": str(data.default_data_dir()),
         "--dataset auto": f"{dataset} ({folder})" if folder else f"{dataset} (bundled with scikit-learn)",
     }
+
+
+def _backend(gpus: int, nccl: bool) -> str:
+    """The backend of the course's 2-rank runs here: NCCL needs a GPU per rank (it refuses two on one GPU)."""
+    if gpus >= 2 and nccl:
+        return "nccl (a GPU per rank)"
+    if gpus == 1:
+        return "gloo (CPU): one GPU, and NCCL needs one per rank, so the 2-rank runs hide it"
+    return "gloo (CPU)"
 
 
 def text(facts: dict | None = None) -> str:

@@ -1,7 +1,9 @@
 """The GPU self-check: ``course selftest --gpu`` (``make gpu-check``) runs every GPU path of the course.
 
-probe.py what this machine has (CUDA, GPUs, bf16, nvidia-smi, Slurm); items.py the list of items, each with
-what it needs; runs.py the deadline-bound subprocesses they start; report.py the Markdown + JSON report;
-gpu.py the command. Each item ends PASS, FAIL (with the error) or NOT POSSIBLE HERE (with the reason).
-See docs/gpu-check.md.
+probe.py what this machine has (CUDA, GPUs, bf16, nvidia-smi, Slurm) and the cuda-torch item; pick.py which
+python runs the check (the Makefile's side, standard library only); items.py the list of items, each with what
+it needs and its estimate; runs.py the deadline-bound subprocesses they start; report.py the Markdown + JSON
+report and the exit code; gpu.py the command. The items' code: train.py, speed.py, comm.py, jobnb.py,
+forkcheck.py, and the rank workers gloo_cuda.py, tp_nccl.py, fork_rank.py. Each item ends PASS, FAIL (with
+the error), NOT POSSIBLE HERE (with the reason) or NOT RUN (the budget). See docs/gpu-check.md.
 """

@@ -8,14 +8,23 @@ from course_lib.selftest.runs import FAIL, PASS, TP, Context, Outcome, source
 from course_lib.selftest.train import launch_logged
 
 SIZES = ("1M", "16M", "256M")
-RESULT = re.compile(r"NCCL_ALGO=(\S+) W=(\d+)\s+(\d+ \w+):\s+([\d.]+) us\s+busbw\s+([\d.]+) GB/s")
+# nccl_experiment.result_line: "NCCL_ALGO=(NCCL chooses) W=2    1 MiB:      9.8 us  busbw  100.00 GB/s"
+# (the algorithm may have spaces; with W=1 the line ends "busbw n/a (...)")
+RESULT = re.compile(r"NCCL_ALGO=(.+?) W=(\d+)\s+(\d+ \w+):\s+([\d.]+) us\s+busbw\s+(?:([\d.]+) GB/s|n/a)")
+BUSBW_NEEDS = "bus bandwidth needs 2+ ranks: with W=1 nothing crosses between GPUs (algbw x 2(W-1)/W = 0)"
+
+
+def parse_results(text: str) -> dict:
+    """{size: (microseconds, busbw GB/s or None)} from the lines nccl_experiment's rank 0 printed."""
+    return {m.group(3): (float(m.group(4)), float(m.group(5)) if m.group(5) else None)
+            for m in RESULT.finditer(text)}
 
 
 def _experiment(ctx: Context, algo: str | None):
     """(Outcome or None, {size: (us, busbw)}) of one run of course_lib.allreduce.nccl_experiment."""
     env = {"NCCL_ALGO": algo, "NCCL_DEBUG": "INFO"} if algo else {}
     res = launch_logged(ctx, ["-m", "course_lib.allreduce.nccl_experiment", "--sizes", *SIZES], ctx.probe.gpus, env)
-    rows = {m.group(3): (float(m.group(4)), float(m.group(5))) for m in RESULT.finditer(res.output(0))}
+    rows = parse_results(res.output(0))
     if not res.ok:
         return Outcome(FAIL, res.summary()), rows
     if len(rows) != len(SIZES):

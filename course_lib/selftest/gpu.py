@@ -1,11 +1,14 @@
-"""Run every GPU path of the course and report each as PASS, FAIL or NOT POSSIBLE HERE (``make gpu-check``).
+"""Run every GPU path of the course and report each as PASS, FAIL, NOT POSSIBLE HERE or NOT RUN (``make gpu-check``).
 
-    course selftest --gpu                       # all items; report in out/gpu-check/
-    course selftest --gpu --only serial-fp32,ddp-nccl --out /tmp/gpu-check
+    course selftest --gpu                       # the default plan; report in out/gpu-check/
+    course selftest --gpu --only serial-fp32,throughput --out /tmp/gpu-check
+    course selftest --gpu --all --budget 540 --require throughput,ddp-gloo-cuda
 
-Each item runs under a deadline and every process it starts is stopped when it ends. Exit code 0 when no
-item FAILs (NOT POSSIBLE HERE is not a failure: a CPU machine passes with every item not possible), 1 when
-one does, 2 on bad input. See docs/gpu-check.md.
+Each item runs under a deadline and every process it starts is stopped when it ends; the report is rewritten
+after every item. ``--budget SECONDS`` starts an item only while its estimate fits what is left (else NOT RUN,
+saying so) and cuts its deadline to what is left. Exit codes: 0 every item that could run here passed (those
+NOT POSSIBLE HERE or NOT RUN are listed on the last line and in the report); 1 an item FAILed; 2 bad input;
+3 nothing failed, but an item named in ``--require`` did not PASS. See docs/gpu-check.md.
 """
 from __future__ import annotations
 
@@ -18,26 +21,32 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from course_lib.core.paths import out_dir
-from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, Context, Outcome
+from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, NOT_RUN, Context, Outcome
 
 
-def run_item(item, probe, folder: Path, scale: float = 1.0) -> dict:
-    """One item: NOT POSSIBLE from its needs, else its outcome (an exception is a FAIL); nothing left running."""
+def run_item(item, probe, folder: Path, scale: float = 1.0, left: float | None = None) -> dict:
+    """One item: NOT POSSIBLE from its needs, NOT RUN when its estimate exceeds ``left`` seconds (the budget),
+    else its outcome (an exception is a FAIL) within its deadline, cut to ``left``; nothing left running."""
     start = time.monotonic()
     why = item.needs(probe)
     if why:
         outcome = Outcome(NOT_POSSIBLE, why)
+    elif left is not None and item.estimate > left:
+        outcome = Outcome(NOT_RUN, f"budget: estimated {item.estimate:.0f} s on one H100, {max(left, 0):.0f} s "
+                                   "left (--budget)")
     else:
         before = _children()
+        deadline = item.timeout * scale if left is None else min(item.timeout * scale, left)
         try:
-            outcome = item.run(Context(probe, folder / item.name, item.timeout * scale))
+            outcome = item.run(Context(probe, folder / item.name, deadline))
         except Exception as e:  # noqa: BLE001 - an item that breaks is that item's FAIL, the others still run
             where = traceback.extract_tb(e.__traceback__)[-1]
             outcome = Outcome(FAIL, f"{type(e).__name__}: {e} (at {Path(where.filename).name}:{where.lineno})")
         finally:
             _stop_leftovers(before)
-    return {"name": item.name, "what": item.what, "status": outcome.status, "detail": outcome.detail,
-            "figures": outcome.figures, "seconds": round(time.monotonic() - start, 1)}
+    return {"name": item.name, "what": item.what, "precision": item.precision, "status": outcome.status,
+            "detail": outcome.detail, "figures": outcome.figures, "seconds": round(time.monotonic() - start, 1),
+            "estimate_s": item.estimate}
 
 
 def _key(p):
@@ -62,23 +71,36 @@ def _stop_leftovers(before: set) -> None:
     signal_all([p for p in descendants(os.getpid()) if _key(p) not in before], signal.SIGKILL)
 
 
-def select(only: str | None) -> list:
-    """The items named in ``only`` (comma-separated), in run order; ValueError naming the unknown ones."""
-    from course_lib.selftest.items import BY_NAME, ITEMS
+def names(text: str | None) -> list[str]:
+    """The item names of a comma-separated list; ValueError naming the unknown ones."""
+    from course_lib.selftest.items import BY_NAME
 
-    if not only:
-        return list(ITEMS)
-    names = [n.strip() for n in only.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BY_NAME]
+    asked = [n.strip() for n in (text or "").split(",") if n.strip()]
+    unknown = [n for n in asked if n not in BY_NAME]
     if unknown:
         raise ValueError(f"no such item: {', '.join(unknown)} (items: {', '.join(BY_NAME)})")
-    return [i for i in ITEMS if i.name in names]
+    return asked
+
+
+def select(only: str | None, everything: bool = False) -> list:
+    """The items named in ``only`` (else all with ``everything``, else the default plan), in run order."""
+    from course_lib.selftest.items import ITEMS
+
+    asked = names(only)
+    if asked:
+        return [i for i in ITEMS if i.name in asked]
+    return [i for i in ITEMS if everything or i.default]
 
 
 def add_arguments(p):
     p.add_argument("--gpu", action="store_true", help="the GPU self-check (the only one for now)")
     p.add_argument("--out", type=Path, default=out_dir() / "gpu-check", help="report folder")
-    p.add_argument("--only", help="comma-separated item names (default: all)")
+    p.add_argument("--only", help="comma-separated item names (default: the default plan)")
+    p.add_argument("--all", action="store_true", help="every item, the notebooks too (default: the default plan)")
+    p.add_argument("--require", help="comma-separated items that must PASS: one NOT POSSIBLE or NOT RUN makes "
+                                     "the exit code 3")
+    p.add_argument("--budget", type=float, help="seconds for the whole run: an item whose estimate no longer fits "
+                                                "is NOT RUN; deadlines are cut to what is left")
     p.add_argument("--timeout-scale", type=float, default=1.0, help="multiply every item's deadline")
     p.add_argument("--list", action="store_true", help="list the items and exit")
 
@@ -88,34 +110,57 @@ def run(args) -> int:
         print("course selftest: say --gpu (the GPU self-check), or --list", file=sys.stderr)
         return 2
     try:
-        items = select(args.only)
+        items, required = select(args.only, args.all), names(args.require)
     except ValueError as e:
         print(f"course selftest: {e}", file=sys.stderr)
         return 2
+    outside = [n for n in required if n not in {i.name for i in items}]
+    if outside:
+        print(f"course selftest: --require {','.join(outside)}: not in the items run (add it to --only, or --all)",
+              file=sys.stderr)
+        return 2
+    if args.budget is not None and args.budget <= 0:
+        print("course selftest: --budget takes a number of seconds above 0", file=sys.stderr)
+        return 2
     if args.list:
         for item in items:
-            print(f"{item.name:<16} {item.what}")
+            print(f"{item.name:<19} ~{item.estimate:4.0f} s  {item.what}")
         return 0
-    return check(items, args.out, args.timeout_scale)
+    return check(items, args.out, args.timeout_scale, budget=args.budget, required=required)
 
 
-def check(items, out: Path, scale: float = 1.0) -> int:
+def check(items, out: Path, scale: float = 1.0, budget: float | None = None, required=()) -> int:
+    """Run ``items`` in order, the report rewritten before the first and after each; the exit code (module doc)."""
     from course_lib.selftest import report
+    from course_lib.selftest.items import plan_seconds
     from course_lib.selftest.probe import probe
 
     started, start = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.monotonic()
     machine = probe()
-    print(f"GPU self-check: {machine.summary()}", flush=True)
+    print(f"GPU self-check: {machine.summary()}; plan ~{plan_seconds(items, machine):.0f} s (estimates for one H100)"
+          + (f", budget {budget:.0f} s" if budget else ""), flush=True)
     results = []
-    for item in items:
-        if not item.needs(machine):
-            print(f"{item.name:<16} running (deadline {item.timeout * scale:.0f} s)", flush=True)
-        r = run_item(item, machine, out, scale)
+
+    def save(pending, running=""):
+        data = report.as_json(machine.as_dict(), results, started, time.monotonic() - start, pending=pending,
+                              running=running, required=required, budget=budget)
+        return data, report.write(out, data, machine.summary())
+
+    for n, item in enumerate(items):
+        save([i.name for i in items[n + 1:]], running=item.name)
+        left = None if budget is None else budget - (time.monotonic() - start)
+        if not item.needs(machine) and (left is None or item.estimate <= left):
+            deadline = item.timeout * scale if left is None else min(item.timeout * scale, left)
+            print(f"{item.name:<19} running (estimate {item.estimate:.0f} s, deadline {deadline:.0f} s)", flush=True)
+        r = run_item(item, machine, out, scale, left)
         results.append(r)
         first = r["detail"].splitlines()[0][:100] if r["detail"] else ""
-        print(f"{item.name:<16} {r['status']:<17} {r['seconds']:5.0f} s  {first}".rstrip(), flush=True)
-    data = report.as_json(machine.as_dict(), results, started, time.monotonic() - start)
-    js, md = report.write(out, data, machine.summary())
-    c = data["counts"]
-    print(f"{c['PASS']} PASS, {c['FAIL']} FAIL, {c['NOT POSSIBLE HERE']} NOT POSSIBLE HERE; report: {md} and {js.name}")
-    return 0 if data["ok"] else 1
+        print(f"{item.name:<19} {r['status']:<17} {r['seconds']:5.0f} s  {first}".rstrip(), flush=True)
+    data, (js, md) = save([])
+    print(f"{report.headline(data)}; report: {md} and {js.name}")
+    if data["not_possible"]:
+        print(f"not tested here: {', '.join(data['not_possible'])}")
+    missing = [n for n in required if n not in {r["name"] for r in results if r["status"] == "PASS"}]
+    if missing and data["exit_code"] == report.REQUIRED_MISSING:
+        print(f"required but not passed: {', '.join(missing)} (exit code {report.REQUIRED_MISSING})")
+    return data["exit_code"]

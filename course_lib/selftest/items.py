@@ -1,14 +1,26 @@
 """The items of the GPU self-check, in the order they run, each with what it needs of the machine.
 
 ``needs(probe)`` returns why the item cannot run here ("" when it can); ``run(ctx)`` returns its Outcome.
+``estimate`` is the seconds the item is expected to take on one H100 (written before any of it ran on one:
+a guess from the work it does, to be replaced by measured times); ``--budget`` skips an item whose estimate
+no longer fits. The default plan (``default=True``) is what runs without ``--only``/``--all``; on one GPU its
+runnable items add up to at most ONE_GPU_PLAN_S (tests pin that).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-from course_lib.selftest import comm, jobnb, train
-from course_lib.selftest.probe import Probe
+from course_lib.selftest import comm, forkcheck, jobnb, speed, train
+from course_lib.selftest.probe import Probe, cuda_torch
+
+ONE_GPU_PLAN_S = 360      # the default plan on one H100 fits 6 minutes (estimates)
+
+# What "fp32" means on an NVIDIA GPU since Ampere: PyTorch runs cuDNN convolutions in TF32 by default
+# (torch.backends.cudnn.allow_tf32 = True) and matmuls in full fp32 (torch.backends.cuda.matmul.allow_tf32 = False).
+# NVIDIA_TF32_OVERRIDE=0 makes cuBLAS and cuDNN use no TF32 at all, whatever the script sets.
+TF32_DEFAULT = "fp32 weights; TF32 in cuDNN convolutions (PyTorch's default), matmuls fp32"
+TF32_OFF = "fp32 strict: NVIDIA_TF32_OVERRIDE=0 (no TF32 in cuBLAS or cuDNN)"
 
 
 @dataclass(frozen=True)
@@ -17,7 +29,10 @@ class Item:
     what: str
     needs: Callable[[Probe], str]
     run: Callable
-    timeout: float = 300.0     # seconds; scaled by --timeout-scale
+    timeout: float = 300.0     # seconds; scaled by --timeout-scale, cut to what is left of --budget
+    estimate: float = 30.0     # seconds on one H100 (a guess until measured); --budget plans with it
+    default: bool = True       # in the plan run without --only / --all
+    precision: str = ""        # the numeric formats the GPU computes in ("" where no training is timed)
 
 
 def gpus(n: int, why: str = "") -> Callable[[Probe], str]:
@@ -43,29 +58,52 @@ def nvidia_smi(p: Probe) -> str:
     return gpus(1)(p) or ("" if p.nvidia_smi else "nvidia-smi is not on PATH")
 
 
-def nccl(p: Probe) -> str:
-    return gpus(1)(p) or ("" if p.nccl else "this torch has no NCCL")
+def smi_only(p: Probe) -> str:
+    """The cuda-torch item needs nvidia-smi alone: it is what tells a torch without CUDA on a GPU machine."""
+    return "" if p.nvidia_smi else "nvidia-smi is not on PATH (no NVIDIA driver here)"
 
 
-NB = {"00": "00_welcome", "01": "01_serial_mnist", "02": "02_ddp_six_steps"}
+TWO_RANKS = "one rank per GPU; with W=1 DDP has nothing to all-reduce, so NCCL carries no traffic"
+NB = {"00": ("00_welcome", 60), "01": ("01_serial_mnist", 120), "02": ("02_ddp_six_steps", 180)}
 ITEMS = [
-    Item("serial-fp32", "serial solution on cuda, fp32: images/s", gpus(1), train.serial([])),
-    Item("serial-bf16", "serial solution on cuda, bf16 autocast", bf16, train.serial(["--amp", "bf16"])),
+    Item("cuda-torch", "nvidia-smi -L against torch.cuda: this python's torch sees the GPUs the driver sees",
+         smi_only, cuda_torch, 60, 5),
+    Item("warm-fork-cuda", "ranks forked by the warm fork server use CUDA; a fork after CUDA init is detected",
+         gpus(1), forkcheck.warm_fork_cuda, 120, 20),
+    Item("throughput", "the course CNN on 60,000 synthetic 28x28 images made on the GPU: fp32 strict, fp32, "
+         "TF32, bf16, fp16, compiled; images/s and speedups vs fp32 strict (compile time apart)",
+         gpus(1), speed.throughput, 240, 90, precision="each variant named in its figures"),
+    Item("serial-fp32", "serial solution on cuda, fp32: runs and learns", gpus(1), train.serial([]), 180, 25,
+         precision=TF32_DEFAULT),
+    Item("serial-fp32-strict", "serial solution on cuda, fp32 with TF32 off", gpus(1),
+         train.serial([], {"NVIDIA_TF32_OVERRIDE": "0"}), 180, 25, precision=TF32_OFF),
+    Item("serial-bf16", "serial solution on cuda, bf16 autocast", bf16, train.serial(["--amp", "bf16"]), 180, 25,
+         precision="bf16 autocast; what autocast leaves in fp32 as serial-fp32"),
     Item("serial-fp16", "serial solution on cuda, fp16 autocast + GradScaler", gpus(1),
-         train.serial(["--amp", "fp16"])),
-    Item("serial-compile", "serial solution on cuda, torch.compile", gpus(1), train.serial(["--compile"]), 600),
-    Item("ddp-nccl", "DDP solution, NCCL, one rank per GPU (W = GPU count)", nccl, train.ddp_nccl),
-    Item("ddp-gloo-cuda", "DDP with gloo on CUDA tensors, 2 ranks sharing GPU 0", gpus(1), train.gloo_cuda),
+         train.serial(["--amp", "fp16"]), 180, 25, precision="fp16 autocast + GradScaler; the rest as serial-fp32"),
+    Item("serial-compile", "serial solution on cuda, torch.compile", gpus(1), train.serial(["--compile"]), 300, 70,
+         precision=TF32_DEFAULT),
+    Item("ddp-nccl", "DDP solution, NCCL, one rank per GPU (W = GPU count >= 2)", gpus(2, TWO_RANKS),
+         train.ddp_nccl, 240, 40, precision=TF32_DEFAULT),
+    Item("ddp-gloo-cuda", "DDP with gloo on CUDA tensors, 2 ranks sharing GPU 0", gpus(1), train.gloo_cuda, 180, 30,
+         precision=TF32_DEFAULT),
     Item("check-ddp-gpu", "course check ddp on the solution, Step 4 in GPU mode",
-         gpus(2, "the checker runs 2 ranks and judges GPU placement only with a GPU each"), train.check_ddp, 600),
-    Item("allreduce-nccl", "all-reduce benchmark, NCCL baseline (1M, 16M, 256M)", nccl, comm.allreduce_baseline),
+         gpus(2, "the checker runs 2 ranks and judges GPU placement only with a GPU each"), train.check_ddp, 600,
+         120),
+    Item("allreduce-nccl", "all-reduce benchmark, NCCL baseline (1M, 16M, 256M): bus bandwidth",
+         gpus(2, comm.BUSBW_NEEDS), comm.allreduce_baseline, 180, 30),
     Item("nccl-algo", "NCCL_ALGO=Ring, then Tree (notebook 05's experiment)",
-         gpus(2, "ring and tree differ only with 2+ ranks"), comm.nccl_algo),
+         gpus(2, "ring and tree differ only with 2+ ranks"), comm.nccl_algo, 240, 50),
     Item("tp-nccl", "tensor-parallel MLP of the solution over NCCL vs the serial MLP",
-         gpus(2, "tensor parallelism splits over 2+ GPUs"), comm.tp_nccl),
-    Item("job-monitor", "local-engine GPU job with the template's nvidia-smi dmon lines; log parsed",
-         nvidia_smi, jobnb.job_monitor),
+         gpus(2, "tensor parallelism splits over 2+ GPUs"), comm.tp_nccl, 180, 30),
+    Item("job-monitor", "local-engine GPU job with the template's nvidia-smi dmon lines: SM use > 0 while the job "
+         "trains on cuda", nvidia_smi, jobnb.job_monitor, 240, 40, precision=TF32_DEFAULT),
     *[Item(f"notebook-{n}", f"notebooks/{stem}.ipynb via papermill on solutions/ (QUICK)", gpus(1),
-           jobnb.notebook(stem), 600) for n, stem in NB.items()],
+           jobnb.notebook(stem), 600, est, default=False) for n, (stem, est) in NB.items()],
 ]
 BY_NAME = {item.name: item for item in ITEMS}
+
+
+def plan_seconds(items, machine: Probe) -> float:
+    """The estimated seconds of ``items`` on ``machine`` (items not possible there cost nothing)."""
+    return sum(i.estimate for i in items if not i.needs(machine))

@@ -1,16 +1,22 @@
-"""Items around the notebooks: a local-engine GPU job with the template's monitoring lines run beside it (their
-``nvidia-smi dmon`` log read back), and notebooks 00-02 executed on the solutions through papermill."""
+"""Items around the notebooks: a local-engine GPU job (the throughput worker, 20 s of training) with the
+template's monitoring lines run beside it (their ``nvidia-smi dmon`` log read back), and notebooks 00-02
+executed on the solutions through papermill."""
 from __future__ import annotations
 
 import os
 import subprocess
 import time
 
+from course_lib.selftest import speed
 from course_lib.selftest.monitor import monitor_block, parse_dmon, summarize
-from course_lib.selftest.runs import FAIL, PASS, SERIAL, Context, Outcome, child_env, python, run_command, source
-from course_lib.selftest.train import TRAIN_ARGS
+from course_lib.selftest.runs import FAIL, PASS, Context, Outcome, child_env, python, run_command
+from course_lib.selftest.train import DEVICE
 
 JOB_NAME = "gpucheck"
+MONITOR_S = 30     # of the item's deadline, for dmon's samples before and after the job and for its stop
+# the job: the throughput worker's fp32 epoch repeated for 20 s, several of dmon's 5-second samples (the serial
+# solution on digits keeps an H100 busy for well under a second per epoch: samples could all read 0 % SM)
+JOB_ARGS = ["--variants", "fp32", "--min-seconds", "20"]
 
 
 def _start_monitor(block: str, folder, job_id: str) -> subprocess.Popen:
@@ -52,7 +58,7 @@ def _run_job(ctx: Context, spec):
     from course_lib import jobs
 
     job = jobs.submit(spec, engine_name="local", runs=ctx.folder / "runs")
-    job.wait(timeout=ctx.timeout, progress=False)
+    job.wait(timeout=max(10.0, ctx.timeout - MONITOR_S), progress=False)
     if not job.done:
         job.cancel()
     return job
@@ -61,8 +67,8 @@ def _run_job(ctx: Context, spec):
 def job_monitor(ctx: Context) -> Outcome:
     from course_lib import jobs
 
-    spec = jobs.JobSpec(name=JOB_NAME, script=str(source(SERIAL)), args=TRAIN_ARGS, gpus_per_node=1,
-                        monitor=True, time="00:10:00")
+    spec = jobs.JobSpec(name=JOB_NAME, script=str(speed.__file__),
+                        args=JOB_ARGS, gpus_per_node=1, monitor=True, time="00:10:00")
     block = monitor_block(jobs.script(spec, engine_name="local"))
     if "nvidia-smi dmon" not in block:
         return Outcome(FAIL, "the job script of a GPU job with monitor=True has no `nvidia-smi dmon` block")
@@ -78,17 +84,31 @@ def job_monitor(ctx: Context) -> Outcome:
     if not job.ok:
         return Outcome(FAIL, job.summary(tail=8))
     log = ctx.folder / f"{JOB_NAME}-{job_id}.gpu.log"
-    rows = parse_dmon(log.read_text(errors="replace")) if log.is_file() else []
+    return judge_monitor(job.log(), log.read_text(errors="replace") if log.is_file() else None, stopped, job.id)
+
+
+def judge_monitor(job_text: str, dmon_text: str | None, stopped: bool, job_id: str = "?") -> Outcome:
+    """The job must have trained on cuda (its ``device=`` line) and dmon must have seen the SMs busy (peak SM
+    use above 0 %): a job on the CPU beside an idle GPU, or a monitor that wrote nothing, is no PASS."""
+    devices = [d for d, _ in DEVICE.findall(job_text)]
+    if not devices or not all(d.startswith("cuda") for d in devices):
+        return Outcome(FAIL, f"the job trained on {devices or 'no device line'}, not on cuda")
+    rows = parse_dmon(dmon_text or "")
     if not rows:
-        text = log.read_text(errors="replace")[-600:] if log.is_file() else "(no log written)"
-        return Outcome(FAIL, f"no samples in {log.name}:\n{text}")
+        shown = "(no log written)" if dmon_text is None else (dmon_text[-600:] or "(empty)")
+        return Outcome(FAIL, "no samples in the dmon log. If nvidia-smi runs, its output to a file may be "
+                             "block-buffered and lost when the trap kills it (hypothesis: the template's "
+                             f"`nvidia-smi dmon ... > FILE` would need `-f FILE` or line buffering):\n{shown}")
     figures = summarize(rows)
+    if not figures.get("peak_sm_pct"):
+        return Outcome(FAIL, f"dmon saw no SM use in {len(rows)} samples (peak SM {figures.get('peak_sm_pct')} %): "
+                             "the GPU did not compute while the job ran", figures)
     if not stopped:
         return Outcome(FAIL, "the monitors were still running when the job script ended: the template's trap "
                              "did not stop them", figures)
-    return Outcome(PASS, f"job {job.id} COMPLETED on the local engine; dmon: {figures['dmon_samples']} samples, "
-                         f"peak SM {figures.get('peak_sm_pct')} %, peak memory {figures.get('peak_fb_mb')} MB",
-                   figures)
+    return Outcome(PASS, f"job {job_id} COMPLETED on the local engine on {devices[0]}; dmon: "
+                         f"{figures['dmon_samples']} samples, peak SM {figures['peak_sm_pct']} %, peak memory "
+                         f"{figures.get('peak_fb_mb')} MB", figures)
 
 
 def notebook(stem: str, quick: bool = True):

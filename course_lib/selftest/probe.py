@@ -55,3 +55,34 @@ def probe() -> Probe:
     if p.nccl and p.cuda:
         p.nccl_version = ".".join(map(str, torch.cuda.nccl.version()))
     return p
+
+
+def cuda_torch(ctx):
+    """The item: does this python's torch see the GPUs that ``nvidia-smi -L`` lists? A torch without CUDA on a
+    GPU machine would make every other item NOT POSSIBLE: a check that reads as green and tested nothing."""
+    from course_lib.selftest.pick import smi_gpus
+
+    listed, said = smi_gpus(timeout=ctx.timeout)
+    return compare(listed, said, ctx.probe)
+
+
+def compare(listed: int, said: str, p: Probe):
+    """The cuda-torch verdict from what nvidia-smi listed (``listed`` GPUs, its output ``said``) and the probe."""
+    import os
+
+    from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, PASS, Outcome
+
+    if listed == 0:
+        return Outcome(NOT_POSSIBLE, f"nvidia-smi lists no GPU ({said.splitlines()[0] if said else 'no output'})")
+    if not p.cuda:
+        torch = f"torch {p.torch} (CUDA build: {p.cuda_version or 'none'})" if p.torch else "torch does not import"
+        return Outcome(FAIL, f"nvidia-smi lists {listed} GPU(s) but this python ({p.python}) has {torch}: every "
+                             "GPU item would be NOT POSSIBLE. Start the check with a python whose torch has CUDA "
+                             "(GPU_CHECK_PYTHON=..., docs/gpu-check.md)", {"smi_gpus": listed, "torch_gpus": 0})
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    figures = {"smi_gpus": listed, "torch_gpus": p.gpus}
+    if p.gpus == listed or (visible is not None and 0 < p.gpus < listed):
+        hidden = f" (CUDA_VISIBLE_DEVICES={visible})" if p.gpus != listed else ""
+        return Outcome(PASS, f"nvidia-smi lists {listed}, torch {p.torch} uses {p.gpus}{hidden}: "
+                             f"{', '.join(p.names)}", figures)
+    return Outcome(FAIL, f"nvidia-smi lists {listed} GPU(s), torch sees {p.gpus}:\n{said}", figures)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from course_lib.core.paths import PACKAGE_PARENT, course_root
 
-PASS, FAIL, NOT_POSSIBLE = "PASS", "FAIL", "NOT POSSIBLE HERE"
+PASS, FAIL, NOT_POSSIBLE, NOT_RUN = "PASS", "FAIL", "NOT POSSIBLE HERE", "NOT RUN"
 SERIAL = Path("solutions/01_serial/mnist_classify.py")
 DDP = Path("solutions/02_ddp/mnist_classify_ddp.py")
 TP = Path("solutions/06_tensor_parallel/tp.py")

@@ -1,0 +1,117 @@
+"""Which python runs the GPU self-check, and a venv that can see a venv python's torch (the Makefile's side).
+
+A GPU image often ships a ``python3`` that is itself a virtual environment holding CUDA PyTorch. A venv made
+from it with ``--system-site-packages`` sees the *base* interpreter's site-packages, not that venv's, so its
+torch is gone (``import torch`` fails, or finds a CPU torch). Hence:
+
+    python -m course_lib.selftest.pick PYTHON...     # print the first PYTHON whose torch has CUDA
+    python -m course_lib.selftest.pick --see-site VENV_PYTHON SITE_PYTHON
+
+The first form prefers, when ``nvidia-smi -L`` lists a GPU, the first candidate whose torch has CUDA, and
+stops with exit code 2 and one message when none has (a check run by a torch without CUDA would only say
+NOT POSSIBLE); without a GPU it prints the first candidate that exists. The second form, for
+``make venv SITE_TORCH=1``, adds a ``.pth`` file to the new venv naming SITE_PYTHON's own site-packages when
+SITE_PYTHON is a venv. Standard library only: it runs before anything is installed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+PTH = "course-site-torch.pth"
+SITE = ("import json, sys, sysconfig\n"
+        "out = {'venv': sys.prefix != sys.base_prefix, 'prefix': sys.prefix, "
+        "'site': sorted({sysconfig.get_path('purelib'), sysconfig.get_path('platlib')})}\n")
+ASK = (SITE + "try:\n    import torch\n"
+       "except Exception as e:\n    out['torch'] = ''; out['error'] = f'{type(e).__name__}: {e}'\n"
+       "else:\n    out.update(torch=torch.__version__, cuda_build=torch.version.cuda or '',"
+       " cuda=torch.cuda.is_available(), gpus=torch.cuda.device_count() if torch.cuda.is_available() else 0)\n"
+       "print(json.dumps(out))\n")
+
+
+def smi_gpus(timeout: float = 60) -> tuple[int, str]:
+    """(GPUs that ``nvidia-smi -L`` lists, what it said); (0, why) without nvidia-smi or when it fails."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0, "nvidia-smi is not on PATH"
+    try:
+        p = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return 0, f"nvidia-smi -L: {e}"
+    text = (p.stdout + p.stderr).strip()
+    if p.returncode != 0:
+        return 0, f"nvidia-smi -L exited {p.returncode}: {text[-300:]}"
+    return sum(line.startswith("GPU ") for line in text.splitlines()), text
+
+
+def ask(python: str, timeout: float = 180, torch: bool = True) -> dict:
+    """What ``python`` is: a venv or not, its site-packages, and (``torch``) its torch: version, CUDA build,
+    CUDA usable (importing torch takes seconds: ``torch=False`` leaves it out)."""
+    code = ASK if torch else SITE + "print(json.dumps(out))\n"
+    try:
+        p = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, "PYTHONNOUSERSITE": "1"})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"torch": "", "error": str(e)}
+    try:
+        return json.loads(p.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"torch": "", "error": (p.stderr or p.stdout).strip()[-300:] or f"exit code {p.returncode}"}
+
+
+def describe(info: dict) -> str:
+    if not info.get("torch"):
+        return f"torch does not import ({info.get('error', '?')})"
+    return (f"torch {info['torch']}, CUDA build {info.get('cuda_build') or 'none'}, "
+            f"CUDA {'usable' if info.get('cuda') else 'not usable'}")
+
+
+def choose(candidates: list[str], gpus: int, infos: dict) -> tuple[str, str]:
+    """(python, "") to run the check with, or ("", why not). ``infos``: python -> ``ask(python)``."""
+    if not candidates:
+        return "", "no python given"
+    if gpus == 0:
+        return candidates[0], ""
+    for python in candidates:
+        if infos[python].get("cuda"):
+            return python, ""
+    tried = "; ".join(f"{py}: {describe(infos[py])}" for py in candidates)
+    return "", (f"nvidia-smi lists {gpus} GPU(s), but no python here has a torch that can use them ({tried}). "
+                "The check would only say NOT POSSIBLE. Name a python whose torch has CUDA "
+                "(make gpu-check GPU_CHECK_PYTHON=/path/to/python), or rebuild the venv from it "
+                "(make clean venv SITE_TORCH=1 PYTHON=/path/to/python).")
+
+
+def see_site(venv_python: str, site_python: str) -> str:
+    """Let the venv of ``venv_python`` import what ``site_python`` has when that is itself a venv (a ``.pth``
+    naming its site-packages); returns what was done, in one line."""
+    site, own = ask(site_python, torch=False), ask(venv_python, torch=False)
+    if not site.get("venv"):
+        return f"{site_python} is no venv: --system-site-packages already shows its packages"
+    lines = [d for d in site.get("site", []) if Path(d).is_dir()]
+    target = Path(next(d for d in own["site"] if "site-packages" in d)) / PTH
+    target.write_text("".join(f"{d}\n" for d in lines), encoding="utf-8")
+    return f"{site_python} is a venv ({site['prefix']}): {target} adds its site-packages {', '.join(lines)}"
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--see-site"] and len(argv) == 3:
+        print(see_site(argv[1], argv[2]), file=sys.stderr)
+        return 0
+    candidates = list(dict.fromkeys(a for a in argv if a))
+    gpus, _said = smi_gpus()
+    infos = {py: ask(py) for py in candidates} if gpus else {}
+    python, why = choose(candidates, gpus, infos)
+    if not python:
+        print(f"gpu-check: {why}", file=sys.stderr)
+        return 2
+    print(python)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

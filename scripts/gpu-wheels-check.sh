@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU self-check on a machine without internet, from a copy of this repository that carries the wheels of
+# `make gpu-wheels` (docs/gpu-check.md, "First run on a borrowed GPU machine"):
+#   1. pip installs the wheels (--no-index --no-deps) into a fresh folder, nothing else touched;
+#   2. runs `python -m course_lib selftest --gpu` with that folder on PYTHONPATH, within BUDGET seconds,
+#      with --require REQUIRE (default cuda-torch: a python whose torch cannot use the GPU exits non-zero);
+#   3. copies report.md, report.json and the items' logs (gpu-check-logs.tar.gz) into $OUT when it is set,
+#      whatever the check's exit code (the report is rewritten after every item, so a killed run keeps it).
+# Usage: scripts/gpu-wheels-check.sh [CHECK ARGS...]   e.g. --only notebook-00,notebook-01 (then REQUIRE=)
+# Environment: PY (python3), WHEELS (out/gpu-wheels), REPORT (out/gpu-check), BUDGET (480), REQUIRE (cuda-torch).
+# Exit code: the check's (0 passed, 1 a FAIL, 2 bad input, 3 a required item did not pass); 4 when the install fails.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+WHEELS=${WHEELS:-out/gpu-wheels}
+REPORT=${REPORT:-out/gpu-check}
+BUDGET=${BUDGET:-480}
+REQUIRE=${REQUIRE-cuda-torch}
+SITE=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-site.XXXXXX")
+trap 'rm -rf "$SITE"' EXIT
+
+echo "gpu-wheels-check: $("$PY" -V 2>&1) at $(command -v "$PY"); installing $(ls "$WHEELS"/*.whl 2>/dev/null | wc -l) wheel(s)"
+if ! "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+        --target "$SITE" "$WHEELS"/*.whl; then
+    echo "gpu-wheels-check: the wheels in $WHEELS do not install for this python (built for another version?" \
+         "make gpu-wheels GPU_PYTHON=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])'))" >&2
+    exit 4
+fi
+export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+nvidia-smi -L 2>&1 || echo "gpu-wheels-check: nvidia-smi -L failed or is missing"
+"$PY" -m course_lib selftest --gpu --out "$REPORT" --budget "$BUDGET" --require "$REQUIRE" "$@"
+rc=$?
+if [ -n "${OUT:-}" ]; then
+    cp "$REPORT"/report.md "$REPORT"/report.json "$OUT"/ 2>/dev/null
+    tar czf "$OUT"/gpu-check-logs.tar.gz --exclude='*.pt' -C "$(dirname "$REPORT")" "$(basename "$REPORT")" 2>/dev/null
+fi
+echo "gpu-wheels-check: exit code $rc"
+exit $rc

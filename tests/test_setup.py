@@ -78,7 +78,10 @@ def test_course_env_reports_this_machine():
                  for line in out.stdout.splitlines())
     import torch
     assert facts["torch"] == torch.__version__
-    assert facts["backend"] == ("nccl (GPUs)" if torch.cuda.is_available() else "gloo (CPU)")
+    from course_lib.instructor.envreport import _backend
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert facts["backend"] == _backend(gpus, torch.distributed.is_nccl_available())
+    assert gpus or facts["backend"] == "gloo (CPU)"
 
 
 def test_a_reader_that_goes_away_gets_no_traceback():

@@ -1,0 +1,142 @@
+"""Notebook 10's timing run, as W ranks: ``python -m course_lib.owndp.bench PATH [--steps N] [--width D] ...``.
+
+Every rank trains the same MLP (``layers`` linear layers of width x width, float32, SGD) on a batch of its own,
+``steps`` timed steps after ``warmup`` untimed ones, in turn: with no communication at all (the compute a step
+needs), with each of the learner's four wrappers from PATH, and with torch's DistributedDataParallel (same bucket
+size). Markers (rankkit): ``time`` (variant, rank, step_ms, finish_ms: the mean time of a whole step and of its
+``finish_gradient_synchronization``), ``error`` (variant, rank, message) for a wrapper that raised, ``allreduce``
+(rank, bytes, ms) for plain all-reduces of a few sizes, from which the notebook fits the alpha-beta model.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+
+from course_lib.core import rankkit
+
+VARIANTS = ("naive", "flat", "overlapped", "bucketed")
+CLASSES = {"naive": "NaiveDDP", "flat": "FlatDDP", "overlapped": "OverlappedDDP", "bucketed": "BucketedDDP"}
+SIZES = (4 * 1024, 256 * 1024, 4 * 1024 * 1024)     # bytes of the all-reduces timed for the cost model
+TORCH_BUCKETS: list[int] = []                      # bytes of each bucket torch's DDP all-reduced
+
+
+def make_model(width, layers):
+    import torch
+    torch.manual_seed(0)
+    mods = []
+    for _ in range(layers):
+        mods += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    return torch.nn.Sequential(*mods[:-1])
+
+
+def wrap(mod, variant, model, bucket_mb):
+    """The wrapped model and its finish call (a no-op where there is none to call)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    if variant == "compute only":
+        return model, lambda: None
+    if variant == "torch DDP":   # a comm hook that does what DDP does by default, and notes each bucket's bytes
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        ddp = DDP(model, bucket_cap_mb=bucket_mb)
+        ddp.register_comm_hook(None, lambda _, bucket: (TORCH_BUCKETS.append(bucket.buffer().numel() * 4),
+                                                        allreduce_hook(None, bucket))[1])
+        return ddp, lambda: TORCH_BUCKETS.append(None)      # a step ends here
+    cls = getattr(mod, CLASSES[variant])
+    ddp = cls(model, bucket_size_mb=bucket_mb) if variant == "bucketed" else cls(model)
+    return ddp, ddp.finish_gradient_synchronization
+
+
+def time_steps(net, finish, params, x, y, steps, warmup):
+    """(median ms of a step, median ms of its finish call) over ``steps`` steps after ``warmup``: the median, since
+    other work on a shared machine makes a few steps slow."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    opt = torch.optim.SGD(params, lr=1e-3)
+    whole, in_finish = [], []
+    for i in range(warmup + steps):
+        if i == warmup:
+            dist.barrier()
+        t0 = time.perf_counter()
+        F.mse_loss(net(x), y).backward()
+        t1 = time.perf_counter()
+        finish()
+        in_finish.append(time.perf_counter() - t1)
+        opt.step()
+        opt.zero_grad()
+        whole.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(whole[warmup:]), 1000 * statistics.median(in_finish[warmup:])
+
+
+def time_allreduce(rank, repeats=5):
+    """The median time of ``repeats`` all-reduces of each of SIZES."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+    for nbytes in SIZES:
+        t = torch.ones(nbytes // 4)
+        dist.all_reduce(t)                         # warm-up: the connections are made
+        took = []
+        for _ in range(repeats):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(t)
+            took.append(time.perf_counter() - t0)
+        rankkit.emit("allreduce", rank=rank, bytes=nbytes, ms=1000 * statistics.median(took))
+
+
+def run(path, steps, warmup, width, layers, batch, bucket_mb):
+    import torch
+    import torch.distributed as dist
+
+    from course_lib.core.loader import import_path
+    env = rankkit.rank_env()
+    dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size)
+    torch.set_num_threads(1)       # one core per rank, as the ranks of a CPU job share the node's cores
+    try:
+        mod = import_path(path, "learner_own_ddp")
+    except Exception as e:
+        mod = None
+        rankkit.emit("error", variant="all", rank=env.rank, message=f"own_ddp.py does not load: {e}")
+    g = torch.Generator().manual_seed(env.rank)
+    x, y = torch.randn(batch, width, generator=g), torch.randn(batch, width, generator=g)
+    for variant in ("compute only", *VARIANTS, "torch DDP"):
+        if mod is None and variant in VARIANTS:
+            continue
+        model = make_model(width, layers)
+        try:
+            net, finish = wrap(mod, variant, model, bucket_mb)
+            step_ms, finish_ms = time_steps(net, finish, model.parameters(), x, y, steps, warmup)
+            rankkit.emit("time", variant=variant, rank=env.rank, step_ms=step_ms, finish_ms=finish_ms)
+            if variant == "torch DDP":   # its buckets in the last step (DDP rebuilds them after the first)
+                last = TORCH_BUCKETS[:-1][::-1]
+                rankkit.emit("buckets", rank=env.rank, bytes=last[:last.index(None) if None in last else None][::-1])
+        except Exception as e:   # the learner's code: the same on every rank, so no rank is left waiting
+            rankkit.emit("error", variant=variant, rank=env.rank, message=rankkit.explain(e, path, "own_ddp.py"))
+        del model
+        net = finish = None       # drop torch's DDP before the process group goes (gloo + DDP at exit)
+        gc.collect()
+        dist.barrier()
+    time_allreduce(env.rank)
+    dist.destroy_process_group()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("path")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--width", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--bucket-mb", type=float, default=4.0)
+    a = p.parse_args(argv)
+    run(a.path, a.steps, a.warmup, a.width, a.layers, a.batch, a.bucket_mb)
+    return 0
+
+
+if __name__ == "__main__":
+    rankkit.exit_now(main())

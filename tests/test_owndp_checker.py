@@ -102,3 +102,31 @@ def test_registry_knows_the_exercise():
     assert registry.guess("own_ddp.py", None) == ("ownddp", "its name")
     assert registry.guess("mine.py", SOLUTION.read_text()) == ("ownddp", "what it defines")
     assert registry.guess("mnist_classify_ddp.py", None)[0] == "ddp"
+
+
+@pytest.mark.slow
+def test_course_grade_grades_the_exercise(tmp_path):
+    """A made-up class of two: the starter in a copy of exercises/, and the starter handed in as one file whose name
+    says which exercise it is. Both are found through the registry and fail with the checker's reason."""
+    import csv
+    import os
+    import subprocess
+    import sys
+    subs = tmp_path / "subs"
+    (subs / "bob" / "10_own_ddp").mkdir(parents=True)
+    (subs / "bob" / "10_own_ddp" / "own_ddp.py").write_text(EXERCISE.read_text())
+    (subs / "frank_own_ddp.py").write_text(EXERCISE.read_text())
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", str(subs), "--out", str(tmp_path / "out"),
+                        "--exercise", "ownddp"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    print(p.stdout, p.stderr)
+    assert p.returncode == 0, p.stdout + p.stderr      # graded (the grades say the work failed)
+    assert "bob / ownddp: 0/4 passed" in p.stdout and "frank_own_ddp / ownddp: 0/4 passed" in p.stdout, p.stdout
+    with open(tmp_path / "out" / "grades.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    got = {(r["learner"], r["item"]): r for r in rows}
+    for learner in ("bob", "frank_own_ddp"):
+        for item in owndp_check.ITEMS:
+            row = got[(learner, item)]
+            assert row["exercise"] == "ownddp" and row["result"] == "fail", rows
+            assert "not written yet: NotImplementedError (own_ddp.py line" in row["message"], rows

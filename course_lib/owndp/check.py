@@ -86,8 +86,8 @@ def check(path: str, timeout: float = 180, case_timeout: float = 30, world_sizes
     with warm.session():   # one fork server that imported torch once, for every launch
         for nprocs in world_sizes:
             verdicts += _on_world(str(path), nprocs, timeout, case_timeout)
-            if any(v["case"] == "import" for v in verdicts):
-                break
+            if not any(v["ok"] for v in verdicts):   # nothing works (a starter, a file that does not load): the
+                break                                # next world size would only repeat it
     return _report(path, verdicts, start)
 
 

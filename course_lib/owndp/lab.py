@@ -114,7 +114,7 @@ def plot(run):
     """Bars: each variant's step, split into the compute a step needs and the communication left exposed."""
     import matplotlib.pyplot as plt
     data = rows(run)
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    fig, ax = plt.subplots(figsize=(7, 3.6))
     names = [r[0] for r in data]
     ax.bar(names, [r[2] - r[4] for r in data], label="compute (the 'compute only' step)")
     ax.bar(names, [r[4] for r in data], bottom=[r[2] - r[4] for r in data], label="communication left exposed")
@@ -122,6 +122,7 @@ def plot(run):
                label="compute + alpha-beta model of its all-reduces")
     ax.set_ylabel("ms per step (median)")
     ax.set_title(f"One training step on {run['world']} ranks")
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, 1.35 * max((r[2] for r in data), default=1))   # room for the legend above the bars
+    ax.legend(fontsize=8, loc="upper left", ncol=2)
     fig.tight_layout()
     return fig

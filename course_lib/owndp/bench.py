@@ -6,18 +6,22 @@ needs), with each of the learner's four wrappers from PATH, and with torch's Dis
 size). Markers (rankkit): ``time`` (variant, rank, step_ms, finish_ms: the mean time of a whole step and of its
 ``finish_gradient_synchronization``), ``error`` (variant, rank, message) for a wrapper that raised, ``allreduce``
 (rank, bytes, ms) for plain all-reduces of a few sizes, from which the notebook fits the alpha-beta model.
+With ``--trace DIR``, one more step of each of TRACED is profiled into ``DIR/<variant>/trace-rank<R>.json``
+(course_lib.trace.timeline reads it: the all-reduces against backward's compute).
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import time
+from pathlib import Path
 
 from course_lib.core import rankkit
 
 VARIANTS = ("naive", "flat", "overlapped", "bucketed")
 CLASSES = {"naive": "NaiveDDP", "flat": "FlatDDP", "overlapped": "OverlappedDDP", "bucketed": "BucketedDDP"}
 SIZES = (4 * 1024, 256 * 1024, 4 * 1024 * 1024)     # bytes of the all-reduces timed for the cost model
+TRACED = ("naive", "overlapped", "bucketed", "torch DDP")   # the variants whose step --trace profiles
 TORCH_BUCKETS: list[int] = []                      # bytes of each bucket torch's DDP all-reduced
 
 
@@ -70,6 +74,25 @@ def time_steps(net, finish, params, x, y, steps, warmup):
     return 1000 * statistics.median(whole[warmup:]), 1000 * statistics.median(in_finish[warmup:])
 
 
+def trace_step(net, finish, params, x, y, out):
+    """One step under torch.profiler, its phases labelled as course_lib.trace.timeline reads them back (the finish
+    call inside backward: the gradients are not synchronised before it returns); the trace goes to ``out``."""
+    import torch
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile, record_function
+    opt = torch.optim.SGD(params, lr=1e-3)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function("forward"):
+            loss = F.mse_loss(net(x), y)
+        with record_function("backward"):
+            loss.backward()
+            finish()
+        with record_function("optimizer"):
+            opt.step()
+            opt.zero_grad()
+    prof.export_chrome_trace(str(out))
+
+
 def time_allreduce(rank, repeats=5):
     """The median time of ``repeats`` all-reduces of each of SIZES."""
     import statistics
@@ -88,7 +111,7 @@ def time_allreduce(rank, repeats=5):
         rankkit.emit("allreduce", rank=rank, bytes=nbytes, ms=1000 * statistics.median(took))
 
 
-def run(path, steps, warmup, width, layers, batch, bucket_mb):
+def run(path, steps, warmup, width, layers, batch, bucket_mb, trace=None):
     import torch
     import torch.distributed as dist
 
@@ -111,6 +134,10 @@ def run(path, steps, warmup, width, layers, batch, bucket_mb):
             net, finish = wrap(mod, variant, model, bucket_mb)
             step_ms, finish_ms = time_steps(net, finish, model.parameters(), x, y, steps, warmup)
             rankkit.emit("time", variant=variant, rank=env.rank, step_ms=step_ms, finish_ms=finish_ms)
+            if trace and variant in TRACED:
+                out = Path(trace) / variant.replace(" ", "_") / f"trace-rank{env.rank}.json"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                trace_step(net, finish, model.parameters(), x, y, out)
             if variant == "torch DDP":   # its buckets in the last step (DDP rebuilds them after the first)
                 last = TORCH_BUCKETS[:-1][::-1]
                 rankkit.emit("buckets", rank=env.rank, bytes=last[:last.index(None) if None in last else None][::-1])
@@ -133,8 +160,9 @@ def main(argv=None):
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--bucket-mb", type=float, default=4.0)
+    p.add_argument("--trace", default=None, help="folder: profile one more step of the TRACED variants there")
     a = p.parse_args(argv)
-    run(a.path, a.steps, a.warmup, a.width, a.layers, a.batch, a.bucket_mb)
+    run(a.path, a.steps, a.warmup, a.width, a.layers, a.batch, a.bucket_mb, a.trace)
     return 0
 
 

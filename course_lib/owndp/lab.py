@@ -14,17 +14,21 @@ QUICK = {"steps": 5, "warmup": 2, "width": 256, "layers": 4, "bucket_mb": 0.125}
 FULL = {"steps": 20, "warmup": 3, "width": 1024, "layers": 6, "bucket_mb": 4.0}
 
 
-def timing(path, world=2, quick=False, timeout=300):
+def timing(path, world=2, quick=False, timeout=300, trace=True):
     """{"world", "config", "ms": {variant: (step ms, finish ms)}, "errors": {variant: msg}, "allreduce": [(bytes,
-    ms)], "summary"}: times are the mean over the ranks of each rank's median step."""
+    ms)], "torch buckets": [bytes], "timelines": {variant: [Timeline per rank]}, "summary"}: times are the mean
+    over the ranks of each rank's median step; ``trace``: profile one more step of some variants (timelines)."""
+    import tempfile
     config = QUICK if quick else FULL
     args = ["-m", "course_lib.owndp.bench", str(path)] + [
         a for k, v in config.items() for a in (f"--{k.replace('_', '-')}", str(v))]
-    with warm.session():   # ranks forked from a server that imported torch once
-        res = launch(args, nprocs=world, timeout=timeout, on_line=None, grace=3.0)
+    with tempfile.TemporaryDirectory(prefix="own-ddp-trace-") as traces, warm.session():   # a fork server that
+        res = launch(args + (["--trace", traces] if trace else []), nprocs=world, timeout=timeout,  # imported
+                     on_line=None, grace=3.0)                                                       # torch once
+        found = timelines(traces)
     per = defaultdict(list)
     out = {"world": world, "config": config, "ms": {}, "errors": {}, "allreduce": [], "torch buckets": [],
-           "summary": res.summary()}
+           "timelines": found, "summary": res.summary()}
     for e in (e for r in res.ranks for e in map(rankkit.parse, r.lines) if e):
         if e["ev"] == "time":
             per[e["variant"]].append((e["step_ms"], e["finish_ms"]))
@@ -124,5 +128,36 @@ def plot(run):
     ax.set_title(f"One training step on {run['world']} ranks")
     ax.set_ylim(0, 1.35 * max((r[2] for r in data), default=1))   # room for the legend above the bars
     ax.legend(fontsize=8, loc="upper left", ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def timelines(trace_dir):
+    """{variant: [Timeline per rank]} of the steps ``timing(..., trace=trace_dir)`` profiled."""
+    from pathlib import Path
+
+    from course_lib.trace import timeline
+    out = {}
+    for variant in ORDER:
+        files = sorted((Path(trace_dir) / variant.replace(" ", "_")).glob("trace-rank*.json"))
+        if files:
+            out[variant] = [timeline.from_chrome_trace(f) for f in files]
+    return out
+
+
+def plot_timelines(by_variant):
+    """Rank 0's traced step of each variant, one row each: backward compute against the all-reduces."""
+    import matplotlib.pyplot as plt
+
+    from course_lib.trace import timeline
+    fig, axes = plt.subplots(len(by_variant), 1, figsize=(9, 1.3 * len(by_variant) + 0.8), sharex=True,
+                             squeeze=False)
+    for i, (ax, (name, tls)) in enumerate(zip(axes[:, 0], by_variant.items())):
+        timeline.plot(tls[:1], ax=ax, legend=i == len(by_variant) - 1)
+        if i < len(by_variant) - 1:
+            ax.set_xlabel("")
+        tl = tls[0]
+        ax.set_title(f"{name}: all-reduce {tl.allreduce_ms:.1f} ms, {tl.overlap:.0%} of it during backward compute, "
+                     f"{tl.exposed_ms:.1f} ms after it", fontsize=9)
     fig.tight_layout()
     return fig

@@ -1,11 +1,12 @@
 """Notebook 10's timing run, as W ranks: ``python -m course_lib.owndp.bench PATH [--steps N] [--width D] ...``.
 
-Every rank trains the same MLP (``layers`` linear layers of width x width, float32, SGD) on a batch of its own,
-``steps`` timed steps after ``warmup`` untimed ones, in turn: with no communication at all (the compute a step
-needs), with each of the learner's four wrappers from PATH, and with torch's DistributedDataParallel (same bucket
-size). Markers (rankkit): ``time`` (variant, rank, step_ms, finish_ms: the mean time of a whole step and of its
-``finish_gradient_synchronization``), ``error`` (variant, rank, message) for a wrapper that raised, ``allreduce``
-(rank, bytes, ms) for plain all-reduces of a few sizes, from which the notebook fits the alpha-beta model.
+Every rank trains copies of the same MLP (``layers`` linear layers of width x width, float32, SGD) on a batch of
+its own: one with no communication at all (the compute a step needs), one in each of the learner's four wrappers
+from PATH, one in torch's DistributedDataParallel (same bucket size). They take turns, a step each, ``warmup``
+untimed steps then ``steps`` timed ones. Markers (rankkit): ``time`` (variant, rank, step_ms, finish_ms: the median
+time of a whole step and of its ``finish_gradient_synchronization``), ``error`` (variant, rank, message) for a
+wrapper that raised, ``allreduce`` (rank, bytes, ms) for plain all-reduces of a few sizes, from which the notebook
+fits the alpha-beta model.
 With ``--trace DIR``, one more step of each of TRACED is profiled into ``DIR/<variant>/trace-rank<R>.json``
 (course_lib.trace.timeline reads it: the all-reduces against backward's compute).
 """
@@ -50,37 +51,45 @@ def wrap(mod, variant, model, bucket_mb):
     return ddp, ddp.finish_gradient_synchronization
 
 
-def time_steps(net, finish, params, x, y, steps, warmup):
-    """(median ms of a step, median ms of its finish call) over ``steps`` steps after ``warmup``: the median, since
-    other work on a shared machine makes a few steps slow."""
-    import statistics
-
-    import torch
+def one_step(net, finish, opt, x, y):
+    """(seconds of a whole step, seconds of its finish call), the ranks lined up before it starts."""
     import torch.distributed as dist
     import torch.nn.functional as F
-    opt = torch.optim.SGD(params, lr=1e-3)
-    whole, in_finish = [], []
+    dist.barrier()
+    t0 = time.perf_counter()
+    F.mse_loss(net(x), y).backward()
+    t1 = time.perf_counter()
+    finish()
+    t2 = time.perf_counter()
+    opt.step()
+    opt.zero_grad()
+    return time.perf_counter() - t0, t2 - t1
+
+
+def time_steps(nets, x, y, steps, warmup, report):
+    """{variant: (median ms of a step, median ms of its finish call)}. The variants take turns, one step each, so
+    that other work on a shared machine slows them alike; the median leaves out the few steps it slowed most. A
+    variant whose code raises is reported (``report(variant, exc)``) and dropped: the same on every rank."""
+    import statistics
+    took = {v: [] for v in nets}
     for i in range(warmup + steps):
-        if i == warmup:
-            dist.barrier()
-        t0 = time.perf_counter()
-        F.mse_loss(net(x), y).backward()
-        t1 = time.perf_counter()
-        finish()
-        in_finish.append(time.perf_counter() - t1)
-        opt.step()
-        opt.zero_grad()
-        whole.append(time.perf_counter() - t0)
-    return 1000 * statistics.median(whole[warmup:]), 1000 * statistics.median(in_finish[warmup:])
+        for v in list(nets):
+            try:
+                t = one_step(*nets[v], x, y)
+            except Exception as e:
+                report(v, e)
+                del nets[v], took[v]
+                continue
+            if i >= warmup:
+                took[v].append(t)
+    return {v: tuple(1000 * statistics.median(s[k] for s in ts) for k in (0, 1)) for v, ts in took.items()}
 
 
-def trace_step(net, finish, params, x, y, out):
+def trace_step(net, finish, opt, x, y, out):
     """One step under torch.profiler, its phases labelled as course_lib.trace.timeline reads them back (the finish
     call inside backward: the gradients are not synchronised before it returns); the trace goes to ``out``."""
-    import torch
     import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile, record_function
-    opt = torch.optim.SGD(params, lr=1e-3)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         with record_function("forward"):
             loss = F.mse_loss(net(x), y)
@@ -111,6 +120,21 @@ def time_allreduce(rank, repeats=5):
         rankkit.emit("allreduce", rank=rank, bytes=nbytes, ms=1000 * statistics.median(took))
 
 
+def build(mod, width, layers, bucket_mb, report):
+    """{variant: (wrapped model, its finish call, its optimizer)}, each on a fresh copy of the same model."""
+    import torch
+    nets = {}
+    for variant in ("compute only", *(VARIANTS if mod else ()), "torch DDP"):
+        model = make_model(width, layers)
+        try:
+            net, finish = wrap(mod, variant, model, bucket_mb)
+        except Exception as e:   # the learner's code: the same on every rank, so no rank is left waiting
+            report(variant, e)
+            continue
+        nets[variant] = (net, finish, torch.optim.SGD(model.parameters(), lr=1e-3))
+    return nets
+
+
 def run(path, steps, warmup, width, layers, batch, bucket_mb, trace=None):
     import torch
     import torch.distributed as dist
@@ -119,34 +143,28 @@ def run(path, steps, warmup, width, layers, batch, bucket_mb, trace=None):
     env = rankkit.rank_env()
     dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size)
     torch.set_num_threads(1)       # one core per rank, as the ranks of a CPU job share the node's cores
+
+    def report(variant, e):
+        rankkit.emit("error", variant=variant, rank=env.rank, message=rankkit.explain(e, path, "own_ddp.py"))
     try:
         mod = import_path(path, "learner_own_ddp")
     except Exception as e:
         mod = None
-        rankkit.emit("error", variant="all", rank=env.rank, message=f"own_ddp.py does not load: {e}")
+        report("all", e)
     g = torch.Generator().manual_seed(env.rank)
     x, y = torch.randn(batch, width, generator=g), torch.randn(batch, width, generator=g)
-    for variant in ("compute only", *VARIANTS, "torch DDP"):
-        if mod is None and variant in VARIANTS:
-            continue
-        model = make_model(width, layers)
-        try:
-            net, finish = wrap(mod, variant, model, bucket_mb)
-            step_ms, finish_ms = time_steps(net, finish, model.parameters(), x, y, steps, warmup)
-            rankkit.emit("time", variant=variant, rank=env.rank, step_ms=step_ms, finish_ms=finish_ms)
-            if trace and variant in TRACED:
-                out = Path(trace) / variant.replace(" ", "_") / f"trace-rank{env.rank}.json"
-                out.parent.mkdir(parents=True, exist_ok=True)
-                trace_step(net, finish, model.parameters(), x, y, out)
-            if variant == "torch DDP":   # its buckets in the last step (DDP rebuilds them after the first)
-                last = TORCH_BUCKETS[:-1][::-1]
-                rankkit.emit("buckets", rank=env.rank, bytes=last[:last.index(None) if None in last else None][::-1])
-        except Exception as e:   # the learner's code: the same on every rank, so no rank is left waiting
-            rankkit.emit("error", variant=variant, rank=env.rank, message=rankkit.explain(e, path, "own_ddp.py"))
-        del model
-        net = finish = None       # drop torch's DDP before the process group goes (gloo + DDP at exit)
-        gc.collect()
-        dist.barrier()
+    nets = build(mod, width, layers, bucket_mb, report)
+    for variant, (step_ms, finish_ms) in time_steps(nets, x, y, steps, warmup, report).items():
+        rankkit.emit("time", variant=variant, rank=env.rank, step_ms=step_ms, finish_ms=finish_ms)
+    if "torch DDP" in nets:        # its buckets in the last step (DDP rebuilds them after the first)
+        last = TORCH_BUCKETS[:-1][::-1]
+        rankkit.emit("buckets", rank=env.rank, bytes=last[:last.index(None) if None in last else None][::-1])
+    for variant in [v for v in TRACED if v in nets] if trace else ():
+        out = Path(trace) / variant.replace(" ", "_") / f"trace-rank{env.rank}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        trace_step(*nets[variant], x, y, out)
+    nets.clear()                   # drop torch's DDP before the process group goes (gloo + DDP at exit)
+    gc.collect()
     time_allreduce(env.rank)
     dist.destroy_process_group()
 

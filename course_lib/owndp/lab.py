@@ -145,6 +145,11 @@ def timelines(trace_dir):
     return out
 
 
+def overlap_line(name, tl):
+    return (f"{name}: all-reduce {tl.allreduce_ms:.1f} ms, {tl.overlap:.0%} of it during backward compute, "
+            f"{tl.exposed_ms:.1f} ms after it")
+
+
 def plot_timelines(by_variant):
     """Rank 0's traced step of each variant, one row each: backward compute against the all-reduces."""
     import matplotlib.pyplot as plt
@@ -156,8 +161,6 @@ def plot_timelines(by_variant):
         timeline.plot(tls[:1], ax=ax, legend=i == len(by_variant) - 1)
         if i < len(by_variant) - 1:
             ax.set_xlabel("")
-        tl = tls[0]
-        ax.set_title(f"{name}: all-reduce {tl.allreduce_ms:.1f} ms, {tl.overlap:.0%} of it during backward compute, "
-                     f"{tl.exposed_ms:.1f} ms after it", fontsize=9)
+        ax.set_title(overlap_line(name, tls[0]), fontsize=9)
     fig.tight_layout()
     return fig

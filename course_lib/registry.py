@@ -40,6 +40,8 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
              ("allreduce",), r"def\s+ring_allreduce"),
     Exercise("tp", "06_tensor_parallel/tp.py", "course_lib.tp.check", "06_tensor_parallelism",
              ("tp", "tensor"), r"class\s+ColumnParallelLinear"),
+    Exercise("ownddp", "10_own_ddp/own_ddp.py", "course_lib.owndp.check", "10_write_ddp_yourself",
+             ("ownddp", "own_ddp"), r"class\s+BucketedDDP"),
     Exercise("ckpt", "08_checkpoint/snapshot.py", "course_lib.ckpt.check", "08_checkpoint_restart",
              ("ckpt", "checkpoint", "snapshot"), r"def\s+save_snapshot\s*\("),
     Exercise("zero", "09_zero/zero.py", "course_lib.zero.check", "09_sharded_data_parallel",
@@ -51,8 +53,9 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
 # ddp_allreduce.py is the all-reduce exercise and ddp_ckpt.py the checkpoint one (it checkpoints a DDP training).
 # By text: the DDP pattern (a train function) is the loosest, so it comes last.
 # A job script (ddp.sbatch, #SBATCH lines) is the sbatch exercise whatever else its name says.
-NAME_ORDER = ("sbatch", "allreduce", "ckpt", "ddp", "tp")
-TEXT_ORDER = ("sbatch", "allreduce", "tp", "ckpt", "ddp")
+# own_ddp.py (and its text, which names DistributedDataParallel) is the write-DDP-yourself exercise, not "ddp".
+NAME_ORDER = ("sbatch", "allreduce", "ckpt", "ownddp", "ddp", "tp")
+TEXT_ORDER = ("sbatch", "allreduce", "tp", "ckpt", "ownddp", "ddp")
 
 
 def _ordered(first: tuple) -> list[Exercise]:

@@ -1,0 +1,315 @@
+"""What ``course check ownddp`` asks of one DDP variant of the learner's own_ddp.py, on every rank.
+
+Each rank wraps a float64 model that starts from a seed of its own (so that a missing broadcast shows) in the
+learner's class, trains it ``STEPS`` SGD steps on its slice of a global batch, and compares the parameters
+after every step with a single-process run of rank 0's initial model on the whole global batch. Two models:
+``plain`` (three linear layers of different sizes) and ``tied`` (an embedding tied to the output layer, a frozen
+layer and one that forward never uses). Seen on the way (``Recorder``): the all-reduces each step issues, with
+their sizes and whether async, their waits, and when backward produced each gradient.
+
+A case raises ``Fail`` with a message in the learner's terms, ``Missing`` when a name is absent.
+"""
+from __future__ import annotations
+
+from course_lib.core import rankkit
+
+STEPS = 3
+ATOL = 1e-9
+LR = 0.1
+MIB = 2 ** 20
+# bucket caps in bytes for the plain model (203 float64 parameters: the last layer's 27, the middle one's 104,
+# the first one's 72): 1, 2 and 3 buckets; half an element under an exact fit, so that closing a bucket at
+# ">= cap" or at "> cap" agree
+CAPS = {1: 25 * MIB, 2: 1044, 3: 212}
+TIED_CAP = 212       # tied model: 3 buckets, the first holding the unused layer (sent only by the flush)
+HINT_HOOK = "register hooks only on parameters with requires_grad (self.params): a frozen one cannot take a hook"
+
+
+class Fail(Exception):
+    """A check failed; the message says what is wrong."""
+
+
+class Missing(Exception):
+    """The learner's file lacks a name the check needs."""
+
+
+# ---- models and data -----------------------------------------------------------------------------------------
+def plain_model(seed):
+    import torch
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(5, 12), torch.nn.Tanh(), torch.nn.Linear(12, 8), torch.nn.Tanh(),
+                               torch.nn.Linear(8, 3)).double()
+
+
+def tied_model(seed):
+    import torch
+
+    class Tied(torch.nn.Module):
+        """Tokens -> embedding -> hidden -> frozen -> logits through the embedding's own weight."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(11, 6)
+            self.hidden = torch.nn.Linear(6, 6)
+            self.frozen = torch.nn.Linear(6, 6).requires_grad_(False)
+            self.unused = torch.nn.Linear(6, 3)          # forward never calls it: no gradient on any rank
+            self.out = torch.nn.Linear(6, 11, bias=False)
+            self.out.weight = self.embed.weight          # tied: one parameter, used twice
+
+        def forward(self, tokens):
+            return self.out(self.frozen(torch.tanh(self.hidden(self.embed(tokens)))))
+
+    torch.manual_seed(seed)
+    return Tied().double()
+
+
+def batch(kind, step, world):
+    """The global batch of ``step``: 4 samples per rank, rank r's are rows 4r..4r+3."""
+    import torch
+    g = torch.Generator().manual_seed(1000 + step)
+    if kind == "plain":
+        return torch.randn(4 * world, 5, generator=g, dtype=torch.float64), \
+            torch.randn(4 * world, 3, generator=g, dtype=torch.float64)
+    return torch.randint(0, 11, (4 * world, 5), generator=g), torch.randint(0, 11, (4 * world, 5), generator=g)
+
+
+def loss_of(kind, model, x, y):
+    import torch.nn.functional as F
+    if kind == "plain":
+        return F.mse_loss(model(x), y)
+    return F.cross_entropy(model(x).reshape(-1, 11), y.reshape(-1))
+
+
+def reference_buckets(sizes, cap):
+    """Element counts of the buckets the module docstring's rule makes from parameters of ``sizes`` (float64)."""
+    out, current = [], 0
+    for n in reversed(sizes):
+        current += n
+        if current * 8 >= cap:
+            out.append(current)
+            current = 0
+    return out + ([current] if current else [])
+
+
+# ---- what the learner's code does ---------------------------------------------------------------------------
+class Handle:
+    """The Work an async all-reduce returns, with its ``wait`` seen by the recorder."""
+
+    def __init__(self, work, log):
+        self._work, self._log = work, log
+
+    def wait(self, *args, **kwargs):
+        self._log.append(("wait",))
+        return self._work.wait(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+class Recorder:
+    """Replaces dist.all_reduce and dist.broadcast (before the learner's file is imported) with functions that log
+    ("all_reduce", numel, async) / ("broadcast", numel) and call the real ones; ``grads(model)`` logs ("grad",)
+    each time backward finishes a gradient (a hook registered before the learner's, so it runs first)."""
+
+    NAMES = ("all_reduce", "broadcast")
+
+    def __init__(self):
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+        self.log: list[tuple] = []
+        self.real = {name: getattr(dist, name) for name in self.NAMES}
+        self._modules = (dist, c10d)
+        for module in self._modules:
+            for name in self.NAMES:
+                setattr(module, name, self._wrap(name))
+
+    def _wrap(self, name):
+        real = self.real[name]
+
+        def recorded(tensor, *args, **kwargs):
+            is_async = bool(kwargs.get("async_op"))
+            self.log.append((name, tensor.numel(), is_async) if name == "all_reduce" else (name, tensor.numel()))
+            work = real(tensor, *args, **kwargs)
+            return Handle(work, self.log) if work is not None else None
+        return recorded
+
+    def grads(self, model):
+        for p in model.parameters():
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(lambda _p: self.log.append(("grad",)))
+
+    def take(self):
+        log, self.log = self.log, []
+        return log
+
+
+# ---- one variant -----------------------------------------------------------------------------------------------
+def wrap(c, variant, model, cap):
+    names = {"naive": "NaiveDDP", "flat": "FlatDDP", "overlapped": "OverlappedDDP", "bucketed": "BucketedDDP"}
+    cls = getattr(c.mod, names[variant], None)
+    if cls is None:
+        raise Missing(f"own_ddp.py has no `{names[variant]}` (keep the names of the starter file)")
+    try:
+        return cls(model, bucket_size_mb=cap / MIB) if variant == "bucketed" else cls(model)
+    except RuntimeError as e:
+        if "hook on a tensor that doesn't require gradient" in str(e):
+            raise Fail(f"{names[variant]}({c.model_kind} model): {explain(e, c.path)}: {HINT_HOOK}") from None
+        raise
+
+
+def params_differ(c, ddp_model, ref):
+    """Names of the parameters of the learner's model that differ from the single-process run's."""
+    import torch
+    return [n for (n, p), q in zip(ddp_model.named_parameters(), ref.parameters())
+            if not torch.allclose(p.detach(), q.detach(), rtol=0, atol=ATOL)]
+
+
+def update_ratio(before, after, ref_before, ref_after):
+    """How many times the single-process update the learner's update was (for a message); None if not parallel."""
+    import torch
+    d = torch.cat([(a - b).reshape(-1) for a, b in zip(after, before)])
+    r = torch.cat([(a - b).reshape(-1) for a, b in zip(ref_after, ref_before)])
+    if float(r.norm()) == 0:
+        return None
+    ratio = float(d @ r / (r @ r))
+    return ratio if torch.allclose(d, ratio * r, atol=1e-9) else None
+
+
+def train(c, variant, kind, cap):
+    """STEPS steps of the learner's wrapper next to the single-process run; returns (the recorder's log of the last
+    step, the sizes of the parameters that require a gradient, 0 for those that got none)."""
+    import torch
+    make = plain_model if kind == "plain" else tied_model
+    c.model_kind = kind
+    ref = make(100)                          # rank 0's initial model: what every rank must start from
+    model = make(100 + c.r)
+    c.rec.grads(model)
+    c.rec.take()
+    ddp = wrap(c, variant, model, cap)
+    c.agree_or_fail(_broadcast_problem(c, variant, kind, model, ref))
+    opt = torch.optim.SGD(ddp.parameters(), lr=LR)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=LR)
+    for step in range(STEPS):
+        x, y = batch(kind, step, c.world)
+        mine = slice(4 * c.r, 4 * c.r + 4)
+        before = [p.detach().clone() for p in model.parameters()]
+        ref_before = [p.detach().clone() for p in ref.parameters()]
+        c.rec.take()
+        loss_of(kind, ddp, x[mine], y[mine]).backward()
+        ddp.finish_gradient_synchronization()
+        log = c.rec.take()
+        opt.step()
+        opt.zero_grad()
+        loss_of(kind, ref, x, y).backward()
+        sizes = [p.numel() if p.grad is not None else 0 for p in ref.parameters() if p.requires_grad]
+        ref_opt.step()
+        ref_opt.zero_grad()
+        problem = None
+        wrong = params_differ(c, model, ref)
+        if wrong:
+            ratio = update_ratio(before, [p.detach() for p in model.parameters()], ref_before,
+                                 [p.detach() for p in ref.parameters()])
+            problem = _step_problem(c, kind, step, wrong, ratio)
+            every = [p.numel() for p in ref.parameters() if p.requires_grad]
+            sent = bucket_problem(log, every, cap, f"{kind} model") if variant == "bucketed" else None
+            problem += f"\n{sent}" if sent else ""
+        c.agree_or_fail(problem)
+    return log, sizes
+
+
+def _broadcast_problem(c, variant, kind, model, ref):
+    wrong = params_differ(c, model, ref)
+    if not wrong or c.r == 0:
+        return None
+    return (f"{kind} model, rank {c.r}: right after wrapping it, {', '.join(wrong)} differ from rank 0's: broadcast "
+            "every parameter and buffer from rank 0 in NaiveDDP.__init__ (frozen ones too), so that every rank "
+            "starts from the same model")
+
+
+def _step_problem(c, kind, step, wrong, ratio):
+    label = f"{kind} model, W={c.world}, rank {c.r}, after step {step + 1}"
+    if ratio is not None and abs(ratio - c.world) < 1e-6 * c.world:
+        return f"{label}: the update is W = {c.world} times the single-process one: divide the summed gradient by W"
+    if ratio is not None and abs(ratio * c.world - 1) < 1e-6:
+        return f"{label}: the update is 1/W of the single-process one: the gradient is divided by W twice"
+    return (f"{label}: {', '.join(wrong)} differ from a single-process run on the whole batch (its gradients "
+            "were not all averaged over the ranks before optimizer.step())")
+
+
+# ---- what the log says ----------------------------------------------------------------------------------------
+def all_reduces(log):
+    return [e for e in log if e[0] == "all_reduce"]
+
+
+def overlap_problem(log, name):
+    """None when the first all-reduce started before backward's last gradient and nothing waited during backward."""
+    grads = [i for i, e in enumerate(log) if e[0] == "grad"]
+    launched = [i for i, e in enumerate(log) if e[0] == "all_reduce"]
+    if not grads or not launched:
+        return None
+    last = grads[-1]
+    if launched[0] > last:
+        return (f"{name}: the first all-reduce started after backward's last gradient: nothing overlaps backward "
+                "(launch it from the hook, as soon as the gradient is ready)")
+    waited = [i for i, e in enumerate(log) if e[0] == "wait" or (e[0] == "all_reduce" and not e[2])]
+    if waited and waited[0] < last:
+        return (f"{name}: an all-reduce is waited on during backward (in the hook): backward stops until it is done, "
+                "so nothing overlaps; keep the handle and wait in finish_gradient_synchronization")
+    return None
+
+
+def count_problem(variant, log, sizes, label):
+    """None when the step issued the all-reduces the variant should, else why not."""
+    got = [e[1] for e in all_reduces(log)]
+    used = [n for n in sizes if n]
+    if variant == "naive" and len(got) not in (len(used), len(sizes)):
+        return f"{label}: {len(got)} all-reduces in one step; NaiveDDP sends one per parameter ({len(used)})"
+    if variant == "flat" and (len(got) != 1 or got[0] not in (sum(used), sum(sizes))):
+        return (f"{label}: {len(got)} all-reduces of {got} elements in one step; FlatDDP sends one, of every "
+                f"gradient ({sum(used)} elements)")
+    if variant == "overlapped" and len(got) != len(used):
+        return f"{label}: {len(got)} all-reduces in one step; OverlappedDDP sends one per gradient ({len(used)})"
+    return None
+
+
+def bucket_problem(log, sizes, cap, label):
+    got = [e[1] for e in all_reduces(log)]
+    want = reference_buckets(sizes, cap)
+    if sorted(got) == sorted(want):
+        return None
+    text = (f"{label}, bucket_size_mb={cap / MIB:.6g} ({cap} bytes): {len(got)} all-reduces of {got} elements; "
+            f"expected {len(want)} buckets of {want}")
+    if sorted(got) == sorted(reference_buckets(sizes[::-1], cap)):
+        return text + (": those are buckets built from the first parameter; build them from the last "
+                       "(reversed(self.params)), the order in which backward produces the gradients")
+    if len(got) < len(want):
+        return text + (": a bucket was never sent. One that holds a parameter with no gradient never fills up: "
+                       "send it in finish_gradient_synchronization")
+    return text + (": walk the parameters from the last to the first and close a bucket once it holds at least "
+                   "bucket_size_mb MiB (2**20 bytes)")
+
+
+def case_variant(c, variant):
+    """Every check of one variant; returns the pass text."""
+    runs = [("plain", CAPS[3]), ("tied", TIED_CAP)] if variant == "bucketed" else [("plain", 0), ("tied", 0)]
+    if variant == "bucketed":
+        runs += [("plain", CAPS[1]), ("plain", CAPS[2])]
+    for kind, cap in runs:
+        log, used = train(c, variant, kind, cap)
+        sizes = [p.numel() for p in (plain_model(0) if kind == "plain" else tied_model(0)).parameters()
+                 if p.requires_grad]
+        label = f"{kind} model, W={c.world}"
+        problem = (bucket_problem(log, sizes, cap, label) if variant == "bucketed"
+                   else count_problem(variant, log, used, label))
+        if problem is None and variant in ("overlapped", "bucketed") and (variant == "overlapped" or cap < CAPS[1]):
+            problem = overlap_problem(log, label)
+        c.agree_or_fail(problem)
+    what = {"naive": "one all-reduce per gradient", "flat": "one all-reduce of all gradients",
+            "overlapped": "one async all-reduce per gradient, the first during backward",
+            "bucketed": "one async all-reduce per bucket (1, 2, 3 buckets as sized), the first during backward"}
+    return (f"equals one process on the whole batch for {STEPS} steps (plain model; tied weights, frozen "
+            f"and unused parameters); {what[variant]}")
+
+
+def explain(exc, path):
+    return rankkit.explain(exc, path, "own_ddp.py")

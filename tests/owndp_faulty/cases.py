@@ -1,0 +1,70 @@
+"""Faulty own_ddp.py submissions that `course check ownddp` must catch, at the right variant and with the right
+reason (tests/faulty.py says how a case is declared; tests/test_owndp_checker.py runs them).
+
+Each is the solution with a mistake learners make typed in. ``("pass", "")``: that variant must still pass.
+"""
+from faulty import Faulty
+
+W2 = {"world_sizes": (2,)}
+PASS = ("pass", "")
+BROADCAST = ("        with torch.no_grad():   # frozen ones too: every rank must compute with the same model\n"
+             "            for t in [*module.parameters(), *module.buffers()]:\n"
+             "                dist.broadcast(t, src=0)\n")
+HOOKS = "        for p in self.params:   # a frozen parameter cannot take a hook, and needs none\n"
+LAUNCH = "        self.handles.append(dist.all_reduce(param.grad, async_op=True))\n"
+FLUSH = ("        for i in range(len(self.buckets)):     # a bucket with an unused parameter never filled up: send it now\n"
+         "            if i not in self.pending:\n"
+         "                self._launch(i)\n")
+
+CASES = [
+    Faulty("no_average", options=W2, why="naive: the gradients are summed over the ranks, never divided by W",
+           edits=[("                dist.all_reduce(p.grad)\n                p.grad /= self.world\n",
+                   "                dist.all_reduce(p.grad)\n")],
+           expect={"naive": ("fail", r"plain model, W=2, rank \d, after step 1: the update is W = 2 times the "
+                                     r"single-process one: divide the summed gradient by W"),
+                   "flat": PASS, "overlapped": PASS, "bucketed": PASS}),
+    Faulty("wait_in_hook", options=W2, why="overlapped: the hook waits on its all-reduce: correct, but no overlap",
+           edits=[(LAUNCH, "        dist.all_reduce(param.grad, async_op=True).wait()\n")],
+           expect={"overlapped": ("fail", r"plain model, W=2: an all-reduce is waited on during backward \(in the "
+                                          r"hook\).*wait in finish_gradient_synchronization"),
+                   "naive": PASS, "bucketed": PASS}),
+    Faulty("buckets_forward_order", options=W2, why="bucketed: buckets built from the first parameter",
+           edits=[("    for p in reversed(list(params)):", "    for p in list(params):")],
+           expect={"bucketed": ("fail", r"plain model, W=2, bucket_size_mb=\S+ \(212 bytes\): 4 all-reduces of "
+                                        r"\[.*\] elements; expected 3 buckets.*built from the first parameter; "
+                                        r"build them from the last"),
+                   "overlapped": PASS}),
+    Faulty("hook_on_frozen", options=W2, why="overlapped: a hook on every parameter, the frozen one too",
+           edits=[(HOOKS, "        for p in self.module.parameters():\n")],
+           expect={"overlapped": ("fail", r"OverlappedDDP\(tied model\): RuntimeError: cannot register a hook on a "
+                                          r"tensor that doesn't require gradient \(own_ddp\.py line "
+                                          r"{line:p.register_post_accumulate_grad_hook(self._on_grad_ready)}, in "
+                                          r"__init__\): register hooks only on parameters with requires_grad"),
+                   "naive": PASS, "bucketed": PASS}),
+    Faulty("bucket_never_flushed", options=W2,
+           why="bucketed: a bucket that holds an unused parameter never fills up and is never sent",
+           edits=[(FLUSH, "")],
+           expect={"bucketed": ("fail", r"tied model, W=2, rank \d, after step 1: hidden\.bias.* differ from a "
+                                        r"single-process run"),
+                   "overlapped": PASS}),
+    Faulty("no_broadcast", options=W2, why="no initial broadcast: every rank starts from its own random model",
+           edits=[(BROADCAST, "        pass\n")],
+           expect={v: ("fail", r"plain model, rank 1: right after wrapping it, 0\.weight, 0\.bias, .* differ from "
+                               r"rank 0's: broadcast every parameter and buffer from rank 0")
+                   for v in ("naive", "flat", "overlapped", "bucketed")}),
+    Faulty("broadcast_trainable_only", options=W2, why="only the parameters that require grad are broadcast",
+           edits=[(BROADCAST, "        for t in self.params:\n            dist.broadcast(t.data, src=0)\n")],
+           expect={"naive": ("fail", r"tied model, rank 1: right after wrapping it, frozen\.weight, frozen\.bias "
+                                     r"differ from rank 0's.*\(frozen ones too\)")}),
+    Faulty("rank0_only_reduce", options={"world_sizes": (2,), "case_timeout": 5},
+           why="naive: only rank 0 all-reduces; rank 1 goes on and waits elsewhere: a deadlock",
+           edits=[("            if p.grad is not None:   # unused on every rank: nothing to send\n",
+                   "            if p.grad is not None and dist.get_rank() == 0:\n")],
+           expect={"naive": ("fail", r"W=2: hung: did not finish \(ranks \[0.*\n.*rank 0 was waiting at "
+                                     r"own_ddp\.py:{line:                dist.all_reduce(p.grad)} in "
+                                     r"finish_gradient_synchronization"),
+                   "flat": PASS, "bucketed": PASS}),
+    Faulty("syntax_error", options=W2, why="a missing colon",
+           edits=[("def make_buckets(params, bucket_size_mb):", "def make_buckets(params, bucket_size_mb)")],
+           expect={"own_ddp.py": ("fail", "does not load: SyntaxError")}),
+]

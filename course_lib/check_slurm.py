@@ -24,7 +24,8 @@ from course_lib.core.report import Report
 REPORT_NAME = "report.json"
 QUEUE_TIMEOUT = 900.0   # seconds a check may wait in the queue before it is cancelled
 CHECK_DEADLINE = 600.0  # seconds for a whole check once it runs (the grader's --check-timeout default)
-RANKS = {"ddp": 3, "allreduce": 5, "tp": 4, "ckpt": 2, "zero": 4}   # the most ranks each checker runs at once
+# the most ranks each checker runs at once
+RANKS = {"ddp": 3, "allreduce": 5, "tp": 4, "ckpt": 2, "zero": 4, "ownddp": 3}
 # what the job script exports for a training run; a check starts its own ranks, so it gets the submitter's values
 JOB_ONLY = ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "SRUN_CPUS_PER_TASK")
 POLL = 1.0              # seconds between two looks at the job

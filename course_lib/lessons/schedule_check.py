@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import math
 
-from course_lib.core.loader import import_path
-from course_lib.core.report import Report
+from course_lib.lessons.checking import run_parts
 
 # (step, total, base, peak, warm-up) -> the rate: warm-up from the small-batch rate, then cosine to 0
 LR_CASES = [((0, 100, 1.0, 4.0, 10), 1.0, "warm-up starts from the small-batch rate (base_lr), not from 0"),
@@ -75,14 +74,6 @@ def _hours(mod, report):
     report.add("gpu_hours_to_target", True, "GPU-hours at the first epoch that reaches the target; None if none does")
 
 
-def check(path, **_options) -> Report:
-    report = Report("schedule", str(path))
-    try:
-        mod = import_path(path, "learner_schedule")
-    except Exception as e:
-        report.add("import", False, f"{type(e).__name__}: {e}")
-        return report
-    _lr(mod, report)
-    _rows(mod, report)
-    _hours(mod, report)
-    return report
+def check(path, **_options):
+    """The verdicts on ``path`` (a course_lib.core.report.Report)."""
+    return run_parts("schedule", path, (_lr, _rows, _hours))

@@ -11,8 +11,7 @@ import time
 from contextlib import contextmanager
 from unittest import mock
 
-from course_lib.core.loader import import_path
-from course_lib.core.report import Report
+from course_lib.lessons.checking import run_parts
 
 WARMUP, TIMED = 2, 3
 EXPECTED = ["step"] * WARMUP + ["sync", "clock"] + ["step"] * TIMED + ["sync", "clock"]
@@ -115,13 +114,6 @@ def _precision(mod, report):
                f"scaler calls {calls} (expected scale, step, update); the layer computed in {model.seen}")
 
 
-def check(path, **_options) -> Report:
-    report = Report("step", str(path))
-    try:
-        mod = import_path(path, "learner_step")
-    except Exception as e:
-        report.add("import", False, f"{type(e).__name__}: {e}")
-        return report
-    _timing(mod, report)
-    _precision(mod, report)
-    return report
+def check(path, **_options):
+    """The verdicts on ``path`` (a course_lib.core.report.Report)."""
+    return run_parts("step", path, (_timing, _precision))

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 
 def time_steps(step, n, device, warmup=3):
-    """Seconds per call of ``step()``, averaged over ``n`` calls after ``warmup`` untimed calls.
+    """Seconds per call of the function ``step``, averaged over ``n`` calls after ``warmup`` untimed calls.
 
-    CUDA runs kernels asynchronously: ``step()`` returns once its work is queued. Wait for the device
+    CUDA runs kernels asynchronously: a call of ``step`` returns once its work is queued. Wait for the device
     (``torch.cuda.synchronize``) before each read of the clock, so that the clock times the work, not its launch.
     On a CPU there is nothing to wait for.
     """

@@ -3,7 +3,8 @@
 - metadata: kernelspec, a ``parameters`` cell with the protocol's defaults, no stale outputs (only cells
   whose first line is ``# NBVAL_CHECK_OUTPUT`` keep theirs), no execution leftovers;
 - papermill against solutions/ with ``TREE="solutions", QUICK=True, STRICT=True``: all checks green (not for a
-  notebook whose code never reads TREE, 01: its exercises run below is the same run, and shows no FAIL; nor for
+  notebook whose code never reads TREE (none at present): its exercises run below is the same run, and shows no
+  FAIL; nor for
   04 where the local Slurm runs: tests/test_jobs_notebooks.py runs it against solutions/ there, asserting the same;
   nor for 05: tests/test_workspace.py runs it on the solution's file in a learner workspace, asserting the same);
 - nbval ``--nbval-lax`` against exercises/ with ``COURSE_QUICK=1`` (the default parameters a learner gets,
@@ -256,4 +257,4 @@ def test_a_notebook_that_reads_tree_is_run_against_solutions_too(tmp_path):
     nb["cells"][1]["source"] = ["SCRIPT = exercise_path(TREE, 'a.py')"]
     path.write_text(json.dumps(nb))
     assert not same_in_both_trees(path)
-    assert [p.stem for p in NOTEBOOKS if same_in_both_trees(p)] == ["01_serial_mnist"]
+    assert [p.stem for p in NOTEBOOKS if same_in_both_trees(p)] == []   # 01 reads TREE since its step.py exercise

@@ -60,7 +60,7 @@ def test_srun_script_teaches_what_the_workshop_teaches(tmp_path):
     text = script_text(JobSpec("ddp", DDP, args=["--epochs", "1"], ntasks_per_node=2, cpus_per_task=2))
     assert "#SBATCH --ntasks-per-node=2\n#SBATCH --cpus-per-task=2\n" in text
     assert 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in text
-    assert "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))" in text
+    assert "export MASTER_PORT=$(( 10000 + SLURM_JOB_ID % 20000 ))" in text
     assert "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK" in text
     assert f"srun --label --kill-on-bad-exit=1 {PYTHON} {DDP} --epochs 1" in text
     assert "\nsrun --label hostname\n" in text   # the log says which node each task ran on

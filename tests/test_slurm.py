@@ -51,7 +51,7 @@ def test_ddp_solution_on_two_ranks(runs, launcher):
     assert sorted(r["rank"] for r in per_rank) == [0, 1], job.log()
     # both ranks saw the whole model train: same loss and accuracy, half the images each
     assert per_rank[0]["test_acc"] == per_rank[1]["test_acc"]
-    assert "MASTER_ADDR=" in job.log() and f"MASTER_PORT={20000 + int(job.id) % 20000}" in job.log()
+    assert "MASTER_ADDR=" in job.log() and f"MASTER_PORT={10000 + int(job.id) % 20000}" in job.log()
     (node,) = ranks_by_node(job)   # the hostname step: both ranks on the one node
     assert ranks_by_node(job)[node] == [0, 1], job.log()
     print(f"\n[slurm {launcher}] job {job.id}: submit -> COMPLETED in {job.elapsed:.1f} s")

@@ -174,7 +174,7 @@ def _seen_master(ranks) -> tuple:
         missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not r["env"].get(k)]
         if missing:
             return False, (f"rank {r['rank']} ({r['launcher']}) saw no {' and no '.join(missing)}: export "
-                           "MASTER_ADDR (the job's first node) and MASTER_PORT (e.g. 20000 + SLURM_JOB_ID % 20000) "
+                           "MASTER_ADDR (the job's first node) and MASTER_PORT (e.g. 10000 + SLURM_JOB_ID % 20000) "
                            "before srun")
     addr = ranks[0]["env"]["MASTER_ADDR"]
     if any(c in addr for c in "[], \n"):

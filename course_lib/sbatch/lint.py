@@ -219,7 +219,7 @@ def master(s: Script) -> tuple:
     msgs = []
     for name, hint in (("MASTER_ADDR", 'the first node of the job: $(scontrol show hostnames "$SLURM_JOB_NODELIST" '
                                        "| head -n 1)"),
-                       ("MASTER_PORT", "a port that no other job on the node uses, e.g. $(( 20000 + SLURM_JOB_ID "
+                       ("MASTER_PORT", "a port that no other job on the node uses, e.g. $(( 10000 + SLURM_JOB_ID "
                                        "% 20000 ))")):
         if name in s.exports or launch_env(s, name) is not None:
             continue

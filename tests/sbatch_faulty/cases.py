@@ -8,7 +8,7 @@ from faulty import Faulty
 
 PASS = ("pass", "")
 SRUN = 'srun --label python "${SCRIPT:-exercises/02_ddp/mnist_classify_ddp.py}"'
-PORT = "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))\n"
+PORT = "export MASTER_PORT=$(( 10000 + SLURM_JOB_ID % 20000 ))\n"
 OMP = "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n"
 GPU_SITE = {"site": "example-gpu-cluster"}
 # the reference as written for the example GPU site (course_lib.sbatch.site_lines.reference), then the edits

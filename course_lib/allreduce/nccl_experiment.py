@@ -1,4 +1,4 @@
-"""The NCCL_ALGO experiment of notebook 05: time NCCL's all-reduce forced to Ring, then to Tree.
+"""The NCCL_ALGO experiment of notebook 05: time NCCL's all-reduce as NCCL chooses, then forced to Ring and Tree.
 
 NCCL chooses ring or tree (and a protocol) from the topology and the message size; ``NCCL_ALGO=Ring``
 or ``NCCL_ALGO=Tree`` forces one, and ``NCCL_DEBUG=INFO`` prints what it set up. Run on GPUs, one rank
@@ -47,7 +47,7 @@ def gpus() -> int:
 
 def job_script(nodes: int = 2, gpus_per_node: int = 4, partition: str | None = None,
                account: str | None = None, sizes=SIZES) -> str:
-    """An sbatch script that runs the experiment with NCCL_ALGO=Ring, then Tree."""
+    """An sbatch script that runs the experiment with NCCL_ALGO unset (the baseline: NCCL chooses), Ring, Tree."""
     extra = "".join(f"#SBATCH --{k}={v}\n" for k, v in (("partition", partition), ("account", account)) if v)
     return f"""#!/bin/bash
 #SBATCH --job-name=nccl-algo
@@ -59,9 +59,10 @@ def job_script(nodes: int = 2, gpus_per_node: int = 4, partition: str | None = N
 export MASTER_PORT=29500
 export NCCL_DEBUG=INFO                 # NCCL prints its set-up: channels, rings, trees
 export NCCL_DEBUG_SUBSYS=INIT,TUNING   # ... and the algorithm/protocol tuning
-for algo in Ring Tree; do
-    echo "=== NCCL_ALGO=$algo"
-    NCCL_ALGO=$algo srun python -m course_lib.allreduce.nccl_experiment --sizes {' '.join(sizes)}
+unset NCCL_ALGO
+for algo in "" Ring Tree; do           # "": the baseline, NCCL_ALGO not set at all (NCCL chooses per call)
+    echo "=== NCCL_ALGO=${{algo:-(unset: NCCL chooses)}}"
+    env ${{algo:+NCCL_ALGO=$algo}} srun python -m course_lib.allreduce.nccl_experiment --sizes {' '.join(sizes)}
 done
 """
 

@@ -9,12 +9,12 @@ from course_lib.instructor import hub
 
 def test_lab_dir_settings_keep_nbgrader_and_news_away(tmp_path):
     lab = tmp_path / "lab"
-    (lab / "config/labconfig").mkdir(parents=True)
-    (lab / "config/labconfig/page_config.json").write_text('{"disabledExtensions": {"other": true}}')
+    (lab / "labconfig").mkdir(parents=True)
+    (lab / "labconfig/page_config.json").write_text('{"disabledExtensions": {"other": true}}')
     hub.write_lab_dir(lab, venv=tmp_path / "venv")
-    page = json.loads((lab / "config/labconfig/page_config.json").read_text())
+    page = json.loads((lab / "labconfig/page_config.json").read_text())
     assert page["disabledExtensions"] == {"other": True, "@jupyter/nbgrader": True}
-    news = json.loads((lab / "config/labconfig/default_setting_overrides.json").read_text())
+    news = json.loads((lab / "labconfig/default_setting_overrides.json").read_text())
     assert news["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
     server = json.loads((lab / "jupyter_server_config.json").read_text())["ServerApp"]
     assert set(server["jpserver_extensions"]) == set(hub.NBGRADER_SERVER)

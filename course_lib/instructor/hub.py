@@ -9,11 +9,13 @@ For a hub (``--prefix``, default: this Python's environment, the one the hub's s
 Existing settings in those files are kept; only these keys are set.
 
 For ``make lab`` (``--lab-dir DIR``, a folder of the clone that git ignores) it writes the same two settings where
-only that server reads them, so neither the environment nor the user's ``~/.jupyter`` changes:
-- ``DIR/config/labconfig/``: ``page_config.json`` and ``default_setting_overrides.json`` (the Makefile puts
-  ``DIR/config`` on ``JUPYTER_CONFIG_PATH``);
-- ``DIR/jupyter_server_config.json`` (given with ``--config``): nbgrader's server extensions off (they log "No
-  nbgrader_config.py file found" and serve the instructor's pages), and the terminals' shell;
+only that server reads them, so neither the environment nor the user's ``~/.jupyter`` changes. DIR is that server's
+Jupyter config folder (the Makefile sets ``JUPYTER_CONFIG_DIR=DIR`` and keeps ``~/.jupyter`` on
+``JUPYTER_CONFIG_PATH``, below it); JupyterLab keeps this course's user settings and workspaces there too:
+- ``DIR/labconfig/``: ``page_config.json`` and ``default_setting_overrides.json``;
+- ``DIR/jupyter_server_config.json``: nbgrader's server extensions off (they log "No nbgrader_config.py file
+  found" and serve the instructor's pages), the terminals' shell, the custom CSS on;
+- ``DIR/custom/custom.css``: output text wraps between words (JupyterLab's outputs break lines anywhere, mid-word);
 - ``DIR/bashrc``: the terminals' start-up file. JupyterLab's terminal runs a login shell, and a login profile may
   set PATH afresh (Debian's /etc/profile does), which drops the environment's ``bin``; this file reads the same
   profiles a login shell does, then puts the environment's ``bin`` first, so ``course`` is found.
@@ -32,6 +34,11 @@ OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false
 DISABLED = {"@jupyter/nbgrader": True}
 NBGRADER_SERVER = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.validate_assignment",
                    "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list")
+CUSTOM_CSS = """\
+/* written by `course lab-settings`: long output lines wrap between words, a word is cut only when it alone is too
+   long (JupyterLab's own rule is word-break: break-all, which cuts words anywhere) */
+.jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
+"""
 # bash's own order for a login shell (bash(1), INVOCATION): /etc/profile, then the first of these that exists
 BASHRC = """\
 # written by `course lab-settings`: the start-up file of this lab's terminals (a login shell's profiles,
@@ -73,27 +80,30 @@ def write_settings(prefix: str | Path) -> list[Path]:
     return [overrides, page]
 
 
-def server_config(bashrc: Path) -> dict:
-    """The ``make lab`` server's own settings: no nbgrader server extensions, terminals started with ``bashrc``."""
+def server_config(lab_dir: Path) -> dict:
+    """The ``make lab`` server's own settings: no nbgrader server extensions, terminals started with the bashrc
+    of ``lab_dir``, custom.css (served from the config folder's custom/)."""
     server = {"jpserver_extensions": dict.fromkeys(NBGRADER_SERVER, False)}
     bash = shutil.which("bash")
     if bash:  # without bash the terminal keeps Jupyter's default (a login $SHELL)
-        server["terminado_settings"] = {"shell_command": [bash, "--rcfile", str(bashrc), "-i"]}
-    return {"ServerApp": server}
+        server["terminado_settings"] = {"shell_command": [bash, "--rcfile", str(lab_dir / "bashrc"), "-i"]}
+    return {"ServerApp": server, "LabApp": {"custom_css": True}}
 
 
 def write_lab_dir(lab_dir: str | Path, venv: str | Path = sys.prefix) -> list[Path]:
     """Write the settings of ``make lab`` into ``lab_dir`` for the environment ``venv``; returns their paths."""
     lab_dir = Path(lab_dir).resolve()
-    labconfig = lab_dir / "config" / "labconfig"
+    labconfig = lab_dir / "labconfig"
     page, overrides = labconfig / "page_config.json", labconfig / "default_setting_overrides.json"
     _merge(page, _nbgrader_off)
     _merge(overrides, _news_off)
-    bashrc, server = lab_dir / "bashrc", lab_dir / "jupyter_server_config.json"
+    bashrc, server, css = lab_dir / "bashrc", lab_dir / "jupyter_server_config.json", lab_dir / "custom/custom.css"
     venv = Path(venv).absolute()   # not resolved: a venv reached through a link keeps its own bin/
     atomic.write_text(bashrc, BASHRC.format(venv=shlex.quote(str(venv)), bin=shlex.quote(str(venv / "bin"))))
-    atomic.write_text(server, json.dumps(server_config(bashrc), indent=2) + "\n")
-    return [page, overrides, server, bashrc]
+    atomic.write_text(server, json.dumps(server_config(lab_dir), indent=2) + "\n")
+    css.parent.mkdir(exist_ok=True)
+    atomic.write_text(css, CUSTOM_CSS)
+    return [page, overrides, server, bashrc, css]
 
 
 def add_arguments(p) -> None:

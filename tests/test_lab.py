@@ -36,3 +36,31 @@ def test_lab_terminal_puts_the_venv_first_after_a_profile_that_resets_path(tmp_p
     r = subprocess.run([*shell["shell_command"], "-c", "course; echo \"$VIRTUAL_ENV\""], capture_output=True,
                        text=True, timeout=30, env={"HOME": str(home), "PATH": "/usr/bin:/bin", "TERM": "dumb"})
     assert r.stdout.splitlines()[-2:] == ["course answered", str(venv)], r.stdout + r.stderr
+
+
+def test_a_report_names_a_command_only_where_there_is_one():
+    from course_lib.core.report import Report
+
+    for exercise, header in (("ddp", "course check ddp ex.py"), ("setup", "setup check (ex.py)"),
+                             ("scaling", "scaling check (ex.py)")):
+        r = Report(exercise, "ex.py")
+        r.add("item", True)
+        assert r.text().splitlines()[0] == header
+        assert header in r._repr_html_()
+
+
+def test_slurm_client_without_a_controller_is_said_calmly(tmp_path, monkeypatch):
+    """Slurm's client installed, no controller (a laptop, CI before its Slurm starts): sinfo's own words, without
+    its "sinfo: fatal:" prefix, in one line that says what to set."""
+    from course_lib.jobs import slurm
+
+    for tool, body in (("sbatch", "exit 1"), ("sinfo", "echo 'sinfo: error: fetch_config: DNS SRV lookup failed' >&2\n"
+                                                       "echo 'sinfo: fatal: Could not establish a configuration "
+                                                       "source' >&2\nexit 1")):
+        (tmp_path / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    ok, why = slurm.available()
+    assert not ok and "fatal" not in why and "error" not in why and why.count("\n") == 0
+    assert "no Slurm controller answers here: Could not establish a configuration source" in why
+    assert "SLURM_CONF" in why

@@ -123,7 +123,7 @@ EXPECT = {
     ("00_welcome", "solutions"): ["PASS    2 ranks (gloo)", "you predicted 'NCCL'; what happened: ",
                                   "right. exercises/ holds"],
     ("00_welcome", "exercises"): ["VBox(", "no prediction committed. Run All does not wait"],
-    ("01_serial_mnist", "exercises"): ["VBox(", "local engine: COMPLETED", "images/s   first epoch",
+    ("01_serial_mnist", "exercises"): ["VBox(", "(serial-baseline, local): COMPLETED", "images/s   first epoch",
                                        "no prediction committed. Run All does not wait", "rank 0: step "],
     ("02_ddp_six_steps", "solutions"): ["what happened: \"the same as epoch 1's\" (right)",
                                         "you predicted 0x; measured",

@@ -153,21 +153,21 @@ def figure(value, unit: str = "") -> str:
 def reveal(qid: str, truth, note: str = "", unit: str = "") -> None:
     """Print the committed prediction next to ``truth`` (a number, in ``unit``, or one of the choices).
 
-    Prints and returns nothing, so that a reveal on a cell's last line is not shown a second time as its value."""
+    Prints and returns nothing, so that a reveal on a cell's last line is not shown a second time as its value.
+    A question still open (Run All went past it) is closed: its answer is out now."""
     print(reveal_text(qid, truth, note, unit))
+    if qid in _open:
+        close, out = _open[qid]
+        close()
+        with out:
+            print("closed: its answer is out below. Run this cell again to predict, then the next ones one by one.")
 
 
 def reveal_text(qid: str, truth, note: str = "", unit: str = "") -> str:
-    """What ``reveal`` prints; closes the question's widget if it is still open (its answer is now out)."""
+    """What ``reveal`` prints."""
     guess = answers(_notebook(qid)).get(qid)
-    closing = _open.get(qid)
     if guess is None:
         text = f"no prediction committed. {RUN_ALL}\nWhat happened: {figure(truth, unit)}"
-        if closing:
-            close, out = closing
-            close()
-            with out:
-                print("closed: its answer is out below. Run this cell again to predict, then the next ones one by one.")
     elif _is_number(truth) and _is_number(guess):
         off = abs(guess - truth) / abs(truth) if truth else abs(guess)
         text = f"you predicted {figure(guess, unit)}; measured {figure(truth, unit)} ({off:.0%} off)"

@@ -115,12 +115,13 @@ def test_figures_are_rounded_and_carry_their_unit(value, unit, shown):
     assert quiz.figure(value, unit) == shown
 
 
-def test_run_all_past_a_question_closes_its_widget_and_says_how_to_predict(learner):
+def test_run_all_past_a_question_closes_its_widget_and_says_how_to_predict(learner, capsys):
     pytest.importorskip("ipywidgets")
     quiz.predict("08-number", "How many?")          # widgets (AUTO None): nothing committed yet
     assert "08-number" in quiz._open
-    text = quiz.reveal_text("08-number", 3.0)
-    assert "run the cells one by one" in text and "08-number" not in quiz._open
+    capsys.readouterr()
+    quiz.reveal("08-number", 3.0)
+    assert "run the cells one by one" in capsys.readouterr().out and "08-number" not in quiz._open
     assert quiz.answers("08") == {}
 
 

@@ -261,6 +261,8 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
                 verdict.wait_for()
                 seen.append(f"Step 1 cell: {verdict.inner_text()[:300]!r}")
                 assert "course check ddp" in verdict.inner_text() and str(exercise) in verdict.inner_text()
+                printed = page.locator(".jp-OutputArea-output pre").first     # the lab's custom.css
+                assert printed.evaluate("e => getComputedStyle(e).wordBreak") == "normal", "lines break mid-word"
                 page.screenshot(path=str(OUT / "03-step1-check.png"))
 
                 terminal, deadline = clone / "out" / "terminal.txt", time.monotonic() + WAIT_MS / 1000

@@ -36,8 +36,9 @@ NBGRADER_SERVER = ("nbgrader.server_extensions.formgrader", "nbgrader.server_ext
                    "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list")
 CUSTOM_CSS = """\
 /* written by `course lab-settings`: long output lines wrap between words, a word is cut only when it alone is too
-   long (JupyterLab's own rule is word-break: break-all, which cuts words anywhere) */
-.jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
+   long (JupyterLab's own rule is word-break: break-all, which cuts words anywhere; "body" outranks that rule,
+   which JupyterLab's styles, loaded after this file, would otherwise win at equal specificity) */
+body .jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
 """
 # bash's own order for a login shell (bash(1), INVOCATION): /etc/profile, then the first of these that exists
 BASHRC = """\

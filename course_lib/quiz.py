@@ -167,7 +167,8 @@ def reveal_text(qid: str, truth, note: str = "", unit: str = "") -> str:
     """What ``reveal`` prints."""
     guess = answers(_notebook(qid)).get(qid)
     if guess is None:
-        text = f"no prediction committed. {RUN_ALL}\nWhat happened: {figure(truth, unit)}"
+        text = (f"you made no prediction for this one (Run All does not wait for an answer: run the cells one by one"
+                f" to predict first)\nWhat happened: {figure(truth, unit)}")
     elif _is_number(truth) and _is_number(guess):
         off = abs(guess - truth) / abs(truth) if truth else abs(guess)
         text = f"you predicted {figure(guess, unit)}; measured {figure(truth, unit)} ({off:.0%} off)"

@@ -122,13 +122,13 @@ def test_no_stale_outputs(nb_path):
 EXPECT = {
     ("00_welcome", "solutions"): ["PASS    2 ranks (gloo)", "you predicted 'NCCL'; what happened: ",
                                   "right. exercises/ holds"],
-    ("00_welcome", "exercises"): ["VBox(", "no prediction committed. Run All does not wait"],
+    ("00_welcome", "exercises"): ["VBox(", "you made no prediction for this one (Run All does not wait"],
     ("01_serial_mnist", "exercises"): ["VBox(", "(serial-baseline, local): COMPLETED", "images/s   first epoch",
-                                       "no prediction committed. Run All does not wait", "rank 0: step "],
+                                       "you made no prediction for this one (Run All does not wait", "rank 0: step "],
     ("02_ddp_six_steps", "solutions"): ["what happened: \"the same as epoch 1's\" (right)",
                                         "you predicted 0x; measured",
                                         "right. DDP all-reduces"],
-    ("02_ddp_six_steps", "exercises"): ["FAIL", "no prediction committed. Run All does not wait"],
+    ("02_ddp_six_steps", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait"],
     ("03_launching_jobs", "solutions"): ["VBox(", "(ddp-srun, local): COMPLETED", "MASTER_ADDR",
                                          "PASS    MASTER_ADDR/PORT", "no Slurm here (",
                                          "export NCCL_IB_HCA=mlx5",
@@ -140,16 +140,16 @@ EXPECT = {
                                         "predicted all-reduce share of a 2-rank step", "(linear) + warm-up",
                                         "right. Twice the ranks", "during backward compute",
                                         "what happened: \"after backward's last gradient\""],
-    ("04_scaling_study", "exercises"): ["FAIL", "no prediction committed. Run All does not wait",
+    ("04_scaling_study", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait",
                                         "is not converted to DDP yet"],
     ("05_allreduce_algorithms", "solutions"): ["PASS    ring_allreduce", "ring/gloo busbw at >= 16 MiB",
                                                "what happened: '[6, 60, 600]' (right)", "right. nccl-tests"],
     ("05_allreduce_algorithms", "exercises"): ["FAIL    naive_allreduce", "skipped ring: raised NotImplementedError",
                                                "your ring did not run"],
     ("06_tensor_parallelism", "solutions"): ["what happened: '[0, 4]' (right)", "measured 0.5", "right. A tp group"],
-    ("06_tensor_parallelism", "exercises"): ["FAIL", "no prediction committed. Run All does not wait"],
+    ("06_tensor_parallelism", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait"],
     ("08_checkpoint_restart", "solutions"): ["EQUAL: ", "predicted 'step 12'; what happened: 'step 12' (right)"],
-    ("08_checkpoint_restart", "exercises"): ["FAIL", "no prediction committed. Run All does not wait"],
+    ("08_checkpoint_restart", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait"],
     ("09_sharded_data_parallel", "solutions"): ["every micro-batch", "W=4 ZeRO-2: largest |loss - DDP's loss|",
                                                 "optimizer state KiB", "PASS    ZeRO-2"],
     ("09_sharded_data_parallel", "exercises"): ["ZeRO-1 did not run", "FAIL    shard_range"],
@@ -179,7 +179,7 @@ def text_of_cells(cells) -> str:
 
 
 # A reveal's verdict lines (course_lib.quiz.reveal_text); a figure there with five or more decimals is unrounded
-REVEAL_LINE = re.compile(r"^(?:you predicted .*|no prediction committed.*|What happened: .*)$", re.M)
+REVEAL_LINE = re.compile(r"^(?:you predicted .*|you made no prediction .*|What happened: .*)$", re.M)
 UNROUNDED = re.compile(r"\d\.\d{5,}")
 
 
@@ -285,7 +285,7 @@ def test_a_notebook_that_reads_tree_is_run_against_solutions_too(tmp_path):
 def test_the_reveal_scan_finds_an_echoed_reveal_and_an_unrounded_figure():
     echoed = {"output_type": "execute_result", "data": {"text/plain": "'you predicted 3; measured 2\\nwhy'"}}
     raw = {"output_type": "stream", "name": "stdout",
-           "text": "no prediction committed.\nWhat happened: 2.212373791999653\n"}
+           "text": "you made no prediction for this one\nWhat happened: 2.212373791999653\n"}
     fine = {"output_type": "stream", "name": "stdout", "text": ["you predicted 3 s; measured 2.21 s (36% off)\n",
                                                                 "epoch 1: {0: 0.2981234}\n"]}
     found = unreadable_reveals([{"outputs": [echoed, raw, fine]}])

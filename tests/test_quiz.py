@@ -103,7 +103,8 @@ def test_reveal_puts_a_numeric_prediction_next_to_the_measurement(learner, capsy
     assert quiz.reveal("08-number", 2.212373791999653, unit="s") is None     # nothing for a cell to echo
     assert "you predicted 0 s; measured 2.21 s" in capsys.readouterr().out
     text = quiz.reveal_text("08-never-asked", 57, unit="%")
-    assert text.startswith("no prediction committed. Run All does not wait") and "run the cells one by one" in text
+    assert text.startswith("you made no prediction for this one (Run All does not wait for an answer: run the cells "
+                           "one by one to predict first)")
     assert text.splitlines()[1] == "What happened: 57%"
 
 

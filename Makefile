@@ -12,8 +12,20 @@ LAB_ARGS ?=
 
 .PHONY: lab test test-fast lint notebooks venv kernel clean shared-install hub-test-install
 
+# JupyterLab on this folder, opened on notebook 00. A clone is its own workspace (COURSE_WORKSPACE): the kernels
+# write runs and outputs to its jobs/runs/ and out/. $(LAB_DIR), which git ignores, is this lab's Jupyter config
+# folder (the user's ~/.jupyter is still read, below it): no news prompt, no nbgrader for learners, terminals with
+# the venv's bin first on PATH, this course's lab settings; nothing is written to ~/.jupyter or into the venv.
+# LAB_ARGS: more options for jupyter lab, e.g. LAB_ARGS=--port=8890.
+LAB_DIR := $(CURDIR)/.course/lab
+LAB_OPEN := /lab/tree/notebooks/00_welcome.ipynb
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_welcome.ipynb
+	@$(VENV)/bin/course lab-settings --lab-dir $(LAB_DIR) >/dev/null
+	@echo "make lab: open the address JupyterLab prints below (http://127.0.0.1:PORT$(LAB_OPEN)?token=...)"
+	COURSE_WORKSPACE=$(CURDIR) PATH="$(abspath $(VENV))/bin:$$PATH" \
+	JUPYTER_CONFIG_PATH="$${JUPYTER_CONFIG_DIR:-$$HOME/.jupyter}$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	JUPYTER_CONFIG_DIR=$(LAB_DIR) $(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser $(ROOT_FLAG) \
+		--ServerApp.root_dir=$(CURDIR) --LabApp.default_url=$(LAB_OPEN) $(LAB_ARGS)
 
 # Four workers on 2 cores: the Slurm tests share one worker (conftest) and mostly wait on the scheduler, and for
 # the first minutes two more wait on the hub's browser and the two-node cluster; the others fill those waits

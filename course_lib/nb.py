@@ -37,6 +37,19 @@ def show(report, strict: bool = False):
     return report
 
 
+def warn(text: str) -> None:
+    """A warning the learner reads before what follows it: a framed box in Jupyter, a ``WARNING:`` line elsewhere."""
+    plain = f"WARNING: {text}"
+    try:
+        from IPython.display import display
+    except ImportError:
+        print(plain)
+        return
+    box = ("<div style='border-left:4px solid #9a6700;background:#fff8c5;padding:6px 10px;margin:4px 0'>"
+           f"<b>Warning.</b> {html.escape(text)}</div>")
+    display({"text/html": box, "text/plain": plain}, raw=True)
+
+
 def figure_widget(draw, **controls) -> None:
     """Call ``draw(**values)`` under one control per keyword and show its figure and printout; redraw on change.
 

@@ -4,10 +4,12 @@
     quiz.predict("02-speedup", "How many times faster will 2 ranks train than 1?")            # a number
     quiz.predict("01-workers", "Two loader workers will make an epoch ...", ["faster", "the same", "slower"])
     ... the run ...
-    quiz.reveal("02-speedup", truth=measured_speedup)      # your prediction next to what happened
+    quiz.reveal("02-speedup", measured_speedup, unit="x")  # your prediction next to what happened
     quiz.ask("05-ring-bytes", "How many bytes does each rank send in a ring all-reduce?", [...])  # keyed
 
-A prediction is committed with a button before the run and cannot be changed afterwards; the learner's answers
+A prediction is committed with a button before the run and cannot be changed afterwards. Run All does not wait
+for a click, so the widget says up front to run the cells one by one, and a reveal without a prediction says the
+same (and closes that question's widget: its answer is out). The learner's answers
 go to ``out/answers/<notebook>.json`` in their workspace. Questions with a fixed answer (``ask``) have their key
 and explanation in ``solutions/answers/<notebook>.toml`` (read from the course install, never shown before the
 learner commits); ``course release --check`` checks that every key exists (``sync_problems``). A ``predict``
@@ -35,6 +37,8 @@ else:   # pragma: no cover
 
 AUTO: str | None = None          # None: widgets; "key" or "first": commit without a click (headless runs)
 QID = re.compile(r"^(\d\d)-[a-z0-9-]+$")
+RUN_ALL = "Run All does not wait for your answer: run the cells one by one (Shift+Enter) to predict first."
+_open: dict = {}                 # qid -> (close, the widget's output) of a question shown and not yet committed
 
 
 def _notebook(qid: str) -> str:
@@ -94,16 +98,21 @@ def _widget(qid, question, choices, on_commit):
            else w.FloatText(description="your guess"))
     button, out = w.Button(description="Commit", button_style="primary"), w.Output()
 
+    def close():
+        box.disabled = button.disabled = True
+        _open.pop(qid, None)
+
     def click(_):
         if choices and box.value is None:
             with out:
                 print("choose an answer first")
             return
-        box.disabled = button.disabled = True
+        close()
         with out:
             on_commit(box.value)
     button.on_click(click)
-    display(w.VBox([w.HTML(f"<b>{question}</b>"), box, button, out]))
+    _open[qid] = (close, out)
+    display(w.VBox([w.HTML(f"<b>{question}</b><br><i>{RUN_ALL}</i>"), box, button, out]))
 
 
 def _ask(qid, question, choices, on_commit):
@@ -128,20 +137,46 @@ def ask(qid: str, question: str, choices) -> None:
     _ask(qid, question, choices, lambda v: (_commit(qid, v), print(_verdict(qid, v) or "committed")))
 
 
-def reveal(qid: str, truth, note: str = "") -> str:
-    """Print the committed prediction next to ``truth`` (a number or one of the choices); returns the text."""
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def figure(value, unit: str = "") -> str:
+    """A number as a person reads it: three significant digits and its unit ("2.21 s", "57%", "1.84x"); a choice
+    in quotes, so that it stands out from the sentence around it."""
+    if not _is_number(value):
+        return repr(value) if isinstance(value, str) else str(value)
+    text = f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"    # 12,345 images, not 1.23e+04
+    return text + ("" if not unit else unit if unit in ("%", "x") else f" {unit}")
+
+
+def reveal(qid: str, truth, note: str = "", unit: str = "") -> None:
+    """Print the committed prediction next to ``truth`` (a number, in ``unit``, or one of the choices).
+
+    Prints and returns nothing, so that a reveal on a cell's last line is not shown a second time as its value.
+    A question still open (Run All went past it) is closed: its answer is out now."""
+    print(reveal_text(qid, truth, note, unit))
+    if qid in _open:
+        close, out = _open[qid]
+        close()
+        with out:
+            print("closed: its answer is out below. Run this cell again to predict, then the next ones one by one.")
+
+
+def reveal_text(qid: str, truth, note: str = "", unit: str = "") -> str:
+    """What ``reveal`` prints."""
     guess = answers(_notebook(qid)).get(qid)
     if guess is None:
-        text = f"you made no prediction for this one; what happened: {truth!r}"
-    elif isinstance(truth, (int, float)) and isinstance(guess, (int, float)):
+        text = (f"you made no prediction for this one (Run All does not wait for an answer: run the cells one by one"
+                f" to predict first)\nWhat happened: {figure(truth, unit)}")
+    elif _is_number(truth) and _is_number(guess):
         off = abs(guess - truth) / abs(truth) if truth else abs(guess)
-        text = f"you predicted {guess:.3g}; measured {truth:.3g} ({off:.0%} off)"
+        text = f"you predicted {figure(guess, unit)}; measured {figure(truth, unit)} ({off:.0%} off)"
     else:
-        text = f"you predicted {guess!r}; what happened: {truth!r}" + (" (right)" if guess == truth else "")
+        text = f"you predicted {figure(guess, unit)}; what happened: {figure(truth, unit)}"
+        text += " (right)" if guess == truth else ""
     key = keys(_notebook(qid)).get(qid, {})
-    text += "".join(f"\n{t}" for t in (note, key.get("why", "")) if t)
-    print(text)
-    return text
+    return text + "".join(f"\n{t}" for t in (note, key.get("why", "")) if t)
 
 
 def quiz(questions) -> None:

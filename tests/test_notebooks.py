@@ -18,6 +18,7 @@ New notebooks are picked up by the glob.
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,32 +123,34 @@ def test_no_stale_outputs(nb_path):
 EXPECT = {
     ("00_welcome", "solutions"): ["PASS    2 ranks (gloo)", "you predicted 'NCCL'; what happened: ",
                                   "right. exercises/ holds"],
-    ("00_welcome", "exercises"): ["VBox(", "you made no prediction for this one"],
-    ("01_serial_mnist", "exercises"): ["VBox(", "local engine: COMPLETED", "images/s   first epoch",
-                                       "you made no prediction for this one", "rank 0: step "],
-    ("02_ddp_six_steps", "solutions"): ["what happened: \"the same as epoch 1's\" (right)", "you predicted 0; measured",
+    ("00_welcome", "exercises"): ["VBox(", "you made no prediction for this one (Run All does not wait"],
+    ("01_serial_mnist", "exercises"): ["VBox(", "(serial-baseline, local): COMPLETED", "images/s   first epoch",
+                                       "you made no prediction for this one (Run All does not wait", "rank 0: step "],
+    ("02_ddp_six_steps", "solutions"): ["what happened: \"the same as epoch 1's\" (right)",
+                                        "you predicted 0x; measured",
                                         "right. DDP all-reduces"],
-    ("02_ddp_six_steps", "exercises"): ["FAIL", "you made no prediction for this one"],
+    ("02_ddp_six_steps", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait"],
     ("03_launching_jobs", "solutions"): ["VBox(", "(ddp-srun, local): COMPLETED", "MASTER_ADDR",
                                          "PASS    MASTER_ADDR/PORT", "no Slurm here (",
                                          "export NCCL_IB_HCA=mlx5",
                                          "what happened: \"no, each is its own shard's\" (right)",
                                          "right. seff summarises", "no GPU log: this job ran on CPU",
-                                         "%CPU, peak", "you predicted 0; measured"],
+                                         "%CPU, peak", "you predicted 0%; measured"],
     ("03_launching_jobs", "exercises"): ["FAIL", "FAIL    MASTER_ADDR/PORT"],
     ("04_scaling_study", "solutions"): ["<th>speedup</th>", "<th>weak efficiency</th>", "1 -> 2 ranks",
                                         "predicted all-reduce share of a 2-rank step", "(linear) + warm-up",
                                         "right. Twice the ranks", "during backward compute",
                                         "what happened: \"after backward's last gradient\""],
-    ("04_scaling_study", "exercises"): ["FAIL", "you made no prediction for this one"],
+    ("04_scaling_study", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait",
+                                        "is not converted to DDP yet"],
     ("05_allreduce_algorithms", "solutions"): ["PASS    ring_allreduce", "ring/gloo busbw at >= 16 MiB",
                                                "what happened: '[6, 60, 600]' (right)", "right. nccl-tests"],
     ("05_allreduce_algorithms", "exercises"): ["FAIL    naive_allreduce", "skipped ring: raised NotImplementedError",
                                                "your ring did not run"],
     ("06_tensor_parallelism", "solutions"): ["what happened: '[0, 4]' (right)", "measured 0.5", "right. A tp group"],
-    ("06_tensor_parallelism", "exercises"): ["FAIL", "you made no prediction for this one"],
+    ("06_tensor_parallelism", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait"],
     ("08_checkpoint_restart", "solutions"): ["EQUAL: ", "predicted 'step 12'; what happened: 'step 12' (right)"],
-    ("08_checkpoint_restart", "exercises"): ["FAIL", "you made no prediction for this one"],
+    ("08_checkpoint_restart", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait"],
     ("09_sharded_data_parallel", "solutions"): ["every micro-batch", "W=4 ZeRO-2: largest |loss - DDP's loss|",
                                                 "optimizer state KiB", "PASS    ZeRO-2"],
     ("09_sharded_data_parallel", "exercises"): ["ZeRO-1 did not run", "FAIL    shard_range"],
@@ -179,6 +182,27 @@ def text_of_cells(cells) -> str:
                 data = o.get("data", {})
                 parts.append(source({"source": data.get("text/html") or data.get("text/plain", "")}))
     return "\n".join(parts)
+
+
+# A reveal's verdict lines (course_lib.quiz.reveal_text); a figure there with five or more decimals is unrounded
+REVEAL_LINE = re.compile(r"^(?:you predicted .*|you made no prediction .*|What happened: .*)$", re.M)
+UNROUNDED = re.compile(r"\d\.\d{5,}")
+
+
+def unreadable_reveals(cells) -> list[str]:
+    """What a learner should not see in the outputs: a reveal's text shown a second time as a cell's value (a
+    quoted string with literal \\n), and unrounded figures in a reveal's verdict."""
+    found = []
+    for cell in cells:
+        for o in cell.get("outputs", []):
+            if o["output_type"] == "execute_result":
+                plain = source({"source": o.get("data", {}).get("text/plain", "")})
+                if plain[:1] in ("'", '"') and any(s in plain for s in ("\\n", "predicted", "happened")):
+                    found.append(f"a string echoed as the cell's value: {plain[:160]}")
+            elif o["output_type"] == "stream":
+                found += [f"an unrounded figure: {line[:160]}"
+                          for line in REVEAL_LINE.findall(source({"source": o["text"]})) if UNROUNDED.search(line)]
+    return found
 
 
 def missing_from(text: str, wanted: list[str]) -> str:
@@ -222,6 +246,8 @@ def test_papermill(nb_path, tree, tmp_path, monkeypatch):
     text = text_of(out)
     missing = missing_from(text, EXPECT.get((nb_path.stem, tree), []))
     assert not missing, f"{nb_path.name} ({tree}) ran but {missing}"
+    unreadable = unreadable_reveals(load(out)["cells"])
+    assert not unreadable, f"{nb_path.name} ({tree}) shows " + "; ".join(unreadable)
     if tree == "solutions":
         assert "FAIL" not in text, f"{nb_path.name}: a check failed against the solutions"
 
@@ -244,6 +270,8 @@ def test_nbval_lax_against_exercises(nb_path, tmp_path):
     text = text_of_cells(cells)
     missing = missing_from(text, EXPECT.get((nb_path.stem, "exercises"), []))
     assert not missing, f"{nb_path.name} (exercises) ran but {missing}"
+    unreadable = unreadable_reveals(cells)
+    assert not unreadable, f"{nb_path.name} (exercises) shows " + "; ".join(unreadable)
     if same_in_both_trees(nb_path):   # it ran the solutions' code: what test_papermill asks of those
         assert "FAIL" not in text, f"{nb_path.name}: a check failed against the solutions' code"
 
@@ -258,3 +286,15 @@ def test_a_notebook_that_reads_tree_is_run_against_solutions_too(tmp_path):
     path.write_text(json.dumps(nb))
     assert not same_in_both_trees(path)
     assert [p.stem for p in NOTEBOOKS if same_in_both_trees(p)] == []   # 01 reads TREE since its step.py exercise
+
+
+def test_the_reveal_scan_finds_an_echoed_reveal_and_an_unrounded_figure():
+    echoed = {"output_type": "execute_result", "data": {"text/plain": "'you predicted 3; measured 2\\nwhy'"}}
+    raw = {"output_type": "stream", "name": "stdout",
+           "text": "you made no prediction for this one\nWhat happened: 2.212373791999653\n"}
+    fine = {"output_type": "stream", "name": "stdout", "text": ["you predicted 3 s; measured 2.21 s (36% off)\n",
+                                                                "epoch 1: {0: 0.2981234}\n"]}
+    found = unreadable_reveals([{"outputs": [echoed, raw, fine]}])
+    assert len(found) == 2 and "echoed" in found[0] and "2.212373791999653" in found[1], found
+    value = {"output_type": "execute_result", "data": {"text/plain": "42"}}
+    assert unreadable_reveals([{"outputs": [fine, value]}]) == []

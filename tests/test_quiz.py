@@ -96,11 +96,34 @@ def test_headless_first_run_commits_the_first_choice_and_shows_the_key(learner, 
     assert "not quite: the answer is 'half a file that does not load'" in out
 
 
-def test_reveal_puts_a_numeric_prediction_next_to_the_measurement(learner):
+def test_reveal_puts_a_numeric_prediction_next_to_the_measurement(learner, capsys):
     quiz.AUTO = "first"
     quiz.predict("08-number", "How many?")          # no choices: a headless run commits 0
-    assert "you predicted 0; measured 2" in quiz.reveal("08-number", 2.0)
-    assert "no prediction" in quiz.reveal("08-never-asked", 1.5)
+    capsys.readouterr()
+    assert quiz.reveal("08-number", 2.212373791999653, unit="s") is None     # nothing for a cell to echo
+    assert "you predicted 0 s; measured 2.21 s" in capsys.readouterr().out
+    text = quiz.reveal_text("08-never-asked", 57, unit="%")
+    assert text.startswith("you made no prediction for this one (Run All does not wait for an answer: run the cells "
+                           "one by one to predict first)")
+    assert text.splitlines()[1] == "What happened: 57%"
+
+
+@pytest.mark.parametrize("value, unit, shown", [(2.212373791999653, "s", "2.21 s"), (57, "%", "57%"),
+                                                (1.8361, "x", "1.84x"), (12345.6, "images/s", "12,346 images/s"),
+                                                (0.00012345, "", "0.000123"), ("Gloo", "", "'Gloo'"),
+                                                (True, "", "True")])
+def test_figures_are_rounded_and_carry_their_unit(value, unit, shown):
+    assert quiz.figure(value, unit) == shown
+
+
+def test_run_all_past_a_question_closes_its_widget_and_says_how_to_predict(learner, capsys):
+    pytest.importorskip("ipywidgets")
+    quiz.predict("08-number", "How many?")          # widgets (AUTO None): nothing committed yet
+    assert "08-number" in quiz._open
+    capsys.readouterr()
+    quiz.reveal("08-number", 3.0)
+    assert "run the cells one by one" in capsys.readouterr().out and "08-number" not in quiz._open
+    assert quiz.answers("08") == {}
 
 
 def test_a_why_only_key_explains_a_prediction_without_scoring_it(learner, monkeypatch):
@@ -108,7 +131,7 @@ def test_a_why_only_key_explains_a_prediction_without_scoring_it(learner, monkey
     quiz.AUTO = "key"
     quiz.predict("01-x", "Guess", ["a", "b"])       # no answer in the key: the first choice
     assert quiz.answers("01")["01-x"] == "a"
-    assert quiz.reveal("01-x", "b").endswith("because")
+    assert quiz.reveal_text("01-x", "b").endswith("because")
     assert quiz.score("01") == (0, 1)
 
 

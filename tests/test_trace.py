@@ -56,3 +56,19 @@ def test_the_serial_step_has_phases_and_no_all_reduce(tmp_path):
     a, b = tl.phases["backward"]
     assert 0 < a < b <= tl.step_ms
     assert (tmp_path / "trace-rank0.json").stat().st_size > 1000
+
+
+def test_the_legend_names_an_all_reduce_only_where_one_is_drawn():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    phases = {"forward": (0, 10), "backward": (10, 30), "optimizer": (30, 31)}
+    serial = Timeline(0, phases, compute=[(12, 28)])
+    ddp = Timeline(0, phases, compute=[(12, 28)], allreduce=[(20, 33)])
+    for tl, wanted in ((serial, False), (ddp, True)):
+        ax = timeline.plot([tl])
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        plt.close(ax.figure)
+        assert ("all-reduce" in labels) == wanted, labels
+        assert "backward compute" in labels

@@ -54,9 +54,17 @@ class Report:
         n_skip = len(self.verdicts) - len(self.judged)
         return f"{n_ok}/{len(self.judged)} passed" + (f", {n_skip} not run" if n_skip else "")
 
+    def header(self) -> str:
+        """The command that makes this report, for an exercise (``course check ddp PATH``); otherwise what was
+        checked (a notebook's own check, the machine's set-up): no command that does not exist."""
+        from course_lib.registry import EXERCISES  # the standard library only: cheap
+        if self.exercise in EXERCISES:
+            return f"course check {self.exercise} {self.path}"
+        return f"{self.exercise} check ({self.path})"
+
     def text(self) -> str:
         width = max((len(v.item) for v in self.verdicts), default=4)
-        lines = [f"course check {self.exercise} {self.path}"]
+        lines = [self.header()]
         for v in self.verdicts:
             msg = v.message.replace("\n", "\n" + " " * (width + 11))
             lines.append(f"  {_MARK[v.result]:<7} {v.item:<{width}}  {msg}".rstrip())
@@ -75,7 +83,7 @@ class Report:
             f"<tr><td><b style='color:{colour[v.result]}'>{_MARK[v.result]}</b></td><td>{html.escape(v.item)}</td>"
             f"<td style='text-align:left;white-space:pre-wrap'>{html.escape(v.message)}</td></tr>"
             for v in self.verdicts)
-        return (f"<p><code>course check {self.exercise} {html.escape(self.path)}</code>: "
+        return (f"<p><code>{html.escape(self.header())}</code>: "
                 f"{self.tally()} in {self.seconds:.1f} s</p>"
                 f"<table><tr><th></th><th>item</th><th style='text-align:left'>message</th></tr>{rows}</table>")
 

@@ -1,16 +1,30 @@
-"""``course lab-settings``: the course's JupyterLab settings for learners in one environment.
+"""``course lab-settings``: the course's JupyterLab settings for learners, for a hub install or for ``make lab``.
 
-Writes, under ``--prefix`` (default: this Python's environment, the one the hub's servers run from):
+For a hub (``--prefix``, default: this Python's environment, the one the hub's servers run from) it writes:
 - ``share/jupyter/lab/settings/overrides.json``: the news prompt off (``fetchNews: "false"``), so no learner is
   asked whether Jupyter may fetch news from the internet;
 - ``etc/jupyter/labconfig/page_config.json``: nbgrader's JupyterLab extension disabled, so learners see no
   "Create Assignment" or "Validate" menus. An instructor turns it back on for themselves only with
   ``jupyter labextension enable --level=user @jupyter/nbgrader`` (a user-level setting wins over the environment's).
 Existing settings in those files are kept; only these keys are set.
+
+For ``make lab`` (``--lab-dir DIR``, a folder of the clone that git ignores) it writes the same two settings where
+only that server reads them, so neither the environment nor the user's ``~/.jupyter`` changes. DIR is that server's
+Jupyter config folder (the Makefile sets ``JUPYTER_CONFIG_DIR=DIR`` and keeps ``~/.jupyter`` on
+``JUPYTER_CONFIG_PATH``, below it); JupyterLab keeps this course's user settings and workspaces there too:
+- ``DIR/labconfig/``: ``page_config.json`` and ``default_setting_overrides.json``;
+- ``DIR/jupyter_server_config.json``: nbgrader's server extensions off (they log "No nbgrader_config.py file
+  found" and serve the instructor's pages), the terminals' shell, the custom CSS on;
+- ``DIR/custom/custom.css``: output text wraps between words (JupyterLab's outputs break lines anywhere, mid-word);
+- ``DIR/bashrc``: the terminals' start-up file. JupyterLab's terminal runs a login shell, and a login profile may
+  set PATH afresh (Debian's /etc/profile does), which drops the environment's ``bin``; this file reads the same
+  profiles a login shell does, then puts the environment's ``bin`` first, so ``course`` is found.
 """
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,6 +32,23 @@ from course_lib.core import atomic
 
 OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
 DISABLED = {"@jupyter/nbgrader": True}
+NBGRADER_SERVER = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.validate_assignment",
+                   "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list")
+CUSTOM_CSS = """\
+/* written by `course lab-settings`: long output lines wrap between words, a word is cut only when it alone is too
+   long (JupyterLab's own rule is word-break: break-all, which cuts words anywhere; "body" outranks that rule,
+   which JupyterLab's styles, loaded after this file, would otherwise win at equal specificity) */
+body .jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
+"""
+# bash's own order for a login shell (bash(1), INVOCATION): /etc/profile, then the first of these that exists
+BASHRC = """\
+# written by `course lab-settings`: the start-up file of this lab's terminals (a login shell's profiles,
+# then this course's environment first on PATH, whatever the profiles did to PATH)
+[ -r /etc/profile ] && . /etc/profile
+for f in ~/.bash_profile ~/.bash_login ~/.profile; do [ -r "$f" ] && {{ . "$f"; break; }}; done
+export VIRTUAL_ENV={venv}
+export PATH={bin}:"$PATH"
+"""
 
 
 def _merge(path: Path, update) -> dict:
@@ -31,22 +62,61 @@ def _merge(path: Path, update) -> dict:
     return data
 
 
+def _news_off(data: dict) -> None:
+    for key, value in OVERRIDES.items():
+        data.setdefault(key, {}).update(value)
+
+
+def _nbgrader_off(data: dict) -> None:
+    data.setdefault("disabledExtensions", {}).update(DISABLED)
+
+
 def write_settings(prefix: str | Path) -> list[Path]:
-    """Write both files under ``prefix``; returns their paths."""
+    """Write both files of a hub install under ``prefix``; returns their paths."""
     prefix = Path(prefix)
     overrides = prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
     page = prefix / "etc" / "jupyter" / "labconfig" / "page_config.json"
-    _merge(overrides, lambda d: [d.setdefault(k, {}).update(v) for k, v in OVERRIDES.items()])
-    _merge(page, lambda d: d.setdefault("disabledExtensions", {}).update(DISABLED))
+    _merge(overrides, _news_off)
+    _merge(page, _nbgrader_off)
     return [overrides, page]
 
 
+def server_config(lab_dir: Path) -> dict:
+    """The ``make lab`` server's own settings: no nbgrader server extensions, terminals started with the bashrc
+    of ``lab_dir``, custom.css (served from the config folder's custom/)."""
+    server = {"jpserver_extensions": dict.fromkeys(NBGRADER_SERVER, False)}
+    bash = shutil.which("bash")
+    if bash:  # without bash the terminal keeps Jupyter's default (a login $SHELL)
+        server["terminado_settings"] = {"shell_command": [bash, "--rcfile", str(lab_dir / "bashrc"), "-i"]}
+    return {"ServerApp": server, "LabApp": {"custom_css": True}}
+
+
+def write_lab_dir(lab_dir: str | Path, venv: str | Path = sys.prefix) -> list[Path]:
+    """Write the settings of ``make lab`` into ``lab_dir`` for the environment ``venv``; returns their paths."""
+    lab_dir = Path(lab_dir).resolve()
+    labconfig = lab_dir / "labconfig"
+    page, overrides = labconfig / "page_config.json", labconfig / "default_setting_overrides.json"
+    _merge(page, _nbgrader_off)
+    _merge(overrides, _news_off)
+    bashrc, server, css = lab_dir / "bashrc", lab_dir / "jupyter_server_config.json", lab_dir / "custom/custom.css"
+    venv = Path(venv).absolute()   # not resolved: a venv reached through a link keeps its own bin/
+    atomic.write_text(bashrc, BASHRC.format(venv=shlex.quote(str(venv)), bin=shlex.quote(str(venv / "bin"))))
+    atomic.write_text(server, json.dumps(server_config(lab_dir), indent=2) + "\n")
+    css.parent.mkdir(exist_ok=True)
+    atomic.write_text(css, CUSTOM_CSS)
+    return [page, overrides, server, bashrc, css]
+
+
 def add_arguments(p) -> None:
-    p.add_argument("--prefix", type=Path, default=Path(sys.prefix),
-                   help="the environment JupyterLab runs from (default: this one)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--prefix", type=Path, default=Path(sys.prefix),
+                       help="the environment a hub's JupyterLab runs from (default: this one)")
+    where.add_argument("--lab-dir", type=Path,
+                       help="write the settings of `make lab` into this folder instead (nothing else changes)")
 
 
 def run(args) -> int:
-    for path in write_settings(args.prefix):
+    paths = write_lab_dir(args.lab_dir) if args.lab_dir else write_settings(args.prefix)
+    for path in paths:
         print(f"course lab-settings: wrote {path}")
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -41,9 +42,12 @@ def available() -> tuple[bool, str]:
         return False, "no sbatch on PATH"
     r = _run(["sinfo", "-h", "-o", "%P"], timeout=15)
     if r.returncode != 0:
-        lines = (r.stderr or r.stdout).strip().splitlines()   # the last line is the verdict ("fatal: ...")
-        return False, ("sbatch is there but Slurm does not answer (is SLURM_CONF set?): "
-                       + (lines[-1] if lines else f"sinfo exit {r.returncode}"))
+        # the last line is sinfo's verdict; said without its "sinfo: fatal:" prefix, which reads like a crash of
+        # the course where Slurm's client is merely installed without a cluster (a laptop, a CI machine)
+        lines = (r.stderr or r.stdout).strip().splitlines()
+        detail = re.sub(r"^\w+: (fatal|error): ", "", lines[-1]) if lines else f"sinfo exit {r.returncode}"
+        return False, (f"Slurm's commands are installed but no Slurm controller answers here: {detail} "
+                       "(set SLURM_CONF if this machine belongs to a cluster)")
     return True, ""
 
 

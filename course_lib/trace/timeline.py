@@ -122,7 +122,11 @@ def plot(timelines, ax=None, title: str = "", legend: bool = True):
         ax.set_title(title)
     if not legend:
         return ax
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in (*colours.values(), "#e6550d", "#3182bd")]
-    ax.legend(handles, [*colours, "backward compute", "all-reduce"], ncol=5, fontsize=8, loc="upper center",
+    # only what is drawn: a one-process step has no all-reduce
+    shown = {**colours, "backward compute": "#e6550d"}
+    if any(tl.allreduce for tl in timelines):
+        shown["all-reduce"] = "#3182bd"
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in shown.values()]
+    ax.legend(handles, list(shown), ncol=len(shown), fontsize=8, loc="upper center",
               bbox_to_anchor=(0.5, -0.35 if len(timelines) < 3 else -0.2))
     return ax

@@ -1,0 +1,296 @@
+"""``make lab``: its settings and messages (unit tests, fast), and the lab itself in a real browser (slow).
+
+The browser test does what the README tells a self-study learner: a fresh clone (of this checkout's HEAD), ``make
+lab``, the address it prints. Debian's chromium, driven by Playwright, then checks that notebook 00 is what opened,
+edits and saves ``exercises/02_ddp/mnist_classify_ddp.py`` in the lab's editor, runs `course check ddp ...` in the
+lab's terminal and notebook 02's Step 1 check cell. Screenshots go to out/lab/; on a failure the server's log too.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import processes_under
+
+from course_lib.instructor import hub
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "out" / "lab"
+CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
+WAIT_MS = 240_000      # one step on a loaded 2-core machine; progress is what the test waits on
+
+
+def test_lab_dir_settings_keep_nbgrader_and_news_away(tmp_path):
+    lab = tmp_path / "lab"
+    (lab / "labconfig").mkdir(parents=True)
+    (lab / "labconfig/page_config.json").write_text('{"disabledExtensions": {"other": true}}')
+    hub.write_lab_dir(lab, venv=tmp_path / "venv")
+    page = json.loads((lab / "labconfig/page_config.json").read_text())
+    assert page["disabledExtensions"] == {"other": True, "@jupyter/nbgrader": True}
+    news = json.loads((lab / "labconfig/default_setting_overrides.json").read_text())
+    assert news["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
+    server = json.loads((lab / "jupyter_server_config.json").read_text())["ServerApp"]
+    assert set(server["jpserver_extensions"]) == set(hub.NBGRADER_SERVER)
+    assert not any(server["jpserver_extensions"].values())
+    assert server["terminado_settings"]["shell_command"][1:] == ["--rcfile", str(lab / "bashrc"), "-i"]
+
+
+def test_lab_terminal_puts_the_venv_first_after_a_profile_that_resets_path(tmp_path):
+    """A login profile that sets PATH afresh (Debian's /etc/profile does) must not hide the course's venv."""
+    venv = tmp_path / "my venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin/course").write_text("#!/bin/sh\necho course answered\n")
+    (venv / "bin/course").chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".profile").write_text("PATH=/usr/bin:/bin\n")
+    hub.write_lab_dir(tmp_path / "lab", venv=venv)
+    shell = json.loads((tmp_path / "lab/jupyter_server_config.json").read_text())["ServerApp"]["terminado_settings"]
+    r = subprocess.run([*shell["shell_command"], "-c", "course; echo \"$VIRTUAL_ENV\""], capture_output=True,
+                       text=True, timeout=30, env={"HOME": str(home), "PATH": "/usr/bin:/bin", "TERM": "dumb"})
+    assert r.stdout.splitlines()[-2:] == ["course answered", str(venv)], r.stdout + r.stderr
+
+
+def test_a_report_names_a_command_only_where_there_is_one():
+    from course_lib.core.report import Report
+
+    for exercise, header in (("ddp", "course check ddp ex.py"), ("setup", "setup check (ex.py)"),
+                             ("scaling", "scaling check (ex.py)")):
+        r = Report(exercise, "ex.py")
+        r.add("item", True)
+        assert r.text().splitlines()[0] == header
+        assert header in r._repr_html_()
+
+
+def test_slurm_client_without_a_controller_is_said_calmly(tmp_path, monkeypatch):
+    """Slurm's client installed, no controller (a laptop, CI before its Slurm starts): sinfo's own words, without
+    its "sinfo: fatal:" prefix, in one line that says what to set."""
+    from course_lib.jobs import slurm
+
+    for tool, body in (("sbatch", "exit 1"), ("sinfo", "echo 'sinfo: error: fetch_config: DNS SRV lookup failed' >&2\n"
+                                                       "echo 'sinfo: fatal: Could not establish a configuration "
+                                                       "source' >&2\nexit 1")):
+        (tmp_path / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    ok, why = slurm.available()
+    assert not ok and "fatal" not in why and "error" not in why and why.count("\n") == 0
+    assert "no Slurm controller answers here: Could not establish a configuration source" in why
+    assert "SLURM_CONF" in why
+
+
+def _why_no_browser_test() -> str | None:
+    if not CHROMIUM.exists():
+        return f"no {CHROMIUM} (Debian's chromium; scripts/system-deps.sh installs it as root)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "no playwright (pip install -e '.[test]')"
+    if not (ROOT / ".venv" / ".installed").is_file():
+        return "no .venv built by make here (make venv)"
+    if not shutil.which("git") or not shutil.which("make"):
+        return "no git or make"
+    return None
+
+
+def _fresh_clone(where: Path) -> Path:
+    """This checkout's HEAD, cloned, with the venv this checkout built (linked, not rebuilt: make sees it is up
+    to date because the clone's pyproject.toml is given the age of this one)."""
+    clone = where / "course"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(ROOT), str(clone)], check=True, timeout=120)
+    subprocess.run(["git", "checkout", "--quiet", head.stdout.strip()], cwd=clone, check=True, timeout=120)
+    (clone / ".venv").symlink_to((ROOT / ".venv").resolve())
+    stamp = (ROOT / ".venv" / ".installed").stat().st_mtime
+    os.utime(clone / "pyproject.toml", (stamp - 1, stamp - 1))
+    return clone
+
+
+class Lab:
+    """``make lab`` in ``clone`` on a free loopback port with a known token; ``stop`` ends its process group."""
+
+    def __init__(self, clone: Path, log: Path):
+        from course_lib.core.launch import free_port
+
+        self.clone, self.log_path = clone, log
+        self.port, self.token = free_port(), secrets.token_hex(16)
+        # the venv is this checkout's (its editable install points here): PYTHONPATH makes the clone's course_lib win
+        env = dict(os.environ, PYTHONPATH=str(clone), COURSE_QUICK="1", COURSE_ENGINE="local")
+        for name in ("COURSE_WORKSPACE", "COURSE_OUT_DIR", "COURSE_RUNS_DIR", "COURSE_HOME"):
+            env.pop(name, None)
+        self.proc = subprocess.Popen(
+            ["make", "lab", f"LAB_ARGS=--port={self.port} --IdentityProvider.token={self.token}"], cwd=clone, env=env,
+            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 180) -> str:
+        """The address JupyterLab printed (with the token elided), once it serves."""
+        deadline, wanted = time.monotonic() + timeout, re.compile(rf"http://127\.0\.0\.1:{self.port}(/\S*)")
+        while time.monotonic() < deadline:
+            found = wanted.search(self.log())
+            if found:
+                return found.group(1)
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        raise AssertionError(f"make lab printed no address in {timeout} s (exit {self.proc.poll()}):\n"
+                             + self.log()[-3000:])
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.base}{path}", method=method, data=json.dumps(body or {}).encode(),
+                                     headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read() or b"{}")
+
+    def stop(self, grace: float = 60) -> list[str]:
+        """Stop the lab as Ctrl-C where make runs would (SIGTERM to make and jupyter, whose shutdown ends its kernels
+        and terminals, each in a session of its own); returns what had not ended after ``grace`` seconds, which
+        is then killed."""
+        import psutil
+
+        try:
+            started = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            started = []
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        _, alive = psutil.wait_procs(started, timeout=grace)
+        left = []
+        for p in alive:
+            try:
+                left.append(f"{p.pid}: {' '.join(p.cmdline())[:160]}")
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.proc.wait(timeout=30)
+        return left
+
+
+def _run_to(page, marker: str):
+    """Run every cell above the cell holding ``marker``, then that cell (as tests/test_hub.py does)."""
+    cell = page.locator(".jp-Notebook .jp-Cell", has_text=marker).first
+    cell.scroll_into_view_if_needed()
+    cell.locator(".jp-InputPrompt").first.click()
+    page.keyboard.press("Control+Shift+C")
+    page.locator(".lm-CommandPalette-input").fill("Run All Above Selected Cell")
+    page.locator(".lm-CommandPalette-item", has_text="Run All Above Selected Cell").first.click()
+    cell.locator(".jp-InputPrompt").first.click()
+    page.keyboard.press("Shift+Enter")
+    return cell
+
+
+def _new_terminal(page) -> None:
+    """File > New > Terminal, as a learner opens one; focus in it."""
+    page.locator(".lm-MenuBar-item", has_text="File").first.click()
+    page.locator(".lm-Menu-itemLabel:visible", has_text=re.compile(r"^New$")).first.hover()
+    page.locator(".lm-Menu-itemLabel:visible", has_text=re.compile(r"^Terminal$")).first.click()
+    page.locator(".jp-Terminal .xterm-helper-textarea").first.wait_for(state="attached")
+    page.locator(".jp-Terminal").first.click()
+
+
+@pytest.mark.slow
+def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
+    why = _why_no_browser_test()
+    if why:
+        pytest.skip(f"no browser test of make lab here: {why}")
+    from playwright.sync_api import sync_playwright
+
+    clone = _fresh_clone(tmp_path)
+    exercise = clone / "exercises" / "02_ddp" / "mnist_classify_ddp.py"
+    shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir(parents=True)
+    lab, seen, t0 = Lab(clone, OUT / "server.log"), [], time.monotonic()
+    try:
+        opened = lab.wait_ready()
+        assert opened.startswith("/lab/tree/notebooks/00_welcome.ipynb"), f"make lab printed {opened}"
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(WAIT_MS)
+            try:
+                # the address as printed (jupyter elides the token it was given; a learner's is in the line)
+                page.goto(f"{lab.base}{opened.replace('token=...', 'token=' + lab.token)}")
+                page.locator(".jp-Notebook .jp-MarkdownOutput h1", has_text="Welcome").first.wait_for()
+                page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(state="attached")
+                tabs = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab").all_inner_texts()
+                seen.append(f"tabs once the lab had loaded: {tabs}")
+                assert [t.strip() for t in tabs] == ["00_welcome.ipynb"], f"the lab opened {tabs}, not 00 alone"
+                page.screenshot(path=str(OUT / "01-welcome.png"))
+                assert page.locator(".lm-MenuBar-item", has_text="Nbgrader").count() == 0, "nbgrader's menu shows"
+                assert page.get_by_text("Validate", exact=True).count() == 0, "nbgrader's Validate button shows"
+                assert page.get_by_text("official Jupyter news").count() == 0, "the news prompt shows"
+
+                page.goto(f"{lab.base}/lab/tree/exercises/02_ddp/mnist_classify_ddp.py")
+                editor = page.locator(".jp-FileEditor .cm-content")
+                editor.wait_for()
+                editor.click()
+                page.keyboard.press("Control+End")
+                page.keyboard.type("\n# edited in the lab\n")
+                page.keyboard.press("Control+s")
+                deadline = time.monotonic() + 30
+                while "# edited in the lab" not in exercise.read_text() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                seen.append(f"exercise on disk ends with: {exercise.read_text()[-40:]!r}")
+                assert exercise.read_text().endswith("# edited in the lab\n"), "the lab did not save the exercise"
+                page.screenshot(path=str(OUT / "02-exercise-edited.png"))
+
+                # File > New > Terminal: it starts in the clone with course on its PATH; its check runs while the
+                # notebook works
+                _new_terminal(page)
+                page.keyboard.type("mkdir -p out && (command -v course; course check ddp "
+                                   "exercises/02_ddp/mnist_classify_ddp.py; echo \"course exit $?\") 2>&1 "
+                                   "| tee out/terminal.txt\n")
+
+                page.goto(f"{lab.base}/lab/tree/notebooks/02_ddp_six_steps.ipynb")
+                page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(state="attached")
+                cell = _run_to(page, "steps=[1]")
+                verdict = cell.locator(".jp-OutputArea-output", has_text="passed in")
+                verdict.wait_for()
+                seen.append(f"Step 1 cell: {verdict.inner_text()[:300]!r}")
+                assert "course check ddp" in verdict.inner_text() and str(exercise) in verdict.inner_text()
+                printed = page.locator(".jp-OutputArea-output pre").first     # the lab's custom.css
+                assert printed.evaluate("e => getComputedStyle(e).wordBreak") == "normal", "lines break mid-word"
+                page.screenshot(path=str(OUT / "03-step1-check.png"))
+
+                terminal, deadline = clone / "out" / "terminal.txt", time.monotonic() + WAIT_MS / 1000
+                while "course exit" not in (terminal.read_text() if terminal.exists() else ""):
+                    assert time.monotonic() < deadline, "the terminal's course check did not end"
+                    time.sleep(0.5)
+                page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="Terminal 1").first.click()
+                page.locator(".jp-Terminal").first.wait_for()
+                page.screenshot(path=str(OUT / "04-terminal.png"))
+                said = terminal.read_text()
+                seen.append(f"terminal: {said[:200]!r} ... {said[-80:]!r}")
+                found = Path(said.splitlines()[0])      # the venv's own course, first on the terminal's PATH
+                assert found.resolve() == (clone / ".venv" / "bin" / "course").resolve(), said
+                assert "course check ddp exercises/02_ddp/mnist_classify_ddp.py" in said and " passed in " in said
+                assert "course exit 1" in said      # the starter fails its checks: the exit code says so
+            except Exception:
+                page.screenshot(path=str(OUT / "failure.png"))
+                raise
+            finally:
+                browser.close()
+    except Exception:
+        print("what the test saw:\n  " + "\n  ".join(seen))
+        print(f"server log ({OUT / 'server.log'}):\n{lab.log()[-4000:]}")
+        raise
+    finally:
+        left = lab.stop()
+        print(f"make lab test: {time.monotonic() - t0:.0f} s; screenshots in {OUT}")
+    assert not left, f"make lab had not stopped these {60} s after SIGTERM (killed now): {left}"
+    assert not processes_under(clone), f"left behind: {processes_under(clone)}"
+    # the runs and outputs of the lab went to the clone (its own workspace), not to this checkout
+    assert (clone / "out" / "terminal.txt").is_file()

@@ -5,7 +5,7 @@ columns ``[out, in/tp]`` and the whole bias ``[out]``.
 """
 from __future__ import annotations
 
-from course_lib.tp.failures import Fail
+from course_lib.checking.case import Fail
 
 
 def _param(layer, name, cls):

@@ -9,7 +9,7 @@ gradients left after ``step`` (none) and whether it all-reduced the whole gradie
 """
 from __future__ import annotations
 
-from course_lib.zero.cases import Fail, Missing
+from course_lib.checking.case import Fail, Missing
 
 STEPS = 3
 ATOL = 1e-9

@@ -47,7 +47,7 @@ def check(exercise: str, path, engine: str | None = None, **kwargs):
 def add_arguments(p):
     p.add_argument("exercise", choices=list(EXERCISES), metavar="EXERCISE",
                    help="; ".join(f"{e.name}: {e.file}" for e in EXERCISES.values()))
-    p.add_argument("path", help="the learner's file, e.g. exercises/02_ddp/mnist_classify_ddp.py")
+    p.add_argument("path", help=f"the learner's file, e.g. exercises/{EXERCISES['ddp'].file}")
     p.add_argument("--timeout", type=float, default=None,
                    help="deadline in seconds for each multi-process run of the check")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")

@@ -174,8 +174,7 @@ def run_script(tmp_path, body: str, timeout: float = 60) -> subprocess.Completed
 def test_watchdog_says_where_the_main_thread_waits_and_exits(tmp_path):
     p = run_script(tmp_path, """
         import sys, threading, time
-        from course_lib.checking import learner, watchdog
-        from course_lib.core import rankkit
+        from course_lib.checking import learner, watchdog; from course_lib.core import rankkit  # noqa: E702
 
         def stuck(frames, case):
             rankkit.emit("stuck", case=case, where=learner.learner_line(frames, __file__),
@@ -194,7 +193,7 @@ def test_watchdog_says_where_the_main_thread_waits_and_exits(tmp_path):
     """)
     assert p.returncode == 3, p.stderr
     events = [rankkit.parse(line) for line in p.stdout.splitlines()]
-    where = "rank.py:11 in wait_for_peer: time.sleep(30)  # never answered"
+    where = "rank.py:10 in wait_for_peer: time.sleep(30)  # never answered"
     assert events == [{"ev": "stuck", "case": 8, "where": where, "thread": events[0]["thread"]}]
     assert events[0]["thread"] != "MainThread"
 

@@ -73,7 +73,7 @@ def test_every_case_applies_and_every_file_is_used():
 
 
 def test_reference_rank_groups_matches_design_example():
-    # DESIGN.md: 8 ranks, tp=4, dp=2
+    # the exercise's own example: 8 ranks, tp=4, dp=2
     g = grid.reference_rank_groups(8, tp=4, dp=2)
     assert g["tp"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert g["dp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]

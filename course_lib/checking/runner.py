@@ -72,14 +72,15 @@ class Launch:
         elif kind in ("done", "relaunch"):
             setattr(self, kind, True)
 
-    def close(self, result) -> list:
-        """After the launch: each case that some rank started but not every rank finished says why."""
-        self.result, unfinished = result, []
+    def close(self, result) -> None:
+        """After the launch: a case in which some rank's deadline fired hung (a rank that gave its verdict may have
+        waited for a stuck partner, and ended first); one that not every rank finished otherwise says how it ended."""
+        self.result = result
         for rec in self.records.values():
-            if len(rec.verdicts) < self.world:
-                rec.ended = "hung" if rec.stuck or result.timed_out else self.how_it_ended()
-                unfinished.append(rec)
-        return unfinished
+            if rec.stuck or len(rec.verdicts) < self.world and result.timed_out:
+                rec.ended = "hung"
+            elif len(rec.verdicts) < self.world:
+                rec.ended = self.how_it_ended()
 
     def how_it_ended(self) -> str:
         res = self.result

@@ -53,23 +53,32 @@ def only_others(rec) -> bool:
 
 
 def describe(rec, hang_hint: str) -> str:
-    """The message of one failed case: the first rank's own error (and which others failed or did not return),
-    or the hang with where each rank waited, or how the launch ended."""
+    """The message of one failed case: a rank's exception first (a partner waiting on that rank is its
+    consequence), else a hang with where each rank waited (and what the ranks that returned got wrong), else the
+    first rank's own failure, else how the launch ended."""
     bad = {r: v for r, v in sorted(rec.verdicts.items()) if not v["ok"]}
     own = {r: v for r, v in bad.items() if not v.get("other")} or bad
     missing = sorted(set(range(rec.world)) - set(rec.verdicts))
     head = f"{rec.label}: " if rec.label else ""
-    if rec.ended == "hung" and all(v.get("kind") == "peer_gone" for v in own.values()):
-        # the ranks that saw a partner's connection close waited too: the hang is the fault, not the closed socket
-        return hang(rec, head, sorted(missing + list(own)), own, hang_hint)
+    if rec.ended == "hung" and not any(v.get("kind") == "error" for v in own.values()):
+        # ranks that saw a partner's connection close waited too: the hang is the fault, not the closed socket
+        gone = {r: v for r, v in own.items() if v.get("kind") == "peer_gone"}
+        wrong = {r: v for r, v in own.items() if r not in gone}
+        return hang(rec, head, sorted(missing + list(gone)), gone, hang_hint) + (
+            "\n" + first_of(wrong, "") if wrong else "")
     if own:
-        r0, v = next(iter(own.items()))
-        who = f"rank {r0}" if len(own) == 1 else f"ranks {sorted(own)} (rank {r0} shown)"
-        msg = f"{head}{who}: {v['message']}"
+        msg = first_of(own, head)
         if missing:
             msg += f"\nranks {missing} did not return (waiting on a partner that gave up)"
         return msg
     return f"{head}{rec.ended}"
+
+
+def first_of(verdicts: dict, head: str) -> str:
+    """'HEAD rank 1: message' (or 'ranks [0, 1] (rank 0 shown): ...') for the lowest failing rank."""
+    r0, v = next(iter(verdicts.items()))
+    who = f"rank {r0}" if len(verdicts) == 1 else f"ranks {sorted(verdicts)} (rank {r0} shown)"
+    return f"{head}{who}: {v['message']}"
 
 
 def hang(rec, head: str, ranks: list[int], gone: dict, hint: str) -> str:

@@ -24,6 +24,7 @@ from course_lib import checking
 from course_lib.checking.case import Case, Fail, need
 from course_lib.checking.learner import error_where
 from course_lib.ckpt import audit
+from course_lib.ckpt.compare import file_hash
 from course_lib.ckpt.curves import RANK_ENV
 from course_lib.core.rankkit import exit_now
 from course_lib.core.report import Report
@@ -50,11 +51,10 @@ def check(path: str, timeout: float = 240, resume: bool = True, call_timeout: fl
     start, path = time.monotonic(), str(path)
     with warm.session(RANK_ENV), tempfile.TemporaryDirectory(prefix="ckpt-check-") as tmp:
         # one fork server for the ranks, the reference and the torchrun runs
-        records, load, general = runner.run_worlds("ckpt", SPEC, path, WORLDS, timeout, call_timeout,
-                                                   cwd=tmp)
-        report = checking.report("ckpt", SPEC, path, records, load, general, start,
+        records, unloadable, general = runner.run_worlds("ckpt", SPEC, path, WORLDS, timeout, call_timeout, cwd=tmp)
+        report = checking.report("ckpt", SPEC, path, records, unloadable, general, start,
                                  judge=functools.partial(summarise, snapshot=Path(tmp) / SNAPSHOT))
-        if load is not None:
+        if unloadable is not None:
             return report
         by = {rec.item: rec for rec in records}
         if resume and (failure(by, "save") or failure(by, "load")):
@@ -180,11 +180,6 @@ def snapshot_of(model, optimizer, scheduler) -> dict:
             "optimizer": copy.deepcopy(optimizer.state_dict()), "scheduler": copy.deepcopy(scheduler.state_dict())}
 
 
-def file_hash(path) -> str | None:
-    from course_lib.ckpt.compare import file_hash as sha
-    return sha(path)
-
-
 # ---- the verdicts (in the checker) -----------------------------------------------------------------------------
 PHASES = {"save": "save", "load": "load", "crash": "crash-save"}
 
@@ -196,7 +191,8 @@ def failure(by: dict, case: str) -> str | None:
         return None
     bad = [v for _, v in sorted(rec.verdicts.items()) if not v["ok"] and not v.get("other")]
     if rec.ended == "hung" and all(v.get("kind") == "peer_gone" for v in bad):
-        rank = min(set(rec.stuck) - set(rec.verdicts), default=min(set(range(WORLD)) - set(rec.verdicts)))
+        silent = set(range(WORLD)) - set(rec.verdicts)
+        rank = min(set(rec.stuck) & silent or silent or set(rec.stuck))
         at = f" at {rec.stuck[rank]}" if rec.stuck.get(rank) else ""
         return (f"{PHASES[case]}_snapshot did not return on rank {rank} within {rec.seconds:.0f} s{at}: "
                 "a collective that not every rank calls waits forever")

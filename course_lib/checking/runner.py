@@ -93,8 +93,15 @@ class Launch:
 
     def failure(self) -> str:
         """The worker itself failed outside any case (an import of torch, a crash)."""
-        lines = [line for r in sorted(self.other) for line in self.other[r]][-8:]
-        return "\n".join([f"the check run on {self.world} ranks failed: {self.result.summary()}", *lines])
+        return worker_failed(self.world, self.result, self.other)["message"]
+
+
+def worker_failed(nprocs: int, result, lines: dict) -> dict:
+    """The verdict of a check run whose worker itself failed: the launch's summary and the last 8 lines the ranks
+    printed that are not markers (``lines``: rank -> its lines)."""
+    tail = [line for r in sorted(lines) for line in lines[r] if parse(line) is None][-8:]
+    return {"case": "worker", "item": None, "rank": 0, "ok": False,
+            "message": "\n".join([f"the check run on {nprocs} ranks failed: {result.summary()}", *tail])}
 
 
 def launch_once(exercise: str, spec, paths: list, world: int, timeout: float, case_timeout: float, stop=None,

@@ -26,7 +26,7 @@ from course_lib.core import launch as launch_module
 from course_lib.core.paths import course_root
 from course_lib.registry import get
 
-CHECKERS = ("ddp", "allreduce", "tp")
+CHECKERS = ("ddp", "allreduce", "tp")    # the default; any exercise with a checker on the command line
 
 
 def torch_import_seconds(repeats: int = 3) -> float:
@@ -116,6 +116,19 @@ def row(r: dict) -> str:
             f"{r['ranks']:5d} "
             f"{r['startup_s']:17.1f} {r['in_ranks_s']:10.1f} {r['checker_s']:9.1f}  "
             f"{'all passed' if r['passed'] else 'FAILED (the solution should pass)'}")
+
+
+def add_arguments(p):
+    from course_lib.registry import EXERCISES
+    p.add_argument("--checkers", nargs="+", choices=[e for e in EXERCISES if e != "sbatch"], default=None,
+                   help=f"which checkers (default {' '.join(CHECKERS)}; sbatch submits a job, it is not timed here)")
+    p.add_argument("--start", choices=("warm", "cold", "both"), default="warm",
+                   help="ranks forked from a server that imported torch (warm, the default), fresh interpreters "
+                        "(cold, as with COURSE_WARM=0), or both, row by row")
+
+
+def run(args) -> int:
+    return run_checks(args)
 
 
 def run_checks(args) -> int:

@@ -1,4 +1,4 @@
-"""Check a learner's exercise file: ``course check ddp|allreduce|tp|ckpt PATH``.
+"""Check a learner's exercise file: course check EXERCISE PATH (the exercises are the registry's).
 
 Prints one verdict per step or function. Exit codes: 0 all passed, 1 something failed, 2 bad input
 (no such file, a Slurm job that gave no report); errors go to stderr.
@@ -45,8 +45,9 @@ def check(exercise: str, path, engine: str | None = None, **kwargs):
 
 
 def add_arguments(p):
-    p.add_argument("exercise", choices=list(EXERCISES))
-    p.add_argument("path", help="the learner's file, e.g. exercises/02_ddp/mnist_classify_ddp.py")
+    p.add_argument("exercise", choices=list(EXERCISES), metavar="EXERCISE",
+                   help="; ".join(f"{e.name}: {e.file}" for e in EXERCISES.values()))
+    p.add_argument("path", help=f"the learner's file, e.g. exercises/{EXERCISES['ddp'].file}")
     p.add_argument("--timeout", type=float, default=None,
                    help="deadline in seconds for each multi-process run of the check")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")

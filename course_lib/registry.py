@@ -1,4 +1,4 @@
-"""The exercises of the course, in one place: name -> file, checker, notebook, how to recognise a stray file.
+"""The exercises of the course, in one place: name -> file, checker or cases, notebook, how to recognise a stray file.
 
 ``check``, ``grade``, ``release``, ``bench`` and the notebooks look exercises up here; nothing else lists them.
 """
@@ -13,15 +13,22 @@ from pathlib import PurePath
 @dataclass(frozen=True)
 class Exercise:
     name: str            # what the commands call it: course check NAME
-    file: str            # the same path under exercises/ and solutions/ (DESIGN.md)
-    checker: str         # module with ``check(path, **options) -> Report``
+    file: str            # the same path under exercises/ and solutions/
+    checker: str         # module with ``check(path, **options) -> Report``: its own, or a cases module (``cases``)
     notebook: str        # the notebook that teaches it
     name_tokens: tuple   # a lone file whose name holds one of these is this exercise
     defines: str         # ... else a file whose text matches this regex
+    cases: bool = False  # ``checker`` holds cases that course_lib.checking runs (README: "Add an exercise")
 
     def check(self, path, **options):
         """Run this exercise's checker on ``path``; returns a course_lib.core.report.Report."""
         return importlib.import_module(self.checker).check(str(path), **options)
+
+    def cases_module(self):
+        """The module of this exercise's cases (``ITEMS``, ``FILE``, ``GUARD``, ``cases(world)``)."""
+        if not self.cases:
+            raise ValueError(f"{self.name} has a checker of its own, not a cases module")
+        return importlib.import_module(self.checker)
 
     def recognises_name(self, filename: str) -> bool:
         """A word of the file's name is one of the tokens, or the name holds a long one (mnist_v2, tensor_par)."""
@@ -36,16 +43,16 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
              ("ddp", "mnist"), r"DistributedDataParallel|def\s+train\s*\("),
     Exercise("sbatch", "03_jobs/ddp.sbatch", "course_lib.sbatch.check", "03_launching_jobs",
              ("sbatch",), r"(?m)^#SBATCH"),
-    Exercise("allreduce", "05_allreduce/allreduce.py", "course_lib.allreduce.check", "05_allreduce_algorithms",
-             ("allreduce",), r"def\s+ring_allreduce"),
-    Exercise("tp", "06_tensor_parallel/tp.py", "course_lib.tp.check", "06_tensor_parallelism",
-             ("tp", "tensor"), r"class\s+ColumnParallelLinear"),
+    Exercise("allreduce", "05_allreduce/allreduce.py", "course_lib.allreduce.cases", "05_allreduce_algorithms",
+             ("allreduce",), r"def\s+ring_allreduce", cases=True),
+    Exercise("tp", "06_tensor_parallel/tp.py", "course_lib.tp.cases", "06_tensor_parallelism",
+             ("tp", "tensor"), r"class\s+ColumnParallelLinear", cases=True),
     Exercise("ownddp", "10_own_ddp/own_ddp.py", "course_lib.owndp.check", "10_write_ddp_yourself",
              ("ownddp", "own_ddp"), r"class\s+BucketedDDP"),
-    Exercise("ckpt", "08_checkpoint/snapshot.py", "course_lib.ckpt.check", "08_checkpoint_restart",
-             ("ckpt", "checkpoint", "snapshot"), r"def\s+save_snapshot\s*\("),
-    Exercise("zero", "09_zero/zero.py", "course_lib.zero.check", "09_sharded_data_parallel",
-             ("zero",), r"class\s+ZeroOptimizer"),
+    Exercise("ckpt", "08_checkpoint/snapshot.py", "course_lib.ckpt.cases", "08_checkpoint_restart",
+             ("ckpt", "checkpoint", "snapshot"), r"def\s+save_snapshot\s*\(", cases=True),
+    Exercise("zero", "09_zero/zero.py", "course_lib.zero.cases", "09_sharded_data_parallel",
+             ("zero",), r"class\s+ZeroOptimizer", cases=True),
 )}
 
 

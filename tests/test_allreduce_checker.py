@@ -10,8 +10,9 @@ from allreduce_faulty.cases import CASES
 from conftest import live_processes
 from faulty import ids
 
-from course_lib.allreduce import worker
-from course_lib.allreduce.check import FUNCTIONS, check
+from course_lib.allreduce import cases as worker
+from course_lib.allreduce.cases import FUNCTIONS, check
+from course_lib.checking import worker as rank_worker
 
 ROOT = Path(__file__).resolve().parent.parent
 FAULTY = ROOT / "tests" / "allreduce_faulty"
@@ -31,7 +32,7 @@ def test_every_case_applies_and_every_file_is_used():
 
 def test_cases_cover_the_edges():
     for world in (1, 2, 3, 5):
-        cases = worker.cases(world)
+        cases = worker.shapes(world)
         counts = {c["shape"][0] for c in cases if len(c["shape"]) == 1}
         assert {0, 1, max(world - 1, 0), world + 1, worker.PRIME, worker.BIG} <= counts
         assert {c["dtype"] for c in cases} == {"float32", "float64", "int64"}
@@ -54,22 +55,23 @@ def test_diagnose_names_the_mistake():
 def test_a_closed_connection_after_a_hang_is_reported_as_the_hang():
     """On a loaded machine the stuck ranks' watchdogs can end them before the last rank's fires; that rank then
     sees a closed connection (CI: tree_pow2_only at W=3). The verdict is the deadlock, with where each waited."""
-    from course_lib.allreduce.check import Run, _case_failure
+    from course_lib.checking.runner import CaseRecord
+    from course_lib.checking.summary import describe
 
-    key = ("tree_allreduce", 0)
     gone = "raised DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed. (at allreduce.py:122)"
-    assert worker.peer_gone(RuntimeError(gone)) and not worker.peer_gone(ValueError("Invalid destination rank"))
-    run = Run(labels={key: "W=3, 1,009 elements, float32"}, begun={key: {0, 1, 2}},
-              results={key: {2: {"ok": False, "kind": "peer_gone", "msg": gone, "where": "allreduce.py:122"}}},
-              stuck={key: {0: {"where": "allreduce.py:124"}, 1: {"where": "allreduce.py:124"}}})
-    msg = _case_failure(run, "tree_allreduce", 3)
+    assert rank_worker.peer_gone(RuntimeError(gone))
+    assert not rank_worker.peer_gone(ValueError("Invalid destination rank"))
+    rec = CaseRecord("tree_allreduce:0@3", "tree_allreduce", "W=3, 1,009 elements, float32", 3, started={0, 1, 2},
+                     verdicts={2: {"ok": False, "kind": "peer_gone", "message": gone, "where": "allreduce.py:122"}},
+                     stuck={0: "allreduce.py:124", 1: "allreduce.py:124"}, seconds=10, ended="hung")
+    msg = describe(rec, "hint")
     assert re.search(r"W=3.*deadlock.*ranks \[0, 1, 2\]", msg) and "rank 1 was waiting at allreduce.py:124" in msg
     assert "rank 2 was waiting at allreduce.py:122 (until its partner's connection closed)" in msg, msg
     # a rank's own error stays the reason, and so does a closed connection where no partner was stuck
-    run.results[key][2]["kind"] = "error"
-    assert _case_failure(run, "tree_allreduce", 3).startswith("W=3, 1,009 elements, float32: rank 2: raised")
-    run.results[key][2]["kind"], run.stuck = "peer_gone", {}
-    assert "deadlock" not in _case_failure(run, "tree_allreduce", 3)
+    rec.verdicts[2]["kind"] = "error"
+    assert describe(rec, "hint").startswith("W=3, 1,009 elements, float32: rank 2: raised")
+    rec.verdicts[2]["kind"], rec.stuck, rec.ended = "peer_gone", {}, "a rank exited during the case"
+    assert "deadlock" not in describe(rec, "hint")
 
 
 def test_solution_passes():
@@ -112,4 +114,4 @@ def test_faulty_submission_is_caught(tmp_path, case):
         pattern = case.pattern(fn, text) if fn in case.expect else ""
         assert got[fn].result == result, f"{fn}: {report.text()}"
         assert re.search(pattern, got[fn].message, re.S), f"{fn}: {got[fn].message}"
-    assert not live_processes(worker.__name__, str(path)), "a worker process survived the check"
+    assert not live_processes(rank_worker.__name__, str(path)), "a worker process survived the check"

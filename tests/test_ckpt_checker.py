@@ -13,7 +13,7 @@ from ckpt_faulty.cases import CASES
 from conftest import live_processes
 from faulty import ids
 
-from course_lib.ckpt import check as ckpt_check
+from course_lib.ckpt import cases as ckpt_check
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "08_checkpoint" / "snapshot.py"

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from conftest import live_processes
 
-from course_lib.ckpt import check as ckpt_check
 from course_lib.ckpt import curves, train
+from course_lib.ckpt import resume as ckpt_check
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "08_checkpoint" / "snapshot.py"

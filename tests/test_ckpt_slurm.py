@@ -16,8 +16,8 @@ import time
 import pytest
 from conftest import ROOT, live_processes
 
-from course_lib.ckpt import check as ckpt_check
 from course_lib.ckpt import curves, requeue
+from course_lib.ckpt import resume as ckpt_check
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 STEP_SECONDS = 1.0        # 24 steps: about 24 s of training; after the step that triggers USR1, 20 s are left

@@ -1,4 +1,5 @@
-"""course_lib.core's toolkit: process trees (proc), atomic writes (atomic), the rank-process kit (rankkit)."""
+"""course_lib.core's toolkit: process trees (proc), atomic writes (atomic), the rank-process kit (rankkit), and the
+checking harness's parts that run inside a rank (learner, watchdog, guard)."""
 import json
 import os
 import signal
@@ -12,6 +13,8 @@ import psutil
 import pytest
 from conftest import ROOT
 
+from course_lib.checking import learner, watchdog
+from course_lib.checking.runner import Launch
 from course_lib.core import atomic, proc, rankkit
 from course_lib.core.loader import import_path
 
@@ -150,14 +153,14 @@ def test_learner_line_points_at_the_learners_file(tmp_path):
     with pytest.raises(ValueError) as info:
         module.ring("{")
     frames = traceback.extract_tb(info.tb)   # innermost frames are json's: the learner's line is the one wanted
-    assert rankkit.learner_line(frames, str(path)) == "allreduce.py:4 in ring: return json.loads(x)  # the bug"
-    assert rankkit.error_where(info.value, str(path)) == "allreduce.py:4 in ring: return json.loads(x)  # the bug"
-    assert rankkit.learner_line(frames, str(tmp_path / "other.py")) == ""
+    assert learner.learner_line(frames, str(path)) == "allreduce.py:4 in ring: return json.loads(x)  # the bug"
+    assert learner.error_where(info.value, str(path)) == "allreduce.py:4 in ring: return json.loads(x)  # the bug"
+    assert learner.learner_line(frames, str(tmp_path / "other.py")) == ""
     bad = tmp_path / "bad.py"
     bad.write_text("x = 1\ndef f(:\n")
     with pytest.raises(SyntaxError) as info:
         import_path(str(bad), "learner_toolkit_bad")
-    assert rankkit.error_where(info.value, str(bad)) == "bad.py:2: def f(:"
+    assert learner.error_where(info.value, str(bad)) == "bad.py:2: def f(:"
 
 
 # ---- rankkit: in a real rank process --------------------------------------------------------------------------
@@ -171,16 +174,16 @@ def run_script(tmp_path, body: str, timeout: float = 60) -> subprocess.Completed
 def test_watchdog_says_where_the_main_thread_waits_and_exits(tmp_path):
     p = run_script(tmp_path, """
         import sys, threading, time
-        from course_lib.core import rankkit
+        from course_lib.checking import learner, watchdog; from course_lib.core import rankkit  # noqa: E702
 
         def stuck(frames, case):
-            rankkit.emit("stuck", case=case, where=rankkit.learner_line(frames, __file__),
+            rankkit.emit("stuck", case=case, where=learner.learner_line(frames, __file__),
                          thread=threading.current_thread().name)
 
         def wait_for_peer():
             time.sleep(30)  # never answered
 
-        dog = rankkit.Watchdog(0.5, stuck)
+        dog = watchdog.Watchdog(0.5, stuck)
         dog.arm(7)
         dog.disarm()          # a finished case does not fire
         time.sleep(0.8)
@@ -197,19 +200,21 @@ def test_watchdog_says_where_the_main_thread_waits_and_exits(tmp_path):
 
 def test_watchdog_counts_a_cores_share_so_a_busy_machine_does_not_make_a_hang(tmp_path):
     # a quarter of a core (8 runnable processes on 2 cores): 0.4 s of work takes at least 1.6 s of wall time
-    after = _watchdog_fires_after(tmp_path, "rankkit.core_share = lambda: 0.25", 0.4)
-    assert after >= 1.6 - 2 * rankkit.Watchdog.TICK, after
+    after = _watchdog_fires_after(tmp_path, "watchdog.core_share = lambda: 0.25", 0.4)
+    assert after >= 1.6 - 2 * watchdog.Watchdog.TICK, after
 
 
 def _watchdog_fires_after(tmp_path, setup: str, seconds: float) -> float:
-    """Seconds until a Watchdog(seconds) fires in a fresh process after ``setup`` (code run with rankkit imported)."""
+    """Seconds until a Watchdog(seconds) fires in a fresh process after ``setup`` (run with rankkit and watchdog
+    imported)."""
     p = run_script(tmp_path, f"""
         import threading, time
+        from course_lib.checking import watchdog
         from course_lib.core import rankkit
 
         {setup}
         start = time.monotonic()
-        dog = rankkit.Watchdog({seconds}, lambda frames: rankkit.emit("stuck", after=time.monotonic() - start))
+        dog = watchdog.Watchdog({seconds}, lambda frames: rankkit.emit("stuck", after=time.monotonic() - start))
         dog.arm()
         time.sleep(30)
     """)
@@ -228,8 +233,8 @@ def test_watchdog_keeps_time_when_its_thread_wakes_late(tmp_path):
         "                    return super().wait()\n"
         "                time.sleep(3 * timeout)\n"
         "                return self.is_set()\n"
-        "        rankkit.threading.Event = Starved\n"
-        "        rankkit.core_share = lambda: 1.0")
+        "        watchdog.threading.Event = Starved\n"
+        "        watchdog.core_share = lambda: 1.0")
     after = _watchdog_fires_after(tmp_path, starved, 1.0)
     assert 1.0 <= after < 2.5, after   # four late wake-ups of 0.3 s (counting ticks: ten, 3 s or more)
 
@@ -238,36 +243,36 @@ def test_core_share_is_cores_over_the_load(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     for load, share in ((0.0, 1.0), (1.5, 1.0), (2.0, 1.0), (4.0, 0.5), (8.0, 0.25)):
         monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, 0.0, 0.0))
-        assert rankkit.core_share() == share, load
+        assert watchdog.core_share() == share, load
 
     def unreadable():
         raise OSError("no load average here")
     monkeypatch.setattr(os, "getloadavg", unreadable)
-    assert rankkit.core_share() == 1.0   # the plain wall clock
+    assert watchdog.core_share() == 1.0   # the plain wall clock
     monkeypatch.undo()
-    assert 0 < rankkit.core_share() <= 1
+    assert 0 < watchdog.core_share() <= 1
 
 
 GUARD = """
 import json, os, tempfile
 import torch, torch.distributed as dist
-from course_lib.core import rankkit
+from course_lib.checking import guard as cg
 
 store = os.path.join(tempfile.mkdtemp(), "store")
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
 out = {}
-with rankkit.CollectiveGuard(["all_reduce", "broadcast", "no_such_function"]) as guard:
+with cg.CollectiveGuard(["all_reduce", "broadcast", "no_such_function"]) as guard:
     from torch.distributed import all_reduce      # what a learner's file binds at import
     try:
         all_reduce(torch.ones(2))
-    except rankkit.ForbiddenCollective as e:
+    except cg.ForbiddenCollective as e:
         out["forbidden"] = [str(e), e.name]
     out["used"] = guard.used
     t = torch.ones(2)
     guard.original("all_reduce")(t)               # the checker's own call goes through
     out["original"] = t.tolist()
 out["restored"] = dist.all_reduce is guard.original("all_reduce").__wrapped__
-with rankkit.CollectiveGuard(["all_reduce", "all_gather"], mode="count") as counter:
+with cg.CollectiveGuard(["all_reduce", "all_gather"], mode="count") as counter:
     t = torch.ones(3)
     dist.all_reduce(t)
     torch.distributed.distributed_c10d.all_reduce(t)
@@ -287,7 +292,7 @@ import json, os, tempfile
 import torch, torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.distributed_c10d import _get_default_group
-from course_lib.core import rankkit
+from course_lib.checking import guard as cg
 
 store = os.path.join(tempfile.mkdtemp(), "store")
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
@@ -302,20 +307,20 @@ ways = {"group.WORLD": lambda t: dist.group.WORLD.allreduce([t]).wait(),
 out = {"forbid": {}, "count": {}}
 for way, call in ways.items():
     name = "broadcast" if way == "torch.ops.c10d" else "all_reduce"
-    with rankkit.CollectiveGuard([name]) as guard:
+    with cg.CollectiveGuard([name]) as guard:
         try:
             call(torch.ones(2))
             out["forbid"][way] = "not seen"
-        except rankkit.ForbiddenCollective as e:
+        except cg.ForbiddenCollective as e:
             out["forbid"][way] = e.name
-    with rankkit.CollectiveGuard([name], mode="count") as counter:
+    with cg.CollectiveGuard([name], mode="count") as counter:
         call(torch.ones(2))
         out["count"][way] = counter.take()
-with rankkit.CollectiveGuard(["all_reduce"]) as guard:   # point-to-point and the checker's own calls pass
+with cg.CollectiveGuard(["all_reduce"]) as guard:   # point-to-point and the checker's own calls pass
     t = torch.ones(2)
     guard.original("all_reduce")(t)
     out["own"] = guard.used
-with rankkit.CollectiveGuard(["all_reduce"], mode="count") as counter:
+with cg.CollectiveGuard(["all_reduce"], mode="count") as counter:
     dist.barrier()                                            # not a counted name
     out["barrier"] = counter.take()
 dist.destroy_process_group()
@@ -348,25 +353,28 @@ def test_worker_failed_names_the_run_and_keeps_the_learners_last_lines():
         def summary(self):
             return "rank 1 failed first (exit codes: rank 0: stopped, rank 1: 7)"
 
-    marker = rankkit.PREFIX + '{"ev": "case", "case": "f@2"}'
-    lines = {1: ["b1", marker], 0: ["a1", "a2"] + [f"x{i}" for i in range(9)]}
-    v = rankkit.worker_failed(2, Result(), lines)
-    assert v["case"] == "worker" and v["ok"] is False
-    assert v["message"].startswith("the check run on 2 ranks failed: rank 1 failed first")
-    assert v["message"].splitlines()[1:] == ["x2", "x3", "x4", "x5", "x6", "x7", "x8", "b1"]   # ranks in order
+    marker = rankkit.PREFIX + '{"ev": "start", "case": "f@2", "item": "f", "label": ""}'
+    run = Launch(2, 10.0)
+    for rank, lines in ((1, ["b1", marker]), (0, ["a1", "a2"] + [f"x{i}" for i in range(9)])):
+        for line in lines:
+            run.on_line(rank, line)
+    run.result = Result()
+    message = run.failure()
+    assert message.startswith("the check run on 2 ranks failed: rank 1 failed first")
+    assert message.splitlines()[1:] == ["x2", "x3", "x4", "x5", "x6", "x7", "x8", "b1"]   # ranks in order
 
 
 def test_explain_points_at_the_learners_file(tmp_path):
-    learner = tmp_path / "mine.py"
-    learner.write_text("def f():\n    raise ValueError('bad shape\\nmore')\n\n\n"
+    mine = tmp_path / "mine.py"
+    mine.write_text("def f():\n    raise ValueError('bad shape\\nmore')\n\n\n"
                        "def g():\n    raise NotImplementedError\n")
     ns = {}
-    exec(compile(learner.read_text(), str(learner), "exec"), ns)
+    exec(compile(mine.read_text(), str(mine), "exec"), ns)
     for call, want in ((ns["f"], "ValueError: bad shape (tp.py line 2, in f)"),
                        (ns["g"], "not written yet: NotImplementedError (tp.py line 6, in g)")):
         with pytest.raises(Exception) as info:
             call()
-        assert rankkit.explain(info.value, str(learner), "tp.py") == want
+        assert learner.explain(info.value, str(mine), "tp.py") == want
 
 
 def test_a_skipped_item_shows_as_not_run_and_never_counts_as_passed():

@@ -13,7 +13,8 @@ from conftest import live_processes
 from faulty import ids
 from tp_faulty.cases import CASES
 
-from course_lib.tp import check as tp_check
+from course_lib.tp import cases as tp_check
+from course_lib.tp import grid
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "06_tensor_parallel" / "tp.py"
@@ -72,19 +73,19 @@ def test_every_case_applies_and_every_file_is_used():
 
 
 def test_reference_rank_groups_matches_design_example():
-    # DESIGN.md: 8 ranks, tp=4, dp=2
-    g = tp_check.reference_rank_groups(8, tp=4, dp=2)
+    # the exercise's own example: 8 ranks, tp=4, dp=2
+    g = grid.reference_rank_groups(8, tp=4, dp=2)
     assert g["tp"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert g["dp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert g["cp"] == [[r] for r in range(8)]
     # dp fastest: consecutive ranks are data-parallel replicas
-    g = tp_check.reference_rank_groups(8, tp=2, dp=4, order="dp-tp-cp-pp")
+    g = grid.reference_rank_groups(8, tp=2, dp=4, order="dp-tp-cp-pp")
     assert g["dp"] == [[0, 1, 2, 3], [4, 5, 6, 7]] and g["tp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
 def test_reference_rank_groups_partition_every_case():
-    for world, tp, dp, cp, pp, order in tp_check.rank_group_cases():
-        g = tp_check.reference_rank_groups(world, tp=tp, dp=dp, cp=cp, pp=pp, order=order)
+    for world, tp, dp, cp, pp, order in grid.rank_group_cases():
+        g = grid.reference_rank_groups(world, tp=tp, dp=dp, cp=cp, pp=pp, order=order)
         for kind, size in (("tp", tp), ("dp", dp), ("cp", cp), ("pp", pp)):
             assert sorted(r for grp in g[kind] for r in grp) == list(range(world))
             assert all(len(grp) == size for grp in g[kind])

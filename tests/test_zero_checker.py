@@ -15,7 +15,7 @@ from conftest import live_processes
 from faulty import ids
 from zero_faulty.cases import CASES
 
-from course_lib.zero import check as zero_check
+from course_lib.zero import cases as zero_check
 from course_lib.zero.cases import range_problem, reference_range
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from course_lib.core.paths import course_root
 from course_lib.core.rankkit import parse
+from course_lib.registry import get
 
 ALGOS = ("naive", "ring", "tree", "gloo")
 DEFAULT_SIZES = tuple(4 * 2**10 * 4**i for i in range(8))       # 4 KiB, 16 KiB, ..., 64 MiB
@@ -34,7 +35,7 @@ RATIO_FROM = 16 * 2**20          # the goal: ring reaches 0.7 of gloo's busbw fr
 GOAL = 0.7
 WORKER = "course_lib.allreduce.bench_worker"
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}   # one thread per rank: the ranks share the cores
-SOLUTION = course_root() / "solutions" / "05_allreduce" / "allreduce.py"
+SOLUTION = course_root() / "solutions" / get("allreduce").file
 
 
 def parse_size(text: str) -> int:
@@ -203,17 +204,8 @@ def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS,
     return result
 
 
-TOPICS = ("allreduce", "checks")   # what `course bench` can time; checks: course_lib.bench_checks
-
-
 def add_arguments(p):
-    p.add_argument("topic", choices=TOPICS, help="what to benchmark: allreduce (naive, ring, tree against gloo); "
-                   "checks (each checker on its solution against the time to import torch)")
-    p.add_argument("--checkers", nargs="+", choices=("ddp", "allreduce", "tp"), default=None,
-                   help="checks: which checkers (default all three)")
-    p.add_argument("--start", choices=("warm", "cold", "both"), default="warm",
-                   help="checks: ranks forked from a server that imported torch (warm, the default), fresh "
-                        "interpreters (cold, as with COURSE_WARM=0), or both, row by row")
+    """The options of ``course bench allreduce`` (course_lib.bench dispatches the topics)."""
     p.add_argument("path", nargs="?", default=str(SOLUTION),
                    help="the allreduce.py to time (default: the reference solution)")
     p.add_argument("--ranks", type=int, nargs="+", default=None, help="world sizes (default 2 4; --quick: 2)")
@@ -229,10 +221,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    if args.topic == "checks":
-        from course_lib.bench_checks import run_checks
-        return run_checks(args)
-    return {"allreduce": bench_allreduce}[args.topic](args)
+    return bench_allreduce(args)
 
 
 def _error(message: str) -> int:

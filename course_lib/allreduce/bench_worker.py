@@ -15,7 +15,8 @@ import argparse
 import os
 import time
 
-from course_lib.allreduce.worker import watchdog
+from course_lib.checking.learner import learner_line
+from course_lib.checking.watchdog import Watchdog
 from course_lib.core.loader import import_path
 from course_lib.core.rankkit import RankEnvError, emit, exit_now, rank_env
 
@@ -56,8 +57,9 @@ def sane(name, fn, path, rank, world, timeout: float) -> bool:
     import torch.distributed as dist
     x = torch.arange(1009, dtype=torch.float32) * (rank + 1)
     expected = torch.arange(1009, dtype=torch.float32) * (world * (world + 1) // 2)
-    deadline = watchdog(path, timeout)     # a hang: a ``stuck`` marker, and this rank exits
-    deadline.arm(name, -1)
+    deadline = Watchdog(timeout, lambda frames: emit(      # a hang: a ``stuck`` marker, and this rank exits
+        "stuck", fn=name, case=-1, seconds=timeout, where=learner_line(frames, path)))
+    deadline.arm()
     try:
         fn(x)
         ok, why = torch.allclose(x, expected), "wrong sum on a 1,009-element test"

@@ -1,1 +1,1 @@
-"""Tensor parallelism (Megatron): the checker, its rank worker, dp x tp training, plots."""
+"""Tensor parallelism (Megatron): the checker's cases, the reference rank grid, dp x tp training, plots."""

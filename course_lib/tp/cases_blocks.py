@@ -1,8 +1,8 @@
 """Cases for the blocks built from the layers: ParallelMLP (column, GELU, row) and ParallelSelfAttention."""
 from __future__ import annotations
 
+from course_lib.checking.case import Fail, need
 from course_lib.tp.cases_linear import N_IN
-from course_lib.tp.failures import Fail, need
 from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
 
@@ -28,7 +28,7 @@ def _mlp_communication(fwd, bwd):
 
 def case_mlp(c):
     import torch.nn.functional as F
-    cls = need(c.mod, "ParallelMLP")
+    cls = need(c.mod, "ParallelMLP", "tp.py")
     h, ffn = N_IN, 16
     mlp = cls(h, ffn, **c.kw).double()
     if getattr(mlp, "fc1", None) is None or getattr(mlp, "fc2", None) is None:
@@ -74,7 +74,7 @@ def _serial_attention(serial, xs, b, t, h, heads):
 
 
 def case_attention(c):
-    cls = need(c.mod, "ParallelSelfAttention")
+    cls = need(c.mod, "ParallelSelfAttention", "tp.py")
     h, heads, b, t = N_IN, 4, 2, 5
     attn = cls(h, heads, **c.kw).double()
     for nm in ("q", "k", "v", "proj"):

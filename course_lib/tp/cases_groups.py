@@ -1,25 +1,17 @@
 """Cases for the rank grid: ``rank_groups`` (pure Python, one process) and ``init_rank_groups`` (4 ranks)."""
 from __future__ import annotations
 
-from course_lib.tp.failures import Fail, Missing, need
+from course_lib.checking.case import Fail, need
 
 
-def groups_verdict(mod):
-    """The one verdict of rank_groups: every combination of rank_group_cases against the reference grid."""
-    from course_lib.tp.check import rank_group_cases, reference_rank_groups
+def case_rank_groups(c):
+    """rank_groups (pure Python) on every combination of rank_group_cases, against the reference grid."""
+    from course_lib.tp.grid import rank_group_cases, reference_rank_groups
     cases = rank_group_cases()
-    verdict = {"case": "rank_groups", "item": "rank_groups", "rank": 0, "ok": True,
-               "message": f"{len(cases)} (world, tp, dp, cp, pp, order) combinations match Megatron's "
-                          f"RankGenerator, including orders where dp varies fastest"}
-    try:
-        fn = need(mod, "rank_groups")
-        results = [(case, check_one_grid(fn, *case, reference_rank_groups)) for case in cases]
-        diagnose_grids(results, reference_rank_groups)
-    except Fail as e:
-        verdict.update(ok=False, message=str(e))
-    except Missing as e:
-        verdict.update(ok=False, missing=True, message=str(e))
-    return verdict
+    fn = need(c.mod, "rank_groups", "tp.py")
+    diagnose_grids([(case, check_one_grid(fn, *case, reference_rank_groups)) for case in cases], reference_rank_groups)
+    return (f"{len(cases)} (world, tp, dp, cp, pp, order) combinations match Megatron's RankGenerator, including "
+            "orders where dp varies fastest")
 
 
 def _canon(groups):
@@ -110,8 +102,8 @@ def _check_rank_group(call, kind, group, want, rank):
 def case_init_groups(c):
     import torch.distributed as dist
 
-    from course_lib.tp.check import reference_rank_groups
-    fn = need(c.mod, "init_rank_groups")
+    from course_lib.tp.grid import reference_rank_groups
+    fn = need(c.mod, "init_rank_groups", "tp.py")
     world, rank = dist.get_world_size(), dist.get_rank()
     for sizes, order in (({"tp": 2, "dp": world // 2}, "tp-cp-pp-dp"), ({"tp": 2, "dp": world // 2}, "dp-tp-cp-pp")):
         call = f"init_rank_groups(tp={sizes['tp']}, dp={sizes['dp']}, order={order!r})"

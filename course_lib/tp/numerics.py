@@ -1,7 +1,7 @@
 """Tensors for the cases and comparisons with serial: float64, within ``TOL``."""
 from __future__ import annotations
 
-from course_lib.tp.failures import Fail
+from course_lib.checking.case import Fail
 
 TOL = 1e-10
 

@@ -1,11 +1,11 @@
-"""The layout of DESIGN.md: check the shapes of a learner's shards, copy serial weights into them.
+"""The exercise's shard layout (Megatron's): check the shapes of a learner's shards, copy serial weights into them.
 
 Column-parallel: this rank's rows ``[out/tp, in]`` and bias ``[out/tp]``; row-parallel: this rank's
 columns ``[out, in/tp]`` and the whole bias ``[out]``.
 """
 from __future__ import annotations
 
-from course_lib.tp.failures import Fail
+from course_lib.checking.case import Fail
 
 
 def _param(layer, name, cls):
@@ -18,21 +18,33 @@ def _param(layer, name, cls):
     return p
 
 
+# kind -> (the part a rank keeps, its layout, the dimension it is split along, the layout transposed)
+SPLITS = {"column": ("rows", "[out_features/tp, in_features]", "output", "[in_features, out_features/tp]"),
+          "row": ("columns", "[out_features, in_features/tp]", "input", "[in_features/tp, out_features]")}
+
+
+def _weight_shape(w, cls, kind, want, split_wrong, whole):
+    """Fail naming the mistake the weight's shape shows, unless it is ``want``."""
+    part, layout, dim, transposed = SPLITS[kind]
+    if list(w.shape) == want:
+        return
+    shape, keeps = list(w.shape), f"this rank's {part} {layout} = {want}"
+    if shape == split_wrong:
+        other = "input" if dim == "output" else "output"
+        raise Fail(f"{cls}.weight is {shape}: weights split along the {other} dimension instead of the {dim} "
+                   f"dimension; a {kind}-parallel layer keeps {keeps}")
+    if shape == whole:
+        raise Fail(f"{cls}.weight is the whole {shape} on every rank: keep only {keeps}")
+    if shape == want[::-1]:
+        raise Fail(f"{cls}.weight is {shape} = {transposed}: store it as nn.Linear does, {layout} = {want}, "
+                   "and use F.linear")
+    raise Fail(f"{cls}.weight is {shape}; expected {keeps}")
+
+
 def check_column_shapes(layer, n_in, n_out, tp, cls="ColumnParallelLinear"):
-    w, b = _param(layer, "weight", cls), _param(layer, "bias", cls)
     o = n_out // tp
-    shape = list(w.shape)
-    rows = f"[out_features/tp, in_features] = {[o, n_in]}"
-    if shape != [o, n_in]:
-        if shape == [n_out, n_in // tp]:
-            raise Fail(f"{cls}.weight is {shape}: weights split along the input dimension instead of the output "
-                       f"dimension; a column-parallel layer keeps this rank's rows {rows}")
-        if shape == [n_out, n_in]:
-            raise Fail(f"{cls}.weight is the whole {shape} on every rank: keep only this rank's rows {rows}")
-        if shape == [n_in, o]:
-            raise Fail(f"{cls}.weight is {shape} = [in_features, out_features/tp]: store it as nn.Linear does, "
-                       f"{rows}, and use F.linear")
-        raise Fail(f"{cls}.weight is {shape}; expected this rank's rows {rows}")
+    w, b = _param(layer, "weight", cls), _param(layer, "bias", cls)
+    _weight_shape(w, cls, "column", [o, n_in], [n_out, n_in // tp], [n_out, n_in])
     if list(b.shape) != [o]:
         if list(b.shape) == [n_out]:
             raise Fail(f"{cls}.bias is the whole [out_features] = {[n_out]}: a column-parallel layer keeps the part of "
@@ -42,20 +54,9 @@ def check_column_shapes(layer, n_in, n_out, tp, cls="ColumnParallelLinear"):
 
 
 def check_row_shapes(layer, n_in, n_out, tp, cls="RowParallelLinear"):
-    w, b = _param(layer, "weight", cls), _param(layer, "bias", cls)
     i = n_in // tp
-    shape = list(w.shape)
-    columns = f"[out_features, in_features/tp] = {[n_out, i]}"
-    if shape != [n_out, i]:
-        if shape == [n_out // tp, n_in]:
-            raise Fail(f"{cls}.weight is {shape}: weights split along the output dimension instead of the input "
-                       f"dimension; a row-parallel layer keeps this rank's columns {columns}")
-        if shape == [n_out, n_in]:
-            raise Fail(f"{cls}.weight is the whole {shape} on every rank: keep only this rank's columns {columns}")
-        if shape == [i, n_out]:
-            raise Fail(f"{cls}.weight is {shape} = [in_features/tp, out_features]: store it as nn.Linear does, "
-                       f"{columns}, and use F.linear")
-        raise Fail(f"{cls}.weight is {shape}; expected this rank's columns {columns}")
+    w, b = _param(layer, "weight", cls), _param(layer, "bias", cls)
+    _weight_shape(w, cls, "row", [n_out, i], [n_out // tp, n_in], [n_out, n_in])
     if list(b.shape) != [n_out]:
         if list(b.shape) == [n_out // tp]:
             raise Fail(f"{cls}.bias is split ({list(b.shape)}): a row-parallel layer keeps the whole bias "

@@ -119,7 +119,7 @@ def train_parallel(args):
         "fc1": tp.ColumnParallelLinear(784, args.hidden, gather_output=False, group=tp_group),
         "fc2": tp.RowParallelLinear(args.hidden, 10, input_is_parallel=True, group=tp_group),
     }).double()
-    # the serial model's weights, this rank's shard of each (the layout of DESIGN.md)
+    # the serial model's weights, this rank's shard of each (the exercise's layout, Megatron's)
     ref, h = serial_model(args.hidden, args.seed), args.hidden // args.tp
     with torch.no_grad():
         model["fc1"].weight.copy_(ref["fc1"].weight[t * h:(t + 1) * h])

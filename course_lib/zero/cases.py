@@ -1,33 +1,84 @@
-"""The cases of ``course check zero`` for shard_range, reduce_scatter and all_gather (ZeRO itself: zerocase.py).
+"""The cases of ``course check zero`` (course_lib.checking runs them), on W = 2 and 4 real gloo ranks, in order,
+each later piece built on the earlier ones:
 
-Each case gets a ``Ctx`` (worker.py) and runs on every rank; sub-cases end with ``ctx.agree`` so that all
-ranks stop at the same sub-case when one fails (a rank running ahead into the next call would wait forever).
-A case returns a short pass text or raises ``Fail``/``Missing`` with a message in the learner's terms.
+- ``shard_range``: every element of a flat vector owned by exactly one rank, in rank order, no shard longer
+  than ceil(n/W) (also for n < W and n not divisible by W);
+- ``reduce_scatter`` / ``all_gather``: this rank's shard of the sum / every shard in its place, on point-to-point
+  operations only (any collective the learner's code calls is counted and named);
+- ``ZeRO-1`` / ``ZeRO-2`` (zerocase.py): the learner's ZeroOptimizer against torch's DistributedDataParallel, step
+  by step. It runs on the learner's own collectives once those passed, else on the library's (the verdict says
+  which), so a broken ring does not hide a correct optimizer.
+
+Sub-cases end with ``ctx.agree_or_fail`` so that all ranks stop at the same sub-case when one fails (a rank running
+ahead into the next call would wait forever).
 """
 from __future__ import annotations
 
-from course_lib.core import rankkit
+import functools
 
+from course_lib import checking
+from course_lib.checking import case as harness
+from course_lib.checking.case import Case, Fail
+from course_lib.checking.learner import explain as explain_in
+from course_lib.zero.zerocase import case_zero
+
+FILE = LOAD_ITEM = "zero.py"
+LOAD_TEXT = "{file} does not load: {error}{at}"
+ITEMS = ("shard_range", "reduce_scatter", "all_gather", "ZeRO-1", "ZeRO-2")
+WORLDS = (2, 4)
+COUNTED = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single",
+           "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
+           "scatter", "gather")
+GUARD = (COUNTED, "count")
+BUILT_ON = {"reduce_scatter": ("shard_range",), "all_gather": ("shard_range",), "ZeRO-1": ("shard_range",),
+            "ZeRO-2": ("shard_range",)}
+HANG_HINTS = {None: "with gloo a send waits for its matching receive: if every rank sends first, nobody receives. "
+                    "Post both at once (sendrecv, batch_isend_irecv) and check that every send has a receive on the "
+                    "rank it names"}
 TOL = {"float64": (1e-12, 1e-12), "float32": (1e-5, 1e-6)}
 
 
-class Fail(Exception):
-    """A check failed; the message says what is wrong."""
+def check(path, **options):
+    """``course check zero PATH`` from Python: a Report."""
+    return checking.check("zero", path, **options)
 
 
-class Missing(Exception):
-    """The learner's file lacks a name the check needs."""
+def check_many(paths, **options):
+    """``check`` for several files, in one launch per world size (the tests' faulty submissions)."""
+    return checking.check_many("zero", paths, **options)
+
+
+def cases(world: int) -> list[Case]:
+    return [Case(item, item, run, f"W={world}") for item, run in (
+        ("shard_range", case_shard_range), ("reduce_scatter", case_reduce_scatter), ("all_gather", case_all_gather),
+        ("ZeRO-1", functools.partial(case_zero, stage=1)), ("ZeRO-2", functools.partial(case_zero, stage=2)))]
+
+
+class Ctx(harness.Ctx):
+    def shards(self, n):
+        return bounds(self, n)
+
+    def collectives(self):
+        """The learner's own collectives once both passed (in this launch or an earlier one), else the library's."""
+        return "mine" if self.passed.get("reduce_scatter") and self.passed.get("all_gather") else "torch"
+
+
+def pass_text(item: str, recs) -> str:
+    recs = sorted(recs, key=lambda r: r.world)
+    worlds = ", ".join(str(r.world) for r in recs)
+    if not item.startswith("ZeRO"):
+        return f"W={worlds}: {recs[0].verdicts[0]['message']}"
+    ratios = "; ".join(f"W={r.world}: {r.verdicts[0]['figures']['ratio']:.2f}" for r in recs)
+    return f"{recs[-1].verdicts[0]['message'].split(';')[0]}; AdamW state on rank 0 / DDP's: {ratios}"
 
 
 def need(mod, name):
-    if not callable(getattr(mod, name, None)):
-        raise Missing(f"zero.py has no `{name}` (keep the names of the starter file)")
-    return getattr(mod, name)
+    return harness.need(mod, name, FILE)
 
 
 def explain(exc, path):
     """One line for an exception raised by the learner's code, pointing at their zero.py when it can."""
-    return rankkit.explain(exc, path, "zero.py")
+    return explain_in(exc, path, FILE)
 
 
 def reference_range(n, rank, world):

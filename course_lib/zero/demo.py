@@ -94,7 +94,7 @@ def accum_way(way, micro, batch, rank, world):
                 (F.cross_entropy(ddp(xk), yk) / micro).backward()
     opt.step()
     out = ddp.calls, ddp.numbers, torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
-    del ddp   # before the process group goes (DESIGN.md: gloo + DDP at exit)
+    del ddp   # before the process group goes (gloo: a DDP model alive at exit can abort the process)
     return out
 
 

@@ -9,7 +9,7 @@ gradients left after ``step`` (none) and whether it all-reduced the whole gradie
 """
 from __future__ import annotations
 
-from course_lib.zero.cases import Fail, Missing
+from course_lib.checking.case import Fail, Missing
 
 STEPS = 3
 ATOL = 1e-9
@@ -135,7 +135,7 @@ def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
             c.agree_or_fail(problem)
         return state_bytes(zero.optimizer), state_bytes(ref_opt)
     finally:
-        del ref   # drop the DDP model before the process group goes (DESIGN.md: gloo + DDP at exit)
+        del ref   # drop the DDP model before the process group goes (gloo: a live DDP model can abort the exit)
 
 
 def case_zero(c, stage):

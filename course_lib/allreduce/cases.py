@@ -1,0 +1,201 @@
+"""The cases of ``course check allreduce``: each function on W = 1..5 real gloo ranks (course_lib.checking runs them).
+
+Element counts 0, 1, W-1, W+1, a prime and 1,000,003, in float32, float64 and int64, plus a 2-D tensor. A case
+passes when every rank's *input tensor* holds the sum afterwards (exact for integers, to 1e-5 / 1e-12 for float32 /
+float64), without any collective call. A function's first failing case is its verdict, and a failure that may leave
+messages in flight ends the launch (the rest goes on in a fresh one).
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+from course_lib import checking
+from course_lib.checking.case import Case, Fail, Missing
+from course_lib.checking.guard import ForbiddenCollective
+from course_lib.checking.learner import error_where
+from course_lib.checking.worker import peer_gone
+
+FUNCTIONS = ("naive_allreduce", "ring_allreduce", "tree_allreduce")
+ITEMS = FUNCTIONS
+FILE, LOAD_ITEM = "allreduce.py", "import"
+WORLDS = (1, 2, 3, 4, 5)
+CASE_TIMEOUT = 10.0
+PARALLEL = 2          # world sizes side by side: a rank waits for its peers often enough to leave a core free
+STOP_ITEM = FRESH_AFTER_FAILURE = True
+BIG = 1_000_003          # one case per function and world size: large messages
+PRIME = 1009
+# Collectives the learner may not call: each is wrapped while the learner's code runs.
+COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base",
+               "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "barrier", "monitored_barrier",
+               "all_to_all", "all_to_all_single", "scatter", "gather", "all_gather_object", "gather_object",
+               "broadcast_object_list", "scatter_object_list", "all_reduce_coalesced", "all_gather_coalesced")
+GUARD = (COLLECTIVES, "forbid")
+HANG_HINTS = {None: "a send or recv without its partner waits forever. With gloo a send waits for the matching "
+                    "recv, so if every rank sends first nobody receives: post sends and receives together "
+                    "(isend/irecv, batch_isend_irecv) or order them (even ranks send first, odd ranks receive "
+                    "first) -- and check that every send has a recv on the rank it names"}
+
+
+def check(path, **options):
+    """``course check allreduce PATH`` from Python: a Report."""
+    return checking.check("allreduce", path, **options)
+
+
+def cases(world: int) -> list[Case]:
+    """Every function's cases, one function after the other."""
+    return [Case(f"{fn}:{c['index']}", fn, functools.partial(run, fn, c), describe(c, world))
+            for fn in FUNCTIONS for c in shapes(world)]
+
+
+def pass_text(item: str, recs) -> str:
+    worlds = ", ".join(str(w) for w in dict.fromkeys(r.world for r in recs))
+    return f"W={worlds}: element counts 0, 1, W-1, W+1, a prime, 1,000,003 and a 2-D tensor; float32, float64, int64"
+
+
+def shapes(world: int) -> list[dict]:
+    """The cases for one world size, the most telling first: a typical size, then the edges, then big."""
+    counts = [PRIME, world + 1, world - 1, 1, 0]
+    out, seen = [], set()
+    for count in counts:
+        for dtype in ("float32", "float64", "int64"):
+            if (count, dtype) not in seen:
+                seen.add((count, dtype))
+                out.append({"shape": [count], "dtype": dtype})
+    out.append({"shape": [world + 1, 3], "dtype": "float32"})       # a 2-D tensor: elements, not rows
+    out.append({"shape": [BIG], "dtype": "float32"})
+    for i, case in enumerate(out):
+        case["index"] = i
+        case["group_kw"] = i % 2 == 1     # every other call passes group=None explicitly
+    return out
+
+
+def describe(case: dict, world: int) -> str:
+    shape = case["shape"]
+    size = (f"{shape[0]:,} element{'s' if shape[0] != 1 else ''}" if len(shape) == 1
+            else f"a 2-D tensor of shape {tuple(shape)}")
+    return f"W={world}, {size}, {case['dtype']}"
+
+
+# ---- inputs and expected sums -------------------------------------------------------------------------
+
+def make_input(case: dict, rank: int):
+    """Rank ``rank``'s input: random, different on every rank, the same wherever it is made."""
+    import torch
+    g = torch.Generator().manual_seed(1000 * case["index"] + rank + 1)
+    shape, dtype = case["shape"], getattr(torch, case["dtype"])
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype)
+    # beyond 2**24 and 2**53 / W: a sum done in float32 or float64 is not exact
+    return torch.randint(-2**55, 2**55, shape, generator=g, dtype=torch.int64)
+
+
+def tolerance(dtype):
+    import torch
+    return {torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12)}.get(dtype, (0.0, 0.0))
+
+
+def fmt(values) -> str:
+    vals = values.tolist()
+    return "[" + ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in vals) + "]"
+
+
+def diagnose(got, expected, original, world: int) -> str:
+    """What is wrong with ``got`` (this rank's tensor after the call), in words a learner can act on."""
+    import torch
+    if got.dtype.is_floating_point:
+        rtol, atol = tolerance(got.dtype)
+        g, e = got.double().reshape(-1), expected.double().reshape(-1)
+        bad = ~torch.isclose(g, e, rtol=rtol, atol=atol)
+    else:
+        g, e = got.reshape(-1), expected.reshape(-1)
+        bad = g != e
+    idx = bad.nonzero().reshape(-1)
+    n = g.numel()
+    first = int(idx[0])
+    lo, hi = max(0, first - 1), min(n, first + 3)
+    where = (f"{len(idx)} of {n} elements wrong (indices {int(idx[0])}..{int(idx[-1])}); "
+             f"at [{lo}:{hi}] expected {fmt(e[lo:hi])}, got {fmt(g[lo:hi])}")
+    hints = []
+    o = original.reshape(-1)
+    if torch.equal(got.reshape(-1), o):
+        hints.append("the tensor still holds this rank's input: either the sum never comes back to this rank, "
+                     "or it is not written into the tensor in place (`tensor += buf`, `tensor.copy_(...)`, "
+                     "`dist.recv(tensor, ...)`; `tensor = tensor + buf` only rebinds a local name)")
+    elif world > 1 and got.dtype.is_floating_point and torch.allclose(g, e / world, rtol=1e-4, atol=1e-6):
+        hints.append(f"this is the mean: all-reduce(sum) must not divide by W={world}")
+    elif got.dtype == torch.float64 and torch.allclose(g, e, rtol=1e-5, atol=1e-5):
+        hints.append("close, but only to float32 precision: keep the tensor's dtype for buffers "
+                     "(`torch.empty_like(tensor)`, not `torch.zeros(n)`)")
+    elif not got.dtype.is_floating_point and ((g - e).abs() < e.abs() // 2**20 + 2**10).all():
+        hints.append("integers must be exact: was the sum computed in floating point? keep the tensor's dtype")
+    elif len(idx) < n:
+        hints.append("only some elements are wrong: check the chunk boundaries (each of the W chunks, "
+                     "the last one and empty ones too) and which chunk is sent at each step")
+    return where + ("\nhint: " + "; ".join(hints) if hints else "")
+
+
+def learner_function(mod, name: str):
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise Missing(f"no function {name}(tensor, group=None) in the file")
+    if "group" not in inspect.signature(fn).parameters:
+        raise Fail(f"{name} must accept group=None: the interface is {name}(tensor, group=None)", kind="todo")
+    return fn
+
+
+def run(name: str, case: dict, ctx) -> str:
+    """Call the learner's function on this rank's input (the collective guard is on) and judge the tensor."""
+    import torch
+    fn, world, path = learner_function(ctx.mod, name), ctx.world, ctx.path
+    inputs = [make_input(case, r) for r in range(world)]
+    wide = torch.float64 if inputs[0].dtype.is_floating_point else torch.int64
+    expected = torch.stack([x.to(wide) for x in inputs]).sum(0)
+    x = inputs[ctx.rank].clone()
+    original, ptr = inputs[ctx.rank], x.data_ptr()
+    ctx.guard.used.clear()
+    try:
+        ret = fn(x, group=None) if case["group_kw"] else fn(x)
+    except ForbiddenCollective as e:
+        raise Fail(f"calls {e} (at {error_where(e, path)}): only point-to-point operations are allowed "
+                   "(send, recv, isend, irecv, batch_isend_irecv)") from None
+    except NotImplementedError as e:
+        raise Fail(f"not written yet (NotImplementedError: {e})", kind="todo") from None
+    except Exception as e:   # the learner's bug: report it with the line it came from
+        where = error_where(e, path)
+        raise Fail(f"raised {type(e).__name__}: {e}" + (f" (at {where})" if where else ""),
+                   kind="peer_gone" if peer_gone(e) else "error", where=where) from None
+    if ctx.guard.used:   # the learner caught our exception and went on
+        raise Fail(f"calls dist.{ctx.guard.used[0]}: only point-to-point operations are allowed")
+    problem = judge(x, ret, original, expected, ptr, world)
+    if problem:
+        raise Fail(problem)
+    return ""
+
+
+def judge(x, ret, original, expected, ptr: int, world: int) -> str | None:
+    """What is wrong with ``x``, this rank's tensor after the call (``ret``: what the call returned), or None."""
+    import torch
+    if x.shape != original.shape or x.dtype != original.dtype:
+        return (f"the tensor changed from {tuple(original.shape)} "
+                f"{original.dtype} to {tuple(x.shape)} {x.dtype}: sum in place, keep shape and dtype")
+    ok = _matches(x, expected)
+    if not ok and isinstance(ret, torch.Tensor) and ret.shape == x.shape and _matches(ret, expected):
+        return ("returned the sum as a new tensor but left the input "
+                "unchanged: the caller keeps its tensor, so write the sum into it (`tensor.copy_(result)` "
+                "or in-place ops)")
+    if not ok:
+        exact = expected if x.dtype.is_floating_point else expected.to(x.dtype)
+        return diagnose(x, exact, original, world)
+    if x.data_ptr() != ptr:
+        return ("the tensor's storage was replaced (`tensor.data = ...`): "
+                "write into the existing tensor instead")
+    return None
+
+
+def _matches(x, expected) -> bool:
+    import torch
+    if x.dtype.is_floating_point:
+        rtol, atol = tolerance(x.dtype)
+        return bool(torch.allclose(x.double(), expected.double(), rtol=rtol, atol=atol))
+    return bool(torch.equal(x.to(torch.int64), expected))

@@ -1,0 +1,63 @@
+"""The checking harness: one way to run an exercise's cases on real ranks and turn them into a Report.
+
+An exercise's cases module (its registry entry names it) holds ``ITEMS``, ``FILE``, ``GUARD`` and ``cases(world)``
+-> [Case]; the harness does the rest: ``worker`` runs as each rank, ``runner`` launches it per world size and reads
+its markers, ``summary`` makes the Report. See the README's "Add an exercise".
+"""
+from __future__ import annotations
+
+import time
+
+from course_lib.core.report import Report
+
+DEFAULTS = {"timeout": 180.0, "case_timeout": 30.0}
+
+
+def check(exercise: str, path: str, timeout: float | None = None, case_timeout: float | None = None,
+          world_sizes=None) -> Report:
+    """Check the learner's file at ``path`` against ``exercise``'s cases; ``timeout`` bounds the runs on each world
+    size, ``case_timeout`` each case (defaults: the cases module's TIMEOUT and CASE_TIMEOUT)."""
+    from course_lib.checking import runner
+    from course_lib.core import warm
+    spec, timeout, case_timeout, worlds = settings(exercise, timeout, case_timeout, world_sizes)
+    start = time.monotonic()
+    with warm.session(getattr(spec, "ENV", runner.ENV)):   # one fork server for every launch of this check
+        records, load, general = runner.run_worlds(exercise, spec, str(path), worlds, timeout, case_timeout)
+    return report(exercise, spec, str(path), records, load, general, start)
+
+
+def check_many(exercise: str, paths, timeout: float | None = None, case_timeout: float | None = None,
+               world_sizes=None) -> list[Report]:
+    """``check`` for each of ``paths``, all in one launch per world size (torch starts once, not once per file);
+    if a launch hangs or fails, each file is checked again alone, so one file cannot cost another its verdicts."""
+    from course_lib.checking import runner
+    from course_lib.core import warm
+    spec, timeout, case_timeout, worlds = settings(exercise, timeout, case_timeout, world_sizes)
+    paths, start = [str(p) for p in paths], time.monotonic()
+    with warm.session(getattr(spec, "ENV", runner.ENV)):
+        got = runner.run_many(exercise, spec, paths, worlds, timeout, case_timeout)
+        if got is None:
+            return [check(exercise, p, timeout, case_timeout, world_sizes) for p in paths]
+    records, loads = got
+    return [report(exercise, spec, p, records[k], loads.get(k), [], start) for k, p in enumerate(paths)]
+
+
+def settings(exercise, timeout, case_timeout, world_sizes):
+    from course_lib import registry
+    spec = registry.get(exercise).cases_module()
+    worlds = [*getattr(spec, "FIRST_WORLDS", ()), *(world_sizes or spec.WORLDS)]
+    return (spec, getattr(spec, "TIMEOUT", DEFAULTS["timeout"]) if timeout is None else timeout,
+            getattr(spec, "CASE_TIMEOUT", DEFAULTS["case_timeout"]) if case_timeout is None else case_timeout, worlds)
+
+
+def report(exercise, spec, path, records, load, general, start, judge=None) -> Report:
+    """The Report of one file: the load failure alone, else the items (``judge``: a cases module that judges its
+    items itself, as ckpt's; else ``summary.summarise``)."""
+    from course_lib.checking.summary import summarise
+    out = Report(exercise, path)
+    if load:
+        out.add(spec.LOAD_ITEM, False, load["message"] + "\nfix this first, then check again")
+    else:
+        (judge or summarise)(out, spec, records, general)
+    out.seconds = time.monotonic() - start
+    return out

@@ -1,0 +1,190 @@
+"""The checker's side of a check: launch the harness's worker per world size, read its markers into one record
+per case, launch again after a case that hung or a failure that left messages in flight.
+
+A record (``CaseRecord``) holds every rank's verdict on one case; the summary (``summary.py``) turns the records
+into a Report.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from course_lib.core.rankkit import parse
+
+WORKER = "course_lib.checking.worker"
+ENV = {"OMP_NUM_THREADS": "1"}
+
+
+@dataclass
+class CaseRecord:
+    key: str
+    item: str
+    label: str
+    world: int
+    started: set = field(default_factory=set)
+    verdicts: dict = field(default_factory=dict)     # rank -> its verdict
+    stuck: dict = field(default_factory=dict)        # rank -> where it waited when its deadline fired
+    seconds: float = 0.0                             # the case's deadline
+    ended: str = ""                                  # why ranks gave no verdict: "hung", or how the launch ended
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.ended) or any(not v["ok"] for v in self.verdicts.values())
+
+
+class Launch:
+    """The markers of one launch, per file (``on_line`` is the launch's line callback)."""
+
+    def __init__(self, world: int, seconds: float):
+        self.world, self.seconds = world, seconds
+        self.records: dict = {}       # (file, case key) -> CaseRecord, in the order the cases started
+        self.loads: dict = {}         # file -> the verdict that the file does not load
+        self.done = self.relaunch = False
+        self.other: dict = {}         # rank -> the last lines that were not markers
+        self.result = None
+
+    def record(self, ev: dict) -> CaseRecord:
+        key = (ev.get("file", 0), ev["case"])
+        if key not in self.records:
+            self.records[key] = CaseRecord(ev["case"], ev.get("item", ""), ev.get("label", ""), self.world,
+                                           seconds=self.seconds)
+        return self.records[key]
+
+    def on_line(self, rank: int, line: str) -> None:
+        ev = parse(line)
+        kind = ev.pop("ev") if ev else None
+        if kind is None:      # the learner's own output: the last lines go into a crash message
+            self.other.setdefault(rank, []).append(line)
+            del self.other[rank][:-8]
+        elif kind == "verdict" and ev.get("load"):
+            self.loads.setdefault(ev.get("file", 0), ev)
+        elif kind == "start":
+            rec = self.record(ev)
+            rec.started.add(rank)
+            rec.label, rec.item = ev["label"], ev["item"]
+        elif kind == "verdict":
+            self.record(ev).verdicts[rank] = ev
+        elif kind == "stuck":
+            self.record(ev).stuck[rank] = ev.get("where", "")
+        elif kind in ("done", "relaunch"):
+            setattr(self, kind, True)
+
+    def close(self, result) -> None:
+        """After the launch: a case in which some rank's deadline fired hung (a rank that gave its verdict may have
+        waited for a stuck partner, and ended first); one that not every rank finished otherwise says how it ended."""
+        self.result = result
+        for rec in self.records.values():
+            if rec.stuck or len(rec.verdicts) < self.world and result.timed_out:
+                rec.ended = "hung"
+            elif len(rec.verdicts) < self.world:
+                rec.ended = self.how_it_ended()
+
+    def how_it_ended(self) -> str:
+        res = self.result
+        codes = ", ".join(f"rank {r.rank}: {'still running' if r.returncode is None else r.returncode}"
+                          for r in res.ranks if r.returncode != 0)
+        return "\n".join([f"a rank exited during the case ({codes})", *self.tail()])
+
+    def tail(self) -> list[str]:
+        return [f"rank {r}: {line}" for r, lines in sorted(self.other.items()) for line in lines[-3:]][-6:]
+
+    def failure(self) -> str:
+        """The worker itself failed outside any case (an import of torch, a crash)."""
+        return worker_failed(self.world, self.result, self.other)["message"]
+
+
+def worker_failed(nprocs: int, result, lines: dict) -> dict:
+    """The verdict of a check run whose worker itself failed: the launch's summary and the last 8 lines the ranks
+    printed that are not markers (``lines``: rank -> its lines)."""
+    tail = [line for r in sorted(lines) for line in lines[r] if parse(line) is None][-8:]
+    return {"case": "worker", "item": None, "rank": 0, "ok": False,
+            "message": "\n".join([f"the check run on {nprocs} ranks failed: {result.summary()}", *tail])}
+
+
+def launch_once(exercise: str, spec, paths: list, world: int, timeout: float, case_timeout: float, stop=None,
+                skip=(), passed=(), ended=(), cwd=None) -> Launch:
+    from course_lib.core.launch import launch
+    run = Launch(world, case_timeout)
+    args = ["-m", WORKER, exercise, *[os.path.abspath(p) for p in paths], "--case-timeout", str(case_timeout)]
+    for name, values in (("--skip", skip), ("--passed", passed), ("--ended", ended)):
+        if values:
+            args += [name, ",".join(sorted(values))]
+    res = launch(args, nprocs=world, timeout=timeout, on_line=run.on_line, grace=3.0, env=getattr(spec, "ENV", ENV),
+                 stop=stop, cwd=cwd)
+    run.close(res)
+    return run
+
+
+def one_world(exercise: str, spec, path: str, world: int, timeout: float, case_timeout: float, stop, cwd=None):
+    """Every case on ``world`` ranks, launching again after a hang or an unclean failure: (records, the load
+    failure or None, general failures)."""
+    records: dict = {}
+    deadline = time.monotonic() + timeout
+    stop_item = getattr(spec, "STOP_ITEM", False)
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left < 5:
+            late = f"the overall deadline of {timeout:.0f} s was reached on {world} ranks"
+            return list(records.values()), None, [late]
+        items = {}
+        for rec in records.values():
+            items[rec.item] = items.get(rec.item, True) and not rec.failed
+        run = launch_once(exercise, spec, [path], world, left, case_timeout, stop,
+                          skip={r.key for r in records.values()}, passed={i for i, ok in items.items() if ok},
+                          ended={i for i, ok in items.items() if not ok} if stop_item else (), cwd=cwd)
+        if run.loads:
+            stop.set()      # the file does not load: the other world sizes need not run
+            return [], run.loads[0], []
+        new = {rec.key: rec for rec in run.records.values() if rec.key not in records}
+        records.update(new)
+        if run.done and run.result.ok or all_said(spec, world, records):
+            break           # (a rank may end after its last verdict: a case that tests a crash)
+        if getattr(spec, "STOP_AT_FAILURE", False):
+            return list(records.values()), None, [] if any(r.ended for r in new.values()) else [run.failure()]
+        if new and (run.relaunch or any(rec.ended == "hung" for rec in new.values())):
+            continue        # the hung case is skipped next time, and so are the items that ended
+        if not any(rec.ended for rec in new.values()):    # not a crash inside a case: the worker itself failed
+            return list(records.values()), None, [run.failure()]
+        break
+    return list(records.values()), None, []
+
+
+def all_said(spec, world: int, records: dict) -> bool:
+    """Every case of ``world`` has every rank's verdict."""
+    keys = [c.key(world) for c in spec.cases(world)]
+    return all(k in records and not records[k].ended for k in keys)
+
+
+def run_worlds(exercise: str, spec, path: str, worlds, timeout: float, case_timeout: float, cwd=None):
+    """``one_world`` for each world size, ``spec.PARALLEL`` of them side by side (largest first); the results in
+    the order of ``worlds``: (records, load failure or None, general failures)."""
+    stop = threading.Event()     # set on Ctrl-C, or once a file that does not load is seen: the rest stop
+    with ThreadPoolExecutor(max_workers=getattr(spec, "PARALLEL", 1)) as pool:
+        order = sorted(worlds, reverse=True) if getattr(spec, "PARALLEL", 1) > 1 else list(worlds)
+        futures = {w: pool.submit(one_world, exercise, spec, path, w, timeout, case_timeout, stop, cwd) for w in order}
+        try:
+            results = [futures[w].result() for w in worlds]
+        except BaseException:
+            stop.set()
+            raise
+    records = [rec for recs, _, _ in results for rec in recs]
+    load = next((ld for _, ld, _ in results if ld), None)
+    return records, load, [g for _, _, gs in results for g in gs]
+
+
+def run_many(exercise: str, spec, paths: list, worlds, timeout: float, case_timeout: float):
+    """Every file in one launch per world size: ({file index: records}, {file index: load failure}), or None when a
+    launch did not end cleanly (a hang, a crash: the caller checks each file alone instead)."""
+    by_file: dict = {k: [] for k in range(len(paths))}
+    loads: dict = {}
+    for world in worlds:
+        run = launch_once(exercise, spec, paths, world, timeout, case_timeout)
+        if not (run.done and run.result.ok) or any(rec.ended for rec in run.records.values()):
+            return None
+        for (k, _), rec in run.records.items():
+            by_file[k].append(rec)
+        loads.update(run.loads)
+    return by_file, loads

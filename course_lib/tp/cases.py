@@ -1,0 +1,110 @@
+"""The cases of ``course check tp`` (course_lib.checking runs them): every comparison is against the serial
+computation in float64, within ``numerics.TOL``.
+
+For every layer the case builds the serial ``nn.Linear`` (float64, fixed seed), copies this rank's shard into the
+learner's layer (column-parallel: rows ``[out/tp, in]``; row-parallel: columns ``[out, in/tp]``, whole bias), then
+compares forward outputs, input grads and weight grads with the serial layer's. ``rank_groups`` runs in one process
+(pure Python); the operators and layers on 2 ranks (tp=2) and on 4 ranks (tp=4, then two tp=2 groups inside the 4
+ranks, which shows whether ``group=`` is honoured). The cases live in cases_fg.py, cases_linear.py, cases_blocks.py
+and cases_groups.py.
+"""
+from __future__ import annotations
+
+import functools
+
+from course_lib import checking
+from course_lib.checking import case as harness
+from course_lib.checking.case import Case
+from course_lib.tp.cases_blocks import case_attention, case_mlp
+from course_lib.tp.cases_fg import case_f, case_g
+from course_lib.tp.cases_groups import case_init_groups, case_rank_groups
+from course_lib.tp.cases_linear import case_column, case_row
+
+FILE = LOAD_ITEM = "tp.py"
+ITEMS = ("copy_to_parallel_region", "reduce_from_parallel_region", "ColumnParallelLinear", "RowParallelLinear",
+         "ParallelMLP", "ParallelSelfAttention", "rank_groups", "init_rank_groups")
+FIRST_WORLDS, WORLDS = (1,), (2, 4)      # rank_groups in one process, then the layers
+# the collectives whose calls ParallelMLP's case counts
+COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast")
+GUARD = (COUNTED, "count")
+SETTING_TEXT = {"tp2": "tp=2", "tp4": "tp=4", "tp2of4": "tp=2 groups inside 4 ranks, group= given",
+                "grid4": "4 ranks, tp=2 x dp=2"}
+LAYERS = ITEMS[:4]
+BUILT_ON = {"ColumnParallelLinear": LAYERS[:1], "RowParallelLinear": LAYERS[1:2], "ParallelMLP": LAYERS,
+            "ParallelSelfAttention": LAYERS, "init_rank_groups": ("rank_groups",)}
+# What a stuck case usually means, in the learner's terms.
+HANG_HINTS = {
+    "init_rank_groups": "every rank must call dist.new_group for EVERY group, in the same order, "
+                        "even for the groups it is not a member of",
+    None: "a collective that not every rank of the group calls waits forever; check that every rank runs the same "
+          "all-reduce / all-gather (no `if rank == 0:` around one) and that each uses the group it was given",
+}
+# (item, short name, case) in the order they run in each setting
+LAYER_CASES = [("copy_to_parallel_region", "f", case_f), ("reduce_from_parallel_region", "g", case_g),
+               ("ColumnParallelLinear", "col", functools.partial(case_column, gather=False)),
+               ("ColumnParallelLinear", "colgather", functools.partial(case_column, gather=True)),
+               ("RowParallelLinear", "row", functools.partial(case_row, parallel_input=True)),
+               ("RowParallelLinear", "rowscatter", functools.partial(case_row, parallel_input=False)),
+               ("ParallelMLP", "mlp", case_mlp), ("ParallelSelfAttention", "attn", case_attention)]
+
+
+def check(path, **options):
+    """``course check tp PATH`` from Python: a Report (``world_sizes=(2,)`` where 4 ranks add nothing)."""
+    return checking.check("tp", path, **options)
+
+
+def cases(world: int) -> list[Case]:
+    if world == 1:
+        return [Case("rank_groups", "rank_groups", case_rank_groups)]
+    settings = {2: ["tp2"], 4: ["tp4", "tp2of4"]}.get(world, [])
+    out = [Case(f"{item}:{setting}:{short}", item, functools.partial(in_setting, setting, fn), SETTING_TEXT[setting])
+           for setting in settings for item, short, fn in LAYER_CASES]
+    if world == 4:   # last: a wrong init_rank_groups may leave the default group's store bad
+        out.append(Case("init_rank_groups:grid4", "init_rank_groups", case_init_groups, SETTING_TEXT["grid4"]))
+    return out
+
+
+class Ctx(harness.Ctx):
+    def __init__(self, *args):
+        import torch
+        super().__init__(*args)
+        torch.set_default_dtype(torch.float64)
+
+
+class Setting:
+    """What a layer case needs: the module, its group (None: all ranks), tp, this rank's index, a seed offset."""
+
+    def __init__(self, ctx, group):
+        import torch.distributed as dist
+        self.mod, self.group, self.take_counts = ctx.mod, group, ctx.take_counts
+        self.tp, self.r = dist.get_world_size(group), dist.get_rank(group)
+        self.rank = dist.get_rank()
+        self.seed = 1000 * (self.rank // self.tp)   # different data in different groups: mixing shows
+        self.kw = {} if group is None else {"group": group}
+
+
+def in_setting(setting: str, fn, ctx):
+    if setting == "tp2of4" and "tp2of4" not in ctx.cache:
+        import torch.distributed as dist
+        subgroups = [dist.new_group([0, 1]), dist.new_group([2, 3])]   # every rank creates both, same order
+        ctx.cache["tp2of4"] = subgroups[ctx.rank // 2]
+    return fn(Setting(ctx, ctx.cache.get(setting)))
+
+
+def pass_text(item: str, recs) -> str:
+    if item == "rank_groups":
+        return recs[0].verdicts[0]["message"]
+    if item == "init_rank_groups":
+        return "4 ranks, tp=2 x dp=2 in two orders: each rank's groups match the grid and all-reduce within them"
+    where = "; ".join(dict.fromkeys(r.label for r in recs))
+    if item in ("copy_to_parallel_region", "reduce_from_parallel_region"):
+        return f"forward and backward as Megatron's {'f' if item.startswith('copy') else 'g'} within 1e-10 ({where})"
+    return f"forward, input grads and weight grads equal serial within 1e-10 ({where})"
+
+
+def hint(item: str, first, recs) -> str:
+    on_world = [not r.failed for r in recs if r.label == SETTING_TEXT["tp4"]]
+    if first.label == SETTING_TEXT["tp2of4"] and on_world and all(on_world):
+        return ("\n(it passes when the group is all ranks but not with a smaller group: pass group=... "
+                "to every collective, and use dist.get_world_size(group) / dist.get_rank(group))")
+    return ""

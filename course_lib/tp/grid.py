@@ -1,0 +1,53 @@
+"""The rank grid of the tensor-parallel exercise: Megatron's RankGenerator, written out independently, and the
+combinations ``course check tp`` tries ``rank_groups`` on."""
+from __future__ import annotations
+
+
+def reference_rank_groups(world_size, tp=1, dp=1, cp=1, pp=1, order="tp-cp-pp-dp"):
+    """Megatron-LM's RankGenerator (megatron/core/parallel_state.py), written out independently.
+
+    Each rank has a coordinate per name of ``order`` (first name fastest: stride 1); a group of kind k
+    holds the ranks whose coordinates agree except along k. Names of size 1 may be missing from ``order``.
+    """
+    sizes = {"tp": tp, "dp": dp, "cp": cp, "pp": pp}
+    names = order.lower().split("-")
+    names += [n for n in sizes if n not in names]
+    shape = [sizes[n] for n in names]
+    stride = [1]
+    for s in shape:
+        stride.append(stride[-1] * s)
+    assert stride[-1] == world_size, (world_size, sizes)
+
+    def decompose(index, dims):
+        out = []
+        for d in dims:
+            out.append(index % d)
+            index //= d
+        return out
+
+    result = {}
+    for kind in sizes:
+        mask = [n == kind for n in names]
+        masked = [(s, st) for s, st, m in zip(shape, stride, mask) if m]
+        unmasked = [(s, st) for s, st, m in zip(shape, stride, mask) if not m]
+        group_size = masked[0][0]
+        groups = []
+        for g in range(world_size // group_size):
+            base = sum(i * st for i, (_, st) in zip(decompose(g, [s for s, _ in unmasked]), unmasked))
+            groups.append([base + i * masked[0][1] for i in range(group_size)])
+        result[kind] = groups
+    return result
+
+
+def rank_group_cases():
+    """(world, tp, dp, cp, pp, order) combinations: small grids, every order of 4 names, dp fastest, names left out."""
+    from itertools import permutations
+    cases = [(1, 1, 1, 1, 1, "tp-cp-pp-dp"), (8, 4, 2, 1, 1, "tp-cp-pp-dp"), (8, 2, 4, 1, 1, "tp-cp-pp-dp"),
+             (4, 2, 2, 1, 1, "tp-dp"), (4, 2, 2, 1, 1, "dp-tp"), (8, 2, 4, 1, 1, "dp-tp"),
+             (6, 2, 3, 1, 1, "tp-cp-pp-dp"), (6, 3, 2, 1, 1, "dp-tp-cp-pp"), (12, 2, 3, 2, 1, "tp-cp-pp-dp"),
+             (2, 1, 1, 2, 1, "tp-cp-pp-dp"), (2, 1, 1, 1, 2, "pp-tp-cp-dp"), (4, 1, 2, 1, 2, "tp-cp-dp-pp")]
+    for order in permutations(["tp", "cp", "pp", "dp"]):
+        cases.append((16, 2, 2, 2, 2, "-".join(order)))
+        cases.append((24, 2, 3, 1, 4, "-".join(order)))
+        cases.append((24, 4, 2, 3, 1, "-".join(order)))
+    return cases

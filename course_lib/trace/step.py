@@ -80,7 +80,7 @@ def trace_one(out: Path, cap: float | None, args, env, device) -> None:
     prof.export_chrome_trace(str(out / f"trace-rank{env.rank}.json"))
     print(f"rank {env.rank}: traced one step of batch {args.batch_size} on {device}"
           + (f", bucket_cap_mb={cap}" if env.world_size > 1 else ""), flush=True)
-    del model, opt      # a DDP model goes before the process group (a clean shutdown: README, notebook 02's Step 6), and before the next
+    del model, opt      # a DDP model goes before the process group (a clean shutdown, notebook 02's Step 6), and before the next
     gc.collect()
 
 

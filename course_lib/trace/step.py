@@ -80,7 +80,8 @@ def trace_one(out: Path, cap: float | None, args, env, device) -> None:
     prof.export_chrome_trace(str(out / f"trace-rank{env.rank}.json"))
     print(f"rank {env.rank}: traced one step of batch {args.batch_size} on {device}"
           + (f", bucket_cap_mb={cap}" if env.world_size > 1 else ""), flush=True)
-    del model, opt      # a DDP model goes before the process group (a clean shutdown, notebook 02's Step 6), and before the next
+    # a DDP model goes before the process group (a clean shutdown, notebook 02's Step 6)
+    del model, opt
     gc.collect()
 
 

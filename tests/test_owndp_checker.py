@@ -14,7 +14,7 @@ from faulty import ids
 from owndp_faulty.cases import CASES
 
 from course_lib import registry
-from course_lib.owndp import check as owndp_check
+from course_lib.owndp import cases as owndp_check
 from course_lib.owndp.cases import CAPS, TIED_CAP, plain_model, reference_buckets, tied_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,16 +31,21 @@ def verdicts(report):
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
-    """{case name or "starter": (path, report)} from one check_many run on W=2."""
+    """{case name, "starter" or "from_import": (path, report)} from one check_many run on W=2."""
     assert all(c.options == {"world_sizes": (2,)} for c in BATCH), "a batched case needs options of its own"
     starter = tmp_path_factory.mktemp("starter") / "own_ddp.py"   # a copy: notebook tests may check the original
     starter.write_text(EXERCISE.read_text())
-    paths = [starter] + [c.write(SOLUTION, FOLDER, tmp_path_factory.mktemp(c.name)) for c in BATCH]
+    # the solution with `from torch.distributed import all_reduce`: a name bound before the checker's recorder exists
+    from_import = tmp_path_factory.mktemp("from_import") / "own_ddp.py"
+    line = "import torch.distributed as dist\n"
+    from_import.write_text(SOLUTION.read_text().replace("dist.all_reduce(", "all_reduce(").replace(
+        line, line + "from torch.distributed import all_reduce\n"))
+    paths = [starter, from_import] + [c.write(SOLUTION, FOLDER, tmp_path_factory.mktemp(c.name)) for c in BATCH]
     reports = owndp_check.check_many(paths, world_sizes=(2,))
     for path, report in zip(paths, reports):
         print(report.text())
         assert not live_processes(str(path)), f"a worker process for {path} survived the check"
-    return dict(zip(["starter"] + [c.name for c in BATCH], zip(paths, reports)))
+    return dict(zip(["starter", "from_import"] + [c.name for c in BATCH], zip(paths, reports)))
 
 
 @pytest.mark.slow
@@ -81,6 +86,13 @@ def test_faulty_named_with_reason_and_nothing_survives(request, tmp_path, case):
         pattern = case.pattern(item, text)
         assert re.search(pattern, got[item].message, re.S), f"{item}: expected /{pattern}/:\n{report.text()}"
     assert not live_processes(str(path)), "a worker process survived the check"
+
+
+@pytest.mark.slow
+def test_all_reduce_imported_by_name_is_seen(batch):
+    path, report = batch["from_import"]
+    assert "from torch.distributed import all_reduce" in path.read_text()
+    assert report.passed, report.text()
 
 
 def test_every_case_applies():

@@ -83,16 +83,3 @@ def _int(env, name: str, launcher: str) -> int:
     except ValueError:
         raise RankEnvError(f"{name}={value!r} is not a whole number ({launcher} sets it)") from None
 
-
-# The checker protocol moved to course_lib.checking. A checker not yet on the harness (owndp) still finds these names
-# here; new code imports them from course_lib.checking (watchdog, learner, guard, runner).
-MOVED = {"Watchdog": "watchdog", "core_share": "watchdog", "main_thread_frames": "watchdog", "learner_frame": "learner",
-         "learner_line": "learner", "error_where": "learner", "explain": "learner", "CollectiveGuard": "guard",
-         "ForbiddenCollective": "guard", "worker_failed": "runner"}
-
-
-def __getattr__(name: str):
-    if name not in MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-    return getattr(importlib.import_module(f"course_lib.checking.{MOVED[name]}"), name)

@@ -17,6 +17,7 @@ import gc
 import time
 from pathlib import Path
 
+from course_lib.checking.learner import explain
 from course_lib.core import rankkit
 
 VARIANTS = ("naive", "flat", "overlapped", "bucketed")
@@ -145,7 +146,7 @@ def run(path, steps, warmup, width, layers, batch, bucket_mb, trace=None):
     torch.set_num_threads(1)       # one core per rank, as the ranks of a CPU job share the node's cores
 
     def report(variant, e):
-        rankkit.emit("error", variant=variant, rank=env.rank, message=rankkit.explain(e, path, "own_ddp.py"))
+        rankkit.emit("error", variant=variant, rank=env.rank, message=explain(e, path, "own_ddp.py"))
     try:
         mod = import_path(path, "learner_own_ddp")
     except Exception as e:

@@ -1,18 +1,33 @@
-"""What ``course check ownddp`` asks of one DDP variant of the learner's own_ddp.py, on every rank.
+"""The cases of ``course check ownddp`` (course_lib.checking runs them): one per DDP variant of the learner's
+own_ddp.py, on W = 2 and 3 ranks.
 
 Each rank wraps a float64 model that starts from a seed of its own (so that a missing broadcast shows) in the
 learner's class, trains it ``STEPS`` SGD steps on its slice of a global batch, and compares the parameters
 after every step with a single-process run of rank 0's initial model on the whole global batch. Two models:
 ``plain`` (three linear layers of different sizes) and ``tied`` (an embedding tied to the output layer, a frozen
 layer and one that forward never uses). Seen on the way (``Recorder``): the all-reduces each step issues, with
-their sizes and whether async, their waits, and when backward produced each gradient.
-
-A case raises ``Fail`` with a message in the learner's terms, ``Missing`` when a name is absent.
+their sizes and whether async, their waits, and when backward produced each gradient (naive: one per gradient;
+flat: one; overlapped: one per gradient; bucketed: one per bucket, for bucket sizes that make 1, 2 and 3 buckets;
+the overlapped variants start communicating during backward and do not wait there).
 """
 from __future__ import annotations
 
-from course_lib.core import rankkit
+import functools
+import re
 
+from course_lib import checking
+from course_lib.checking import case as harness
+from course_lib.checking.case import Case, Fail, need
+from course_lib.checking.learner import explain
+from course_lib.checking.summary import first_text
+
+FILE = LOAD_ITEM = "own_ddp.py"
+LOAD_TEXT = "{file} does not load: {error}{at}"
+ITEMS = ("naive", "flat", "overlapped", "bucketed")
+WORLDS = (2, 3)
+GUARD = ((), "count")    # nothing forbidden; the Recorder sees the all-reduces and broadcasts
+HANG_HINTS = {None: "every rank must issue the same collectives in the same order: a collective that one rank "
+                    "skips (an `if` on the rank, a gradient only one rank has) leaves the others waiting in theirs"}
 STEPS = 3
 ATOL = 1e-9
 LR = 0.1
@@ -25,12 +40,43 @@ TIED_CAP = 212       # tied model: 3 buckets, the first holding the unused layer
 HINT_HOOK = "register hooks only on parameters with requires_grad (self.params): a frozen one cannot take a hook"
 
 
-class Fail(Exception):
-    """A check failed; the message says what is wrong."""
+def check(path, **options):
+    """``course check ownddp PATH`` from Python: a Report (``world_sizes=(2,)`` for a quicker one)."""
+    return hung_words(checking.check("ownddp", path, **options))
 
 
-class Missing(Exception):
-    """The learner's file lacks a name the check needs."""
+def check_many(paths, **options):
+    """``check`` of each of ``paths`` in one launch per world size (the tests' faulty submissions)."""
+    return [hung_words(r) for r in checking.check_many("ownddp", paths, **options)]
+
+
+HUNG = re.compile(r"^(W=\d+: )did not finish \(deadlock or hang\): ranks (\[[^]]*\]) did not return within (\d+) s"
+                  r"(?: \(ranks \[[^]]*\] did\))?")
+
+
+def hung_words(report):
+    """This exercise's first line of a hang: 'W=2: hung: did not finish (ranks [0, 1] still inside it after 5 s)'."""
+    for v in report.verdicts:
+        v.message = HUNG.sub(r"\1hung: did not finish (ranks \2 still inside it after \3 s)", v.message)
+    return report
+
+
+def cases(world: int) -> list[Case]:
+    return [Case(v, v, functools.partial(case_variant, variant=v), f"W={world}") for v in ITEMS]
+
+
+def pass_text(item: str, recs) -> str:
+    worlds = ", ".join(str(w) for w in sorted({r.world for r in recs}))
+    return f"W={worlds}: {first_text(recs)}"
+
+
+class Ctx(harness.Ctx):
+    """The harness's Ctx with the Recorder (one per process), which the learner's module calls through."""
+
+    def __init__(self, mod, path, guard, sync, passed):
+        super().__init__(mod, path, guard, sync, passed)
+        self.rec = Recorder.installed(sync)
+        self.rec.bind(mod)
 
 
 # ---- models and data -----------------------------------------------------------------------------------------
@@ -107,28 +153,46 @@ class Handle:
 
 
 class Recorder:
-    """Replaces dist.all_reduce and dist.broadcast (before the learner's file is imported) with functions that log
-    ("all_reduce", numel, async) / ("broadcast", numel) and call the real ones; ``grads(model)`` logs ("grad",)
-    each time backward finishes a gradient (a hook registered before the learner's, so it runs first)."""
+    """Replaces dist.all_reduce and dist.broadcast with functions that log ("all_reduce", numel, async) /
+    ("broadcast", numel) and call the real ones (calls on the harness's own group ``sync`` are not logged);
+    ``grads(model)`` logs ("grad",) each time backward finishes a gradient (a hook registered before the
+    learner's, so it runs first)."""
 
     NAMES = ("all_reduce", "broadcast")
+    current: Recorder | None = None    # one per rank process: a second would log every call twice
 
-    def __init__(self):
+    def __init__(self, sync):
         import torch.distributed as dist
         import torch.distributed.distributed_c10d as c10d
         self.log: list[tuple] = []
+        self.sync = sync
         self.real = {name: getattr(dist, name) for name in self.NAMES}
-        self._modules = (dist, c10d)
-        for module in self._modules:
+        self.wrapped = {name: self._wrap(name) for name in self.NAMES}
+        for module in (dist, c10d):
             for name in self.NAMES:
-                setattr(module, name, self._wrap(name))
+                setattr(module, name, self.wrapped[name])
+
+    @classmethod
+    def installed(cls, sync) -> Recorder:
+        if cls.current is None:
+            cls.current = cls(sync)
+        return cls.current
+
+    def bind(self, mod) -> None:
+        """The learner's module was imported before the Recorder existed: a ``from torch.distributed import
+        all_reduce`` there holds the real function; give it the recorded one."""
+        for attr, value in list(vars(mod).items()):
+            for name, real in self.real.items():
+                if value is real:
+                    setattr(mod, attr, self.wrapped[name])
 
     def _wrap(self, name):
         real = self.real[name]
 
         def recorded(tensor, *args, **kwargs):
-            is_async = bool(kwargs.get("async_op"))
-            self.log.append((name, tensor.numel(), is_async) if name == "all_reduce" else (name, tensor.numel()))
+            if kwargs.get("group") is not self.sync:
+                is_async = bool(kwargs.get("async_op"))
+                self.log.append((name, tensor.numel(), is_async) if name == "all_reduce" else (name, tensor.numel()))
             work = real(tensor, *args, **kwargs)
             return Handle(work, self.log) if work is not None else None
         return recorded
@@ -146,14 +210,12 @@ class Recorder:
 # ---- one variant -----------------------------------------------------------------------------------------------
 def wrap(c, variant, model, cap):
     names = {"naive": "NaiveDDP", "flat": "FlatDDP", "overlapped": "OverlappedDDP", "bucketed": "BucketedDDP"}
-    cls = getattr(c.mod, names[variant], None)
-    if cls is None:
-        raise Missing(f"own_ddp.py has no `{names[variant]}` (keep the names of the starter file)")
+    cls = need(c.mod, names[variant], FILE)
     try:
         return cls(model, bucket_size_mb=cap / MIB) if variant == "bucketed" else cls(model)
     except RuntimeError as e:
         if "hook on a tensor that doesn't require gradient" in str(e):
-            raise Fail(f"{names[variant]}({c.model_kind} model): {explain(e, c.path)}: {HINT_HOOK}") from None
+            raise Fail(f"{names[variant]}({c.model_kind} model): {explain(e, c.path, FILE)}: {HINT_HOOK}") from None
         raise
 
 
@@ -309,7 +371,3 @@ def case_variant(c, variant):
             "bucketed": "one async all-reduce per bucket (1, 2, 3 buckets as sized), the first during backward"}
     return (f"equals one process on the whole batch for {STEPS} steps (plain model; tied weights, frozen "
             f"and unused parameters); {what[variant]}")
-
-
-def explain(exc, path):
-    return rankkit.explain(exc, path, "own_ddp.py")

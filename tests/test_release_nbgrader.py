@@ -49,6 +49,7 @@ def split_regions(text: str) -> tuple[set[str], set[str]]:
             inside.add(s)
         elif not depth:
             outside.add(s)
+            outside.add(s.split("  #")[0].rstrip())   # its code without a trailing comment: the same statement
     return inside, outside
 
 

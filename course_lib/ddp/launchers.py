@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from course_lib.ddp.cluster import layout_text
 from course_lib.ddp.failures import describe_failure
 from course_lib.ddp.messages import ENV_HELP, first
 from course_lib.ddp.runs import Run, works
@@ -42,7 +43,8 @@ def reads_own_vars(run: Run) -> list[str]:
 
 
 def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None, failure_step=None,
-          strict: bool = False):
+          strict: bool = False, also: tuple = ()):
+    """``also``: more launches it works under, named after the styles ("`srun torchrun`")."""
     good = [s for s, run in runs.items() if works(run)]
     bad = [(s, _why_not(run, script, primary, failure)) for s, run in runs.items() if not works(run)]
     if not good and failure is not None:
@@ -57,12 +59,14 @@ def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None
     if unclean:
         return False, unclean
     n = primary.nprocs
-    msg = f"works under {' and '.join(good)}" + (" only (the launcher the script reads)" if bad else "")
+    names = [*good, *also]
+    msg = (f"works under {', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else f"works under {names[0]}") \
+        + (" only (the launcher the script reads)" if bad else "")
     if more is not None:
         if not works(more):
             why = _why_not(more, script, None, None)
             return False, f"works with {n} ranks but not with {more.nprocs} ({more.style}): {why}"
-        msg += f", with {n} and {more.nprocs} ranks"
+        msg += f", with {n} and {more.nprocs} ranks" + (f" ({layout_text(more)})" if more.rec(0).get("layout") else "")
     msg += "; every rank leaves the process group"
     if any(d.get("ddp_alive") for r in range(n) for d in primary.rec(r).get("destroy", [])):
         msg += (" (note: the DDP model was still alive at destroy_process_group(); with Gloo that aborts now and then "

@@ -26,6 +26,7 @@ import traceback
 from pathlib import Path
 
 from course_lib.core.rankkit import RankEnvError, exit_now, rank_env
+from course_lib.ddp import simulate
 from course_lib.ddp.datahooks import install_data, install_data_file
 from course_lib.ddp.hooks import install_env_reads, install_process_group, install_save, install_training
 from course_lib.ddp.recorder import COLLECTIVES, Recorder, describe
@@ -95,7 +96,8 @@ def _arm_deadlines(rec: Recorder, folder: Path, rank: int) -> None:
         _watch_collectives(rec, stall, stack)
 
 
-def _install(rec: Recorder) -> None:
+def _install(rec: Recorder, folder: Path) -> None:
+    simulate.install(rec, folder)   # first: the hooks below wrap what a simulated layout or GPU installs
     install_env_reads(rec)
     install_process_group(rec)
     install_training(rec)
@@ -148,7 +150,7 @@ def main(argv=None) -> int:
     rank = launch_rank()
     REC = rec = Recorder(folder, rank, script)
     _arm_deadlines(rec, folder, rank)
-    _install(rec)
+    _install(rec, folder)
     code = _run(rec, script, argv[1:])
     # a normal return, not exit_now: the interpreter's own shutdown is part of Step 6 (a clean exit)
     sys.stdout.flush()

@@ -249,7 +249,8 @@ def _no_new_order(run: Run) -> str:
 
 
 # ------------------------------------------------------------------------------------------ Step 4
-def step4(run: Run):
+def step4(run: Run, devices=None):
+    """``devices``: the verdict of the simulated multi-node GPUs (``cluster.devices``), None if not seen."""
     n = run.nprocs
     seen = [run.rec(r).get("forward_devices", []) for r in range(n)]
     if not all(seen):
@@ -259,7 +260,10 @@ def step4(run: Run):
         if bad:
             return False, (f"rank {r} called a layer on {bad[0][1]} with inputs on {bad[0][0]}: move the inputs to "
                            "the model's device")
-    return _own_gpus(run, seen) if run.gpu else _reads_local_rank(run)
+    if run.gpu:
+        own = _own_gpus(run, seen)
+        return devices if own[0] and devices and not devices[0] else own
+    return devices or _reads_local_rank(run)
 
 
 def _own_gpus(run: Run, seen: list):

@@ -10,14 +10,27 @@ without GPUs, so the case is skipped on a machine with 2 or more.
 """
 from faulty import Faulty
 
-DEFAULT = {"styles": ("srun",), "more_ranks": None, "timeout": 120.0}   # one srun-style launch of 2 ranks
+# one srun-style launch of 2 ranks, no simulated cluster
+DEFAULT = {"styles": ("srun",), "more_ranks": None, "timeout": 120.0, "simulate": False}
 BOTH = {"styles": ("srun", "torchrun")}
+GPUS = {"simulate": True}                       # + 2 simulated nodes x 2 GPUs (Step 4)
+NODES = {"more_ranks": 3}                       # + 3 ranks as 3 nodes of one rank each
+SRUN_TORCHRUN = {**BOTH, "simulate": True}      # + torchrun inside a one-task Slurm step (Step 1)
 PASS = ("pass", "")
 CPU_ONLY = {"cpu_only": True}
 
 SET_DEVICE = ("    if use_cuda:  # Step 1: set this rank's GPU before init, so that NCCL uses it and no other\n"
               "        torch.cuda.set_device(local_rank)\n")
 DDP_WRAP = "    model = DDP(model, device_ids=[local_rank] if use_cuda else None)"
+DEVICE = '    device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")'
+ENV_TORCHRUN = ('    if "RANK" in os.environ:\n'
+                '        return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), '
+                'int(os.environ["WORLD_SIZE"])\n')
+ENV_SRUN = ('    if "SLURM_PROCID" in os.environ:  # srun: one task per rank\n'
+            '        return int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_LOCALID"]), '
+            'int(os.environ["SLURM_NTASKS"])\n')
+INIT = '    dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world_size,  # Step 1\n'
+EPOCH_LINE = "                                epoch_s=epoch_s), flush=True)\n"
 SAVE = '        torch.save(model.module.state_dict(), "mnist_cnn.pt")'
 SAMPLER = "    train_sampler = DistributedSampler(train_set, seed=args.seed)"
 TRAIN_KWARGS = '    train_kwargs = {"batch_size": args.batch_size, "sampler": train_sampler}'
@@ -42,6 +55,28 @@ CASES = [
            edits=[('    dist.init_process_group("nccl"',
                    '    world_size = 2  # two ranks, as in the notebook\n    dist.init_process_group("nccl"')],
            expect={"Step 1": ("fail", r"with 3 ranks")}),
+    # mistakes that only another launcher or a second node shows
+    Faulty("slurm_vars_first", options=SRUN_TORCHRUN,
+           why="Slurm's variables read before torchrun's: right under srun and under torchrun, but under "
+               "`srun torchrun` every worker reads the one task's SLURM_PROCID=0, SLURM_NTASKS=1",
+           edits=[(ENV_TORCHRUN + ENV_SRUN, ENV_SRUN + ENV_TORCHRUN)],
+           expect={"Step 1": ("fail", r"under `srun torchrun`.*worker 0 believed it was rank 0 of a world of 1; "
+                                      r"worker 1 believed it was rank 0 of a world of 1.*SLURM_PROCID.*"
+                                      r"Read torchrun's RANK, LOCAL_RANK and WORLD_SIZE first"),
+                   "Step 2": PASS, "Step 5": PASS}),
+    Faulty("master_addr_hardcoded", options=NODES,
+           why="MASTER_ADDR set to the loopback in the script: right on one node, on two nodes the ranks of the "
+               "second node look for rank 0 on their own node",
+           edits=[(INIT, '    os.environ["MASTER_ADDR"] = "127.0.0.1"  # where rank 0 listens\n' + INIT)],
+           expect={"Step 1": ("fail", r"line {line:# where rank 0 listens} sets MASTER_ADDR='127.0.0.1' "
+                                      r"over the one the launch gave \(127.0.0.2, node 0's address on 3 nodes of one rank "
+                                      r"each\).*on two nodes the ranks of node 1 look for rank 0 at 127.0.0.1"),
+                   "Step 2": PASS}),
+    Faulty("init_method_localhost", options=NODES,
+           why="init_process_group given tcp://localhost: one node only",
+           edits=[(INIT, INIT + "                            init_method=f\"tcp://localhost:{os.environ['MASTER_PORT']}\",\n")],
+           expect={"Step 1": ("fail", r"init_method='tcp://localhost:\d+'\) names its own address where the "
+                                      r"launcher gave MASTER_ADDR=127.0.0.2.*look for rank 0 at localhost")}),
     # ---- Step 2: the gradients
     Faulty("no_ddp", why="the data is sharded but the model is never wrapped in DDP: nothing averages gradients",
            edits=[(DDP_WRAP + "  # Step 2: same start, averaged gradients\n", ""),
@@ -92,10 +127,25 @@ CASES = [
            edits=[('int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]),', 'int(os.environ["RANK"]),'),
                   ('int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_LOCALID"]),',
                    'int(os.environ["SLURM_PROCID"]),'),
-                  ("    return 0, 0, 1\n", "    return 0, 1\n"),
                   ("    rank, local_rank, world_size = distributed_env()  # Step 1\n",
                    "    rank, world_size = distributed_env()  # Step 1\n    local_rank = rank\n")],
            expect={"Step 4": ("fail", r"never reads the local rank")}),
+    Faulty("device_from_global_rank", options=GPUS,
+           why="set_device(rank) and cuda:RANK: right on one node, on the second node rank 2 asks for cuda:2",
+           edits=[(SET_DEVICE, SET_DEVICE.replace("set_device(local_rank)", "set_device(rank)")),
+                  ('torch.device("cuda", local_rank) if use_cuda', 'torch.device("cuda", rank) if use_cuda'),
+                  (DEVICE, DEVICE.replace("{local_rank}", "{rank}")),
+                  (DDP_WRAP, DDP_WRAP.replace("[local_rank]", "[rank]"))],
+           expect={"Step 1": PASS, "Step 2": PASS, "Step 3": PASS, "Step 5": PASS,
+                   "Step 4": ("fail", r"2 simulated nodes of 2 ranks and 2 GPUs each \(ranks 0-1 on node 0, 2-3 on node 1\), "
+                                      r"rank 2 \(local rank 0 on node 1\) asked "
+                                      r"for cuda:2 \(set_device\).*right on one node and wrong on every other: use "
+                                      r"the local rank")}),
+    Faulty("device_cuda_no_index", options=GPUS,
+           why="the model goes to 'cuda' (the current device, cuda:0) on every rank, and set_device is never called",
+           edits=[(SET_DEVICE, ""), (DEVICE, '    device = torch.device("cuda" if use_cuda else "cpu")')],
+           expect={"Step 4": ("fail", r"rank 1 \(local rank 1 on node 0\) put its model on cuda:0; ranks 0, 1 "
+                                      r"share it on node 0: each rank of a node needs its own GPU")}),
     # ---- Step 5: the checkpoint
     Faulty("save_every_rank", why="every rank writes the checkpoint",
            edits=[("    if args.save_model and rank == 0:", "    if args.save_model:")],
@@ -111,21 +161,35 @@ CASES = [
            edits=[(SAVE, "        dist.barrier()  # wait until the others are done (but only rank 0 comes here)\n"
                          + SAVE)],
            expect={"Step 2": PASS, "Step 5": ("fail", r"rank 0 .*barrier.*every rank")}),
+    Faulty("save_on_local_rank_0", options=NODES,
+           why="local_rank == 0 where the global rank 0 was meant: one writer per node",
+           edits=[("    if args.save_model and rank == 0:", "    if args.save_model and local_rank == 0:")],
+           expect={"Step 1": PASS, "Step 3": PASS,
+                   "Step 5": ("fail", r"on one node only rank 0 wrote mnist_cnn.pt, but on 3 nodes of one rank each "
+                                      r"ranks 0 \(local rank 0 on node 0\), 1 \(local rank 0 on node 1\), 2 \(local "
+                                      r"rank 0 on node 2\) all wrote it.*global rank is 0")}),
+    Faulty("log_named_by_local_rank", options=NODES,
+           why="each rank appends to a log file named by its local rank: on two nodes they share one file",
+           edits=[(EPOCH_LINE, EPOCH_LINE + '        with open(f"train_log_{local_rank}.txt", "a") as log:\n'
+                                            '            log.write(f"{epoch} {train_loss:.4f}\\n")\n')],
+           expect={"Step 5": ("fail", r"ranks 0 \(local rank 0 on node 0\), 1 .* all wrote train_log_0.txt: a name "
+                                      r"built from the local rank repeats on every node")}),
     # ---- Step 6: launchers and shutdown
     Faulty("no_destroy", why="it never leaves the process group",
            edits=[("    del model, step_model\n    gc.collect()\n    dist.destroy_process_group()\n", "")],
            expect={"Step 6": ("fail", r"never called dist.destroy_process_group")}),
     # a script for one launcher passes Step 6 under the launcher it reads; strict_launchers requires both
-    Faulty("srun_only", file="srun_only.py", options=BOTH,
+    Faulty("srun_only", file="srun_only.py", options={**BOTH, **GPUS},
            why="a functional script with other names that reads only srun's SLURM_* variables (the ENCCS slides' "
                "srun script): it passes, and the verdict says how to support torchrun",
-           expect={**{f"Step {n}": PASS for n in range(1, 6)}, "Step 6": ("pass", r"works under srun only \(the launcher the script reads\).*"
-                                                      r"Under torchrun: .*SLURM_PROCID.*To run under torchrun too")}),
+           expect={**{f"Step {n}": PASS for n in range(1, 6)},
+                   "Step 6": ("pass", r"works under srun only \(the launcher the script reads\).*"
+                                      r"Under torchrun: .*SLURM_PROCID.*To run under torchrun too")}),
     Faulty("srun_only_strict", file="srun_only.py", options={**BOTH, "strict_launchers": True},
            why="the same srun script, where the instructor requires both launchers",
            expect={"Step 1": PASS, "Step 6": ("fail", r"works under srun only.*under torchrun.*SLURM_PROCID.*"
                                                       r"--strict-launchers")}),
-    Faulty("trainer_torchrun_only", file="trainer_torchrun_only.py", options=BOTH,
+    Faulty("trainer_torchrun_only", file="trainer_torchrun_only.py", options=SRUN_TORCHRUN,
            why="a Trainer class that reads only torchrun's variables (init from env://): under srun init fails, "
                "but it is a torchrun script, so it passes",
            expect={**{f"Step {n}": PASS for n in range(1, 6)},
@@ -141,7 +205,7 @@ CASES = [
                    'int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SZIE"])')],
            expect={"Step 1": PASS, "Step 6": ("fail", r"works under srun only; under torchrun: .*KeyError.*"
                                                       r"reads LOCAL_RANK, RANK, so it means to run under torchrun")}),
-    Faulty("trainer_class_correct", file="trainer_class_correct.py", options={**BOTH, "more_ranks": 3},
+    Faulty("trainer_class_correct", file="trainer_class_correct.py", options={**SRUN_TORCHRUN, **NODES},
            why="correct, in another style: a Trainer class, other names, the same six steps",
            expect={f"Step {n}": PASS for n in range(1, 7)}),
     Faulty("trainer_class_correct_strict", file="trainer_class_correct.py",

@@ -109,6 +109,9 @@ def test_steps_reuse_one_run_until_the_file_changes(tmp_path):
     first = ddp.check(str(bad), styles=("srun",), more_ranks=None)
     again = ddp.check(str(bad), styles=("srun",), more_ranks=None, steps=[1])
     assert [v.item for v in again.verdicts] == ["Step 1"] and again.seconds == first.seconds
+    # a reused verdict says so, instead of its old time as if it had run again
+    assert "reused: the file has not changed" in again.text() and "reused" not in first.text(), again.text()
+    assert "reused" in again._repr_html_()
     bad.write_text("import sys\nsys.exit('nothing here')\n")
     changed = ddp.check(str(bad), styles=("srun",), more_ranks=None, steps=[1])
     assert "does not compile" not in changed.verdicts[0].message, changed.text()

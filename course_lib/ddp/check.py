@@ -27,6 +27,7 @@ import hashlib
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.core.report import Report
@@ -61,18 +62,42 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
     if script.is_file():
         key = (str(script), hashlib.sha256(script.read_bytes()).hexdigest(), timeout, tuple(styles), more_ranks, stall,
                strict_launchers, simulate)
-    if cache and key in _CACHE:
-        full = _CACHE[key]
+    reused = cache and key in _CACHE
+    if reused:
+        full, ran_at = _CACHE[key]
     else:
         from course_lib.core import warm
         with warm.session(start_env(_gpus() >= 2), RANK_IMPORTS):   # one fork server for every launch
             full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers, simulate)
         if key is not None:
-            _CACHE[key] = full
-    if steps is None:
-        return full
-    wanted = {STEP_NAMES[int(s)] for s in ([steps] if isinstance(steps, int) else steps)}
-    return Report("ddp", str(path), [v for v in full.verdicts if v.item in wanted], full.seconds)
+            _CACHE[key] = full, time.time()
+    verdicts = full.verdicts
+    if steps is not None:
+        wanted = {STEP_NAMES[int(s)] for s in ([steps] if isinstance(steps, int) else steps)}
+        verdicts = [v for v in verdicts if v.item in wanted]
+    if reused:
+        return Reused("ddp", str(path), verdicts, full.seconds, ran_at=ran_at)
+    return full if steps is None else Report("ddp", str(path), verdicts, full.seconds)
+
+
+@dataclass
+class Reused(Report):
+    """The verdicts of an earlier run of the unchanged file: said so, instead of its time as if it ran again."""
+    ran_at: float = 0.0
+
+    def _reused(self) -> str:
+        return (f"the verdicts of the run at {time.strftime('%H:%M:%S', time.localtime(self.ran_at))} "
+                f"({self.seconds:.1f} s), reused: the file has not changed since")
+
+    def text(self) -> str:
+        lines = super().text().splitlines()
+        lines[-1] = f"{self.tally()}: {self._reused()}"
+        return "\n".join(lines)
+
+    __str__ = text
+
+    def _repr_html_(self) -> str:
+        return super()._repr_html_().replace(f" in {self.seconds:.1f} s</p>", f": {self._reused()}</p>", 1)
 
 
 def _check(script: Path, shown: str, timeout: float, styles: tuple, more_ranks, echo: bool, stall,
@@ -161,9 +186,10 @@ def _place_failure(judged: dict, failure, primary: Run) -> int:
         target = next((s for s in range(1, 6) if judged[s] is None), 6)
     if target < 6 and (judged[target] is None or judged[target][0]):
         judged[target] = (False, failure.message)
+    crash = failure.message.splitlines()[0]   # rank, line and error, at every step it hid
     for s in range(1, 6):
         if judged[s] is None:
-            judged[s] = (False, f"not checked: the run stopped before this step could be seen (see Step {target})")
+            judged[s] = (False, f"not checked: the run stopped before this step could be seen: {crash}")
     return target
 
 

@@ -50,7 +50,8 @@ def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None
     if not good and failure is not None:
         if failure_step == 6:
             return False, f"did not run to the end under {' or '.join(runs)}: {failure.message}"
-        return False, f"did not run to the end under {' or '.join(runs)} (see Step {failure_step})"
+        return False, (f"did not run to the end under {' or '.join(runs)} (Step {failure_step}): "
+                       f"{failure.message.splitlines()[0]}")
     tried = [s for s, _ in bad if reads_own_vars(runs[s])]
     if bad and (strict or not good or tried):
         return False, _works_under(runs, good, bad, strict, tried)
@@ -68,12 +69,23 @@ def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None
             return False, f"works with {n} ranks but not with {more.nprocs} ({more.style}): {why}"
         msg += f", with {n} and {more.nprocs} ranks" + (f" ({layout_text(more)})" if more.rec(0).get("layout") else "")
     msg += "; every rank leaves the process group"
-    if any(d.get("ddp_alive") for r in range(n) for d in primary.rec(r).get("destroy", [])):
-        msg += (" (note: the DDP model was still alive at destroy_process_group(); with Gloo that aborts now and then "
-                "at exit: `del model; gc.collect()` first)")
+    alive = [d for r in range(n) for d in primary.rec(r).get("destroy", []) if d.get("ddp_alive")]
+    if alive:
+        msg += _alive_note(alive[0].get("held_by") or [])
     if bad:
         msg += "\n" + _other_launchers(runs, good, bad)
     return True, msg
+
+
+def _alive_note(held: list) -> str:
+    """The DDP model outlived destroy_process_group(): by which names, and how to drop them."""
+    if not held:
+        return (" (note: the DDP model was still alive at destroy_process_group(); with Gloo that aborts now and then "
+                "at exit: `del model; gc.collect()` first)")
+    names = [h.split("`")[1] for h in held if h.startswith("`")]
+    drop = f"`del {', '.join(names)}`" if names else "drop it"
+    return (f" (note: the DDP model was still alive at destroy_process_group(), held by {', '.join(held)}; with Gloo "
+            f"that aborts now and then at exit: {drop} (every name that refers to it), then gc.collect(), first)")
 
 
 def _other_launchers(runs: dict, good: list, bad: list) -> str:

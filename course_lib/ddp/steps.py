@@ -145,15 +145,24 @@ def step2(run: Run):
         return True, (f"parameters identical on all {n} ranks after {steps[0]} optimizer steps: "
                       "the gradients were averaged with all_reduce")
     return False, ("the parameters are identical on all ranks only because every rank trained on the same data "
-                   "in the same order; nothing averaged the gradients between ranks. Wrap the model in "
-                   "DistributedDataParallel, so that backward averages them.")
+                   "in the same order; nothing averaged the gradients between ranks. "
+                   + (_built_not_used(ddp_made, ddp_used) or "Wrap the model in DistributedDataParallel, so that "
+                                                             "backward averages them."))
+
+
+def _built_not_used(ddp_made: list, ddp_used: list) -> str | None:
+    """DDP(model) was built on every rank, but training never called it."""
+    if all(ddp_made) and not any(ddp_used):
+        return ("DistributedDataParallel was built but not used: train through the wrapper (`model = DDP(model)`, "
+                "then `model(data)`). Training calls the plain model (or model.module), so backward averages "
+                "nothing.")
+    return None
 
 
 def _not_averaged(ddp_made: list, ddp_used: list) -> str:
     """Why the parameters drifted apart."""
-    if all(ddp_made) and not any(ddp_used):
-        return ("the model is wrapped in DistributedDataParallel, but training calls the model inside it "
-                "(model.module(...)) or the unwrapped model, so backward averages nothing. Train through the wrapper.")
+    if _built_not_used(ddp_made, ddp_used):
+        return _built_not_used(ddp_made, ddp_used)
     if not any(ddp_made):
         return ("nothing averaged the gradients: wrap the model in DistributedDataParallel "
                 "(after moving it to its device).")

@@ -85,11 +85,26 @@ CASES = [
     Faulty("ddp_bypassed", why="the model is wrapped, but training calls the module inside the wrapper",
            edits=[("step_model = torch.compile(model) if args.compile else model",
                    "step_model = torch.compile(model.module) if args.compile else model.module")],
-           expect={"Step 2": ("fail", r"training calls the model inside it")}),
+           expect={"Step 2": ("fail", r"parameters differ between ranks.*DistributedDataParallel was built but not "
+                                      r"used: train through the wrapper.*Training calls the plain model \(or model.module\)")}),
+    Faulty("ddp_built_not_used", why="Step 2 done before Step 3: DDP(model) is built, but not assigned, so training "
+                                     "goes on with the plain model (and the identical data hides it)",
+           edits=[(DDP_WRAP, DDP_WRAP.replace("    model = DDP(", "    DDP(")),
+                  (SAVE, SAVE.replace("model.module.", "model.")),
+                  (SAMPLER + "  # Step 3: rank r gets every world_size-th image\n", ""),
+                  (TRAIN_KWARGS, '    train_kwargs = {"batch_size": args.batch_size, "shuffle": True}'),
+                  (SET_EPOCH, "")],
+           expect={"Step 2": ("fail", r"only because every rank trained on the same data.*built but not used: train "
+                                      r"through the wrapper \(`model = DDP\(model\)`")}),
     Faulty("crash_rank1", why="rank 1 crashes in the second epoch",
            edits=[(START, START + "        if rank == 1 and epoch == 2:\n"
                                   '            raise RuntimeError("simulated failure on rank 1")\n')],
-           expect={"Step 2": ("fail", r"rank 1 crashed: RuntimeError: simulated failure")}),
+           expect={"Step 2": ("fail", r"rank 1 crashed: RuntimeError: simulated failure"),
+                   # the steps the crash hid show the crash itself: rank, error, line
+                   "Step 5": ("fail", r"not checked: the run stopped before this step could be seen: rank 1 crashed: "
+                                      r"RuntimeError: simulated failure on rank 1 at line {line:simulated failure}"),
+                   "Step 6": ("fail", r"did not run to the end under srun \(Step 2\): rank 1 crashed: RuntimeError: "
+                                      r"simulated failure on rank 1 at line {line:simulated failure}")}),
     Faulty("hang_allreduce_rank0", options={"stall": 10.0},
            why="rank 0 alone averages the epoch's loss for its log line: a collective on one rank",
            edits=[(STOP, STOP + "        if rank == 0:  # the mean loss over all ranks, for the log\n"
@@ -178,6 +193,12 @@ CASES = [
     Faulty("no_destroy", why="it never leaves the process group",
            edits=[("    del model, step_model\n    gc.collect()\n    dist.destroy_process_group()\n", "")],
            expect={"Step 6": ("fail", r"never called dist.destroy_process_group")}),
+    Faulty("second_name_kept", why="`del model` before leaving, but the serial script's `step_model` still holds "
+                                   "the DDP model",
+           edits=[("    del model, step_model\n", "    del model\n")],
+           expect={**{f"Step {n}": PASS for n in range(1, 6)},
+                   "Step 6": ("pass", r"still alive at destroy_process_group\(\), held by `step_model` \(a local of "
+                                      r"main\(\)\).*`del step_model`")}),
     # a script for one launcher passes Step 6 under the launcher it reads; strict_launchers requires both
     Faulty("srun_only", file="srun_only.py", options={**BOTH, **GPUS},
            why="a functional script with other names that reads only srun's SLURM_* variables (the ENCCS slides' "

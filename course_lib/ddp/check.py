@@ -15,11 +15,15 @@ subset of the data. From the records, one verdict per step:
 6. launch: which launch styles work (srun's SLURM_* variables, torchrun's RANK/...), a clean shutdown;
    a script for one launcher passes under the launcher it reads (``strict_launchers=True``: both required)
 
+The extra ranks run as that many nodes of one rank each, and two short launches simulate a cluster on CPU
+(``cluster``): 2 nodes x 2 GPUs that record each rank's device (Step 4), and ``srun torchrun`` (Step 1).
+
 A crash, a deadlock or a syntax error gets a verdict at the step it stops, naming the rank, where it
 was in the learner's file and the last lines it printed; every process is gone when ``check`` returns.
 
-This module runs the launches and assembles the report: ``runs`` launches and reads the records,
-``steps`` and ``launchers`` judge Steps 1-5 and 6, ``failures`` describes a crash or a deadlock.
+This module runs the launches and assembles the report: ``runs`` launches and reads the records, ``cluster``
+adds the simulated ones and their verdicts, ``steps`` and ``launchers`` judge Steps 1-5 and 6, ``failures``
+describes a crash or a deadlock.
 """
 from __future__ import annotations
 

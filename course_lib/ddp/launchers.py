@@ -60,9 +60,12 @@ def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None
     if unclean:
         return False, unclean
     n = primary.nprocs
-    names = [*good, *also]
-    msg = (f"works under {', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else f"works under {names[0]}") \
-        + (" only (the launcher the script reads)" if bad else "")
+    if bad:
+        msg = f"works under {' and '.join(good)} only (the launcher the script reads)" + (
+            f", and under {' and '.join(also)}" if also else "")
+    else:
+        names = [*good, *also]
+        msg = f"works under {', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else f"works under {names[0]}"
     if more is not None:
         if not works(more):
             why = _why_not(more, script, None, None)

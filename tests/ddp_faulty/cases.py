@@ -214,7 +214,8 @@ CASES = [
            why="a Trainer class that reads only torchrun's variables (init from env://): under srun init fails, "
                "but it is a torchrun script, so it passes",
            expect={**{f"Step {n}": PASS for n in range(1, 6)},
-                   "Step 6": ("pass", r"works under torchrun only.*Under srun: .*To run under srun too")}),
+                   "Step 6": ("pass", r"works under torchrun only \(the launcher the script reads\), and under "
+                                      r"`srun torchrun`.*Under srun: .*To run under srun too")}),
     Faulty("trainer_torchrun_only_strict", file="trainer_torchrun_only.py",
            options={**BOTH, "strict_launchers": True},
            why="the same torchrun script, where the instructor requires both launchers",
@@ -225,7 +226,7 @@ CASES = [
            edits=[('int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])',
                    'int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SZIE"])')],
            expect={"Step 1": PASS, "Step 6": ("fail", r"works under srun only; under torchrun: .*KeyError.*"
-                                                      r"reads LOCAL_RANK, RANK, so it means to run under torchrun")}),
+                                                      r"reads LOCAL_RANK, (LOCAL_WORLD_SIZE, )?RANK, so it means to run under torchrun")}),
     Faulty("trainer_class_correct", file="trainer_class_correct.py", options={**SRUN_TORCHRUN, **NODES},
            why="correct, in another style: a Trainer class, other names, the same six steps",
            expect={f"Step {n}": PASS for n in range(1, 7)}),

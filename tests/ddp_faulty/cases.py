@@ -111,8 +111,10 @@ CASES = [
                                 "            loss_sum = torch.tensor([train_loss])\n"
                                 "            dist.all_reduce(loss_sum)\n"
                                 "            train_loss = loss_sum.item() / world_size\n")],
-           expect={"Step 2": ("fail", r"(deadlock|every rank).*line {line:dist.all_reduce(loss_sum)}: "
-                                      r"dist.all_reduce\(loss_sum\)")}),
+           # every rank waits in a collective: reported after a few seconds (a one-digit wait), not at the stall
+           expect={"Step 2": ("fail", r"deadlock: rank 0 waited \d s at line {line:dist.all_reduce(loss_sum)}: "
+                                      r"dist.all_reduce\(loss_sum\) \(in torch's all_reduce\); rank 1 waited \d s at "
+                                      r"line \d+: dist.barrier\(\)")}),
     # ---- Step 3: the data
     Faulty("no_sampler", why="DDP but no DistributedSampler: every rank trains on the whole data set",
            edits=[(SAMPLER + "  # Step 3: rank r gets every world_size-th image\n", ""),

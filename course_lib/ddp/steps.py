@@ -311,6 +311,10 @@ def step5(run: Run):
     writers = sorted({s["rank"] if s["rank"] is not None else s["launch_rank"] for s in saves})
     names = sorted({short(s["path"]) for s in saves})
     if writers != [0]:
+        if 0 in writers and len(names) > 1:
+            return False, (f"ranks {writers} each wrote a checkpoint ({', '.join(names)}): the same weights "
+                           f"{len(writers)} times over. Save once, on rank 0 (a name built from the local rank would "
+                           "also repeat on every node of a shared file system).")
         if 0 in writers:
             return False, (f"ranks {writers} all wrote {', '.join(names)}: the copies are the same weights, written "
                            f"{len(writers)} times into one file (on a shared file system they collide). "

@@ -167,6 +167,11 @@ CASES = [
     Faulty("save_every_rank", why="every rank writes the checkpoint",
            edits=[("    if args.save_model and rank == 0:", "    if args.save_model:")],
            expect={"Step 5": ("fail", r"ranks \[0, 1\] all wrote mnist_cnn.pt")}),
+    Faulty("checkpoint_per_local_rank", why="every rank saves its own copy, named by its local rank",
+           edits=[("    if args.save_model and rank == 0:", "    if args.save_model:"),
+                  (SAVE, SAVE.replace('"mnist_cnn.pt"', 'f"mnist_cnn_{local_rank}.pt"'))],
+           expect={"Step 5": ("fail", r"ranks \[0, 1\] each wrote a checkpoint \(mnist_cnn_0.pt, mnist_cnn_1.pt\).*"
+                                      r"Save once, on rank 0")}),
     Faulty("save_module_prefix", why='rank 0 saves the DDP wrapper\'s state_dict, whose keys start with "module."',
            edits=[(SAVE, SAVE.replace("model.module.", "model."))],
            expect={"Step 5": ("fail", r"start with 'module\.'")}),

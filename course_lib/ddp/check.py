@@ -162,6 +162,8 @@ def _verdicts(report: Report, script: Path, runs: dict, primary: Run, more: Run 
         if m and not m[0]:
             judged[1] = (False, f"with {more.nprocs} ranks: {m[1]}")
     _cluster_verdicts(judged, runs, primary, more, sims)
+    if judged[4] and cluster.not_followed(sims.get("gpus"), script):
+        judged[4] = (judged[4][0], judged[4][1] + cluster.not_followed(sims.get("gpus"), script))
     failure = describe_failure(primary, script)
     target = _place_failure(judged, failure, primary) if failure is not None else None
     also = ("`srun torchrun`",) if sims.get("srun-torchrun") and works(sims["srun-torchrun"]) else ()

@@ -20,8 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.ddp.failures import describe_failure
 from course_lib.ddp.messages import short
-from course_lib.ddp.runs import Run, group, run_script, works
+from course_lib.ddp.runs import Run, group, group_ok, run_script, works
 from course_lib.ddp.simulate import SETTINGS
 
 GPU_NODES, GPU_PER_NODE = 2, 2
@@ -96,7 +97,7 @@ def _where(run: Run, r: int) -> str:
 # ------------------------------------------------------------------------------------------ Step 1
 def srun_torchrun(run: Run | None, torchrun: Run | None):
     """Under ``srun torchrun`` both launchers' variables exist: a script that lets Slurm's win fails."""
-    if run is None or torchrun is None or not works(torchrun) or _group_right(run):
+    if run is None or torchrun is None or not works(torchrun) or group_ok(run):
         return None
     g = group(run)
     believed = []
@@ -114,11 +115,6 @@ def srun_torchrun(run: Run | None, torchrun: Run | None):
                    "task that runs torchrun (SLURM_PROCID=0, SLURM_NTASKS=1), not the rank. Each worker trains "
                    "alone on all the data, with no error. Read torchrun's RANK, LOCAL_RANK and WORLD_SIZE first, "
                    "and Slurm's only when RANK is not set.")
-
-
-def _group_right(run: Run) -> bool:
-    g = group(run)
-    return all(g) and sorted(r for r, _ in g) == list(range(run.nprocs)) and all(w == run.nprocs for _, w in g)
 
 
 def master_addr(runs: list):
@@ -181,6 +177,16 @@ def devices(run: Run | None):
     late = [r for r, ps in enumerate(picks) if any(p["how"] == "set_device" and p["init"] for p in ps)]
     note = " (note: set the device before init_process_group)" if late else ""
     return True, (f"on {lay}, each rank put its model on cuda:<local rank> ({', '.join(used)}){note}")
+
+
+def not_followed(run: Run | None, script: Path) -> str:
+    """Why the simulated GPU launch gave no verdict (a note for Step 4's CPU verdict), or ''."""
+    if run is None or devices(run) is not None:
+        return ""
+    failure = describe_failure(run, script)
+    why = failure.message.splitlines()[0] if failure else "it did not reach the first forward"
+    return (f"\n(The launch on {GPU_NODES} simulated nodes of {GPU_PER_NODE} GPUs could not follow the script to its "
+            f"model: {why})")
 
 
 def _model_device(picks: list) -> str | None:

@@ -163,6 +163,13 @@ CASES = [
            edits=[(SET_DEVICE, ""), (DEVICE, '    device = torch.device("cuda" if use_cuda else "cpu")')],
            expect={"Step 4": ("fail", r"rank 1 \(local rank 1 on node 0\) put its model on cuda:0; ranks 0, 1 "
                                       r"share it on node 0: each rank of a node needs its own GPU")}),
+    Faulty("cuda_call_not_simulated", options=GPUS,
+           why="correct, but it asks CUDA for the GPU's name, which the simulated GPUs cannot answer: Step 4 keeps "
+               "what the CPU runs show and says why the simulation stopped",
+           edits=[(SET_DEVICE, SET_DEVICE + "        print(torch.cuda.get_device_name(local_rank))\n")],
+           expect={**{f"Step {n}": PASS for n in range(1, 4)}, "Step 5": PASS, "Step 6": PASS,
+                   "Step 4": ("pass", r"reads the local rank.*could not follow the script to its model: rank \d "
+                                      r"crashed: .* at line {line:get_device_name}")}),
     # ---- Step 5: the checkpoint
     Faulty("save_every_rank", why="every rank writes the checkpoint",
            edits=[("    if args.save_model and rank == 0:", "    if args.save_model:")],

@@ -154,6 +154,13 @@ def devices(run: Run | None):
     lay = layout_text(run)
     for r, ps in enumerate(picks):
         bad = next((p for p in ps if p.get("invalid")), None)
+        hidden = [w for w in run.rec(r).get("env_writes", []) if w["var"] == "CUDA_VISIBLE_DEVICES"]
+        if bad and hidden:
+            return False, (f"on {lay}, rank {r} ({_where(run, r)}) set CUDA_VISIBLE_DEVICES={hidden[-1]['value']} "
+                           f"(line {hidden[-1]['line']}), so it sees only those GPUs, numbered from cuda:0, and then "
+                           f"asked for {bad['device']} ({bad['how']}), which it cannot see. Leave CUDA_VISIBLE_DEVICES "
+                           f"to the job (Slurm sets it) and use cuda:<local rank> ({LOCAL}), or, after narrowing it to "
+                           "one GPU, use cuda:0.")
         if bad:
             return False, (f"on {lay}, rank {r} ({_where(run, r)}) asked for {bad['device']} ({bad['how']}), which "
                            f"its node does not have (cuda:0 to cuda:{GPU_PER_NODE - 1}): the device comes from the "

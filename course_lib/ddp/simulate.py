@@ -27,7 +27,7 @@ from course_lib.ddp.recorder import Recorder
 
 NODE0_ADDR = "127.0.0.2"    # "node 0" of a simulated layout: Linux routes all of 127/8 to the loopback
 SETTINGS = "simulate.json"
-WRITES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+WRITES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES")
 
 
 def settings(folder: Path) -> dict:
@@ -101,6 +101,11 @@ def _virtual_cuda(rec: Recorder, gpus: int):
 
     state = {"current": 0}
 
+    def visible() -> int:
+        """The node's GPUs, or as many as the script's own CUDA_VISIBLE_DEVICES names."""
+        mine = [w["value"] for w in rec.data.get("env_writes", []) if w["var"] == "CUDA_VISIBLE_DEVICES"]
+        return len([d for d in mine[-1].split(",") if d.strip()]) if mine else gpus
+
     def pick(how: str, device) -> torch.device:
         """Record a device the script asked for; a CUDA ordinal this node lacks raises as CUDA does."""
         d = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
@@ -113,7 +118,7 @@ def _virtual_cuda(rec: Recorder, gpus: int):
         rec.data["picks"].append(entry)
         if len(rec.data["picks"]) > 40:
             del rec.data["picks"][20:-20]
-        if not 0 <= index < gpus:
+        if not 0 <= index < visible():
             entry["invalid"] = True
             rec.write()
             raise RuntimeError("CUDA error: invalid device ordinal")
@@ -125,7 +130,7 @@ def _virtual_cuda(rec: Recorder, gpus: int):
         state["current"] = device if isinstance(device, int) else (torch.device(device).index or 0)
 
     torch.cuda.is_available = lambda: True
-    torch.cuda.device_count = lambda: gpus
+    torch.cuda.device_count = visible
     torch.cuda.current_device = lambda: state["current"]
     torch.cuda.set_device = set_device
     torch.cuda.synchronize = lambda device=None: None

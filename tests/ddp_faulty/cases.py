@@ -163,6 +163,13 @@ CASES = [
            edits=[(SET_DEVICE, ""), (DEVICE, '    device = torch.device("cuda" if use_cuda else "cpu")')],
            expect={"Step 4": ("fail", r"rank 1 \(local rank 1 on node 0\) put its model on cuda:0; ranks 0, 1 "
                                       r"share it on node 0: each rank of a node needs its own GPU")}),
+    Faulty("visible_devices_and_local_rank", options=GPUS,
+           why="each rank narrows CUDA_VISIBLE_DEVICES to its local rank, then still asks for cuda:<local rank>",
+           edits=[(SET_DEVICE, '    os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank)  # one GPU per rank\n'
+                               + SET_DEVICE)],
+           expect={"Step 4": ("fail", r"rank 1 \(local rank 1 on node 0\) set CUDA_VISIBLE_DEVICES=1 \(line "
+                                      r"{line:# one GPU per rank}\), so it sees only those GPUs.*asked "
+                                      r"for cuda:1 \(set_device\)")}),
     Faulty("cuda_call_not_simulated", options=GPUS,
            why="correct, but it asks CUDA for the GPU's name, which the simulated GPUs cannot answer: Step 4 keeps "
                "what the CPU runs show and says why the simulation stopped",

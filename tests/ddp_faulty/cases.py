@@ -55,6 +55,14 @@ CASES = [
            edits=[('    dist.init_process_group("nccl"',
                    '    world_size = 2  # two ranks, as in the notebook\n    dist.init_process_group("nccl"')],
            expect={"Step 1": ("fail", r"with 3 ranks")}),
+    Faulty("world_size_too_big", why="the world size is hard-coded to 4 (the GPUs of a node): with 2 ranks init "
+                                     "waits for ranks that never come, a deadlock reported in seconds",
+           edits=[('    dist.init_process_group("nccl"',
+                   '    world_size = 4  # the GPUs of one node\n    dist.init_process_group("nccl"')],
+           # reported after a few seconds of every rank waiting in init (the stall alone: 60 s)
+           expect={"Step 1": ("fail", r"asked init_process_group for world_size=4 \(hard-coded\?\)"),
+                   "Step 2": ("fail", r"not checked: the run stopped before this step could be seen: deadlock: rank 0 "
+                                      r"waited 1?\d s at line {line:dist.init_process_group(}")}),
     # mistakes that only another launcher or a second node shows
     Faulty("slurm_vars_first", options=SRUN_TORCHRUN,
            why="Slurm's variables read before torchrun's: right under srun and under torchrun, but under "

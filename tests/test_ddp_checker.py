@@ -2,6 +2,7 @@
 tests/ddp_faulty/cases.py: each fails at the step it names, with a message that matches its regex
 (tests/ddp_faulty/README.md says how an instructor adds one).
 """
+import os
 import re
 import subprocess
 import sys
@@ -64,7 +65,11 @@ def test_solution_passes_every_step_under_both_launchers_and_3_ranks():
     report = ddp.check(str(SOLUTION), cache=False)
     assert report.passed, report.text()
     assert [v.item for v in report.verdicts] == [f"Step {n}" for n in range(1, 7)]
-    assert "srun and torchrun, with 2 and 3 ranks" in report.verdicts[5].message, report.text()
+    assert "works under srun, torchrun and `srun torchrun`, with 2 and 3 ranks (3 nodes of one rank each)" \
+        in report.verdicts[5].message, report.text()
+    if _gpus() < 2:   # the device each rank picks on 2 simulated nodes of 2 GPUs
+        assert "each rank put its model on cuda:<local rank> (cuda:0, cuda:1, cuda:0, cuda:1)" \
+            in report.verdicts[3].message, report.text()
     print(f"\nsolution checked in {report.seconds:.1f} s")   # the goal is under 30 s on an idle 2-core machine
 
 
@@ -76,7 +81,8 @@ def test_starter_exercise_fails_every_step_with_a_message():
         1: "no rank called torch.distributed.init_process_group",
         2: "identical on all ranks only because every rank trained on the same data",
         3: r"every rank trained on all \d+ images",
-        4: "never reads the local rank",
+        4: (r"rank 1 \(local rank 1 on node 0\) put its model on cuda:0; ranks 0, 1 share it on node 0"
+            if _gpus() < 2 else "each rank must use its own GPU"),
         5: r"ranks \[0, 1\] all wrote mnist_cnn.pt",
         6: "works under no launcher",
     }
@@ -104,6 +110,9 @@ def test_steps_reuse_one_run_until_the_file_changes(tmp_path):
     first = ddp.check(str(bad), styles=("srun",), more_ranks=None)
     again = ddp.check(str(bad), styles=("srun",), more_ranks=None, steps=[1])
     assert [v.item for v in again.verdicts] == ["Step 1"] and again.seconds == first.seconds
+    # a reused verdict says so, instead of its old time as if it had run again
+    assert "reused: the file has not changed" in again.text() and "reused" not in first.text(), again.text()
+    assert "reused" in again._repr_html_()
     bad.write_text("import sys\nsys.exit('nothing here')\n")
     changed = ddp.check(str(bad), styles=("srun",), more_ranks=None, steps=[1])
     assert "does not compile" not in changed.verdicts[0].message, changed.text()
@@ -133,3 +142,20 @@ def test_strict_launchers_flag_reaches_the_ddp_checker_only(tmp_path, monkeypatc
     assert check_cli.run(p.parse_args(["ddp", str(script)])) == 0 and seen == {"exercise": "ddp"}
     assert check_cli.run(p.parse_args(["allreduce", str(script), "--strict-launchers"])) == 2
     assert "--strict-launchers is for `course check ddp` only" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_simulated_layout_gives_the_variables_of_a_multi_node_step(monkeypatch, launcher):
+    from course_lib.ddp import simulate
+    monkeypatch.setattr(os, "environ", os.environ.copy())   # what _apply_layout sets stays in this test
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "GROUP_RANK"):
+        os.environ.pop(name, None)
+    os.environ.update({"RANK" if launcher == "torchrun" else "SLURM_PROCID": "3", "MASTER_ADDR": "127.0.0.1"})
+    lay = simulate._apply_layout(2, 2)   # rank 3 of 2 nodes x 2 ranks: the second rank of node 1
+    assert (lay["node"], lay["local_rank"]) == (1, 1)
+    if launcher == "torchrun":
+        assert (os.environ["LOCAL_RANK"], os.environ["GROUP_RANK"], os.environ["LOCAL_WORLD_SIZE"]) == ("1", "1", "2")
+        assert os.environ["MASTER_ADDR"] == "127.0.0.1"   # torchrun's own: its workers reach the agent's store there
+    else:
+        assert (os.environ["SLURM_LOCALID"], os.environ["SLURM_NODEID"], os.environ["SLURM_NNODES"]) == ("1", "1", "2")
+        assert os.environ["MASTER_ADDR"] == simulate.NODE0_ADDR != "127.0.0.1"

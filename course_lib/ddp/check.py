@@ -15,11 +15,15 @@ subset of the data. From the records, one verdict per step:
 6. launch: which launch styles work (srun's SLURM_* variables, torchrun's RANK/...), a clean shutdown;
    a script for one launcher passes under the launcher it reads (``strict_launchers=True``: both required)
 
+The extra ranks run as that many nodes of one rank each, and two short launches simulate a cluster on CPU
+(``cluster``): 2 nodes x 2 GPUs that record each rank's device (Step 4), and ``srun torchrun`` (Step 1).
+
 A crash, a deadlock or a syntax error gets a verdict at the step it stops, naming the rank, where it
 was in the learner's file and the last lines it printed; every process is gone when ``check`` returns.
 
-This module runs the launches and assembles the report: ``runs`` launches and reads the records,
-``steps`` and ``launchers`` judge Steps 1-5 and 6, ``failures`` describes a crash or a deadlock.
+This module runs the launches and assembles the report: ``runs`` launches and reads the records, ``cluster``
+adds the simulated ones and their verdicts, ``steps`` and ``launchers`` judge Steps 1-5 and 6, ``failures``
+describes a crash or a deadlock.
 """
 from __future__ import annotations
 
@@ -27,21 +31,25 @@ import hashlib
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.core.report import Report
+from course_lib.ddp import cluster
+from course_lib.ddp.cluster import launch_all, launch_one
 from course_lib.ddp.failures import describe_failure, waiting_in_init
 from course_lib.ddp.launchers import step6
-from course_lib.ddp.runs import RANK_IMPORTS, Run, _gpus, prepare_data, run_script, run_side_by_side, start_env, works
+from course_lib.ddp.runs import RANK_IMPORTS, Run, _gpus, prepare_data, start_env, works
 from course_lib.ddp.steps import step1, step2, step3, step4, step5
 
+GPU_RANKS = cluster.GPU_NODES * cluster.GPU_PER_NODE
 STEP_NAMES = {1: "Step 1", 2: "Step 2", 3: "Step 3", 4: "Step 4", 5: "Step 5", 6: "Step 6"}
 _CACHE: dict = {}
 
 
 def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ranks: int | None = 3,
           steps=None, echo: bool = False, cache: bool = True, stall: float | None = None,
-          strict_launchers: bool = False) -> Report:
+          strict_launchers: bool = False, simulate: bool = True) -> Report:
     """Run the learner's DDP script and return one verdict per step (``steps``: only those, e.g. ``[3]``).
 
     ``timeout`` is the deadline of each multi-process run; a rank that waits longer than ``stall`` seconds in
@@ -49,29 +57,55 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
     launch styles to try (the first that works is the one Steps 1-5 are judged on); ``more_ranks``: also run
     with that many ranks (None: no). A repeated call on an unchanged file returns the cached verdicts
     (``cache=False``: run again). ``strict_launchers``: Step 6 requires every launch style in ``styles`` to work
-    (default: a script written for one launcher passes under the launcher it reads).
+    (default: a script written for one launcher passes under the launcher it reads). ``simulate``: also the
+    launches that simulate 2 nodes x 2 GPUs and ``srun torchrun`` (``cluster``; the extra ranks always run as
+    that many nodes).
     """
     script = Path(path).resolve()
     key = None
     if script.is_file():
         key = (str(script), hashlib.sha256(script.read_bytes()).hexdigest(), timeout, tuple(styles), more_ranks, stall,
-               strict_launchers)
-    if cache and key in _CACHE:
-        full = _CACHE[key]
+               strict_launchers, simulate)
+    reused = cache and key in _CACHE
+    if reused:
+        full, ran_at = _CACHE[key]
     else:
         from course_lib.core import warm
         with warm.session(start_env(_gpus() >= 2), RANK_IMPORTS):   # one fork server for every launch
-            full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers)
+            full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers, simulate)
         if key is not None:
-            _CACHE[key] = full
-    if steps is None:
-        return full
-    wanted = {STEP_NAMES[int(s)] for s in ([steps] if isinstance(steps, int) else steps)}
-    return Report("ddp", str(path), [v for v in full.verdicts if v.item in wanted], full.seconds)
+            _CACHE[key] = full, time.time()
+    verdicts = full.verdicts
+    if steps is not None:
+        wanted = {STEP_NAMES[int(s)] for s in ([steps] if isinstance(steps, int) else steps)}
+        verdicts = [v for v in verdicts if v.item in wanted]
+    if reused:
+        return Reused("ddp", str(path), verdicts, full.seconds, ran_at=ran_at)
+    return full if steps is None else Report("ddp", str(path), verdicts, full.seconds)
+
+
+@dataclass
+class Reused(Report):
+    """The verdicts of an earlier run of the unchanged file: said so, instead of its time as if it ran again."""
+    ran_at: float = 0.0
+
+    def _reused(self) -> str:
+        return (f"the verdicts of the run at {time.strftime('%H:%M:%S', time.localtime(self.ran_at))} "
+                f"({self.seconds:.1f} s), reused: the file has not changed since")
+
+    def text(self) -> str:
+        lines = super().text().splitlines()
+        lines[-1] = f"{self.tally()}: {self._reused()}"
+        return "\n".join(lines)
+
+    __str__ = text
+
+    def _repr_html_(self) -> str:
+        return super()._repr_html_().replace(f" in {self.seconds:.1f} s</p>", f": {self._reused()}</p>", 1)
 
 
 def _check(script: Path, shown: str, timeout: float, styles: tuple, more_ranks, echo: bool, stall,
-           strict: bool = False) -> Report:
+           strict: bool = False, simulate: bool = True) -> Report:
     report = Report("ddp", str(shown))
     start = time.monotonic()
     if not script.is_file():
@@ -81,41 +115,71 @@ def _check(script: Path, shown: str, timeout: float, styles: tuple, more_ranks, 
     with tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:
         root = Path(tmp)
         data = prepare_data(root)
-        # the 2-rank launches, and the extra-ranks launch with the first style (the one that usually works), at once
-        jobs = [(style, 2) for style in styles]
-        if more_ranks and more_ranks != 2:
-            jobs.append((styles[0], more_ranks))
-        done = run_side_by_side(jobs, script, root, data, timeout, echo, stall)
+        done = launch_all(_jobs(styles, more_ranks, simulate), script, root, data, timeout, echo, stall)
         runs: dict = {}
         for style in styles:
-            runs[style] = done[(style, 2)]
+            runs[style] = done[(cluster.PLAIN, style, 2)]
             failure = describe_failure(runs[style], script)
             if runs[style].result.timed_out or (failure and failure.message.startswith("deadlock")):
                 break   # a deadlock would only repeat under the other launcher: judged as if it had not run
         primary = next((runs[s] for s in runs if works(runs[s])), None)
-        more = None
-        if primary is not None and more_ranks and more_ranks != primary.nprocs:
-            more = done.get((primary.style, more_ranks)) or run_script(script, primary.style, more_ranks, root, data,
-                                                                       timeout, echo, stall)
+        # the simulated launches ran with the first style, which usually works; else again with the one that did
+        style = primary.style if primary is not None else styles[0]
+        sims = {"srun-torchrun": done.get((cluster.SRUN_TORCHRUN, "torchrun", 2))}
+        wanted = ([(cluster.nodes(more_ranks), more_ranks)] if more_ranks and more_ranks != 2 else []) + (
+            [(cluster.GPUS, GPU_RANKS)] if simulate else [])
+        for sim, n in wanted:
+            sims[sim.name] = done.get((sim, style, n)) or (
+                launch_one(sim, style, n, script, root, data, timeout, echo, stall) if primary is not None else None)
         if primary is None:
             primary = next((runs[s] for s in runs if runs[s].result.ok and runs[s].finished()), None) or runs[styles[0]]
-        _verdicts(report, script, runs, primary, more, strict)
+        more = sims.get("nodes") if primary is not None and works(primary) else None
+        _verdicts(report, script, runs, primary, more, strict, sims)
     report.seconds = time.monotonic() - start
     return report
 
 
-def _verdicts(report: Report, script: Path, runs: dict, primary: Run, more: Run | None, strict: bool = False):
-    judged = {1: step1(primary), 2: step2(primary), 3: step3(primary, more), 4: step4(primary), 5: step5(primary)}
+def _jobs(styles: tuple, more_ranks, simulate: bool) -> list:
+    """The launches to start at once: 2 ranks under each style, the extra ranks as that many nodes, and (``simulate``)
+    the GPU layout and ``srun torchrun``."""
+    jobs = [(cluster.PLAIN, style, 2) for style in styles]
+    if more_ranks and more_ranks != 2:
+        jobs.append((cluster.nodes(more_ranks), styles[0], more_ranks))
+    if simulate:
+        jobs.append((cluster.GPUS, styles[0], GPU_RANKS))
+        if "torchrun" in styles:
+            jobs.append((cluster.SRUN_TORCHRUN, "torchrun", 2))
+    return jobs
+
+
+def _verdicts(report: Report, script: Path, runs: dict, primary: Run, more: Run | None, strict: bool = False,
+              sims: dict | None = None):
+    sims = sims or {}
+    judged = {1: step1(primary), 2: step2(primary), 3: step3(primary, more),
+              4: step4(primary, cluster.devices(sims.get("gpus"))), 5: step5(primary)}
     if more is not None and judged[1] and judged[1][0] and not works(more):
         m = step1(more)
         if m and not m[0]:
             judged[1] = (False, f"with {more.nprocs} ranks: {m[1]}")
+    _cluster_verdicts(judged, runs, primary, more, sims)
+    if judged[4] and cluster.not_followed(sims.get("gpus"), script):
+        judged[4] = (judged[4][0], judged[4][1] + cluster.not_followed(sims.get("gpus"), script))
     failure = describe_failure(primary, script)
     target = _place_failure(judged, failure, primary) if failure is not None else None
-    judged[6] = step6(runs, primary, more, script, failure, target, strict)
+    also = ("`srun torchrun`",) if sims.get("srun-torchrun") and works(sims["srun-torchrun"]) else ()
+    judged[6] = step6(runs, primary, more, script, failure, target, strict, also)
     for s in range(1, 7):
         ok, message = judged[s]
         report.add(STEP_NAMES[s], ok, message)
+
+
+def _cluster_verdicts(judged: dict, runs: dict, primary: Run, more: Run | None, sims: dict):
+    """What the simulated nodes and launchers show, where the one-node run saw nothing wrong."""
+    if judged[1] and judged[1][0]:
+        judged[1] = (cluster.srun_torchrun(sims.get("srun-torchrun"), runs.get("torchrun"))
+                     or cluster.master_addr([r for r in (primary, more) if r is not None]) or judged[1])
+    if judged[5] and judged[5][0]:
+        judged[5] = cluster.writers(more, primary) or judged[5]
 
 
 def _place_failure(judged: dict, failure, primary: Run) -> int:
@@ -128,9 +192,10 @@ def _place_failure(judged: dict, failure, primary: Run) -> int:
         target = next((s for s in range(1, 6) if judged[s] is None), 6)
     if target < 6 and (judged[target] is None or judged[target][0]):
         judged[target] = (False, failure.message)
+    crash = failure.message.splitlines()[0]   # rank, line and error, at every step it hid
     for s in range(1, 6):
         if judged[s] is None:
-            judged[s] = (False, f"not checked: the run stopped before this step could be seen (see Step {target})")
+            judged[s] = (False, f"not checked: the run stopped before this step could be seen: {crash}")
     return target
 
 

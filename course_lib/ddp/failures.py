@@ -10,7 +10,9 @@ from pathlib import Path
 from course_lib.ddp.messages import ENV_HELP, first, tail, where
 from course_lib.ddp.runs import Run
 
-PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|recvBytes|SIGTERM", re.I)
+# errors of a rank whose peer (or the store on rank 0) went away: they report another rank's failure
+PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|recvBytes|SIGTERM|Failed to recv, got 0 bytes",
+                       re.I)
 STACK_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 SAME_ORDER = "A collective (barrier, all_reduce, ...) must be called by every rank, in the same order"
 NO_CUDA = ("\nWithout GPUs there is no CUDA: ask torch.cuda.is_available() before any torch.cuda call, "
@@ -87,8 +89,9 @@ def _deadlock(run: Run, script: Path, exits: list, stuck: list, crashed: list, d
             parts.append(f"rank {rank} {waited} (no stack trace)")
     if done:
         parts.append(f"{_ranks(done)} had finished")
-    return Failure(None, "deadlock: " + "; ".join(parts) + f". {SAME_ORDER}; one called on some ranks only "
-                         "waits forever.\n" + tail(run, stuck[0] if stuck else 0))
+    in_init = any((run.rec(r).get("stalled") or {}).get("call") == "init_process_group" for r in stuck)
+    return Failure(1 if in_init else None, "deadlock: " + "; ".join(parts) + f". {SAME_ORDER}; one called on some "
+                   "ranks only waits forever.\n" + tail(run, stuck[0] if stuck else 0))
 
 
 def stack_position(run: Run, rank: int, script: Path):

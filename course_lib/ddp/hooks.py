@@ -75,7 +75,8 @@ def _wrap_destroy(rec: Recorder):
 
     def before_destroy(*args, **kwargs):
         alive = len(rec.ddp_models)   # no gc.collect() here: what the learner's code left alive
-        rec.data["destroy"].append({"ddp_alive": alive, "group": bool(args or kwargs.get("group"))})
+        rec.data["destroy"].append({"ddp_alive": alive, "group": bool(args or kwargs.get("group")),
+                                    "held_by": holders(rec) if alive else []})
         rec.write_params()
         rec.write()
 
@@ -84,6 +85,39 @@ def _wrap_destroy(rec: Recorder):
 
     destroy = called("destroy_process_group", c10d.destroy_process_group, rec, before_destroy, after_destroy)
     dist.destroy_process_group = c10d.destroy_process_group = destroy
+
+
+def holders(rec: Recorder) -> list[str]:
+    """The names by which the learner's code still holds a live DDP model: locals and globals of its frames,
+    attributes of its objects (``self.net``), the module that wraps it (torch.compile's ``_orig_mod``)."""
+    import gc
+    import sys
+
+    import torch
+
+    models = list(rec.ddp_models)
+    found: list[str] = []
+
+    def named(space: dict, where: str):
+        found.extend(f"`{k}` ({where})" for k, v in list(space.items()) if any(v is m for m in models))
+
+    frame = sys._getframe(1)
+    while frame is not None:   # the running frames' locals are not gc referrers: look at each
+        if rec.is_learner_file(frame.f_code.co_filename):
+            fn = frame.f_code.co_name
+            named(frame.f_locals, "a global" if fn == "<module>" else f"a local of {fn}()")
+        frame = frame.f_back
+    for model in models:
+        for ref in gc.get_referrers(model):
+            if not isinstance(ref, dict) or "__builtins__" in ref:
+                continue   # module globals were seen above
+            for owner in gc.get_referrers(ref):
+                if getattr(owner, "__dict__", None) is ref:
+                    named(ref, f"an attribute of a {type(owner).__name__}")
+                elif isinstance(owner, torch.nn.Module) and owner._modules is ref:
+                    found.extend(f"a {type(owner).__name__} that wraps it as {k}" for k, v in ref.items()
+                                 if v is model)
+    return list(dict.fromkeys(found))[:5]
 
 
 def _count_collectives(rec: Recorder):

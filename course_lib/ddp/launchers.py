@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from course_lib.ddp.cluster import layout_text
 from course_lib.ddp.failures import describe_failure
 from course_lib.ddp.messages import ENV_HELP, first
 from course_lib.ddp.runs import Run, works
@@ -42,13 +43,15 @@ def reads_own_vars(run: Run) -> list[str]:
 
 
 def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None, failure_step=None,
-          strict: bool = False):
+          strict: bool = False, also: tuple = ()):
+    """``also``: more launches it works under, named after the styles ("`srun torchrun`")."""
     good = [s for s, run in runs.items() if works(run)]
     bad = [(s, _why_not(run, script, primary, failure)) for s, run in runs.items() if not works(run)]
     if not good and failure is not None:
         if failure_step == 6:
             return False, f"did not run to the end under {' or '.join(runs)}: {failure.message}"
-        return False, f"did not run to the end under {' or '.join(runs)} (see Step {failure_step})"
+        return False, (f"did not run to the end under {' or '.join(runs)} (Step {failure_step}): "
+                       f"{failure.message.splitlines()[0]}")
     tried = [s for s, _ in bad if reads_own_vars(runs[s])]
     if bad and (strict or not good or tried):
         return False, _works_under(runs, good, bad, strict, tried)
@@ -57,19 +60,35 @@ def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None
     if unclean:
         return False, unclean
     n = primary.nprocs
-    msg = f"works under {' and '.join(good)}" + (" only (the launcher the script reads)" if bad else "")
+    if bad:
+        msg = f"works under {' and '.join(good)} only (the launcher the script reads)" + (
+            f", and under {' and '.join(also)}" if also else "")
+    else:
+        names = [*good, *also]
+        msg = f"works under {', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else f"works under {names[0]}"
     if more is not None:
         if not works(more):
             why = _why_not(more, script, None, None)
             return False, f"works with {n} ranks but not with {more.nprocs} ({more.style}): {why}"
-        msg += f", with {n} and {more.nprocs} ranks"
+        msg += f", with {n} and {more.nprocs} ranks" + (f" ({layout_text(more)})" if more.rec(0).get("layout") else "")
     msg += "; every rank leaves the process group"
-    if any(d.get("ddp_alive") for r in range(n) for d in primary.rec(r).get("destroy", [])):
-        msg += (" (note: the DDP model was still alive at destroy_process_group(); with Gloo that aborts now and then "
-                "at exit: `del model; gc.collect()` first)")
+    alive = [d for r in range(n) for d in primary.rec(r).get("destroy", []) if d.get("ddp_alive")]
+    if alive:
+        msg += _alive_note(alive[0].get("held_by") or [])
     if bad:
         msg += "\n" + _other_launchers(runs, good, bad)
     return True, msg
+
+
+def _alive_note(held: list) -> str:
+    """The DDP model outlived destroy_process_group(): by which names, and how to drop them."""
+    if not held:
+        return (" (note: the DDP model was still alive at destroy_process_group(); with Gloo that aborts now and then "
+                "at exit: `del model; gc.collect()` first)")
+    names = [h.split("`")[1] for h in held if h.startswith("`")]
+    drop = f"`del {', '.join(names)}`" if names else "drop it"
+    return (f" (note: the DDP model was still alive at destroy_process_group(), held by {', '.join(held)}; with Gloo "
+            f"that aborts now and then at exit: {drop} (every name that refers to it), then gc.collect(), first)")
 
 
 def _other_launchers(runs: dict, good: list, bad: list) -> str:

@@ -16,6 +16,7 @@ checker prepares) the ``digits`` data set is read from that file: a small subset
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import runpy
 import signal
@@ -26,6 +27,7 @@ import traceback
 from pathlib import Path
 
 from course_lib.core.rankkit import RankEnvError, exit_now, rank_env
+from course_lib.ddp import simulate
 from course_lib.ddp.datahooks import install_data, install_data_file
 from course_lib.ddp.hooks import install_env_reads, install_process_group, install_save, install_training
 from course_lib.ddp.recorder import COLLECTIVES, Recorder, describe
@@ -60,27 +62,79 @@ def _where(e: BaseException, rec: Recorder) -> dict:
     return where
 
 
-def _watch_collectives(rec: Recorder, stall: float, stack) -> None:
-    """A daemon thread: a collective (or the rendezvous) that waits longer than ``stall`` seconds is a deadlock.
+def _watch_collectives(rec: Recorder, stall: float, stack, folder: Path) -> None:
+    """A daemon thread: a collective (or the rendezvous) that cannot finish is a deadlock.
 
-    Collectives release the GIL while they wait, so this thread runs; it dumps every thread's stack and
-    ends the process, which spares the checker from waiting for its deadline.
+    Two ways to know: every rank of the launch waits in a collective (or has ended) for ``_grace(stall)``
+    seconds with no progress (``blocked-<N>`` files in the probe folder say who waits), or this rank alone
+    waited longer than ``stall``. Collectives release the GIL while they wait, so this thread runs; it dumps every
+    thread's stack and ends the process, which spares the checker from waiting for its deadline.
     """
+    world = _launch_world()
+    grace = _grace(stall)
+
     def watch():
+        all_since = None   # since when every rank was seen waiting
         while True:
             time.sleep(0.5)
             name, since = rec.data["in_call"], rec.call_since
-            if name is None or since is None or (name not in COLLECTIVES and name != "init_process_group"):
+            now = time.monotonic()
+            waiting = (name is not None and since is not None
+                       and (name in COLLECTIVES or name == "init_process_group"))
+            _mark_blocked(folder, rec.rank, waiting and now - since > 1.0)
+            if not waiting:
+                all_since = None
                 continue
             limit = stall * (2 if name == "init_process_group" else 1)   # peers may still be starting
-            if time.monotonic() - since > limit:
-                rec.data["stalled"] = {"call": name, "seconds": round(time.monotonic() - since, 1)}
+            everyone = world > 1 and _all_blocked(folder, world)
+            all_since = (all_since or now) if everyone else None
+            patience = grace * (2 if name == "init_process_group" else 1)
+            seen = (folder / "deadlock").exists()   # another rank saw every rank wait: so do I
+            if now - since > limit or seen or (all_since is not None and now - all_since > patience):
+                rec.data["stalled"] = {"call": name, "seconds": round(now - since, 1), "all_ranks": everyone}
                 rec.write()
                 faulthandler.dump_traceback(file=stack, all_threads=True)
                 stack.flush()
+                if everyone and not seen:
+                    (folder / "deadlock").touch()
+                    time.sleep(1.0)   # the others note where they wait before this rank's exit breaks their wait
                 exit_now(3)
 
     threading.Thread(target=watch, name="course-probe-watchdog", daemon=True).start()
+
+
+def _grace(stall: float) -> float:
+    """How long every rank may wait at once before that is a deadlock: a matched collective of the small tensors a
+    training script reduces ends in milliseconds, even on a loaded machine; a few seconds leave a wide margin."""
+    return max(3.0, stall / 10)
+
+
+def _launch_world() -> int:
+    try:
+        return rank_env().world_size
+    except RankEnvError:
+        return 1
+
+
+def _mark_blocked(folder: Path, rank: int, blocked: bool) -> None:
+    p = folder / f"blocked-{rank}"
+    if blocked and not p.exists():
+        p.touch()
+    elif not blocked and p.exists():
+        p.unlink(missing_ok=True)
+
+
+def _all_blocked(folder: Path, world: int) -> bool:
+    """Every rank of the launch waits in a collective, or has ended (its record has its exit)."""
+    for r in range(world):
+        if (folder / f"blocked-{r}").exists():
+            continue
+        try:
+            if json.loads((folder / f"rank-{r}.json").read_text()).get("exit") is None:
+                return False
+        except (OSError, ValueError):
+            return False   # not started yet, or being rewritten: not known to wait
+    return True
 
 
 def _arm_deadlines(rec: Recorder, folder: Path, rank: int) -> None:
@@ -92,10 +146,11 @@ def _arm_deadlines(rec: Recorder, folder: Path, rank: int) -> None:
     faulthandler.register(signal.SIGTERM, file=stack, all_threads=True, chain=True)
     stall = float(os.environ.get("COURSE_PROBE_STALL", "0") or 0)
     if stall > 0:
-        _watch_collectives(rec, stall, stack)
+        _watch_collectives(rec, stall, stack, folder)
 
 
-def _install(rec: Recorder) -> None:
+def _install(rec: Recorder, folder: Path) -> None:
+    simulate.install(rec, folder)   # first: the hooks below wrap what a simulated layout or GPU installs
     install_env_reads(rec)
     install_process_group(rec)
     install_training(rec)
@@ -148,7 +203,7 @@ def main(argv=None) -> int:
     rank = launch_rank()
     REC = rec = Recorder(folder, rank, script)
     _arm_deadlines(rec, folder, rank)
-    _install(rec)
+    _install(rec, folder)
     code = _run(rec, script, argv[1:])
     # a normal return, not exit_now: the interpreter's own shutdown is part of Step 6 (a clean exit)
     sys.stdout.flush()

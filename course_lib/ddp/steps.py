@@ -145,15 +145,24 @@ def step2(run: Run):
         return True, (f"parameters identical on all {n} ranks after {steps[0]} optimizer steps: "
                       "the gradients were averaged with all_reduce")
     return False, ("the parameters are identical on all ranks only because every rank trained on the same data "
-                   "in the same order; nothing averaged the gradients between ranks. Wrap the model in "
-                   "DistributedDataParallel, so that backward averages them.")
+                   "in the same order; nothing averaged the gradients between ranks. "
+                   + (_built_not_used(ddp_made, ddp_used) or "Wrap the model in DistributedDataParallel, so that "
+                                                             "backward averages them."))
+
+
+def _built_not_used(ddp_made: list, ddp_used: list) -> str | None:
+    """DDP(model) was built on every rank, but training never called it."""
+    if all(ddp_made) and not any(ddp_used):
+        return ("DistributedDataParallel was built but not used: train through the wrapper (`model = DDP(model)`, "
+                "then `model(data)`). Training calls the plain model (or model.module), so backward averages "
+                "nothing.")
+    return None
 
 
 def _not_averaged(ddp_made: list, ddp_used: list) -> str:
     """Why the parameters drifted apart."""
-    if all(ddp_made) and not any(ddp_used):
-        return ("the model is wrapped in DistributedDataParallel, but training calls the model inside it "
-                "(model.module(...)) or the unwrapped model, so backward averages nothing. Train through the wrapper.")
+    if _built_not_used(ddp_made, ddp_used):
+        return _built_not_used(ddp_made, ddp_used)
     if not any(ddp_made):
         return ("nothing averaged the gradients: wrap the model in DistributedDataParallel "
                 "(after moving it to its device).")
@@ -249,7 +258,8 @@ def _no_new_order(run: Run) -> str:
 
 
 # ------------------------------------------------------------------------------------------ Step 4
-def step4(run: Run):
+def step4(run: Run, devices=None):
+    """``devices``: the verdict of the simulated multi-node GPUs (``cluster.devices``), None if not seen."""
     n = run.nprocs
     seen = [run.rec(r).get("forward_devices", []) for r in range(n)]
     if not all(seen):
@@ -259,7 +269,10 @@ def step4(run: Run):
         if bad:
             return False, (f"rank {r} called a layer on {bad[0][1]} with inputs on {bad[0][0]}: move the inputs to "
                            "the model's device")
-    return _own_gpus(run, seen) if run.gpu else _reads_local_rank(run)
+    if run.gpu:
+        own = _own_gpus(run, seen)
+        return devices if own[0] and devices and not devices[0] else own
+    return devices or _reads_local_rank(run)
 
 
 def _own_gpus(run: Run, seen: list):
@@ -298,6 +311,10 @@ def step5(run: Run):
     writers = sorted({s["rank"] if s["rank"] is not None else s["launch_rank"] for s in saves})
     names = sorted({short(s["path"]) for s in saves})
     if writers != [0]:
+        if 0 in writers and len(names) > 1:
+            return False, (f"ranks {writers} each wrote a checkpoint ({', '.join(names)}): the same weights "
+                           f"{len(writers)} times over. Save once, on rank 0 (a name built from the local rank would "
+                           "also repeat on every node of a shared file system).")
         if 0 in writers:
             return False, (f"ranks {writers} all wrote {', '.join(names)}: the copies are the same weights, written "
                            f"{len(writers)} times into one file (on a shared file system they collide). "

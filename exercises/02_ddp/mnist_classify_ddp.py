@@ -4,6 +4,9 @@ Your exercise: turn this serial script into DistributedDataParallel in six steps
 
 As it is, this is the serial script (solutions/01_serial/mnist_classify.py) with a TODO where each
 step goes. It runs; under srun or torchrun every rank trains its own model on all the data, alone.
+From Step 1 on it needs a launcher: a rank learns who it is from the variables torchrun or srun set,
+so plain `python mnist_classify_ddp.py` stops there (KeyError: 'RANK'). Run it with torchrun (see below)
+or let the check start it.
 Notebook 02 explains each step; after each one, check your work:
 
     course check ddp exercises/02_ddp/mnist_classify_ddp.py
@@ -83,6 +86,7 @@ def parse_args(argv=None):
     p.add_argument("--dry-run", action="store_true", help="one batch per epoch, to check that it runs")
     p.add_argument("--data-dir", default=None, help="where MNIST/raw/ lives (default: $COURSE_DATA_DIR)")
     p.add_argument("--dataset", choices=DATASETS, default="auto", help="auto: MNIST if present, else digits")
+    # TODO Step 6: under torchrun one Slurm task holds every rank of the node: are these workers per rank?
     p.add_argument("--num-workers", type=int, default=int(os.environ.get("SLURM_CPUS_PER_TASK", 0)),
                    help="data-loader worker processes (default: $SLURM_CPUS_PER_TASK, else 0)")
     p.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision autocast")
@@ -97,7 +101,8 @@ def sync(device):
 
 
 # TODO Step 1: find out who this process is: its rank, its local rank (on this node) and the world size.
-# srun and torchrun each tell a process in their own environment variables; support both.
+# srun and torchrun each tell a process in their own environment variables; support both, torchrun's
+# first: under `srun torchrun` (a Slurm task that runs torchrun) a rank sees both kinds.
 
 
 def train(args, model, device, train_loader, optimizer, epoch, autocast, scaler):

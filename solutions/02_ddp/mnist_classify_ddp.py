@@ -5,6 +5,9 @@
 # STUB:
 # STUB: As it is, this is the serial script (solutions/01_serial/mnist_classify.py) with a TODO where each
 # STUB: step goes. It runs; under srun or torchrun every rank trains its own model on all the data, alone.
+# STUB: From Step 1 on it needs a launcher: a rank learns who it is from the variables torchrun or srun set,
+# STUB: so plain `python mnist_classify_ddp.py` stops there (KeyError: 'RANK'). Run it with torchrun (see below)
+# STUB: or let the check start it.
 # STUB: Notebook 02 explains each step; after each one, check your work:
 # STUB:
 # STUB:     course check ddp exercises/02_ddp/mnist_classify_ddp.py
@@ -98,8 +101,16 @@ def parse_args(argv=None):
     p.add_argument("--dry-run", action="store_true", help="one batch per epoch, to check that it runs")
     p.add_argument("--data-dir", default=None, help="where MNIST/raw/ lives (default: $COURSE_DATA_DIR)")
     p.add_argument("--dataset", choices=DATASETS, default="auto", help="auto: MNIST if present, else digits")
-    p.add_argument("--num-workers", type=int, default=int(os.environ.get("SLURM_CPUS_PER_TASK", 0)),
-                   help="data-loader worker processes (default: $SLURM_CPUS_PER_TASK, else 0)")
+    ### BEGIN SOLUTION
+    # STUB: # TODO Step 6: under torchrun one Slurm task holds every rank of the node: are these workers per rank?
+    # STUB: p.add_argument("--num-workers", type=int, default=int(os.environ.get("SLURM_CPUS_PER_TASK", 0)),
+    # STUB:                help="data-loader worker processes (default: $SLURM_CPUS_PER_TASK, else 0)")
+    # Step 6: the CPUs of this rank. srun makes each rank a task with $SLURM_CPUS_PER_TASK of its own; torchrun's
+    # ranks share the one task that runs torchrun on their node (LOCAL_WORLD_SIZE ranks): divide them up
+    cpus = int(os.environ.get("SLURM_CPUS_PER_TASK", 0)) // int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    p.add_argument("--num-workers", type=int, default=cpus,  # Step 6: data-loader workers per rank
+                   help="data-loader workers per rank (default: the CPUs Slurm gave this rank, else 0)")
+    ### END SOLUTION
     p.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off", help="mixed precision autocast")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     return p.parse_args(argv)
@@ -113,16 +124,19 @@ def sync(device):
 
 ### BEGIN SOLUTION
 # STUB: # TODO Step 1: find out who this process is: its rank, its local rank (on this node) and the world size.
-# STUB: # srun and torchrun each tell a process in their own environment variables; support both.
+# STUB: # srun and torchrun each tell a process in their own environment variables; support both, torchrun's
+# STUB: # first: under `srun torchrun` (a Slurm task that runs torchrun) a rank sees both kinds.
 # STUB:
 # STUB:
-def distributed_env():  # Step 1: who am I? srun sets SLURM_*, torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
-    """(rank, local_rank, world_size) of this process; (0, 0, 1) when no launcher started it."""
-    if "RANK" in os.environ:  # torchrun (also torchrun inside a Slurm job: its variables win)
+def distributed_env():  # Step 1: who am I? torchrun sets RANK, LOCAL_RANK, WORLD_SIZE; srun sets SLURM_*
+    """(rank, local_rank, world_size) of this process, from torchrun's variables, else from srun's."""
+    # torchrun's first: under `srun torchrun` a rank also inherits Slurm's, which describe the one task that
+    # runs torchrun (SLURM_PROCID=0, SLURM_NTASKS=1 on one node), not this rank
+    if "RANK" in os.environ:
         return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     if "SLURM_PROCID" in os.environ:  # srun: one task per rank
         return int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_LOCALID"]), int(os.environ["SLURM_NTASKS"])
-    return 0, 0, 1
+    sys.exit("no launcher: start this script with torchrun or srun (RANK or SLURM_PROCID is not set)")
 
 
 ### END SOLUTION
@@ -171,8 +185,8 @@ def main(argv=None):
     rank, local_rank, world_size = distributed_env()  # Step 1
     if use_cuda:  # Step 1: set this rank's GPU before init, so that NCCL uses it and no other
         torch.cuda.set_device(local_rank)
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")  # Step 1: where rank 0 waits for the others;
-    os.environ.setdefault("MASTER_PORT", "29500")  # srun jobs export both, torchrun sets them itself
+    # Step 1: rank 0 waits for the others at MASTER_ADDR:MASTER_PORT, from the launch: torchrun sets both, a Slurm
+    # job script exports them (the first node of the job). No default here: 127.0.0.1 is right on one node only.
     dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world_size,  # Step 1
                             device_id=torch.device("cuda", local_rank) if use_cuda else None)  # Step 1: NCCL's GPU
     ### END SOLUTION

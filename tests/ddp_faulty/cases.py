@@ -10,14 +10,27 @@ without GPUs, so the case is skipped on a machine with 2 or more.
 """
 from faulty import Faulty
 
-DEFAULT = {"styles": ("srun",), "more_ranks": None, "timeout": 120.0}   # one srun-style launch of 2 ranks
+# one srun-style launch of 2 ranks, no simulated cluster
+DEFAULT = {"styles": ("srun",), "more_ranks": None, "timeout": 120.0, "simulate": False}
 BOTH = {"styles": ("srun", "torchrun")}
+GPUS = {"simulate": True}                       # + 2 simulated nodes x 2 GPUs (Step 4)
+NODES = {"more_ranks": 3}                       # + 3 ranks as 3 nodes of one rank each
+SRUN_TORCHRUN = {**BOTH, "simulate": True}      # + torchrun inside a one-task Slurm step (Step 1)
 PASS = ("pass", "")
 CPU_ONLY = {"cpu_only": True}
 
 SET_DEVICE = ("    if use_cuda:  # Step 1: set this rank's GPU before init, so that NCCL uses it and no other\n"
               "        torch.cuda.set_device(local_rank)\n")
 DDP_WRAP = "    model = DDP(model, device_ids=[local_rank] if use_cuda else None)"
+DEVICE = '    device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")'
+ENV_TORCHRUN = ('    if "RANK" in os.environ:\n'
+                '        return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), '
+                'int(os.environ["WORLD_SIZE"])\n')
+ENV_SRUN = ('    if "SLURM_PROCID" in os.environ:  # srun: one task per rank\n'
+            '        return int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_LOCALID"]), '
+            'int(os.environ["SLURM_NTASKS"])\n')
+INIT = '    dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world_size,  # Step 1\n'
+EPOCH_LINE = "                                epoch_s=epoch_s), flush=True)\n"
 SAVE = '        torch.save(model.module.state_dict(), "mnist_cnn.pt")'
 SAMPLER = "    train_sampler = DistributedSampler(train_set, seed=args.seed)"
 TRAIN_KWARGS = '    train_kwargs = {"batch_size": args.batch_size, "sampler": train_sampler}'
@@ -42,6 +55,36 @@ CASES = [
            edits=[('    dist.init_process_group("nccl"',
                    '    world_size = 2  # two ranks, as in the notebook\n    dist.init_process_group("nccl"')],
            expect={"Step 1": ("fail", r"with 3 ranks")}),
+    Faulty("world_size_too_big", why="the world size is hard-coded to 4 (the GPUs of a node): with 2 ranks init "
+                                     "waits for ranks that never come, a deadlock reported in seconds",
+           edits=[('    dist.init_process_group("nccl"',
+                   '    world_size = 4  # the GPUs of one node\n    dist.init_process_group("nccl"')],
+           # reported after a few seconds of every rank waiting in init (the stall alone: 60 s)
+           expect={"Step 1": ("fail", r"asked init_process_group for world_size=4 \(hard-coded\?\)"),
+                   "Step 2": ("fail", r"not checked: the run stopped before this step could be seen: deadlock: rank 0 "
+                                      r"waited 1?\d s at line {line:dist.init_process_group(}")}),
+    # mistakes that only another launcher or a second node shows
+    Faulty("slurm_vars_first", options=SRUN_TORCHRUN,
+           why="Slurm's variables read before torchrun's: right under srun and under torchrun, but under "
+               "`srun torchrun` every worker reads the one task's SLURM_PROCID=0, SLURM_NTASKS=1",
+           edits=[(ENV_TORCHRUN + ENV_SRUN, ENV_SRUN + ENV_TORCHRUN)],
+           expect={"Step 1": ("fail", r"under `srun torchrun`.*worker 0 believed it was rank 0 of a world of 1; "
+                                      r"worker 1 believed it was rank 0 of a world of 1.*SLURM_PROCID.*"
+                                      r"Read torchrun's RANK, LOCAL_RANK and WORLD_SIZE first"),
+                   "Step 2": PASS, "Step 5": PASS}),
+    Faulty("master_addr_hardcoded", options=NODES,
+           why="MASTER_ADDR set to the loopback in the script: right on one node, on two nodes the ranks of the "
+               "second node look for rank 0 on their own node",
+           edits=[(INIT, '    os.environ["MASTER_ADDR"] = "127.0.0.1"  # where rank 0 listens\n' + INIT)],
+           expect={"Step 1": ("fail", r"line {line:# where rank 0 listens} sets MASTER_ADDR='127.0.0.1' "
+                                      r"over the one the launch gave \(127.0.0.2, node 0's address on 3 nodes of one rank "
+                                      r"each\).*on two nodes the ranks of node 1 look for rank 0 at 127.0.0.1"),
+                   "Step 2": PASS}),
+    Faulty("init_method_localhost", options=NODES,
+           why="init_process_group given tcp://localhost: one node only",
+           edits=[(INIT, INIT + "                            init_method=f\"tcp://localhost:{os.environ['MASTER_PORT']}\",\n")],
+           expect={"Step 1": ("fail", r"init_method='tcp://localhost:\d+'\) names its own address where the "
+                                      r"launcher gave MASTER_ADDR=127.0.0.2.*look for rank 0 at localhost")}),
     # ---- Step 2: the gradients
     Faulty("no_ddp", why="the data is sharded but the model is never wrapped in DDP: nothing averages gradients",
            edits=[(DDP_WRAP + "  # Step 2: same start, averaged gradients\n", ""),
@@ -50,19 +93,36 @@ CASES = [
     Faulty("ddp_bypassed", why="the model is wrapped, but training calls the module inside the wrapper",
            edits=[("step_model = torch.compile(model) if args.compile else model",
                    "step_model = torch.compile(model.module) if args.compile else model.module")],
-           expect={"Step 2": ("fail", r"training calls the model inside it")}),
+           expect={"Step 2": ("fail", r"parameters differ between ranks.*DistributedDataParallel was built but not "
+                                      r"used: train through the wrapper.*Training calls the plain model \(or model.module\)")}),
+    Faulty("ddp_built_not_used", why="Step 2 done before Step 3: DDP(model) is built, but not assigned, so training "
+                                     "goes on with the plain model (and the identical data hides it)",
+           edits=[(DDP_WRAP, DDP_WRAP.replace("    model = DDP(", "    DDP(")),
+                  (SAVE, SAVE.replace("model.module.", "model.")),
+                  (SAMPLER + "  # Step 3: rank r gets every world_size-th image\n", ""),
+                  (TRAIN_KWARGS, '    train_kwargs = {"batch_size": args.batch_size, "shuffle": True}'),
+                  (SET_EPOCH, "")],
+           expect={"Step 2": ("fail", r"only because every rank trained on the same data.*built but not used: train "
+                                      r"through the wrapper \(`model = DDP\(model\)`")}),
     Faulty("crash_rank1", why="rank 1 crashes in the second epoch",
            edits=[(START, START + "        if rank == 1 and epoch == 2:\n"
                                   '            raise RuntimeError("simulated failure on rank 1")\n')],
-           expect={"Step 2": ("fail", r"rank 1 crashed: RuntimeError: simulated failure")}),
+           expect={"Step 2": ("fail", r"rank 1 crashed: RuntimeError: simulated failure"),
+                   # the steps the crash hid show the crash itself: rank, error, line
+                   "Step 5": ("fail", r"not checked: the run stopped before this step could be seen: rank 1 crashed: "
+                                      r"RuntimeError: simulated failure on rank 1 at line {line:simulated failure}"),
+                   "Step 6": ("fail", r"did not run to the end under srun \(Step 2\): rank 1 crashed: RuntimeError: "
+                                      r"simulated failure on rank 1 at line {line:simulated failure}")}),
     Faulty("hang_allreduce_rank0", options={"stall": 10.0},
            why="rank 0 alone averages the epoch's loss for its log line: a collective on one rank",
            edits=[(STOP, STOP + "        if rank == 0:  # the mean loss over all ranks, for the log\n"
                                 "            loss_sum = torch.tensor([train_loss])\n"
                                 "            dist.all_reduce(loss_sum)\n"
                                 "            train_loss = loss_sum.item() / world_size\n")],
-           expect={"Step 2": ("fail", r"(deadlock|every rank).*line {line:dist.all_reduce(loss_sum)}: "
-                                      r"dist.all_reduce\(loss_sum\)")}),
+           # every rank waits in a collective: reported after a few seconds (a one-digit wait), not at the stall
+           expect={"Step 2": ("fail", r"deadlock: rank 0 waited \d s at line {line:dist.all_reduce(loss_sum)}: "
+                                      r"dist.all_reduce\(loss_sum\) \(in torch's all_reduce\); rank 1 waited \d s at "
+                                      r"line \d+: dist.barrier\(\)")}),
     # ---- Step 3: the data
     Faulty("no_sampler", why="DDP but no DistributedSampler: every rank trains on the whole data set",
            edits=[(SAMPLER + "  # Step 3: rank r gets every world_size-th image\n", ""),
@@ -92,14 +152,48 @@ CASES = [
            edits=[('int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]),', 'int(os.environ["RANK"]),'),
                   ('int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_LOCALID"]),',
                    'int(os.environ["SLURM_PROCID"]),'),
-                  ("    return 0, 0, 1\n", "    return 0, 1\n"),
                   ("    rank, local_rank, world_size = distributed_env()  # Step 1\n",
                    "    rank, world_size = distributed_env()  # Step 1\n    local_rank = rank\n")],
            expect={"Step 4": ("fail", r"never reads the local rank")}),
+    Faulty("device_from_global_rank", options=GPUS,
+           why="set_device(rank) and cuda:RANK: right on one node, on the second node rank 2 asks for cuda:2",
+           edits=[(SET_DEVICE, SET_DEVICE.replace("set_device(local_rank)", "set_device(rank)")),
+                  ('torch.device("cuda", local_rank) if use_cuda', 'torch.device("cuda", rank) if use_cuda'),
+                  (DEVICE, DEVICE.replace("{local_rank}", "{rank}")),
+                  (DDP_WRAP, DDP_WRAP.replace("[local_rank]", "[rank]"))],
+           expect={"Step 1": PASS, "Step 2": PASS, "Step 3": PASS, "Step 5": PASS,
+                   "Step 4": ("fail", r"2 simulated nodes of 2 ranks and 2 GPUs each \(ranks 0-1 on node 0, 2-3 on node 1\), "
+                                      r"rank 2 \(local rank 0 on node 1\) asked "
+                                      r"for cuda:2 \(set_device\).*right on one node and wrong on every other: use "
+                                      r"the local rank")}),
+    Faulty("device_cuda_no_index", options=GPUS,
+           why="the model goes to 'cuda' (the current device, cuda:0) on every rank, and set_device is never called",
+           edits=[(SET_DEVICE, ""), (DEVICE, '    device = torch.device("cuda" if use_cuda else "cpu")')],
+           expect={"Step 4": ("fail", r"rank 1 \(local rank 1 on node 0\) put its model on cuda:0; ranks 0, 1 "
+                                      r"share it on node 0: each rank of a node needs its own GPU")}),
+    Faulty("visible_devices_and_local_rank", options=GPUS,
+           why="each rank narrows CUDA_VISIBLE_DEVICES to its local rank, then still asks for cuda:<local rank>",
+           edits=[(SET_DEVICE, '    os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank)  # one GPU per rank\n'
+                               + SET_DEVICE)],
+           expect={"Step 4": ("fail", r"rank 1 \(local rank 1 on node 0\) set CUDA_VISIBLE_DEVICES=1 \(line "
+                                      r"{line:# one GPU per rank}\), so it sees only those GPUs.*asked "
+                                      r"for cuda:1 \(set_device\)")}),
+    Faulty("cuda_call_not_simulated", options=GPUS,
+           why="correct, but it asks CUDA for the GPU's name, which the simulated GPUs cannot answer: Step 4 keeps "
+               "what the CPU runs show and says why the simulation stopped",
+           edits=[(SET_DEVICE, SET_DEVICE + "        print(torch.cuda.get_device_name(local_rank))\n")],
+           expect={**{f"Step {n}": PASS for n in range(1, 4)}, "Step 5": PASS, "Step 6": PASS,
+                   "Step 4": ("pass", r"reads the local rank.*could not follow the script to its model: rank \d "
+                                      r"crashed: .* at line {line:get_device_name}")}),
     # ---- Step 5: the checkpoint
     Faulty("save_every_rank", why="every rank writes the checkpoint",
            edits=[("    if args.save_model and rank == 0:", "    if args.save_model:")],
            expect={"Step 5": ("fail", r"ranks \[0, 1\] all wrote mnist_cnn.pt")}),
+    Faulty("checkpoint_per_local_rank", why="every rank saves its own copy, named by its local rank",
+           edits=[("    if args.save_model and rank == 0:", "    if args.save_model:"),
+                  (SAVE, SAVE.replace('"mnist_cnn.pt"', 'f"mnist_cnn_{local_rank}.pt"'))],
+           expect={"Step 5": ("fail", r"ranks \[0, 1\] each wrote a checkpoint \(mnist_cnn_0.pt, mnist_cnn_1.pt\).*"
+                                      r"Save once, on rank 0")}),
     Faulty("save_module_prefix", why='rank 0 saves the DDP wrapper\'s state_dict, whose keys start with "module."',
            edits=[(SAVE, SAVE.replace("model.module.", "model."))],
            expect={"Step 5": ("fail", r"start with 'module\.'")}),
@@ -111,25 +205,46 @@ CASES = [
            edits=[(SAVE, "        dist.barrier()  # wait until the others are done (but only rank 0 comes here)\n"
                          + SAVE)],
            expect={"Step 2": PASS, "Step 5": ("fail", r"rank 0 .*barrier.*every rank")}),
+    Faulty("save_on_local_rank_0", options=NODES,
+           why="local_rank == 0 where the global rank 0 was meant: one writer per node",
+           edits=[("    if args.save_model and rank == 0:", "    if args.save_model and local_rank == 0:")],
+           expect={"Step 1": PASS, "Step 3": PASS,
+                   "Step 5": ("fail", r"on one node only rank 0 wrote mnist_cnn.pt, but on 3 nodes of one rank each "
+                                      r"ranks 0 \(local rank 0 on node 0\), 1 \(local rank 0 on node 1\), 2 \(local "
+                                      r"rank 0 on node 2\) all wrote it.*global rank is 0")}),
+    Faulty("log_named_by_local_rank", options=NODES,
+           why="each rank appends to a log file named by its local rank: on two nodes they share one file",
+           edits=[(EPOCH_LINE, EPOCH_LINE + '        with open(f"train_log_{local_rank}.txt", "a") as log:\n'
+                                            '            log.write(f"{epoch} {train_loss:.4f}\\n")\n')],
+           expect={"Step 5": ("fail", r"ranks 0 \(local rank 0 on node 0\), 1 .* all wrote train_log_0.txt: a name "
+                                      r"built from the local rank repeats on every node")}),
     # ---- Step 6: launchers and shutdown
     Faulty("no_destroy", why="it never leaves the process group",
            edits=[("    del model, step_model\n    gc.collect()\n    dist.destroy_process_group()\n", "")],
            expect={"Step 6": ("fail", r"never called dist.destroy_process_group")}),
+    Faulty("second_name_kept", why="`del model` before leaving, but the serial script's `step_model` still holds "
+                                   "the DDP model",
+           edits=[("    del model, step_model\n", "    del model\n")],
+           expect={**{f"Step {n}": PASS for n in range(1, 6)},
+                   "Step 6": ("pass", r"still alive at destroy_process_group\(\), held by `step_model` \(a local of "
+                                      r"main\(\)\).*`del step_model`")}),
     # a script for one launcher passes Step 6 under the launcher it reads; strict_launchers requires both
-    Faulty("srun_only", file="srun_only.py", options=BOTH,
+    Faulty("srun_only", file="srun_only.py", options={**BOTH, **GPUS},
            why="a functional script with other names that reads only srun's SLURM_* variables (the ENCCS slides' "
                "srun script): it passes, and the verdict says how to support torchrun",
-           expect={**{f"Step {n}": PASS for n in range(1, 6)}, "Step 6": ("pass", r"works under srun only \(the launcher the script reads\).*"
-                                                      r"Under torchrun: .*SLURM_PROCID.*To run under torchrun too")}),
+           expect={**{f"Step {n}": PASS for n in range(1, 6)},
+                   "Step 6": ("pass", r"works under srun only \(the launcher the script reads\).*"
+                                      r"Under torchrun: .*SLURM_PROCID.*To run under torchrun too")}),
     Faulty("srun_only_strict", file="srun_only.py", options={**BOTH, "strict_launchers": True},
            why="the same srun script, where the instructor requires both launchers",
            expect={"Step 1": PASS, "Step 6": ("fail", r"works under srun only.*under torchrun.*SLURM_PROCID.*"
                                                       r"--strict-launchers")}),
-    Faulty("trainer_torchrun_only", file="trainer_torchrun_only.py", options=BOTH,
+    Faulty("trainer_torchrun_only", file="trainer_torchrun_only.py", options=SRUN_TORCHRUN,
            why="a Trainer class that reads only torchrun's variables (init from env://): under srun init fails, "
                "but it is a torchrun script, so it passes",
            expect={**{f"Step {n}": PASS for n in range(1, 6)},
-                   "Step 6": ("pass", r"works under torchrun only.*Under srun: .*To run under srun too")}),
+                   "Step 6": ("pass", r"works under torchrun only \(the launcher the script reads\), and under "
+                                      r"`srun torchrun`.*Under srun: .*To run under srun too")}),
     Faulty("trainer_torchrun_only_strict", file="trainer_torchrun_only.py",
            options={**BOTH, "strict_launchers": True},
            why="the same torchrun script, where the instructor requires both launchers",
@@ -140,8 +255,8 @@ CASES = [
            edits=[('int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])',
                    'int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SZIE"])')],
            expect={"Step 1": PASS, "Step 6": ("fail", r"works under srun only; under torchrun: .*KeyError.*"
-                                                      r"reads LOCAL_RANK, RANK, so it means to run under torchrun")}),
-    Faulty("trainer_class_correct", file="trainer_class_correct.py", options={**BOTH, "more_ranks": 3},
+                                                      r"reads LOCAL_RANK, (LOCAL_WORLD_SIZE, )?RANK, so it means to run under torchrun")}),
+    Faulty("trainer_class_correct", file="trainer_class_correct.py", options={**SRUN_TORCHRUN, **NODES},
            why="correct, in another style: a Trainer class, other names, the same six steps",
            expect={f"Step {n}": PASS for n in range(1, 7)}),
     Faulty("trainer_class_correct_strict", file="trainer_class_correct.py",

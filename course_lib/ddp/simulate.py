@@ -1,0 +1,240 @@
+"""The probe's side of a simulated cluster: what a rank would see on another node, GPU or launcher, on CPU.
+
+The checker leaves ``simulate.json`` in a run's probe folder (``$COURSE_PROBE_DIR``); before the learner's
+script runs, ``install(rec)`` reads it and
+- ``layout: [nodes, ranks_per_node]``: rewrites the launcher's variables as a multi-node step gives them
+  (rank r on node r // ranks_per_node with local rank r % ranks_per_node: SLURM_LOCALID/SLURM_NODEID/... for an
+  srun-style launch, LOCAL_RANK/GROUP_RANK/... under torchrun) and, srun-style, MASTER_ADDR as the address of
+  "node 0" (NODE0_ADDR, another loopback address: a script that overwrites it with its own is seen);
+- ``env``: variables to add (Slurm's of a one-task step, for ``srun torchrun``);
+- ``gpus: G``: a stand-in for G GPUs per node that records which device each rank picks (``set_device``,
+  ``.to()``/``.cuda()``, DDP's ``device_ids``, init's ``device_id``) and raises "invalid device ordinal" as CUDA
+  does, while everything stays on the CPU (nccl becomes gloo);
+- ``stop_at_forward``: the rank ends (exit code 0) at its first module call with parameters: the group and the
+  devices are known by then, and the rest of the run would only repeat the full launches.
+
+Apart from that, the learner's own writes are noted in every run: launcher variables set in ``os.environ``
+(a hard-coded MASTER_ADDR) and files opened for writing (a file name that repeats on every node).
+"""
+from __future__ import annotations
+
+import builtins
+import json
+import os
+from pathlib import Path
+
+from course_lib.ddp.recorder import Recorder
+
+NODE0_ADDR = "127.0.0.2"    # "node 0" of a simulated layout: Linux routes all of 127/8 to the loopback
+SETTINGS = "simulate.json"
+WRITES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES")
+
+
+def settings(folder: Path) -> dict:
+    p = folder / SETTINGS
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def install(rec: Recorder, folder: Path) -> dict:
+    """Apply the run's simulation (before the probe's hooks: they wrap what this installs)."""
+    sim = settings(folder)
+    os.environ.update(sim.get("env", {}))
+    if sim.get("layout"):
+        rec.data["layout"] = _apply_layout(*sim["layout"])
+    if sim.get("gpus"):
+        rec.data["virtual_gpus"] = sim["gpus"]
+        rec.data["picks"] = []
+        _virtual_cuda(rec, int(sim["gpus"]))
+    if sim.get("stop_at_forward"):
+        _stop_at_forward(rec)
+    _note_env_writes(rec)
+    _note_file_writes(rec)
+    return sim
+
+
+def _stop_at_forward(rec: Recorder):
+    """End the rank at its first module call with parameters, once every rank of its group got there."""
+    import torch
+
+    from course_lib.core.rankkit import exit_now
+
+    def stop(module, _args):
+        if next(module.parameters(recurse=False), None) is None:
+            return
+        rec.data["exit"] = {"code": 0, "phase": rec.data["phase"], "stopped": "first forward"}
+        rec.write()
+        if _initialized():
+            import torch.distributed as dist
+            try:   # the others may still be in DDP's first broadcast: leave together
+                dist.barrier()
+            except Exception:  # noqa: BLE001 - a peer gone already: nothing left to wait for
+                pass
+        exit_now(0)
+
+    torch.nn.modules.module.register_module_forward_pre_hook(stop)
+
+
+# ------------------------------------------------------------------------------------------ layout
+def _apply_layout(nodes: int, per_node: int) -> dict:
+    torchrun = "RANK" in os.environ
+    rank = int(os.environ["RANK" if torchrun else "SLURM_PROCID"])
+    node, local = divmod(rank, per_node)
+    if torchrun:
+        os.environ.update(LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(per_node), GROUP_RANK=str(node),
+                          GROUP_WORLD_SIZE=str(nodes), ROLE_RANK=str(rank))
+    else:
+        os.environ.update(SLURM_LOCALID=str(local), SLURM_NODEID=str(node), SLURM_NNODES=str(nodes),
+                          SLURM_JOB_NUM_NODES=str(nodes), SLURM_STEP_NUM_NODES=str(nodes),
+                          SLURM_TASKS_PER_NODE=f"{per_node}(x{nodes})", SLURMD_NODENAME=f"node{node + 1}",
+                          SLURM_JOB_NODELIST=f"node[1-{nodes}]", MASTER_ADDR=NODE0_ADDR)
+    return {"node": node, "local_rank": local, "nodes": nodes, "per_node": per_node,
+            "master_addr": os.environ.get("MASTER_ADDR")}
+
+
+# ------------------------------------------------------------------------------------------ virtual GPUs
+def _virtual_cuda(rec: Recorder, gpus: int):
+    """G GPUs per node that are only names: each pick is recorded and checked, the tensors stay on the CPU."""
+    import torch
+    import torch.distributed.distributed_c10d as c10d
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    state = {"current": 0}
+
+    def visible() -> int:
+        """The node's GPUs, or as many as the script's own CUDA_VISIBLE_DEVICES names."""
+        mine = [w["value"] for w in rec.data.get("env_writes", []) if w["var"] == "CUDA_VISIBLE_DEVICES"]
+        return len([d for d in mine[-1].split(",") if d.strip()]) if mine else gpus
+
+    def pick(how: str, device) -> torch.device:
+        """Record a device the script asked for; a CUDA ordinal this node lacks raises as CUDA does."""
+        d = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+        if d.type != "cuda":
+            return d
+        index = state["current"] if d.index is None else d.index
+        entry = {"how": how, "device": f"cuda:{index}", "init": _initialized()}
+        if how != "set_device" and rec.data["picks"] and rec.data["picks"][-1] == entry:
+            return torch.device("cpu")   # the same pick again (every batch's .to()): noted once
+        rec.data["picks"].append(entry)
+        if len(rec.data["picks"]) > 40:
+            del rec.data["picks"][20:-20]
+        if not 0 <= index < visible():
+            entry["invalid"] = True
+            rec.write()
+            raise RuntimeError("CUDA error: invalid device ordinal")
+        rec.write()
+        return torch.device("cpu")
+
+    def set_device(device):
+        pick("set_device", device)
+        state["current"] = device if isinstance(device, int) else (torch.device(device).index or 0)
+
+    torch.cuda.is_available = lambda: True
+    torch.cuda.device_count = visible
+    torch.cuda.current_device = lambda: state["current"]
+    torch.cuda.set_device = set_device
+    torch.cuda.synchronize = lambda device=None: None
+    _redirect_to(torch, nn, pick)
+
+    init = c10d.init_process_group
+
+    def init_on_cpu(backend=None, *args, **kwargs):
+        if kwargs.get("device_id") is not None:
+            pick("init_process_group(device_id=...)", kwargs.pop("device_id"))
+        if isinstance(backend, str) and "nccl" in backend:
+            backend = "gloo"   # the group's backend is judged by the full launches, not here
+        return init(backend, *args, **kwargs)
+
+    c10d.init_process_group = torch.distributed.init_process_group = init_on_cpu
+    ddp_init = DDP.__init__
+
+    def ddp_on_cpu(self, module, device_ids=None, output_device=None, *args, **kwargs):
+        for d in device_ids or []:
+            pick("DDP(device_ids=...)", d)
+        return ddp_init(self, module, None, None, *args, **kwargs)
+
+    DDP.__init__ = ddp_on_cpu
+    loader_init = torch.utils.data.DataLoader.__init__
+
+    def loader_on_cpu(self, *args, **kwargs):
+        kwargs["pin_memory"] = False   # pinning needs a real CUDA
+        return loader_init(self, *args, **kwargs)
+
+    torch.utils.data.DataLoader.__init__ = loader_on_cpu
+
+
+def _redirect_to(torch, nn, pick):
+    """``.to(cuda...)``/``.cuda()`` of tensors and modules: the pick is recorded, the CPU is kept."""
+    tensor_to, module_to = torch.Tensor.to, nn.Module.to
+
+    def t_to(self, *args, **kwargs):
+        args, kwargs = _cpu_args(pick, "tensor.to", args, kwargs)
+        return tensor_to(self, *args, **kwargs)
+
+    def m_to(self, *args, **kwargs):
+        args, kwargs = _cpu_args(pick, "model.to", args, kwargs)
+        return module_to(self, *args, **kwargs)
+
+    def t_cuda(self, device=None, *args, **kwargs):
+        pick("tensor.cuda", "cuda" if device is None else device)
+        return self
+
+    def m_cuda(self, device=None):
+        pick("model.cuda", "cuda" if device is None else device)
+        return self
+
+    torch.Tensor.to, torch.Tensor.cuda, nn.Module.to, nn.Module.cuda = t_to, t_cuda, m_to, m_cuda
+
+
+def _cpu_args(pick, how, args, kwargs):
+    import torch
+
+    def cpu(x):
+        if isinstance(x, torch.device) or (isinstance(x, str) and x.split(":")[0] == "cuda"):
+            return pick(how, x)
+        return x
+    if "device" in kwargs:
+        kwargs = {**kwargs, "device": cpu(kwargs["device"])}
+    return tuple(cpu(a) for a in args), kwargs
+
+
+def _initialized() -> bool:
+    import torch.distributed as dist
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+# ------------------------------------------------------------------------------------------ the learner's writes
+def _note_env_writes(rec: Recorder):
+    """Launcher variables the learner's code sets in os.environ (a hard-coded MASTER_ADDR), with the line."""
+    cls = type(os.environ)
+    original = cls.__setitem__
+    writes = rec.data.setdefault("env_writes", [])
+
+    def setitem(self, key, value):
+        if self is os.environ and key in WRITES and len(writes) < 20:
+            frame = rec.learner_frame()
+            if frame is not None:
+                writes.append({"var": key, "value": str(value), "before": os.environ.get(key),
+                               "line": frame.f_lineno})
+        return original(self, key, value)
+
+    cls.__setitem__ = setitem
+
+
+def _note_file_writes(rec: Recorder):
+    """Files the learner's code opens for writing: a name that repeats on every node is seen by the checker."""
+    opened = rec.data.setdefault("files_written", [])
+    original = builtins.open
+
+    def open_(file, mode="r", *args, **kwargs):
+        if isinstance(mode, str) and set(mode) & set("wax+") and isinstance(file, (str, os.PathLike)) \
+                and len(opened) < 50:
+            frame = rec.learner_frame()
+            if frame is not None:
+                path = os.path.abspath(os.fspath(file))
+                if path not in opened:
+                    opened.append(path)
+                    rec.write()
+        return original(file, mode, *args, **kwargs)
+
+    builtins.open = open_

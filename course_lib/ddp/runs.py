@@ -108,23 +108,6 @@ def run_script(script: Path, style: str, nprocs: int, root: Path, data: Path, ti
     return run
 
 
-def run_side_by_side(jobs: list, script: Path, root: Path, data: Path, timeout: float, echo: bool,
-                     stall) -> dict:
-    """``run_script`` for every (style, nprocs) of ``jobs`` at once: most of a launch is starting interpreters
-    and importing torch, which overlaps with the other launches' waiting. Ctrl-C stops them all."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-    stop = threading.Event()
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        futures = {job: pool.submit(run_script, script, job[0], job[1], root, data, timeout, echo, stall, stop)
-                   for job in jobs}
-        try:
-            return {job: f.result() for job, f in futures.items()}
-        except BaseException:
-            stop.set()   # every launch kills its ranks within a fraction of a second
-            raise
-
-
 def _record(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

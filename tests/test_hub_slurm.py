@@ -6,7 +6,6 @@ kernel), submit a course job from the server's environment as a kernel would (it
 and the kernel's variables), stop the server, and see the job and every process of the learner gone.
 Skips, saying why, where the machine cannot host a hub (tests/hub_support.py) or a local Slurm.
 """
-import json
 import os
 import re
 import shutil
@@ -46,27 +45,6 @@ def _learner_processes(uid: int) -> list[str]:
     return found
 
 
-def _wait_for_hub(hub, name: str, want_ready: bool) -> dict:
-    """The user's model once the hub has decided: the server ready (or gone, when stopping). The hub holds the
-    deadline (its start_timeout, http_timeout); this only watches it, bounded by the test's own timeout."""
-    while True:
-        model = hub.api("GET", f"/users/{name}")
-        server = model["servers"].get("")
-        if want_ready and server and server["ready"]:
-            return model
-        if not server and model.get("pending") is None:
-            assert not want_ready, f"the hub gave up on {name}'s server:\n{hub.log_tail(60)}"
-            return model
-        assert hub.proc.poll() is None, f"the hub exited:\n{hub.log_tail()}"
-        time.sleep(1)
-
-
-def _through_proxy(hub, name: str, path: str, token: str) -> dict:
-    req = urllib.request.Request(f"{hub.url}/user/{name}/api/{path}", headers={"Authorization": f"token {token}"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read().decode())
-
-
 def _like_a_kernel(name: str, environ: dict, code: str) -> subprocess.CompletedProcess:
     """``code`` run by the shared install's Python as ``name`` in their workspace's notebooks/, with ``environ``
     (the server's) and HUB_PROBE=set-in-the-kernel, as a kernel of that server runs."""
@@ -99,13 +77,13 @@ def test_hub_server_runs_as_the_learners_slurm_job(slurm_cluster, tmp_path):
         hub.start({"SLURM_CONF": str(slurm_cluster.conf), "COURSE_SITE": "local", "COURSE_ENGINE": "slurm",
                    "COURSE_QUICK": "1", "COURSE_HUB_START_TIMEOUT": str(START_TIMEOUT),
                    "COURSE_HUB_SLURM_TIME": "1:30:00", "COURSE_HUB_SLURM_PARTITION": "debug"})
-        hub.api("POST", f"/users/{name}")
+        hub.add_user(name)
         t0 = time.monotonic()
         try:
             hub.api("POST", f"/users/{name}/server")
         except urllib.error.HTTPError as e:
             pytest.fail(f"the hub could not start {name}'s server ({e}):\n{hub.log_tail(60)}")
-        _wait_for_hub(hub, name, want_ready=True)
+        hs.wait_for_server(hub, name, want_ready=True)
         ready_s = time.monotonic() - t0
 
         # the learner's own job, running
@@ -121,13 +99,13 @@ def test_hub_server_runs_as_the_learners_slurm_job(slurm_cluster, tmp_path):
         assert "slurmstepd" in ancestors and hub.proc.pid not in [p.pid for p in servers[0].parents()], ancestors
 
         # through the hub's proxy, with the learner's own token: their workspace, the course kernel
-        token = hub.api("POST", f"/users/{name}/tokens", {"note": "test_hub_slurm"})["token"]
-        assert "started" in _through_proxy(hub, name, "status", token)
-        top = {item["name"] for item in _through_proxy(hub, name, "contents", token)["content"]}
+        token = hs.user_token(hub, name)
+        assert "started" in hs.server_api(hub, name, "status", token)
+        top = {item["name"] for item in hs.server_api(hub, name, "contents", token)["content"]}
         assert {"notebooks", "exercises", "jobs"} <= top, top
         marker = Path(user.pw_dir) / "course" / ".course-workspace.json"   # made by the job, as the learner
         assert marker.stat().st_uid == user.pw_uid, f"{marker} is not {name}'s"
-        assert "multigpu-course" in _through_proxy(hub, name, "kernelspecs", token)["kernelspecs"]
+        assert "multigpu-course" in hs.server_api(hub, name, "kernelspecs", token)["kernelspecs"]
 
         # what a kernel of this server does (its environment, as the learner): submit a course job from inside
         # the server's job; the new job is the learner's and sees what the kernel set
@@ -150,7 +128,7 @@ print(job.log())
         # stop: the job leaves the queue (scancel) and nothing of the learner runs on
         t1 = time.monotonic()
         hub.api("DELETE", f"/users/{name}/server")
-        _wait_for_hub(hub, name, want_ready=False)
+        hs.wait_for_server(hub, name, want_ready=False)
         assert _squeue(slurm_cluster, "-j", job_id, "-o", "%T") == [], "the job is still queued or running"
         final = _squeue(slurm_cluster, "-t", "all", "-j", job_id, "-o", "%T")
         assert final and final[0] in ("CANCELLED", "COMPLETED"), final

@@ -197,9 +197,20 @@ for case in json.loads(sys.argv[2]):
         print(json.dumps(f"SystemExit: {e}"))
 """
     r = subprocess.run([str(HUB_PREFIX / "venv/bin/python"), "-c", code, str(ROOT / "scripts" / "hub" / config),
-                        json.dumps(cases), show], env=env, capture_output=True, text=True, timeout=120)
+                        json.dumps(cases), show], env=env, cwd="/", capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def with_config(env: dict, code: str, config: str) -> str:
+    """Run ``code`` in the hub's Python once the config of scripts/hub/ is loaded as ``cfg`` (as ``jupyterhub -f``
+    loads it, with ``env``, starting nothing); its output."""
+    head = ("import sys; from jupyterhub.app import JupyterHub\n"
+            "app = JupyterHub(); app.load_config_file(sys.argv[1]); cfg = app.config\n")
+    r = subprocess.run([str(HUB_PREFIX / "venv/bin/python"), "-c", head + code, str(ROOT / "scripts" / "hub" / config)],
+                       env=env, cwd="/", capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
 
 
 def user_token(hub: "Hub", name: str) -> str:

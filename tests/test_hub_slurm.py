@@ -6,6 +6,7 @@ kernel), submit a course job from the server's environment as a kernel would (it
 and the kernel's variables), stop the server, and see the job and every process of the learner gone.
 Skips, saying why, where the machine cannot host a hub (tests/hub_support.py) or a local Slurm.
 """
+import json
 import os
 import re
 import shutil
@@ -79,18 +80,18 @@ def test_hub_server_runs_as_the_learners_slurm_job(slurm_cluster, tmp_path):
                    "COURSE_HUB_SLURM_TIME": "1:30:00", "COURSE_HUB_SLURM_PARTITION": "debug"})
         hub.add_user(name)
         t0 = time.monotonic()
-        try:
-            hub.api("POST", f"/users/{name}/server")
+        try:   # the REST API's body is the spawn form's answer: the second CPU choice of the local profile
+            hub.api("POST", f"/users/{name}/server", {"server": "cpu-4"})
         except urllib.error.HTTPError as e:
             pytest.fail(f"the hub could not start {name}'s server ({e}):\n{hub.log_tail(60)}")
         hs.wait_for_server(hub, name, want_ready=True)
         ready_s = time.monotonic() - t0
 
         # the learner's own job, running
-        jobs = _squeue(slurm_cluster, "-u", name, "-o", "%i,%u,%j,%T,%P,%l")
+        jobs = _squeue(slurm_cluster, "-u", name, "-o", "%i,%u,%j,%T,%P,%l,%C")
         assert len(jobs) == 1, jobs
         job_id, *rest = jobs[0].split(",")
-        assert rest == [name, "jupyterhub", "RUNNING", "debug", "1:30:00"], jobs
+        assert rest == [name, "jupyterhub", "RUNNING", "debug", "1:30:00", "4"], jobs
         # the server is a process of the learner under the job's slurmstepd, not a child of the hub
         servers = [p for p in psutil.process_iter(["uids", "cmdline"]) if p.info["uids"]
                    and p.info["uids"].real == user.pw_uid and "jupyterhub-singleuser" in " ".join(p.info["cmdline"])]
@@ -144,3 +145,42 @@ print(job.log())
     finally:
         hub.stop()
         _clean_up(slurm_cluster, name, user.pw_uid)
+
+
+def test_spawn_form_offers_the_sites_cpu_and_gpu_servers(tmp_path):
+    """The spawn form of a GPU site's hub (example-gpu-cluster: 4 GPUs, 64 cores per node): two CPU and two GPU
+    choices; the batch script batchspawner renders for each carries its partition, cores and GPUs; a choice the
+    hub does not offer is refused with the list. No Slurm needed: the config loaded as ``jupyterhub -f`` does."""
+    code = """
+import json, types
+from batchspawner.batchspawner import format_template
+out = {"form": cfg.SlurmSpawner.options_form, "scripts": {}}
+for key in ("cpu-2", "cpu-8", "gpu-1", "gpu-4", "gpu-9"):
+    s = types.SimpleNamespace(user_options={"server": key})
+    try:
+        cfg.Spawner.pre_spawn_hook(s)
+    except ValueError as e:
+        out["scripts"][key] = f"refused: {e}"
+        continue
+    out["scripts"][key] = format_template(cfg.SlurmSpawner.batch_script, homedir="/h", keepvars="PATH", cmd="srv",
+                                          partition=s.req_partition, nprocs=s.req_nprocs, ngpus=s.req_ngpus,
+                                          runtime=s.req_runtime)
+print(json.dumps(out))
+"""
+    env = hs.Hub(tmp_path).env({"COURSE_SITE": "example-gpu-cluster", "COURSE_HUB_SLURM_TIME": "2:00:00"})
+    out = json.loads(hs.with_config(env, code, "jupyterhub_slurm_config.py"))
+    labels = re.findall(r"<option value='([\w-]+)'[^>]*>([^<]+)</option>", out["form"])
+    assert labels == [("cpu-2", "CPU, 2 cores (partition gpu, up to 2:00:00)"),
+                      ("cpu-8", "CPU, 8 cores (partition gpu, up to 2:00:00)"),
+                      ("gpu-1", "1 GPU (partition gpu, up to 2:00:00)"),
+                      ("gpu-4", "4 GPUs (partition gpu, up to 2:00:00)")], out["form"]
+    lines = {key: [ln for ln in text.splitlines() if ln.startswith("#SBATCH")] for key, text in out["scripts"].items()
+             if not text.startswith("refused")}
+    site = ["#SBATCH --account=my-project", "#SBATCH --reservation=workshop"]
+    head = ["#SBATCH --job-name=jupyterhub", "#SBATCH --output=/h/.jupyterhub-slurm-%j.log", "#SBATCH --chdir=/h",
+            "#SBATCH --export=PATH", "#SBATCH --time=2:00:00", "#SBATCH --partition=gpu"]
+    assert lines["cpu-2"] == [*head, "#SBATCH --cpus-per-task=2", *site], lines["cpu-2"]
+    assert lines["gpu-1"] == [*head, "#SBATCH --cpus-per-task=16", "#SBATCH --gpus-per-node=1", *site], lines
+    assert lines["gpu-4"] == [*head, "#SBATCH --cpus-per-task=64", "#SBATCH --gpus-per-node=4", *site], lines
+    assert out["scripts"]["gpu-9"] == "refused: no server 'gpu-9' on this hub; the choices are cpu-2, cpu-8, " \
+                                      "gpu-1, gpu-4", out["scripts"]["gpu-9"]

@@ -12,7 +12,7 @@ idle. So this extension sets ``course_last_activity`` to now, every few seconds,
 - a ``course`` command runs under this server (``course check`` in a JupyterLab terminal).
 Once none holds, the server's last activity stays where it was, and the culler's timeout runs from there.
 
-It is on for the servers of the shared install (its ``jupyter_server_config.d``, written by
+It is on for the servers of the shared install (its ``etc/jupyter/jupyter_server_config.json``, written by
 ``course_lib.instructor.hub_server``) and does nothing outside a hub (no ``$JUPYTERHUB_ACTIVITY_URL``).
 """
 from __future__ import annotations

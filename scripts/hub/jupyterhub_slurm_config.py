@@ -76,7 +76,7 @@ c.SlurmSpawner.options_from_form = _options_from_form
 c.Spawner.pre_spawn_hook = _request_the_choice
 
 # the site's account, reservation and qos (the partition comes with the choice)
-_site_lines = "".join(f"#SBATCH --{key}={value}\n" for key, value in site.sbatch_options().items()
+_site_lines = "".join(f"#SBATCH --{key}={value}\n" for key, value in dict(site.sbatch_options()).items()
                       if key != "partition")
 _gpu_line = "--gres=gpu:{{ngpus}}" if site.gpu_request == "gres" else "--gpus-per-node={{ngpus}}"
 # batchspawner fills the {{...}} (jinja2); {{cmd}} is batchspawner-singleuser + jupyterhub-singleuser + its options

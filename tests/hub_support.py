@@ -134,12 +134,7 @@ class Hub:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
     def api(self, method: str, path: str, body: dict | None = None):
-        req = urllib.request.Request(f"{self.url}/hub/api{path}", method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            text = r.read().decode()
-        return json.loads(text) if text.strip() else None
+        return _call(f"{self.url}/hub/api{path}", self.token, method, body, timeout=30)
 
     def add_user(self, name: str) -> None:
         """The hub knows ``name`` (a member of the allowed group is in its database from the start)."""
@@ -219,10 +214,14 @@ def user_token(hub: "Hub", name: str) -> str:
 
 def server_api(hub: "Hub", name: str, path: str, token: str, method: str = "GET", body: dict | None = None):
     """``/user/NAME/api/PATH`` of the learner's server, through the hub's proxy, with the learner's token."""
-    req = urllib.request.Request(f"{hub.url}/user/{name}/api/{path}", method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
+    return _call(f"{hub.url}/user/{name}/api/{path}", token, method, body, timeout=60)
+
+
+def _call(url: str, token: str, method: str, body: dict | None, timeout: float):
+    """A JSON request to a REST API of the hub or a server, with a token; its JSON answer (None when empty)."""
+    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
                                  headers={"Authorization": f"token {token}"})
-    with urllib.request.urlopen(req, timeout=60) as r:
+    with urllib.request.urlopen(req, timeout=timeout) as r:
         text = r.read().decode()
     return json.loads(text) if text.strip() else None
 

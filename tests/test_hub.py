@@ -293,6 +293,12 @@ def test_hub_refuses_to_let_every_account_in(tmp_path):
         "sorted(dict.get(cfg.Authenticator, 'allowed_users', [])), "
         "dict.get(cfg.SharedPasswordAuthenticator, 'admin_password'))")
     pam, shared = [ast.literal_eval(text) for text in shown]
+    # the state folder by default: one per install, under /var/lib, private
+    state = Path("/var/lib/multigpu-course-hub") / str(hs.HUB_PREFIX).strip("/").replace("/", "-")
+    shown = hs.load_configs(env, [{"COURSE_HUB_AUTH": "pam", "COURSE_HUB_ALLOW_ALL": "1", "COURSE_HUB_DIR": ""}],
+                            "(cfg.JupyterHub.db_url, cfg.ConfigurableHTTPProxy.pid_file)")
+    assert ast.literal_eval(shown[0]) == (f"sqlite:///{state}/jupyterhub.sqlite", f"{state}/jupyterhub-proxy.pid")
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700, oct(state.stat().st_mode)
     assert pam[:3] == ({hs.GROUP}, ["teacher1", "teacher2"], False), pam
     assert pam[3] != "shared-password", pam
     assert shared[3:] == ("shared-password", sorted(shared[4]), "a" * 32) and hs.LEARNERS[0] in shared[4], shared

@@ -80,8 +80,10 @@ def test_hub_server_runs_as_the_learners_slurm_job(slurm_cluster, tmp_path):
                    "COURSE_HUB_SLURM_TIME": "1:30:00", "COURSE_HUB_SLURM_PARTITION": "debug"})
         hub.add_user(name)
         t0 = time.monotonic()
-        try:   # the REST API's body is the spawn form's answer: the second CPU choice of the local profile
-            hub.api("POST", f"/users/{name}/server", {"server": "cpu-4"})
+        # the REST API's body is the spawn form's answer: "CPU, 2 cores" (the node has 4: its other choice,
+        # cpu-4, would leave no core for the learner's own job below)
+        try:
+            hub.api("POST", f"/users/{name}/server", {"server": "cpu-2"})
         except urllib.error.HTTPError as e:
             pytest.fail(f"the hub could not start {name}'s server ({e}):\n{hub.log_tail(60)}")
         hs.wait_for_server(hub, name, want_ready=True)
@@ -91,7 +93,7 @@ def test_hub_server_runs_as_the_learners_slurm_job(slurm_cluster, tmp_path):
         jobs = _squeue(slurm_cluster, "-u", name, "-o", "%i,%u,%j,%T,%P,%l,%C")
         assert len(jobs) == 1, jobs
         job_id, *rest = jobs[0].split(",")
-        assert rest == [name, "jupyterhub", "RUNNING", "debug", "1:30:00", "4"], jobs
+        assert rest == [name, "jupyterhub", "RUNNING", "debug", "1:30:00", "2"], jobs
         # the server is a process of the learner under the job's slurmstepd, not a child of the hub
         servers = [p for p in psutil.process_iter(["uids", "cmdline"]) if p.info["uids"]
                    and p.info["uids"].real == user.pw_uid and "jupyterhub-singleuser" in " ".join(p.info["cmdline"])]

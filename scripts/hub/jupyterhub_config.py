@@ -38,7 +38,7 @@ bin_dir = prefix / "venv" / "bin"
 # test install beside the workshop's, never share a database), outside the install (make shared-install opens
 # PREFIX to every user), and private: the database holds the users' API tokens.
 _default_state = Path("/var/lib/multigpu-course-hub") / str(prefix.resolve()).strip("/").replace("/", "-")
-state = Path(os.environ.get("COURSE_HUB_DIR", str(_default_state)))
+state = Path(os.environ.get("COURSE_HUB_DIR") or _default_state)
 state.mkdir(parents=True, exist_ok=True, mode=0o700)
 state.chmod(0o700)
 c.JupyterHub.db_url = f"sqlite:///{state / 'jupyterhub.sqlite'}"

@@ -6,6 +6,11 @@ open notebook 02 and run the Step 1 check to its verdict table, open notebook 03
 reaches COMPLETED; a screenshot of each under out/hub/. Then: files and job folders in the learner's home and
 owned by them, no learner can read another's workspace, the shared install unchanged. Skips, saying why, where
 the machine cannot host it (not root, no chromium, no hub install). Figures: out/hub/figures.json.
+
+Also the hub's settings: who may log in (a group, admins, a shared password; PAM or a shared password open to
+every name stops the hub with one message), its private state folder and pid files, the course kernel, `course`
+in a learner's terminal, and the idle culler on its own hub with a 30 s timeout (an idle server culled, one whose
+kernel waits on a job not).
 """
 import ast
 import json
@@ -269,40 +274,38 @@ def test_hub_state_is_private_and_holds_its_pid_files(hub):
 
 def test_hub_refuses_to_let_every_account_in(tmp_path):
     """PAM or a shared password with no group and no explicit opt-in: the hub stops with one message; a group
-    and its admins are what the authenticator is given."""
+    and its admins are what the authenticator is given; the state folder by default is the install's own, 0700.
+    One interpreter loads the config once per case (importing JupyterHub takes seconds)."""
     hs.fresh_learner(hs.LEARNERS[0], wipe=False)
     env = hs.Hub(tmp_path).env({"COURSE_HUB_GROUP": ""})
-    cases = [({"COURSE_HUB_AUTH": "pam"},
-              "with PAM every account of this machine could log in: set COURSE_HUB_GROUP=<a Unix group"),
-             ({"COURSE_HUB_AUTH": "shared"}, "with a shared password anyone who has it could log in under any name"),
-             ({"COURSE_HUB_AUTH": "shared", "COURSE_HUB_GROUP": "no-such-group-here"},
-              "COURSE_HUB_GROUP=no-such-group-here: no such group on this machine"),
-             ({"COURSE_HUB_AUTH": "shared", "COURSE_HUB_PASSWORD": ""},
-              "COURSE_HUB_AUTH=shared needs COURSE_HUB_PASSWORD"),
-             ({"COURSE_HUB_AUTH": "pam", "COURSE_HUB_ALLOW_ALL": "1"}, None)]
-    shown = hs.load_configs(env, [case for case, _ in cases], "cfg.Authenticator.allow_all")
-    for (case, says), got in zip(cases, shown):
-        assert got.startswith(f"SystemExit: [course hub] {says}") if says else got == "True", (case, got)
-
-    shown = hs.load_configs(env, [
-        {"COURSE_HUB_AUTH": "pam", "COURSE_HUB_GROUP": hs.GROUP, "COURSE_HUB_ADMINS": "teacher1, teacher2"},
-        {"COURSE_HUB_AUTH": "shared", "COURSE_HUB_GROUP": hs.GROUP, "COURSE_HUB_ADMINS": "teacher1",
-         "COURSE_HUB_ADMIN_PASSWORD": "a" * 32}],
-        "(dict.get(cfg.LocalAuthenticator, 'allowed_groups'), sorted(cfg.Authenticator.admin_users), "
-        "'allow_all' in cfg.Authenticator, dict.get(cfg.JupyterHub, 'authenticator_class'), "
-        "sorted(dict.get(cfg.Authenticator, 'allowed_users', [])), "
-        "dict.get(cfg.SharedPasswordAuthenticator, 'admin_password'))")
-    pam, shared = [ast.literal_eval(text) for text in shown]
+    refused = [({"COURSE_HUB_AUTH": "pam"},
+                "with PAM every account of this machine could log in: set COURSE_HUB_GROUP=<a Unix group"),
+               ({"COURSE_HUB_AUTH": "shared"}, "with a shared password anyone who has it could log in under any name"),
+               ({"COURSE_HUB_AUTH": "shared", "COURSE_HUB_GROUP": "no-such-group-here"},
+                "COURSE_HUB_GROUP=no-such-group-here: no such group on this machine"),
+               ({"COURSE_HUB_AUTH": "shared", "COURSE_HUB_PASSWORD": ""},
+                "COURSE_HUB_AUTH=shared needs COURSE_HUB_PASSWORD")]
+    allowed = [{"COURSE_HUB_AUTH": "pam", "COURSE_HUB_GROUP": hs.GROUP, "COURSE_HUB_ADMINS": "teacher1, teacher2"},
+               {"COURSE_HUB_AUTH": "shared", "COURSE_HUB_GROUP": hs.GROUP, "COURSE_HUB_ADMINS": "teacher1",
+                "COURSE_HUB_ADMIN_PASSWORD": "a" * 32},
+               {"COURSE_HUB_AUTH": "pam", "COURSE_HUB_ALLOW_ALL": "1", "COURSE_HUB_DIR": ""}]
+    show = ("(dict.get(cfg.LocalAuthenticator, 'allowed_groups'), sorted(cfg.Authenticator.admin_users), "
+            "dict.get(cfg.Authenticator, 'allow_all'), dict.get(cfg.JupyterHub, 'authenticator_class'), "
+            "sorted(dict.get(cfg.Authenticator, 'allowed_users', [])), "
+            "dict.get(cfg.SharedPasswordAuthenticator, 'admin_password'), cfg.JupyterHub.db_url, "
+            "cfg.ConfigurableHTTPProxy.pid_file)")
+    shown = hs.load_configs(env, [case for case, _ in refused] + allowed, show)
+    for (case, says), got in zip(refused, shown):
+        assert got.startswith(f"SystemExit: [course hub] {says}"), (case, got)
+    pam, shared, everyone = [ast.literal_eval(text) for text in shown[len(refused):]]
+    assert pam[:4] == ({hs.GROUP}, ["teacher1", "teacher2"], None, None), pam
+    assert shared[2:4] == (None, "shared-password") and shared[5] == "a" * 32, shared
+    assert hs.LEARNERS[0] in shared[4] and "teacher1" not in shared[4], shared
+    assert everyone[2] is True, everyone
     # the state folder by default: one per install, under /var/lib, private
     state = Path("/var/lib/multigpu-course-hub") / str(hs.HUB_PREFIX).strip("/").replace("/", "-")
-    shown = hs.load_configs(env, [{"COURSE_HUB_AUTH": "pam", "COURSE_HUB_ALLOW_ALL": "1", "COURSE_HUB_DIR": ""}],
-                            "(cfg.JupyterHub.db_url, cfg.ConfigurableHTTPProxy.pid_file)")
-    assert ast.literal_eval(shown[0]) == (f"sqlite:///{state}/jupyterhub.sqlite", f"{state}/jupyterhub-proxy.pid")
+    assert everyone[6:] == (f"sqlite:///{state}/jupyterhub.sqlite", f"{state}/jupyterhub-proxy.pid"), everyone
     assert stat.S_IMODE(state.stat().st_mode) == 0o700, oct(state.stat().st_mode)
-    assert pam[:3] == ({hs.GROUP}, ["teacher1", "teacher2"], False), pam
-    assert pam[3] != "shared-password", pam
-    assert shared[3:] == ("shared-password", sorted(shared[4]), "a" * 32) and hs.LEARNERS[0] in shared[4], shared
-    assert "teacher1" not in shared[4], shared
 
 
 def test_hub_refuses_a_name_outside_the_group(hub, browser):

@@ -15,6 +15,7 @@
 import grp
 import importlib.util
 import os
+import pwd
 import re
 import sys
 from pathlib import Path
@@ -80,9 +81,11 @@ elif auth == "shared":
         c.SharedPasswordAuthenticator.admin_password = os.environ["COURSE_HUB_ADMIN_PASSWORD"]
     if group:   # the members of the Unix group, as the hub starts: anyone else is refused at login
         try:
-            members = set(grp.getgrnam(group).gr_mem)
+            entry = grp.getgrnam(group)
         except KeyError:
             _stop(f"COURSE_HUB_GROUP={group}: no such group on this machine")
+        # its members, and the accounts whose primary group it is (as PAM's allowed_groups counts them)
+        members = set(entry.gr_mem) | {u.pw_name for u in pwd.getpwall() if u.pw_gid == entry.gr_gid}
         c.Authenticator.allowed_users = members - admins
     elif not allow_all:
         _stop("with a shared password anyone who has it could log in under any name: set COURSE_HUB_GROUP=<a Unix "

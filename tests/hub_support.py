@@ -31,6 +31,10 @@ LEARNERS = ("hublearner1", "hublearner2", "hublearner3")
 SLURM_LEARNER = "hublearner4"
 # The account whose server is a Slurm job (tests/test_hub_slurm.py, on the Slurm worker too)
 SLURM_HUB_LEARNER = "hublearner5"
+# The culler test's own hub and accounts: one idle, one whose kernel waits on a job
+CULL_LEARNERS = ("hublearner6", "hublearner7")
+# The Unix group the test hubs allow (COURSE_HUB_GROUP); every test account is made a member
+GROUP = "hublearners"
 
 
 def why_not() -> str | None:
@@ -62,11 +66,14 @@ def install_digest(prefix: Path = HUB_PREFIX) -> str:
 def fresh_learner(name: str, wipe: bool = True) -> pwd.struct_passwd:
     """The account ``name`` (made if missing), with no workspace yet unless ``wipe`` is False: each hub session
     starts from a first login."""
+    if subprocess.run(["getent", "group", GROUP], capture_output=True).returncode != 0:
+        subprocess.run(["groupadd", GROUP], check=True, capture_output=True, timeout=60)
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
         subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True, capture_output=True, timeout=60)
         entry = pwd.getpwnam(name)
+    subprocess.run(["usermod", "-a", "-G", GROUP, name], check=True, capture_output=True, timeout=60)
     if wipe:
         shutil.rmtree(Path(entry.pw_dir) / "course", ignore_errors=True)
     return entry
@@ -92,17 +99,26 @@ class Hub:
         self.password = secrets.token_hex(8)
         self.proc: subprocess.Popen | None = None
 
-    def start(self, env_extra: dict, timeout: float = 300) -> "Hub":
+    def env(self, env_extra: dict) -> dict:
+        """The hub's environment: a workshop's settings (the learners' group, one shared password), this test's
+        ports, state folder and admin token, and ``env_extra``."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PYTHON", "SLURM_"))}
-        env.update(COURSE_PREFIX=str(HUB_PREFIX), COURSE_HUB_DIR=str(self.state), COURSE_HUB_PORT=str(self.port),
-                   COURSE_HUB_API_PORT=str(self.api_port), COURSE_PROXY_API_PORT=str(self.proxy_api),
-                   COURSE_HUB_AUTH="dummy", COURSE_HUB_PASSWORD=self.password, COURSE_HUB_TOKEN=self.token,
-                   **env_extra)
+        env.update(COURSE_PREFIX=str(HUB_PREFIX), COURSE_HUB_DIR=str(self.state / "state"),
+                   COURSE_HUB_PORT=str(self.port), COURSE_HUB_API_PORT=str(self.api_port),
+                   COURSE_PROXY_API_PORT=str(self.proxy_api), COURSE_HUB_AUTH="shared", COURSE_HUB_GROUP=GROUP,
+                   COURSE_HUB_PASSWORD=self.password, COURSE_HUB_TOKEN=self.token)
+        env.update(env_extra)
+        return env
+
+    def start(self, env_extra: dict, timeout: float = 300) -> "Hub":
         self.log = self.state / "hub.log"
+        # started in a folder of its own: whatever the hub wrote relative to where it starts would show there
+        self.cwd = self.state / "cwd"
+        self.cwd.mkdir(exist_ok=True)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([str(HUB_PREFIX / "venv/bin/jupyterhub"), "-f", str(self.config)],
-                                         cwd=self.state, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+                                         cwd=self.cwd, env=self.env(env_extra), stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -118,12 +134,15 @@ class Hub:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
 
     def api(self, method: str, path: str, body: dict | None = None):
-        req = urllib.request.Request(f"{self.url}/hub/api{path}", method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            text = r.read().decode()
-        return json.loads(text) if text.strip() else None
+        return _call(f"{self.url}/hub/api{path}", self.token, method, body, timeout=30)
+
+    def add_user(self, name: str) -> None:
+        """The hub knows ``name`` (a member of the allowed group is in its database from the start)."""
+        try:
+            self.api("POST", f"/users/{name}")
+        except urllib.error.HTTPError as e:
+            if e.code != 409:   # 409: already there
+                raise
 
     def processes(self) -> list[psutil.Process]:
         """The hub and everything it started (proxy, learners' servers, their kernels and ranks)."""
@@ -153,3 +172,70 @@ class Hub:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(alive, timeout=10)
+
+
+def load_configs(env: dict, cases: list[dict], show: str, config: str = "jupyterhub_config.py") -> list[str]:
+    """Load a config of scripts/hub/ the way ``jupyterhub -f`` does, once per case (``env`` updated with the
+    case's variables), without starting anything; per case, the repr of the Python expression ``show`` over the
+    loaded ``cfg``, or what the config stopped with (``SystemExit: ...``). One interpreter for all: importing
+    JupyterHub takes seconds."""
+    code = """
+import json, os, sys
+from jupyterhub.app import JupyterHub
+base = dict(os.environ)
+for case in json.loads(sys.argv[2]):
+    os.environ.clear(); os.environ.update(base, **case)
+    try:
+        app = JupyterHub(); app.load_config_file(sys.argv[1]); cfg = app.config
+        print(json.dumps(repr(eval(sys.argv[3]))))
+    except SystemExit as e:
+        print(json.dumps(f"SystemExit: {e}"))
+"""
+    r = subprocess.run([str(HUB_PREFIX / "venv/bin/python"), "-c", code, str(ROOT / "scripts" / "hub" / config),
+                        json.dumps(cases), show], env=env, cwd="/", capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def with_config(env: dict, code: str, config: str) -> str:
+    """Run ``code`` in the hub's Python once the config of scripts/hub/ is loaded as ``cfg`` (as ``jupyterhub -f``
+    loads it, with ``env``, starting nothing); its output."""
+    head = ("import sys; from jupyterhub.app import JupyterHub\n"
+            "app = JupyterHub(); app.load_config_file(sys.argv[1]); cfg = app.config\n")
+    r = subprocess.run([str(HUB_PREFIX / "venv/bin/python"), "-c", head + code, str(ROOT / "scripts" / "hub" / config)],
+                       env=env, cwd="/", capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+def user_token(hub: "Hub", name: str) -> str:
+    return hub.api("POST", f"/users/{name}/tokens", {"note": "tests"})["token"]
+
+
+def server_api(hub: "Hub", name: str, path: str, token: str, method: str = "GET", body: dict | None = None):
+    """``/user/NAME/api/PATH`` of the learner's server, through the hub's proxy, with the learner's token."""
+    return _call(f"{hub.url}/user/{name}/api/{path}", token, method, body, timeout=60)
+
+
+def _call(url: str, token: str, method: str, body: dict | None, timeout: float):
+    """A JSON request to a REST API of the hub or a server, with a token; its JSON answer (None when empty)."""
+    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        text = r.read().decode()
+    return json.loads(text) if text.strip() else None
+
+
+def wait_for_server(hub: "Hub", name: str, want_ready: bool) -> dict:
+    """The user's model once the hub has decided: the server ready (or gone, when stopping). The hub holds the
+    deadline (its start_timeout, http_timeout); this only watches it, bounded by the test's own timeout."""
+    while True:
+        model = hub.api("GET", f"/users/{name}")
+        server = model["servers"].get("")
+        if want_ready and server and server["ready"]:
+            return model
+        if not server and model.get("pending") is None:
+            assert not want_ready, f"the hub gave up on {name}'s server:\n{hub.log_tail(60)}"
+            return model
+        assert hub.proc.poll() is None, f"the hub exited:\n{hub.log_tail()}"
+        time.sleep(1)

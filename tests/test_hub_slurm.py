@@ -46,27 +46,6 @@ def _learner_processes(uid: int) -> list[str]:
     return found
 
 
-def _wait_for_hub(hub, name: str, want_ready: bool) -> dict:
-    """The user's model once the hub has decided: the server ready (or gone, when stopping). The hub holds the
-    deadline (its start_timeout, http_timeout); this only watches it, bounded by the test's own timeout."""
-    while True:
-        model = hub.api("GET", f"/users/{name}")
-        server = model["servers"].get("")
-        if want_ready and server and server["ready"]:
-            return model
-        if not server and model.get("pending") is None:
-            assert not want_ready, f"the hub gave up on {name}'s server:\n{hub.log_tail(60)}"
-            return model
-        assert hub.proc.poll() is None, f"the hub exited:\n{hub.log_tail()}"
-        time.sleep(1)
-
-
-def _through_proxy(hub, name: str, path: str, token: str) -> dict:
-    req = urllib.request.Request(f"{hub.url}/user/{name}/api/{path}", headers={"Authorization": f"token {token}"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read().decode())
-
-
 def _like_a_kernel(name: str, environ: dict, code: str) -> subprocess.CompletedProcess:
     """``code`` run by the shared install's Python as ``name`` in their workspace's notebooks/, with ``environ``
     (the server's) and HUB_PROBE=set-in-the-kernel, as a kernel of that server runs."""
@@ -99,20 +78,22 @@ def test_hub_server_runs_as_the_learners_slurm_job(slurm_cluster, tmp_path):
         hub.start({"SLURM_CONF": str(slurm_cluster.conf), "COURSE_SITE": "local", "COURSE_ENGINE": "slurm",
                    "COURSE_QUICK": "1", "COURSE_HUB_START_TIMEOUT": str(START_TIMEOUT),
                    "COURSE_HUB_SLURM_TIME": "1:30:00", "COURSE_HUB_SLURM_PARTITION": "debug"})
-        hub.api("POST", f"/users/{name}")
+        hub.add_user(name)
         t0 = time.monotonic()
+        # the REST API's body is the spawn form's answer: "CPU, 2 cores" (the node has 4: its other choice,
+        # cpu-4, would leave no core for the learner's own job below)
         try:
-            hub.api("POST", f"/users/{name}/server")
+            hub.api("POST", f"/users/{name}/server", {"server": "cpu-2"})
         except urllib.error.HTTPError as e:
             pytest.fail(f"the hub could not start {name}'s server ({e}):\n{hub.log_tail(60)}")
-        _wait_for_hub(hub, name, want_ready=True)
+        hs.wait_for_server(hub, name, want_ready=True)
         ready_s = time.monotonic() - t0
 
         # the learner's own job, running
-        jobs = _squeue(slurm_cluster, "-u", name, "-o", "%i,%u,%j,%T,%P,%l")
+        jobs = _squeue(slurm_cluster, "-u", name, "-o", "%i,%u,%j,%T,%P,%l,%C")
         assert len(jobs) == 1, jobs
         job_id, *rest = jobs[0].split(",")
-        assert rest == [name, "jupyterhub", "RUNNING", "debug", "1:30:00"], jobs
+        assert rest == [name, "jupyterhub", "RUNNING", "debug", "1:30:00", "2"], jobs
         # the server is a process of the learner under the job's slurmstepd, not a child of the hub
         servers = [p for p in psutil.process_iter(["uids", "cmdline"]) if p.info["uids"]
                    and p.info["uids"].real == user.pw_uid and "jupyterhub-singleuser" in " ".join(p.info["cmdline"])]
@@ -121,13 +102,13 @@ def test_hub_server_runs_as_the_learners_slurm_job(slurm_cluster, tmp_path):
         assert "slurmstepd" in ancestors and hub.proc.pid not in [p.pid for p in servers[0].parents()], ancestors
 
         # through the hub's proxy, with the learner's own token: their workspace, the course kernel
-        token = hub.api("POST", f"/users/{name}/tokens", {"note": "test_hub_slurm"})["token"]
-        assert "started" in _through_proxy(hub, name, "status", token)
-        top = {item["name"] for item in _through_proxy(hub, name, "contents", token)["content"]}
+        token = hs.user_token(hub, name)
+        assert "started" in hs.server_api(hub, name, "status", token)
+        top = {item["name"] for item in hs.server_api(hub, name, "contents", token)["content"]}
         assert {"notebooks", "exercises", "jobs"} <= top, top
         marker = Path(user.pw_dir) / "course" / ".course-workspace.json"   # made by the job, as the learner
         assert marker.stat().st_uid == user.pw_uid, f"{marker} is not {name}'s"
-        assert "multigpu-course" in _through_proxy(hub, name, "kernelspecs", token)["kernelspecs"]
+        assert "multigpu-course" in hs.server_api(hub, name, "kernelspecs", token)["kernelspecs"]
 
         # what a kernel of this server does (its environment, as the learner): submit a course job from inside
         # the server's job; the new job is the learner's and sees what the kernel set
@@ -150,7 +131,7 @@ print(job.log())
         # stop: the job leaves the queue (scancel) and nothing of the learner runs on
         t1 = time.monotonic()
         hub.api("DELETE", f"/users/{name}/server")
-        _wait_for_hub(hub, name, want_ready=False)
+        hs.wait_for_server(hub, name, want_ready=False)
         assert _squeue(slurm_cluster, "-j", job_id, "-o", "%T") == [], "the job is still queued or running"
         final = _squeue(slurm_cluster, "-t", "all", "-j", job_id, "-o", "%T")
         assert final and final[0] in ("CANCELLED", "COMPLETED"), final
@@ -166,3 +147,42 @@ print(job.log())
     finally:
         hub.stop()
         _clean_up(slurm_cluster, name, user.pw_uid)
+
+
+def test_spawn_form_offers_the_sites_cpu_and_gpu_servers(tmp_path):
+    """The spawn form of a GPU site's hub (example-gpu-cluster: 4 GPUs, 64 cores per node): two CPU and two GPU
+    choices; the batch script batchspawner renders for each carries its partition, cores and GPUs; a choice the
+    hub does not offer is refused with the list. No Slurm needed: the config loaded as ``jupyterhub -f`` does."""
+    code = """
+import json, types
+from batchspawner.batchspawner import format_template
+out = {"form": cfg.SlurmSpawner.options_form, "scripts": {}}
+for key in ("cpu-2", "cpu-8", "gpu-1", "gpu-4", "gpu-9"):
+    s = types.SimpleNamespace(user_options={"server": key})
+    try:
+        cfg.Spawner.pre_spawn_hook(s)
+    except ValueError as e:
+        out["scripts"][key] = f"refused: {e}"
+        continue
+    out["scripts"][key] = format_template(cfg.SlurmSpawner.batch_script, homedir="/h", keepvars="PATH", cmd="srv",
+                                          partition=s.req_partition, nprocs=s.req_nprocs, ngpus=s.req_ngpus,
+                                          runtime=s.req_runtime)
+print(json.dumps(out))
+"""
+    env = hs.Hub(tmp_path).env({"COURSE_SITE": "example-gpu-cluster", "COURSE_HUB_SLURM_TIME": "2:00:00"})
+    out = json.loads(hs.with_config(env, code, "jupyterhub_slurm_config.py"))
+    labels = re.findall(r"<option value='([\w-]+)'[^>]*>([^<]+)</option>", out["form"])
+    assert labels == [("cpu-2", "CPU, 2 cores (partition gpu, up to 2:00:00)"),
+                      ("cpu-8", "CPU, 8 cores (partition gpu, up to 2:00:00)"),
+                      ("gpu-1", "1 GPU (partition gpu, up to 2:00:00)"),
+                      ("gpu-4", "4 GPUs (partition gpu, up to 2:00:00)")], out["form"]
+    lines = {key: [ln for ln in text.splitlines() if ln.startswith("#SBATCH")] for key, text in out["scripts"].items()
+             if not text.startswith("refused")}
+    site = ["#SBATCH --account=my-project", "#SBATCH --reservation=workshop"]
+    head = ["#SBATCH --job-name=jupyterhub", "#SBATCH --output=/h/.jupyterhub-slurm-%j.log", "#SBATCH --chdir=/h",
+            "#SBATCH --export=PATH", "#SBATCH --time=2:00:00", "#SBATCH --partition=gpu"]
+    assert lines["cpu-2"] == [*head, "#SBATCH --cpus-per-task=2", *site], lines["cpu-2"]
+    assert lines["gpu-1"] == [*head, "#SBATCH --cpus-per-task=16", "#SBATCH --gpus-per-node=1", *site], lines
+    assert lines["gpu-4"] == [*head, "#SBATCH --cpus-per-task=64", "#SBATCH --gpus-per-node=4", *site], lines
+    assert out["scripts"]["gpu-9"] == "refused: no server 'gpu-9' on this hub; the choices are cpu-2, cpu-8, " \
+                                      "gpu-1, gpu-4", out["scripts"]["gpu-9"]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One course install for every user of a machine (a JupyterHub): PREFIX/course (the sources, read-only),
 # PREFIX/venv (one environment from a Python every user can execute), the course kernel registered under
-# KERNEL_PREFIX (/usr/local: every user's Jupyter finds it), and PREFIX/proxy (configurable-http-proxy, with HUB_PROXY=1).
+# KERNEL_PREFIX (/usr/local: every user's Jupyter finds it), the learners' servers' settings
+# (course_lib/instructor/hub_server.py), and PREFIX/proxy (configurable-http-proxy, with HUB_PROXY=1).
 # Re-running it refreshes the sources and is fast when pyproject.toml has not changed.
 # SITE (a profile name or .toml path, default generic) renders the job scripts that every new workspace copies
 # (PREFIX/course/jobs/*.sbatch) for that site: its partition, modules and GPUs, and this install's python.
@@ -42,6 +43,8 @@ fi
 "$PREFIX/venv/bin/python" -m ipykernel install --prefix "$KERNEL_PREFIX" --name multigpu-course \
     --display-name "Multi-GPU course" >/dev/null
 "$PREFIX/venv/bin/course" lab-settings --prefix "$PREFIX/venv"
+# the learners' servers: the course kernel only, and the course's work counts as activity for the idle culler
+"$PREFIX/venv/bin/python" -m course_lib.instructor.hub_server "$PREFIX/venv"
 "$PREFIX/venv/bin/course" jobs --site "${SITE:-generic}" --for-install "$PREFIX" --out "$PREFIX/course/jobs" \
     --force >/dev/null
 

@@ -65,9 +65,9 @@ def live_jobs(runs: Path) -> list[str]:
 
 def queued_slurm_jobs(own_job: str | None) -> list[str]:
     """This user's jobs in Slurm's queue, less this server's own job (a server that runs as a Slurm job)."""
-    from course_lib.jobs.reattach import _scheduler_ids
+    from course_lib.jobs.reattach import scheduler_ids
 
-    return [i for i in _scheduler_ids() if i != own_job]
+    return [i for i in scheduler_ids() if i != own_job]
 
 
 def course_commands(server_pid: int) -> list[str]:

@@ -51,7 +51,7 @@ export PATH={bin}:"$PATH"
 """
 
 
-def _merge(path: Path, update) -> dict:
+def merge_settings(path: Path, update) -> dict:
     try:
         data = json.loads(path.read_text()) if path.exists() else {}
     except ValueError as e:
@@ -76,8 +76,8 @@ def write_settings(prefix: str | Path) -> list[Path]:
     prefix = Path(prefix)
     overrides = prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
     page = prefix / "etc" / "jupyter" / "labconfig" / "page_config.json"
-    _merge(overrides, _news_off)
-    _merge(page, _nbgrader_off)
+    merge_settings(overrides, _news_off)
+    merge_settings(page, _nbgrader_off)
     return [overrides, page]
 
 
@@ -96,8 +96,8 @@ def write_lab_dir(lab_dir: str | Path, venv: str | Path = sys.prefix) -> list[Pa
     lab_dir = Path(lab_dir).resolve()
     labconfig = lab_dir / "labconfig"
     page, overrides = labconfig / "page_config.json", labconfig / "default_setting_overrides.json"
-    _merge(page, _nbgrader_off)
-    _merge(overrides, _news_off)
+    merge_settings(page, _nbgrader_off)
+    merge_settings(overrides, _news_off)
     bashrc, server, css = lab_dir / "bashrc", lab_dir / "jupyter_server_config.json", lab_dir / "custom/custom.css"
     venv = Path(venv).absolute()   # not resolved: a venv reached through a link keeps its own bin/
     atomic.write_text(bashrc, BASHRC.format(venv=shlex.quote(str(venv)), bin=shlex.quote(str(venv / "bin"))))

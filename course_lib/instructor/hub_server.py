@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from course_lib.instructor.hub import _merge
+from course_lib.instructor.hub import merge_settings
 
 KERNEL = "multigpu-course"
 
@@ -87,7 +87,7 @@ def write(venv: str | Path) -> Path:
                 old = data.setdefault(section, {}).get(key)
                 data[section][key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
 
-    _merge(path, update)
+    merge_settings(path, update)
     return path
 
 

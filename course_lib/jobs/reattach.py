@@ -104,7 +104,7 @@ def attach(job_id: str, runs=None) -> Job:
     return job
 
 
-def _scheduler_ids() -> list[str]:
+def scheduler_ids() -> list[str]:
     """This user's jobs that Slurm knows now (empty without Slurm)."""
     try:
         r = subprocess.run(["squeue", "-h", "-u", getpass.getuser(), "-o", "%i"], capture_output=True,
@@ -128,5 +128,5 @@ def list_jobs(runs=None) -> list:
         except (LookupError, TypeError):
             continue   # a folder from an older course whose spec no longer loads: not this learner's job now
     ours = {job.id for job in found}
-    found += [(i, "no run folder in this workspace") for i in _scheduler_ids() if i not in ours]
+    found += [(i, "no run folder in this workspace") for i in scheduler_ids() if i not in ours]
     return found

@@ -1,6 +1,8 @@
 """The cases of ``course check allreduce``: each function on W = 1..5 real gloo ranks (course_lib.checking runs them).
 
-Element counts 0, 1, W-1, W+1, a prime and 1,000,003, in float32, float64 and int64, plus a 2-D tensor. A case
+Element counts 0, 1, W-1, W+1, a prime and 1,000,003, in float32, float64 and int64, plus a 2-D tensor; then, at
+W=4 and 5, a subgroup that does not start at global rank 0 (``SUBGROUPS``: made with dist.new_group on every rank,
+the function called with group= on its members, the other ranks idle). A case
 passes when every rank's *input tensor* holds the sum afterwards (exact for integers, to 1e-5 / 1e-12 for float32 /
 float64), without any collective call. A function's first failing case is its verdict, and a failure that may leave
 messages in flight ends the launch (the rest goes on in a fresh one).
@@ -25,6 +27,9 @@ PARALLEL = 2          # world sizes side by side: a rank waits for its peers oft
 STOP_ITEM = FRESH_AFTER_FAILURE = True
 BIG = 1_000_003          # one case per function and world size: large messages
 PRIME = 1009
+# W -> the subgroup tried beside the whole world: it does not start at global rank 0, so a function that hands
+# group ranks to send/recv (which take global ranks) fails; at W=5 its size, 3, is not a power of two
+SUBGROUPS = {4: [2, 3], 5: [2, 3, 4]}
 # Collectives the learner may not call: each is wrapped while the learner's code runs.
 COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor", "_all_gather_base",
                "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "barrier", "monitored_barrier",
@@ -45,12 +50,14 @@ def check(path, **options):
 def cases(world: int) -> list[Case]:
     """Every function's cases, one function after the other."""
     return [Case(f"{fn}:{c['index']}", fn, functools.partial(run, fn, c), describe(c, world))
-            for fn in FUNCTIONS for c in shapes(world)]
+            for fn in FUNCTIONS for c in shapes(world) + group_shapes(world)]
 
 
 def pass_text(item: str, recs) -> str:
     worlds = ", ".join(str(w) for w in dict.fromkeys(r.world for r in recs))
-    return f"W={worlds}: element counts 0, 1, W-1, W+1, a prime, 1,000,003 and a 2-D tensor; float32, float64, int64"
+    text = f"W={worlds}: element counts 0, 1, W-1, W+1, a prime, 1,000,003 and a 2-D tensor; float32, float64, int64"
+    tried = [f"{SUBGROUPS[w]} of W={w}" for w in dict.fromkeys(r.world for r in recs if r.key.count(":g"))]
+    return text + (f"; and with group= a subgroup, ranks {' and '.join(tried)}" if tried else "")
 
 
 def shapes(world: int) -> list[dict]:
@@ -70,11 +77,23 @@ def shapes(world: int) -> list[dict]:
     return out
 
 
+def group_shapes(world: int) -> list[dict]:
+    """The subgroup cases of one world size (none where ``SUBGROUPS`` has no group): a typical size, then fewer
+    elements than members (empty chunks). Their index goes on after ``shapes``'s, with a "g" (the case's name)."""
+    ranks = SUBGROUPS.get(world)
+    if not ranks:
+        return []
+    base = len(shapes(world))
+    return [{"shape": [count], "dtype": dtype, "index": f"g{base + i}", "seed": base + i, "group": ranks,
+             "group_kw": True} for i, (count, dtype) in enumerate([(PRIME, "float32"), (len(ranks) - 1, "int64")])]
+
+
 def describe(case: dict, world: int) -> str:
     shape = case["shape"]
     size = (f"{shape[0]:,} element{'s' if shape[0] != 1 else ''}" if len(shape) == 1
             else f"a 2-D tensor of shape {tuple(shape)}")
-    return f"W={world}, {size}, {case['dtype']}"
+    group = f", group=ranks {case['group']} (dist.new_group)" if case.get("group") else ""
+    return f"W={world}{group}, {size}, {case['dtype']}"
 
 
 # ---- inputs and expected sums -------------------------------------------------------------------------
@@ -82,7 +101,7 @@ def describe(case: dict, world: int) -> str:
 def make_input(case: dict, rank: int):
     """Rank ``rank``'s input: random, different on every rank, the same wherever it is made."""
     import torch
-    g = torch.Generator().manual_seed(1000 * case["index"] + rank + 1)
+    g = torch.Generator().manual_seed(1000 * case.get("seed", case["index"]) + rank + 1)
     shape, dtype = case["shape"], getattr(torch, case["dtype"])
     if dtype.is_floating_point:
         return (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(dtype)
@@ -144,18 +163,33 @@ def learner_function(mod, name: str):
     return fn
 
 
+def subgroup(ctx, ranks: list[int]):
+    """The process group of global ``ranks``, made once per launch (dist.new_group: every rank calls it, in the
+    same order, members or not)."""
+    import torch.distributed as dist
+    key = ("group", tuple(ranks))
+    if key not in ctx.cache:
+        ctx.cache[key] = dist.new_group(ranks, backend="gloo")
+    return ctx.cache[key]
+
+
 def run(name: str, case: dict, ctx) -> str:
     """Call the learner's function on this rank's input (the collective guard is on) and judge the tensor."""
     import torch
-    fn, world, path = learner_function(ctx.mod, name), ctx.world, ctx.path
+    fn, path = learner_function(ctx.mod, name), ctx.path
+    members = case.get("group") or list(range(ctx.world))
+    group = subgroup(ctx, members) if case.get("group") else None
+    if ctx.rank not in members:
+        return ""        # idle: the function runs on the group's members only
+    world, me = len(members), members.index(ctx.rank)
     inputs = [make_input(case, r) for r in range(world)]
     wide = torch.float64 if inputs[0].dtype.is_floating_point else torch.int64
     expected = torch.stack([x.to(wide) for x in inputs]).sum(0)
-    x = inputs[ctx.rank].clone()
-    original, ptr = inputs[ctx.rank], x.data_ptr()
+    x = inputs[me].clone()
+    original, ptr = inputs[me], x.data_ptr()
     ctx.guard.used.clear()
     try:
-        ret = fn(x, group=None) if case["group_kw"] else fn(x)
+        ret = fn(x, group=group) if case["group_kw"] else fn(x)
     except ForbiddenCollective as e:
         raise Fail(f"calls {e} (at {error_where(e, path)}): only point-to-point operations are allowed "
                    "(send, recv, isend, irecv, batch_isend_irecv)") from None
@@ -163,7 +197,8 @@ def run(name: str, case: dict, ctx) -> str:
         raise Fail(f"not written yet (NotImplementedError: {e})", kind="todo") from None
     except Exception as e:   # the learner's bug: report it with the line it came from
         where = error_where(e, path)
-        raise Fail(f"raised {type(e).__name__}: {e}" + (f" (at {where})" if where else ""),
+        raise Fail(f"raised {type(e).__name__}: {e}" + (f" (at {where})" if where else "")
+                   + group_rank_hint(e, members, ctx.rank),
                    kind="peer_gone" if peer_gone(e) else "error", where=where) from None
     if ctx.guard.used:   # the learner caught our exception and went on
         raise Fail(f"calls dist.{ctx.guard.used[0]}: only point-to-point operations are allowed")
@@ -171,6 +206,16 @@ def run(name: str, case: dict, ctx) -> str:
     if problem:
         raise Fail(problem)
     return ""
+
+
+def group_rank_hint(exc: BaseException, members: list[int], rank: int) -> str:
+    """torch's "Global rank R is not part of group" on a subgroup: a group rank was given where a global one goes."""
+    if members[0] == 0 or "is not part of group" not in str(exc):
+        return ""
+    return (f"\nhint: send, recv, isend, irecv and P2POp take GLOBAL ranks, also with group=: in the group "
+            f"{members} this rank is group rank {members.index(rank)} but global rank {rank}, and group rank 0 is "
+            f"global rank {members[0]}. Turn a group rank r into a global one with dist.get_global_rank(group, r) "
+            f"(the file's peer(group, r))")
 
 
 def judge(x, ret, original, expected, ptr: int, world: int) -> str | None:

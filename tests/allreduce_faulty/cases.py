@@ -175,6 +175,24 @@ CASES = [
                                 + RING_BOUNDS)],
            expect={"ring_allreduce": ("fail", r"calls all_reduce \(through .*torch\.ops.*"
                                               r":{line:ops.wait_tensor(ops.all_reduce(}")}),
+    # a subgroup that does not start at global rank 0: send/recv take global ranks, also with group=
+    Faulty("naive_group_ranks", options=worlds(4),
+           why="naive hands group ranks to send/recv; right on the whole world, wrong on the group [2, 3]",
+           edits=[(NAIVE_BODY, NAIVE_BODY.replace("peer(group, src)", "src").replace("peer(group, dst)", "dst")
+                   .replace("peer(group, 0)", "0"))],
+           expect={"naive_allreduce": ("fail", r"W=4, group=ranks \[2, 3\] \(dist.new_group\), 1,009 elements.*"
+                                               r"Global rank \d is not part of group.*:{line:dist.recv(incoming, src=src}.*"
+                                               r"take GLOBAL ranks.*group rank 0 but global rank 2.*get_global_rank")}),
+    Faulty("ring_group_ranks", options=worlds(4),
+           why="ring's neighbours as group ranks",
+           edits=[("right, left = peer(group, (rank + 1) % world), peer(group, (rank - 1) % world)",
+                   "right, left = (rank + 1) % world, (rank - 1) % world")],
+           expect={"ring_allreduce": ("fail", r"W=4, group=ranks \[2, 3\].*not part of group.*take GLOBAL ranks")}),
+    Faulty("tree_group_ranks", options=worlds(4),
+           why="tree's partners as group ranks",
+           edits=[(TREE_REDUCE + TREE_BROADCAST, (TREE_REDUCE + TREE_BROADCAST).replace("peer(group, rank - mask)",
+                   "rank - mask").replace("peer(group, rank + mask)", "rank + mask"))],
+           expect={"tree_allreduce": ("fail", r"W=4, group=ranks \[2, 3\].*not part of group.*take GLOBAL ranks")}),
     # not a verdict per function: the file does not load
     Faulty("syntax_error", options=worlds(1), why="a syntax error: the whole file fails to load",
            edits=[("def ring_allreduce(tensor, group=None):", "def ring_allreduce(tensor, group=None)")],

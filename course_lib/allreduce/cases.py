@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 
 from course_lib import checking
 from course_lib.checking.case import Case, Fail, Missing
@@ -197,7 +198,8 @@ def run(name: str, case: dict, ctx) -> str:
         raise Fail(f"not written yet (NotImplementedError: {e})", kind="todo") from None
     except Exception as e:   # the learner's bug: report it with the line it came from
         where = error_where(e, path)
-        raise Fail(f"raised {type(e).__name__}: {e}" + (f" (at {where})" if where else "")
+        text = re.sub(r"<[\w.]*ProcessGroup object at 0x[0-9a-f]+>", f"ranks {members}", str(e))
+        raise Fail(f"raised {type(e).__name__}: {text}" + (f" (at {where})" if where else "")
                    + group_rank_hint(e, members, ctx.rank),
                    kind="peer_gone" if peer_gone(e) else "error", where=where) from None
     if ctx.guard.used:   # the learner caught our exception and went on
@@ -244,3 +246,47 @@ def _matches(x, expected) -> bool:
         rtol, atol = tolerance(x.dtype)
         return bool(torch.allclose(x.double(), expected.double(), rtol=rtol, atol=atol))
     return bool(torch.equal(x.to(torch.int64), expected))
+
+
+# ---- hints keyed to the first failing case (the harness's summary appends them to its message) -----------------
+
+def hint(item: str, first, recs) -> str:
+    """What the first failing case ``first`` tells beyond its own message: where every rank was, and what the
+    cases that passed before it rule out (powers of two only, float32 only)."""
+    lines = where_ranks_were(first)
+    passed = [r for r in recs if not r.failed]
+    pow2 = [w for w in dict.fromkeys(r.world for r in passed) if w > 1 and w & (w - 1) == 0]
+    failed_worlds = {r.world for r in recs if r.failed}
+    if first.world & (first.world - 1) and pow2 and not failed_worlds & set(pow2):
+        lines.append(f"hint: every case at W={', '.join(map(str, sorted(pow2)))} passed and W={first.world} is the "
+                     "first world size that is not a power of two: the algorithm works only for powers of two. A "
+                     "partner such as rank ^ mask or rank + mask can be >= W there: a rank whose partner does not "
+                     "exist must skip that round (and its subtree must still get the result)")
+    dtype = dtype_of(first)
+    if dtype in ("float64", "int64") and any(r.world == first.world and dtype_of(r) == "float32" for r in passed):
+        lines.append(f"hint: the float32 cases at W={first.world} passed and the first {dtype} case fails: every "
+                     f"buffer must take the tensor's dtype (torch.empty_like(tensor), tensor.new_empty(n)); a "
+                     f"float32 buffer for {dtype} data receives half the bytes that are sent, which gloo treats as "
+                     "an error (it can end the receiving process and reset its partners' connections)")
+    return "".join("\n" + line for line in lines)
+
+
+def dtype_of(rec) -> str:
+    return rec.label.rsplit(", ", 1)[-1]
+
+
+def where_ranks_were(rec) -> list[str]:
+    """For a case that failed on one rank's error while others never returned: where those waited (their deadline
+    fired there), or how their process ended (a crash inside gloo ends a rank without a Python exception)."""
+    if rec.ended == "hung" and not any(v.get("kind") == "error" for v in rec.verdicts.values()):
+        return []        # the hang message already says where every rank waited
+    missing = sorted(set(range(rec.world)) - set(rec.verdicts))
+    out = [f"rank {r} was waiting at {rec.stuck[r]}" for r in missing if rec.stuck.get(r)]
+    gone = [r for r in missing if not rec.stuck.get(r)]
+    if gone and rec.ended and rec.ended != "hung":
+        head, *tail = rec.ended.splitlines()     # the launch's exit codes, then the ranks' last lines
+        own = [line for line in tail if line.startswith(tuple(f"rank {r}: " for r in gone))]
+        out.append(f"ranks {gone} ended during the call without a verdict (the partners' 'Connection reset by "
+                   f"peer' is a consequence): {head}")
+        out += own
+    return out

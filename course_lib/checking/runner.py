@@ -144,8 +144,9 @@ def one_world(exercise: str, spec, path: str, world: int, timeout: float, case_t
             break           # (a rank may end after its last verdict: a case that tests a crash)
         if getattr(spec, "STOP_AT_FAILURE", False):
             return list(records.values()), None, [] if any(r.ended for r in new.values()) else [run.failure()]
-        if new and (run.relaunch or any(rec.ended == "hung" for rec in new.values())):
-            continue        # the hung case is skipped next time, and so are the items that ended
+        crashed = getattr(spec, "FRESH_AFTER_FAILURE", False) and any(rec.ended for rec in new.values())
+        if new and (run.relaunch or crashed or any(rec.ended == "hung" for rec in new.values())):
+            continue        # the hung (or crashed) case is skipped next time, and so are the items that ended
         if not any(rec.ended for rec in new.values()):    # not a crash inside a case: the worker itself failed
             return list(records.values()), None, [run.failure()]
         break

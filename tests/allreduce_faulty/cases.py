@@ -61,6 +61,11 @@ CASES = [
            edits=[(NAIVE_EARLY_RETURN, "    if rank == 0:\n        acc = tensor.float()\n"),
                   (NAIVE_ADD, "            acc += incoming.float()\n        tensor.copy_(acc)\n")],
            expect={"naive_allreduce": ("fail", r"float64.*float32 precision")}),
+    Faulty("naive_float32_buffer", options=worlds(2),
+           why="naive receives into a float32 buffer (torch.empty(shape)) whatever the tensor's dtype",
+           edits=[("        incoming = torch.empty_like(tensor)          # same dtype: an int64 sum stays exact\n",
+                   "        incoming = torch.empty(tensor.shape)\n")],
+           expect={"naive_allreduce": ("fail", r"W=2, 1,009 elements, float64.*ranks \[0\] ended during the call.*float32 cases at W=2 passed.*tensor's dtype")}),
     Faulty("naive_no_group_parameter", options=worlds(2),
            why="naive without the group parameter of the interface",
            edits=[("def naive_allreduce(tensor, group=None):", "def naive_allreduce(tensor):")],
@@ -113,7 +118,7 @@ CASES = [
            why="tree reduces to rank 0 and forgets to broadcast the result back",
            edits=[(TREE_BROADCAST, "")],
            expect={"tree_allreduce": ("fail", r"W=2.*rank 1: .*never comes back")}),
-    Faulty("tree_pow2_only", options=worlds(3),
+    Faulty("tree_pow2_only", options=worlds(2, 3),
            why="recursive doubling without the fix for a world size that is not a power of two",
            edits=[(TREE_REDUCE + TREE_BROADCAST,
                    "    distance = 1\n"
@@ -125,7 +130,8 @@ CASES = [
                    "            q.wait()\n"
                    "        tensor += received\n"
                    "        distance *= 2\n")],
-           expect={"tree_allreduce": ("fail", r"W=3.*deadlock|W=3.*[Ii]nvalid")}),
+           expect={"tree_allreduce": ("fail", r"W=3.*(deadlock|[Ii]nvalid).*every case at W=2 passed and W=3 is the "
+                                              r"first world size that is not a power of two")}),
     Faulty("tree_rebinds_name", options=worlds(2),
            why="tree writes 'tensor = tensor + buf': that rebinds a local name, the caller's tensor keeps its values",
            edits=[("            tensor += incoming\n", "            tensor = tensor + incoming\n"),

@@ -120,8 +120,9 @@ def fmt(values) -> str:
     return "[" + ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in vals) + "]"
 
 
-def diagnose(got, expected, original, world: int) -> str:
-    """What is wrong with ``got`` (this rank's tensor after the call), in words a learner can act on."""
+def diagnose(got, expected, original, world: int, inputs=None, ring: bool = False) -> str:
+    """What is wrong with ``got`` (this rank's tensor after the call), in words a learner can act on (``inputs``:
+    every member's input, to say whose contributions each chunk holds; ``ring``: name the ring's phases)."""
     import torch
     if got.dtype.is_floating_point:
         rtol, atol = tolerance(got.dtype)
@@ -149,10 +150,52 @@ def diagnose(got, expected, original, world: int) -> str:
                      "(`torch.empty_like(tensor)`, not `torch.zeros(n)`)")
     elif not got.dtype.is_floating_point and ((g - e).abs() < e.abs() // 2**20 + 2**10).all():
         hints.append("integers must be exact: was the sum computed in floating point? keep the tensor's dtype")
+    elif phase := which_phase(got, inputs, ring) if inputs else "":
+        hints.append(phase)
     elif len(idx) < n:
         hints.append("only some elements are wrong: check the chunk boundaries (each of the W chunks, "
                      "the last one and empty ones too) and which chunk is sent at each step")
     return where + ("\nhint: " + "; ".join(hints) if hints else "")
+
+
+def sum_of(part, inputs) -> list[int] | None:
+    """The ranks whose inputs (``inputs``: their parts) add up to ``part``, or None when no set of them does."""
+    import itertools
+
+    import torch
+    tol = tolerance(part.dtype)
+    for k in range(len(inputs), 0, -1):
+        for ranks in itertools.combinations(range(len(inputs)), k):
+            total = torch.stack([inputs[r].double() for r in ranks]).sum(0)
+            if torch.allclose(part.double(), total, rtol=tol[0], atol=tol[1]):
+                return list(ranks)
+    return None
+
+
+def which_phase(got, inputs, ring: bool) -> str:
+    """Whose contributions each chunk of ``got`` holds (the ring's cut: chunk i is [i*n//W, (i+1)*n//W)), and
+    the phase that lost the others; "" when a chunk is no sum of inputs (then the cut itself is wrong)."""
+    world, flat, n = len(inputs), got.reshape(-1), got.numel()
+    cuts = [i * n // world for i in range(world + 1)] if ring else [0, n]
+    held = []
+    for i in range(len(cuts) - 1):
+        if cuts[i] < cuts[i + 1]:
+            ranks = sum_of(flat[cuts[i]:cuts[i + 1]], [x.reshape(-1)[cuts[i]:cuts[i + 1]] for x in inputs])
+            if ranks is None:
+                return ""
+            held.append((i, ranks))
+    full = [i for i, ranks in held if len(ranks) == world]
+    said = "; ".join(f"{'chunk ' + str(i) + f' (elements {cuts[i]}..{cuts[i + 1] - 1})' if ring else 'it'} holds "
+                     f"the sum of rank{'s' if len(r) > 1 else ''} {r if len(r) > 1 else r[0]} only"
+                     for i, r in held if len(r) < world)
+    if not ring:
+        return f"{said}: the other ranks' contributions never reached this rank"
+    if not full:
+        return (f"{said}: no chunk holds the full sum, so contributions are lost in the reduce-scatter (each of its "
+                "W-1 steps must ADD the received chunk into the chunk it belongs to, `chunks[recv_i] += buf`)")
+    return (f"chunk{'s' if len(full) > 1 else ''} {', '.join(map(str, full))} hold{'s' if len(full) == 1 else ''} "
+            f"the full sum, but {said}: the reduce-scatter worked and the all-gather did not bring every finished "
+            "chunk round (W-1 steps, each receiving straight into the chunk's place)")
 
 
 def learner_function(mod, name: str):
@@ -204,7 +247,7 @@ def run(name: str, case: dict, ctx) -> str:
                    kind="peer_gone" if peer_gone(e) else "error", where=where) from None
     if ctx.guard.used:   # the learner caught our exception and went on
         raise Fail(f"calls dist.{ctx.guard.used[0]}: only point-to-point operations are allowed")
-    problem = judge(x, ret, original, expected, ptr, world)
+    problem = judge(x, ret, original, expected, ptr, world, inputs, name == "ring_allreduce")
     if problem:
         raise Fail(problem)
     return ""
@@ -220,7 +263,7 @@ def group_rank_hint(exc: BaseException, members: list[int], rank: int) -> str:
             f"(the file's peer(group, r))")
 
 
-def judge(x, ret, original, expected, ptr: int, world: int) -> str | None:
+def judge(x, ret, original, expected, ptr: int, world: int, inputs=None, ring: bool = False) -> str | None:
     """What is wrong with ``x``, this rank's tensor after the call (``ret``: what the call returned), or None."""
     import torch
     if x.shape != original.shape or x.dtype != original.dtype:
@@ -233,7 +276,7 @@ def judge(x, ret, original, expected, ptr: int, world: int) -> str | None:
                 "or in-place ops)")
     if not ok:
         exact = expected if x.dtype.is_floating_point else expected.to(x.dtype)
-        return diagnose(x, exact, original, world)
+        return diagnose(x, exact, original, world, inputs, ring)
     if x.data_ptr() != ptr:
         return ("the tensor's storage was replaced (`tensor.data = ...`): "
                 "write into the existing tensor instead")

@@ -98,6 +98,18 @@ CASES = [
     Faulty("ring_missing", options=worlds(2), why="ring_allreduce not written at all (renamed)",
            edits=[("def ring_allreduce(tensor, group=None):", "def my_ring(tensor, group=None):")],
            expect={"ring_allreduce": ("missing", r"no function ring_allreduce")}),
+    Faulty("ring_overwrites_in_reduce_scatter", options=worlds(2),
+           why="ring's reduce-scatter copies the received chunk instead of adding it: every element is wrong",
+           edits=[("        chunks[recv_i] += buf\n", "        chunks[recv_i].copy_(buf)\n")],
+           expect={"ring_allreduce": ("fail", r"W=2, 1,009 elements, float32.*1009 of 1009 elements wrong.*"
+                                              r"chunk 0 \(elements 0\.\.503\) holds the sum of rank \d only.*"
+                                              r"no chunk holds the full sum.*reduce-scatter")}),
+    Faulty("ring_short_all_gather", options=worlds(3),
+           why="ring's all-gather runs W-2 steps: one chunk per rank never arrives",
+           edits=[("    for step in range(world - 1):\n        send_i, recv_i = (rank + 1 - step)",
+                   "    for step in range(world - 2):\n        send_i, recv_i = (rank + 1 - step)")],
+           expect={"ring_allreduce": ("fail", r"W=3, 1,009 elements, float32.*hold the full sum, but chunk \d .*"
+                                              r"all-gather did not bring")}),
     Faulty("ring_send_before_recv", options=worlds(2),
            why="ring with a blocking send then recv on every rank: everybody sends, nobody receives",
            edits=[("        sendrecv(chunks[send_i], right, buf, left, group)\n",

@@ -305,6 +305,12 @@ def hint(item: str, first, recs) -> str:
                      "first world size that is not a power of two: the algorithm works only for powers of two. A "
                      "partner such as rank ^ mask or rank + mask can be >= W there: a rank whose partner does not "
                      "exist must skip that round (and its subtree must still get the result)")
+    members = SUBGROUPS.get(first.world) if "group=ranks" in first.label else None
+    if members and not any("take GLOBAL ranks" in v.get("message", "") for v in first.verdicts.values()):
+        lines.append(f"hint: the whole-world cases at W={first.world} passed and this one runs on the group {members} "
+                     "only (the other ranks idle): send and recv take global ranks, and the group (group=group): "
+                     "group rank r is global rank dist.get_global_rank(group, r); a call without group= numbers the "
+                     "ranks of the whole world, where group rank 0 is an idle rank")
     dtype = dtype_of(first)
     if dtype in ("float64", "int64") and any(r.world == first.world and dtype_of(r) == "float32" for r in passed):
         lines.append(f"hint: the float32 cases at W={first.world} passed and the first {dtype} case fails: every "

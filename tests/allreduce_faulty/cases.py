@@ -201,6 +201,13 @@ CASES = [
            expect={"naive_allreduce": ("fail", r"W=4, group=ranks \[2, 3\] \(dist.new_group\), 1,009 elements.*"
                                                r"Global rank \d is not part of group.*:{line:dist.recv(incoming, src=src}.*"
                                                r"take GLOBAL ranks.*group rank 0 but global rank 2.*get_global_rank")}),
+    Faulty("naive_world_ranks", options=worlds(4),
+           why="naive sends to group ranks on the whole world (no group=): the group [2, 3] waits for idle ranks",
+           edits=[(NAIVE_BODY, NAIVE_BODY.replace("peer(group, src), group=group", "src")
+                   .replace("peer(group, dst), group=group", "dst").replace("peer(group, 0), group=group", "0"))],
+           expect={"naive_allreduce": ("fail", r"W=4, group=ranks \[2, 3\].*deadlock.*rank 2 was waiting at "
+                                               r"allreduce\.py:{line:dist.recv(incoming, src=src)}.*runs on the group "
+                                               r"\[2, 3\] only.*get_global_rank")}),
     Faulty("ring_group_ranks", options=worlds(4),
            why="ring's neighbours as group ranks",
            edits=[("right, left = peer(group, (rank + 1) % world), peer(group, (rank - 1) % world)",

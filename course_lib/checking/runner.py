@@ -27,7 +27,8 @@ class CaseRecord:
     started: set = field(default_factory=set)
     verdicts: dict = field(default_factory=dict)     # rank -> its verdict
     stuck: dict = field(default_factory=dict)        # rank -> where it waited when its deadline fired
-    seconds: float = 0.0                             # the case's deadline; once it hung, how long it really waited
+    seconds: float = 0.0                             # the case's deadline
+    waited: float = 0.0                              # once it hung: how long it really waited (at least the deadline)
     began: float = 0.0                               # when its first rank said "start" (time.monotonic)
     fired: float = 0.0                               # when the last rank said "stuck"
     ended: str = ""                                  # why ranks gave no verdict: "hung", or how the launch ended
@@ -84,7 +85,7 @@ class Launch:
             if rec.stuck or len(rec.verdicts) < self.world and result.timed_out:
                 rec.ended = "hung"
                 if rec.began:     # the watchdog's clock runs slower on a loaded machine: say the real wait
-                    rec.seconds = max(rec.seconds, (rec.fired or time.monotonic()) - rec.began)
+                    rec.waited = max(rec.seconds, (rec.fired or time.monotonic()) - rec.began)
             elif len(rec.verdicts) < self.world:
                 rec.ended = self.how_it_ended()
 

@@ -83,7 +83,8 @@ def first_of(verdicts: dict, head: str) -> str:
 
 def hang(rec, head: str, ranks: list[int], gone: dict, hint: str) -> str:
     returned = sorted(set(range(rec.world)) - set(ranks))
-    lines = [f"{head}did not finish (deadlock or hang): ranks {ranks} did not return within {rec.seconds:.0f} s"
+    waited = rec.waited or rec.seconds     # the real wait (a record made by hand may have only the deadline)
+    lines = [f"{head}did not finish (deadlock or hang): ranks {ranks} did not return within {waited:.0f} s"
              + (f" (ranks {returned} did)" if returned else "")]
     for r in ranks:
         if rec.stuck.get(r):

@@ -154,3 +154,13 @@ def test_which_phase_names_whose_contributions_a_chunk_holds():
     assert "holds the sum of rank 1 only" in worker.which_phase(inputs[1].clone(), inputs, ring=False)
     got[0] = 1000.0                              # no set of inputs adds up to chunk 0: the cut itself is wrong
     assert worker.which_phase(got, inputs, ring=True) == ""
+
+
+def test_a_rank_stopped_before_its_deadline_fired_is_named():
+    from course_lib.checking.runner import CaseRecord
+    rec = CaseRecord("ring_allreduce:0@4", "ring_allreduce", "W=4, 1,009 elements, float32", 4, started={0, 1, 2, 3},
+                     stuck={0: "allreduce.py:100", 1: "allreduce.py:100", 3: "allreduce.py:100"}, ended="hung")
+    assert worker.where_ranks_were(rec) == ["rank 2 gave no location: stopped before its own deadline fired "
+                                            "(it waited as long as its partners)"]
+    rec.stuck[2] = "allreduce.py:100"
+    assert worker.where_ranks_were(rec) == []

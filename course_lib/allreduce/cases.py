@@ -326,7 +326,7 @@ def dtype_of(rec) -> str:
 
 def where_ranks_were(rec) -> list[str]:
     """For a case that failed on one rank's error while others never returned: where those waited (their deadline
-    fired there), or how their process ended (a crash inside gloo ends a rank without a Python exception)."""
+    fired there); for a hang, the ranks that could not say where they waited."""
     missing = sorted(set(range(rec.world)) - set(rec.verdicts))
     if rec.ended == "hung" and not any(v.get("kind") == "error" for v in rec.verdicts.values()):
         # the hang message says where each rank waited that said so; a rank stopped by the launcher (after a
@@ -334,12 +334,4 @@ def where_ranks_were(rec) -> list[str]:
         silent = [r for r in missing if not rec.stuck.get(r)]
         return [f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} gave no location: stopped "
                 "before its own deadline fired (it waited as long as its partners)"] if silent else []
-    out = [f"rank {r} was waiting at {rec.stuck[r]}" for r in missing if rec.stuck.get(r)]
-    gone = [r for r in missing if not rec.stuck.get(r)]
-    if gone and rec.ended and rec.ended != "hung":
-        head, *tail = rec.ended.splitlines()     # the launch's exit codes, then the ranks' last lines
-        own = [line for line in tail if line.startswith(tuple(f"rank {r}: " for r in gone))]
-        out.append(f"ranks {gone} ended during the call without a verdict (the partners' 'Connection reset by "
-                   f"peer' is a consequence): {head}")
-        out += own
-    return out
+    return [f"rank {r} was waiting at {rec.stuck[r]}" for r in missing if rec.stuck.get(r)]

@@ -7,11 +7,18 @@ all_correct.py, is a whole file: all three functions right in a learner's style 
 isend/irecv pairs, no early return for W=1 or empty tensors). ``world_sizes``: the smallest that shows the
 fault, to keep the suite quick. Functions not named in ``expect`` must pass.
 """
+import re
+
 from faulty import Faulty
 
 
 def worlds(*sizes):
     return {"world_sizes": sizes}
+
+
+def group_ranks(text: str) -> str:
+    """``text`` with every ``peer(group, R)`` replaced by ``R``: group ranks where send/recv take global ones."""
+    return re.sub(r"peer\(group, ((?:[^()]|\([^()]*\))*)\)", r"\1", text)
 
 
 NAIVE_ADD = "            tensor += incoming                       # in place: the caller's tensor holds the sum\n"
@@ -29,6 +36,7 @@ NAIVE_BODY = (NAIVE_EARLY_RETURN
 RING_BOUNDS = "    bounds = [i * n // world for i in range(world + 1)]   # chunk i is flat[bounds[i]:bounds[i+1]]\n"
 RING_CHUNKS = "    chunks = [flat[bounds[i]:bounds[i + 1]] for i in range(world)]   # views, not copies\n"
 RING_GATHER = "        sendrecv(chunks[send_i], right, chunks[recv_i], left, group)\n"
+RING_PEERS = "    right, left = peer(group, (rank + 1) % world), peer(group, (rank - 1) % world)\n"
 TREE_REDUCE = ("    incoming = torch.empty_like(tensor)\n"
                "    mask = 1\n"
                "    while mask < world:                               # reduce towards rank 0\n"
@@ -198,27 +206,21 @@ CASES = [
     # a subgroup that does not start at global rank 0: send/recv take global ranks, also with group=
     Faulty("naive_group_ranks", options=worlds(4),
            why="naive hands group ranks to send/recv; right on the whole world, wrong on the group [2, 3]",
-           edits=[(NAIVE_BODY, NAIVE_BODY.replace("peer(group, src)", "src").replace("peer(group, dst)", "dst")
-                   .replace("peer(group, 0)", "0"))],
+           edits=[(NAIVE_BODY, group_ranks(NAIVE_BODY))],
            expect={"naive_allreduce": ("fail", r"W=4, group=ranks \[2, 3\] \(dist.new_group\), 1,009 elements.*"
                                                r"Global rank \d is not part of group.*:{line:dist.recv(incoming, src=src}.*"
                                                r"take GLOBAL ranks.*group rank 0 but global rank 2.*get_global_rank")}),
     Faulty("naive_world_ranks", options=worlds(4),
            why="naive sends to group ranks on the whole world (no group=): the group [2, 3] waits for idle ranks",
-           edits=[(NAIVE_BODY, NAIVE_BODY.replace("peer(group, src), group=group", "src")
-                   .replace("peer(group, dst), group=group", "dst").replace("peer(group, 0), group=group", "0"))],
+           edits=[(NAIVE_BODY, group_ranks(NAIVE_BODY).replace(", group=group", ""))],
            expect={"naive_allreduce": ("fail", r"W=4, group=ranks \[2, 3\].*deadlock.*rank 2 was waiting at "
                                                r"allreduce\.py:{line:dist.recv(incoming, src=src)}.*runs on the group "
                                                r"\[2, 3\] only.*get_global_rank")}),
-    Faulty("ring_group_ranks", options=worlds(4),
-           why="ring's neighbours as group ranks",
-           edits=[("right, left = peer(group, (rank + 1) % world), peer(group, (rank - 1) % world)",
-                   "right, left = (rank + 1) % world, (rank - 1) % world")],
+    Faulty("ring_group_ranks", options=worlds(4), why="ring's neighbours as group ranks",
+           edits=[(RING_PEERS, group_ranks(RING_PEERS))],
            expect={"ring_allreduce": ("fail", r"W=4, group=ranks \[2, 3\].*not part of group.*take GLOBAL ranks")}),
-    Faulty("tree_group_ranks", options=worlds(4),
-           why="tree's partners as group ranks",
-           edits=[(TREE_REDUCE + TREE_BROADCAST, (TREE_REDUCE + TREE_BROADCAST).replace("peer(group, rank - mask)",
-                   "rank - mask").replace("peer(group, rank + mask)", "rank + mask"))],
+    Faulty("tree_group_ranks", options=worlds(4), why="tree's partners as group ranks",
+           edits=[(TREE_REDUCE + TREE_BROADCAST, group_ranks(TREE_REDUCE + TREE_BROADCAST))],
            expect={"tree_allreduce": ("fail", r"W=4, group=ranks \[2, 3\].*not part of group.*take GLOBAL ranks")}),
     # not a verdict per function: the file does not load
     Faulty("syntax_error", options=worlds(1), why="a syntax error: the whole file fails to load",

@@ -115,3 +115,52 @@ def test_faulty_submission_is_caught(tmp_path, case):
         assert got[fn].result == result, f"{fn}: {report.text()}"
         assert re.search(pattern, got[fn].message, re.S), f"{fn}: {got[fn].message}"
     assert not live_processes(rank_worker.__name__, str(path)), "a worker process survived the check"
+
+
+def test_a_hang_states_the_real_wait():
+    """The watchdog's deadline runs on a core's fair share: on a loaded machine a 10 s deadline fires later. The
+    message says how long the case really waited (start marker to the last stuck marker), not the deadline."""
+    import json
+    import time
+    from types import SimpleNamespace
+
+    from course_lib.checking.runner import Launch
+    from course_lib.checking.summary import describe
+    from course_lib.core.rankkit import PREFIX
+    run = Launch(2, 10.0)
+    for rank in (0, 1):
+        run.on_line(rank, PREFIX + json.dumps({"ev": "start", "case": "ring_allreduce:0@2", "item": "ring_allreduce",
+                                               "label": "W=2, 1,009 elements, float32"}))
+    run.records[(0, "ring_allreduce:0@2")].began = time.monotonic() - 37
+    for rank in (0, 1):
+        run.on_line(rank, PREFIX + json.dumps({"ev": "stuck", "case": "ring_allreduce:0@2",
+                                               "where": f"allreduce.py:9{rank}"}))
+    run.close(SimpleNamespace(timed_out=False, ranks=[], ok=False))
+    rec = run.records[(0, "ring_allreduce:0@2")]
+    assert rec.ended == "hung" and rec.seconds == 10 and 36 < rec.waited < 60
+    assert "did not return within 37 s" in describe(rec, "hint")
+
+
+def test_which_phase_names_whose_contributions_a_chunk_holds():
+    import torch
+    inputs = [torch.arange(6, dtype=torch.float64) * (r + 1) for r in range(3)]
+    total = sum(inputs)
+    got = total.clone()
+    got[4:] = inputs[0][4:] + inputs[2][4:]     # chunk 2 lacks rank 1's part: the all-gather
+    msg = worker.which_phase(got, inputs, ring=True)
+    assert "chunks 0, 1 hold the full sum, but chunk 2 (elements 4..5) holds the sum of ranks [0, 2] only" in msg
+    assert "all-gather" in msg
+    assert "reduce-scatter" in worker.which_phase(inputs[1].clone(), inputs, ring=True)
+    assert "holds the sum of rank 1 only" in worker.which_phase(inputs[1].clone(), inputs, ring=False)
+    got[0] = 1000.0                              # no set of inputs adds up to chunk 0: the cut itself is wrong
+    assert worker.which_phase(got, inputs, ring=True) == ""
+
+
+def test_a_rank_stopped_before_its_deadline_fired_is_named():
+    from course_lib.checking.runner import CaseRecord
+    rec = CaseRecord("ring_allreduce:0@4", "ring_allreduce", "W=4, 1,009 elements, float32", 4, started={0, 1, 2, 3},
+                     stuck={0: "allreduce.py:100", 1: "allreduce.py:100", 3: "allreduce.py:100"}, ended="hung")
+    assert worker.where_ranks_were(rec) == ["rank 2 gave no location: stopped before its own deadline fired "
+                                            "(it waited as long as its partners)"]
+    rec.stuck[2] = "allreduce.py:100"
+    assert worker.where_ranks_were(rec) == []

@@ -28,6 +28,9 @@ class CaseRecord:
     verdicts: dict = field(default_factory=dict)     # rank -> its verdict
     stuck: dict = field(default_factory=dict)        # rank -> where it waited when its deadline fired
     seconds: float = 0.0                             # the case's deadline
+    waited: float = 0.0                              # once it hung: how long it really waited (at least the deadline)
+    began: float = 0.0                               # when its first rank said "start" (time.monotonic)
+    fired: float = 0.0                               # when the last rank said "stuck"
     ended: str = ""                                  # why ranks gave no verdict: "hung", or how the launch ended
 
     @property
@@ -64,11 +67,13 @@ class Launch:
         elif kind == "start":
             rec = self.record(ev)
             rec.started.add(rank)
+            rec.began = rec.began or time.monotonic()
             rec.label, rec.item = ev["label"], ev["item"]
         elif kind == "verdict":
             self.record(ev).verdicts[rank] = ev
         elif kind == "stuck":
             self.record(ev).stuck[rank] = ev.get("where", "")
+            self.record(ev).fired = time.monotonic()
         elif kind in ("done", "relaunch"):
             setattr(self, kind, True)
 
@@ -79,6 +84,8 @@ class Launch:
         for rec in self.records.values():
             if rec.stuck or len(rec.verdicts) < self.world and result.timed_out:
                 rec.ended = "hung"
+                if rec.began:     # the watchdog's clock runs slower on a loaded machine: say the real wait
+                    rec.waited = max(rec.seconds, (rec.fired or time.monotonic()) - rec.began)
             elif len(rec.verdicts) < self.world:
                 rec.ended = self.how_it_ended()
 
@@ -118,9 +125,12 @@ def launch_once(exercise: str, spec, paths: list, world: int, timeout: float, ca
     return run
 
 
-def one_world(exercise: str, spec, path: str, world: int, timeout: float, case_timeout: float, stop, cwd=None):
+def one_world(exercise: str, spec, path: str, world: int, timeout: float, case_timeout: float, stop, cwd=None,
+              hung=None):
     """Every case on ``world`` ranks, launching again after a hang or an unclean failure: (records, the load
-    failure or None, general failures)."""
+    failure or None, general failures). ``hung``: the items that hung, shared by the world sizes: with STOP_ITEM
+    a launch that starts after an item hung at another world size skips it (one hang per item, not one each)."""
+    hung = set() if hung is None else hung
     records: dict = {}
     deadline = time.monotonic() + timeout
     stop_item = getattr(spec, "STOP_ITEM", False)
@@ -132,20 +142,23 @@ def one_world(exercise: str, spec, path: str, world: int, timeout: float, case_t
         items = {}
         for rec in records.values():
             items[rec.item] = items.get(rec.item, True) and not rec.failed
+        ended = {i for i, ok in items.items() if not ok} | set(hung) if stop_item else ()
         run = launch_once(exercise, spec, [path], world, left, case_timeout, stop,
                           skip={r.key for r in records.values()}, passed={i for i, ok in items.items() if ok},
-                          ended={i for i, ok in items.items() if not ok} if stop_item else (), cwd=cwd)
+                          ended=ended, cwd=cwd)
         if run.loads:
             stop.set()      # the file does not load: the other world sizes need not run
             return [], run.loads[0], []
         new = {rec.key: rec for rec in run.records.values() if rec.key not in records}
         records.update(new)
+        hung.update(rec.item for rec in new.values() if rec.ended == "hung")
         if run.done and run.result.ok or all_said(spec, world, records):
             break           # (a rank may end after its last verdict: a case that tests a crash)
         if getattr(spec, "STOP_AT_FAILURE", False):
             return list(records.values()), None, [] if any(r.ended for r in new.values()) else [run.failure()]
-        if new and (run.relaunch or any(rec.ended == "hung" for rec in new.values())):
-            continue        # the hung case is skipped next time, and so are the items that ended
+        crashed = getattr(spec, "FRESH_AFTER_FAILURE", False) and any(rec.ended for rec in new.values())
+        if new and (run.relaunch or crashed or any(rec.ended == "hung" for rec in new.values())):
+            continue        # the hung (or crashed) case is skipped next time, and so are the items that ended
         if not any(rec.ended for rec in new.values()):    # not a crash inside a case: the worker itself failed
             return list(records.values()), None, [run.failure()]
         break
@@ -164,7 +177,9 @@ def run_worlds(exercise: str, spec, path: str, worlds, timeout: float, case_time
     stop = threading.Event()     # set on Ctrl-C, or once a file that does not load is seen: the rest stop
     with ThreadPoolExecutor(max_workers=getattr(spec, "PARALLEL", 1)) as pool:
         order = sorted(worlds, reverse=True) if getattr(spec, "PARALLEL", 1) > 1 else list(worlds)
-        futures = {w: pool.submit(one_world, exercise, spec, path, w, timeout, case_timeout, stop, cwd) for w in order}
+        hung: set = set()
+        futures = {w: pool.submit(one_world, exercise, spec, path, w, timeout, case_timeout, stop, cwd, hung)
+                   for w in order}
         try:
             results = [futures[w].result() for w in worlds]
         except BaseException:

@@ -66,12 +66,24 @@ def describe(rec, hang_hint: str) -> str:
         wrong = {r: v for r, v in own.items() if r not in gone}
         return hang(rec, head, sorted(missing + list(gone)), gone, hang_hint) + (
             "\n" + first_of(wrong, "") if wrong else "")
+    if own and missing and rec.ended and rec.ended != "hung" and all(v.get("kind") == "peer_gone"
+                                                                     for v in own.values()):
+        return crashed(rec, head, missing) + "\n" + first_of(own, "then ")
     if own:
         msg = first_of(own, head)
         if missing:
             msg += f"\nranks {missing} did not return (waiting on a partner that gave up)"
         return msg
     return f"{head}{rec.ended}"
+
+
+def crashed(rec, head: str, ranks: list[int]) -> str:
+    """Ranks whose process ended inside a case (gloo aborts on a size mismatch): they are the fault, and the
+    partners' closed connection its consequence; their own last lines say why."""
+    first, *tail = rec.ended.splitlines()       # "a rank exited during the case (exit codes)", the ranks' last lines
+    mine = [line for line in tail if line.startswith(tuple(f"rank {r}: " for r in ranks))]
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
+    return "\n".join([f"{head}{who} ended during the call ({first})", *mine])
 
 
 def first_of(verdicts: dict, head: str) -> str:
@@ -83,7 +95,8 @@ def first_of(verdicts: dict, head: str) -> str:
 
 def hang(rec, head: str, ranks: list[int], gone: dict, hint: str) -> str:
     returned = sorted(set(range(rec.world)) - set(ranks))
-    lines = [f"{head}did not finish (deadlock or hang): ranks {ranks} did not return within {rec.seconds:.0f} s"
+    waited = rec.waited or rec.seconds     # the real wait (a record made by hand may have only the deadline)
+    lines = [f"{head}did not finish (deadlock or hang): ranks {ranks} did not return within {waited:.0f} s"
              + (f" (ranks {returned} did)" if returned else "")]
     for r in ranks:
         if rec.stuck.get(r):

@@ -3,18 +3,23 @@ import torch
 import torch.distributed as dist
 
 
+def glob(group, r):
+    # send/recv want global ranks, also inside a group
+    return r if group is None else dist.get_global_rank(group, r)
+
+
 def naive_allreduce(tensor, group=None):
     world = dist.get_world_size(group)
     if dist.get_rank(group) == 0:
         for src in range(1, world):
             other = torch.empty_like(tensor)
-            dist.recv(other, src)
+            dist.recv(other, glob(group, src), group)
             tensor += other
         for dst in range(1, world):
-            dist.send(tensor, dst)
+            dist.send(tensor, glob(group, dst), group)
     else:
-        dist.send(tensor, 0)
-        dist.recv(tensor, 0)
+        dist.send(tensor, glob(group, 0), group)
+        dist.recv(tensor, glob(group, 0), group)
 
 
 def ring_allreduce(tensor, group=None):
@@ -26,13 +31,13 @@ def ring_allreduce(tensor, group=None):
     for k in range(W - 1):
         out, inn = ch[(r - k) % W], ch[(r - k - 1) % W]
         tmp = torch.empty_like(inn)
-        a = dist.isend(out, (r + 1) % W)
-        b = dist.irecv(tmp, (r - 1) % W)
+        a = dist.isend(out, glob(group, (r + 1) % W), group)
+        b = dist.irecv(tmp, glob(group, (r - 1) % W), group)
         a.wait(); b.wait()
         inn += tmp
     for k in range(W - 1):
-        a = dist.isend(ch[(r + 1 - k) % W], (r + 1) % W)
-        b = dist.irecv(ch[(r - k) % W], (r - 1) % W)
+        a = dist.isend(ch[(r + 1 - k) % W], glob(group, (r + 1) % W), group)
+        b = dist.irecv(ch[(r - k) % W], glob(group, (r - 1) % W), group)
         a.wait(); b.wait()
 
 
@@ -42,10 +47,10 @@ def tree_allreduce(tensor, group=None):
     mask = 1
     while mask < world:
         if rank & mask:
-            dist.send(tensor, rank - mask)
+            dist.send(tensor, glob(group, rank - mask), group)
             break
         if rank + mask < world:
-            dist.recv(buf, rank + mask)
+            dist.recv(buf, glob(group, rank + mask), group)
             tensor += buf
         mask <<= 1
     top = 1
@@ -53,10 +58,10 @@ def tree_allreduce(tensor, group=None):
         top <<= 1
     mask = top if rank == 0 else rank & -rank
     if rank:
-        dist.recv(tensor, rank - mask)
+        dist.recv(tensor, glob(group, rank - mask), group)
     mask >>= 1
     while mask:
         if rank + mask < world:
-            dist.send(tensor, rank + mask)
+            dist.send(tensor, glob(group, rank + mask), group)
         mask >>= 1
 

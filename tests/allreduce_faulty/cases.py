@@ -7,11 +7,18 @@ all_correct.py, is a whole file: all three functions right in a learner's style 
 isend/irecv pairs, no early return for W=1 or empty tensors). ``world_sizes``: the smallest that shows the
 fault, to keep the suite quick. Functions not named in ``expect`` must pass.
 """
+import re
+
 from faulty import Faulty
 
 
 def worlds(*sizes):
     return {"world_sizes": sizes}
+
+
+def group_ranks(text: str) -> str:
+    """``text`` with every ``peer(group, R)`` replaced by ``R``: group ranks where send/recv take global ones."""
+    return re.sub(r"peer\(group, ((?:[^()]|\([^()]*\))*)\)", r"\1", text)
 
 
 NAIVE_ADD = "            tensor += incoming                       # in place: the caller's tensor holds the sum\n"
@@ -29,6 +36,7 @@ NAIVE_BODY = (NAIVE_EARLY_RETURN
 RING_BOUNDS = "    bounds = [i * n // world for i in range(world + 1)]   # chunk i is flat[bounds[i]:bounds[i+1]]\n"
 RING_CHUNKS = "    chunks = [flat[bounds[i]:bounds[i + 1]] for i in range(world)]   # views, not copies\n"
 RING_GATHER = "        sendrecv(chunks[send_i], right, chunks[recv_i], left, group)\n"
+RING_PEERS = "    right, left = peer(group, (rank + 1) % world), peer(group, (rank - 1) % world)\n"
 TREE_REDUCE = ("    incoming = torch.empty_like(tensor)\n"
                "    mask = 1\n"
                "    while mask < world:                               # reduce towards rank 0\n"
@@ -61,6 +69,13 @@ CASES = [
            edits=[(NAIVE_EARLY_RETURN, "    if rank == 0:\n        acc = tensor.float()\n"),
                   (NAIVE_ADD, "            acc += incoming.float()\n        tensor.copy_(acc)\n")],
            expect={"naive_allreduce": ("fail", r"float64.*float32 precision")}),
+    Faulty("naive_float32_buffer", options=worlds(2),
+           why="naive receives into a float32 buffer (torch.empty(shape)) whatever the tensor's dtype",
+           edits=[("        incoming = torch.empty_like(tensor)          # same dtype: an int64 sum stays exact\n",
+                   "        incoming = torch.empty(tensor.shape)\n")],
+           expect={"naive_allreduce": ("fail", r"W=2, 1,009 elements, float64: rank 0 ended during the call.*rank 0: .*Received data size doesn't "
+                                               r"match.*then rank 1: .*Connection (reset|closed) by peer.*"
+                                               r"float32 cases at W=2 passed.*tensor's dtype")}),
     Faulty("naive_no_group_parameter", options=worlds(2),
            why="naive without the group parameter of the interface",
            edits=[("def naive_allreduce(tensor, group=None):", "def naive_allreduce(tensor):")],
@@ -93,6 +108,18 @@ CASES = [
     Faulty("ring_missing", options=worlds(2), why="ring_allreduce not written at all (renamed)",
            edits=[("def ring_allreduce(tensor, group=None):", "def my_ring(tensor, group=None):")],
            expect={"ring_allreduce": ("missing", r"no function ring_allreduce")}),
+    Faulty("ring_overwrites_in_reduce_scatter", options=worlds(2),
+           why="ring's reduce-scatter copies the received chunk instead of adding it: every element is wrong",
+           edits=[("        chunks[recv_i] += buf\n", "        chunks[recv_i].copy_(buf)\n")],
+           expect={"ring_allreduce": ("fail", r"W=2, 1,009 elements, float32.*1009 of 1009 elements wrong.*"
+                                              r"chunk 0 \(elements 0\.\.503\) holds the sum of rank \d only.*"
+                                              r"no chunk holds the full sum.*reduce-scatter")}),
+    Faulty("ring_short_all_gather", options=worlds(3),
+           why="ring's all-gather runs W-2 steps: one chunk per rank never arrives",
+           edits=[("    for step in range(world - 1):\n        send_i, recv_i = (rank + 1 - step)",
+                   "    for step in range(world - 2):\n        send_i, recv_i = (rank + 1 - step)")],
+           expect={"ring_allreduce": ("fail", r"W=3, 1,009 elements, float32.*hold the full sum, but chunk \d .*"
+                                              r"all-gather did not bring")}),
     Faulty("ring_send_before_recv", options=worlds(2),
            why="ring with a blocking send then recv on every rank: everybody sends, nobody receives",
            edits=[("        sendrecv(chunks[send_i], right, buf, left, group)\n",
@@ -113,7 +140,7 @@ CASES = [
            why="tree reduces to rank 0 and forgets to broadcast the result back",
            edits=[(TREE_BROADCAST, "")],
            expect={"tree_allreduce": ("fail", r"W=2.*rank 1: .*never comes back")}),
-    Faulty("tree_pow2_only", options=worlds(3),
+    Faulty("tree_pow2_only", options=worlds(2, 3),
            why="recursive doubling without the fix for a world size that is not a power of two",
            edits=[(TREE_REDUCE + TREE_BROADCAST,
                    "    distance = 1\n"
@@ -125,7 +152,8 @@ CASES = [
                    "            q.wait()\n"
                    "        tensor += received\n"
                    "        distance *= 2\n")],
-           expect={"tree_allreduce": ("fail", r"W=3.*deadlock|W=3.*[Ii]nvalid")}),
+           expect={"tree_allreduce": ("fail", r"W=3.*(deadlock|[Ii]nvalid).*every case at W=2 passed and W=3 is the "
+                                              r"first world size that is not a power of two")}),
     Faulty("tree_rebinds_name", options=worlds(2),
            why="tree writes 'tensor = tensor + buf': that rebinds a local name, the caller's tensor keeps its values",
            edits=[("            tensor += incoming\n", "            tensor = tensor + incoming\n"),
@@ -175,6 +203,25 @@ CASES = [
                                 + RING_BOUNDS)],
            expect={"ring_allreduce": ("fail", r"calls all_reduce \(through .*torch\.ops.*"
                                               r":{line:ops.wait_tensor(ops.all_reduce(}")}),
+    # a subgroup that does not start at global rank 0: send/recv take global ranks, also with group=
+    Faulty("naive_group_ranks", options=worlds(4),
+           why="naive hands group ranks to send/recv; right on the whole world, wrong on the group [2, 3]",
+           edits=[(NAIVE_BODY, group_ranks(NAIVE_BODY))],
+           expect={"naive_allreduce": ("fail", r"W=4, group=ranks \[2, 3\] \(dist.new_group\), 1,009 elements.*"
+                                               r"Global rank \d is not part of group.*:{line:dist.recv(incoming, src=src}.*"
+                                               r"take GLOBAL ranks.*group rank 0 but global rank 2.*get_global_rank")}),
+    Faulty("naive_world_ranks", options=worlds(4),
+           why="naive sends to group ranks on the whole world (no group=): the group [2, 3] waits for idle ranks",
+           edits=[(NAIVE_BODY, group_ranks(NAIVE_BODY).replace(", group=group", ""))],
+           expect={"naive_allreduce": ("fail", r"W=4, group=ranks \[2, 3\].*deadlock.*rank 2 was waiting at "
+                                               r"allreduce\.py:{line:dist.recv(incoming, src=src)}.*runs on the group "
+                                               r"\[2, 3\] only.*get_global_rank")}),
+    Faulty("ring_group_ranks", options=worlds(4), why="ring's neighbours as group ranks",
+           edits=[(RING_PEERS, group_ranks(RING_PEERS))],
+           expect={"ring_allreduce": ("fail", r"W=4, group=ranks \[2, 3\].*not part of group.*take GLOBAL ranks")}),
+    Faulty("tree_group_ranks", options=worlds(4), why="tree's partners as group ranks",
+           edits=[(TREE_REDUCE + TREE_BROADCAST, group_ranks(TREE_REDUCE + TREE_BROADCAST))],
+           expect={"tree_allreduce": ("fail", r"W=4, group=ranks \[2, 3\].*not part of group.*take GLOBAL ranks")}),
     # not a verdict per function: the file does not load
     Faulty("syntax_error", options=worlds(1), why="a syntax error: the whole file fails to load",
            edits=[("def ring_allreduce(tensor, group=None):", "def ring_allreduce(tensor, group=None)")],

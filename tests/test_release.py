@@ -190,3 +190,20 @@ def _parser():
     p = argparse.ArgumentParser()
     release.add_arguments(p)
     return p
+
+
+def test_the_harder_starters_raise_without_the_recipe_and_keep_what_runs(tmp_path, capsys):
+    hard = tmp_path / "hard"
+    assert release.run(_parser().parse_args(["--no-hints", "--exercises", str(hard)])) == 0
+    ring = (hard / "05_allreduce/allreduce.py").read_text()
+    hinted = (ROOT / "exercises/05_allreduce/allreduce.py").read_text()
+    recipe = "send chunk (rank-s)%W right"   # the ring stub's recipe
+    assert recipe in hinted and recipe not in ring
+    assert 'raise NotImplementedError("ring_allreduce: your code here")' in ring
+    assert 'raise NotImplementedError("shard_range: your code here")' in (hard / "09_zero/zero.py").read_text()
+    compile(ring, "allreduce.py", "exec")
+    # a stub that keeps a file running (the DDP script's steps) is the same in both
+    ddp = "02_ddp/mnist_classify_ddp.py"
+    assert (hard / ddp).read_text() == (ROOT / "exercises" / ddp).read_text()
+    capsys.readouterr()
+    assert release.run(_parser().parse_args(["--no-hints"])) == 2 and "--exercises DIR" in capsys.readouterr().err

@@ -72,8 +72,13 @@ def _regions(text: str, name: str):
         raise MarkerError(f"{name}: {BEGIN} is never closed")
 
 
-def exercise_view(text: str, name: str = "<source>", stub: str = CODE_STUB) -> str:
-    """The learner's version: each marked region replaced by its STUB lines, else by ``stub``."""
+RAISE_STUB = re.compile(r"^\s*raise NotImplementedError\(")
+
+
+def exercise_view(text: str, name: str = "<source>", stub: str = CODE_STUB, hints: bool = True) -> str:
+    """The learner's version: each marked region replaced by its STUB lines, else by ``stub``. ``hints=False``: the
+    harder starter, where a stub that only raises NotImplementedError (whose message spells out the algorithm, as
+    in the all-reduce and ZeRO exercises) raises without the recipe; stubs that keep a file running stay."""
     out = []
     for item in _regions(text, name):
         if item[0] == "text":
@@ -81,7 +86,11 @@ def exercise_view(text: str, name: str = "<source>", stub: str = CODE_STUB) -> s
             continue
         _, indent, lines = item
         stubs = [m for m in (STUB.match(line.rstrip("\n")) for line in lines) if m]
-        if stubs:
+        if stubs and not hints and RAISE_STUB.match(stubs[0].group(2) or ""):
+            what = re.match(r'raise NotImplementedError\("([\w.]+)', stubs[0].group(2))
+            out.append(f'{stubs[0].group(1)}raise NotImplementedError("{what.group(1) + ": " if what else ""}'
+                       'your code here")\n')
+        elif stubs:
             out.extend(f"{m.group(1)}{m.group(2) or ''}".rstrip() + "\n" for m in stubs)
         else:
             out.extend(f"{indent}{line}\n" for line in stub.split("\n"))
@@ -117,8 +126,8 @@ def notebook_exercise_view(text: str, name: str = "<notebook>") -> str:
     return nbformat.writes(nb) + "\n"
 
 
-def plan(solutions: Path, exercises: Path) -> dict[Path, str]:
-    """{exercise path: content} for every file under solutions/ that is an exercise."""
+def plan(solutions: Path, exercises: Path, hints: bool = True) -> dict[Path, str]:
+    """{exercise path: content} for every file under solutions/ that is an exercise (``hints``: exercise_view)."""
     files = {}
     for src in sorted(solutions.rglob("*")):
         rel = src.relative_to(solutions)
@@ -127,7 +136,7 @@ def plan(solutions: Path, exercises: Path) -> dict[Path, str]:
             continue
         text = src.read_text(encoding="utf-8")
         if src.suffix in (".py", ".sbatch"):     # job scripts: bash comments, the same markers
-            text = exercise_view(text, str(src))
+            text = exercise_view(text, str(src), hints=hints)
         elif src.suffix == ".ipynb":
             text = notebook_exercise_view(text, str(src))
         files[exercises / rel] = text
@@ -229,6 +238,9 @@ def add_arguments(p):
     p.add_argument("--gradescope", type=Path, default=None, metavar="DIR",
                    help="instead of exercises/: write a Gradescope autograder bundle (setup.sh, run_autograder, the "
                         "course's checkers; DIR/autograder.zip to upload) into the new folder DIR")
+    p.add_argument("--no-hints", action="store_true",
+                   help="the harder starters, into --exercises DIR (not the course's exercises/): a function whose "
+                        "stub spells out the algorithm (all-reduce, ZeRO, ...) only raises NotImplementedError")
     p.add_argument("--exercise", action="append", choices=list(EXERCISES), metavar="EX",
                    help=f"with --nbgrader: only this exercise's folder; with --gradescope: the exercises the "
                         f"autograder grades ({', '.join(EXERCISES)}); repeat for more; default: all")
@@ -245,12 +257,17 @@ def run(args) -> int:
     if args.exercise and args.nbgrader is None and args.gradescope is None:
         print("course release: --exercise goes with --nbgrader DIR or --gradescope DIR", file=sys.stderr)
         return 2
+    if args.no_hints and (args.nbgrader is not None or args.gradescope is not None or args.check
+                          or args.exercises.resolve() == (course_root() / "exercises").resolve()):
+        print("course release: --no-hints writes the harder starters into a folder of your own: give --exercises DIR "
+              "(the course's exercises/ keeps the hints)", file=sys.stderr)
+        return 2
     try:
         if args.gradescope is not None:
             return _gradescope(args.gradescope, args.exercise or list(EXERCISES))
         if args.nbgrader is not None:
             return release_for_nbgrader(args.solutions, args.nbgrader, args.exercise)
-        files = plan(args.solutions, args.exercises)
+        files = plan(args.solutions, args.exercises, hints=not args.no_hints)
     except MarkerError as e:
         print(f"course release: {e}", file=sys.stderr)
         return 2

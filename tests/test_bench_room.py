@@ -56,3 +56,5 @@ def test_room_of_eight_all_right_and_nothing_left(capsys):
     assert len(result.learners) == 8
     assert result.all_right(), result.table()
     assert result.left == [], result.table()
+    # each check said its overall deadline first: 1 world size x 180 s + 60 s
+    assert all("checking: up to 240 s" in lr.output for lr in result.learners), result.learners[0].output

@@ -7,17 +7,32 @@ Where the check runs: ``--engine`` (``engine=`` in Python), else ``$COURSE_CHECK
 ``checks`` (course_lib.jobs.site), else ``local``. ``slurm`` runs it as a short Slurm job
 (course_lib.check_slurm) with the same verdicts and text; ``course check sbatch`` always runs here, since it
 submits a job of its own.
+
+A local check has one overall deadline (``overall_deadline``), said when it starts ("checking: up to N s"): the
+sum of its own launches' deadlines, plus a margin for starting the fork server and stopping ranks. Should the
+checker still not have answered by then, its processes are stopped and the report says so (a "check run" FAIL),
+so a learner's cell never spins without an end.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 from course_lib.registry import EXERCISES, get
 
 ENGINES = ("local", "slurm")
+STOP_GRACE = 15.0   # seconds before the deadline at which a check without a verdict has its processes stopped
+MARGIN = 60.0       # seconds beyond the launches' own deadlines: the fork server's start, stopping ranks
+# launches one after the other, at most, of the checkers that are not run by course_lib.checking.check; each has its
+# own ``timeout`` (default): ddp: the launches side by side, then up to two simulated ones again with the style that
+# worked; ckpt: the cases, then the resume runs; sbatch: the job as a whole
+ROUNDS = {"ddp": (3, 120.0), "ckpt": (3, 240.0), "sbatch": (1, 180.0)}
 
 
 def engine_for_checks(choice: str | None = None) -> str:
@@ -32,16 +47,83 @@ def engine_for_checks(choice: str | None = None) -> str:
     return choice
 
 
-def check(exercise: str, path, engine: str | None = None, **kwargs):
+def check(exercise: str, path, engine: str | None = None, say=print, **kwargs):
     """Run the checker of ``exercise`` on ``path``; returns a course_lib.core.report.Report.
 
     ``engine``: "local" (here) or "slurm" (a short Slurm job; ``queue_timeout=`` seconds in the queue at
-    most); None: $COURSE_CHECKS, else the site profile's ``checks``."""
+    most); None: $COURSE_CHECKS, else the site profile's ``checks``. A local check first says its overall
+    deadline through ``say`` (None: silent) and ends by then (``within_deadline``)."""
     if exercise != "sbatch" and engine_for_checks(engine) == "slurm":
         from course_lib.check_slurm import check_on_slurm
 
         return check_on_slurm(exercise, path, **kwargs)
-    return get(exercise).check(path, **kwargs)
+    seconds = overall_deadline(exercise, kwargs)
+    if say is not None:
+        say(f"checking: up to {seconds:.0f} s")
+    return within_deadline(lambda: get(exercise).check(path, **kwargs), exercise, str(path), seconds)
+
+
+def overall_deadline(exercise: str, options: dict) -> float:
+    """Seconds the local check of ``exercise`` with these options may take: its launches' deadlines one after the
+    other (for course_lib.checking: ceil(world sizes / PARALLEL) x ``timeout``), plus MARGIN."""
+    entry = get(exercise)
+    if entry.cases and exercise not in ROUNDS:
+        from course_lib.checking import settings
+        spec, timeout, _, worlds = settings(exercise, options.get("timeout"), options.get("case_timeout"),
+                                            options.get("world_sizes"))
+        return math.ceil(len(worlds) / getattr(spec, "PARALLEL", 1)) * timeout + MARGIN
+    rounds, default = ROUNDS[exercise]
+    return rounds * (options.get("timeout") or default) + MARGIN
+
+
+def within_deadline(run, exercise: str, path: str, seconds: float):
+    """``run()``'s report, by ``seconds`` at the latest: if it has none STOP_GRACE s before then, the processes
+    the check started are stopped and it gets the rest of the time to return; else the report is one "check run"
+    FAIL that says so (Ctrl-C stops the processes too)."""
+    from course_lib.core.report import Report
+    start, box, stopped = time.time(), {}, 0
+
+    def target():
+        try:
+            box["report"] = run()
+        except BaseException as e:   # noqa: BLE001 - raised again in the caller's thread
+            box["error"] = e
+    worker = threading.Thread(target=target, name=f"check {exercise}", daemon=True)
+    worker.start()
+    grace = min(STOP_GRACE, seconds / 2)
+    try:
+        worker.join(seconds - grace)
+    except BaseException:
+        stop_started_since(start)
+        raise
+    if worker.is_alive():
+        stopped = stop_started_since(start)
+        worker.join(grace)      # its launches see their ranks gone and return
+    if worker.is_alive() or "report" not in box and "error" not in box:
+        report = Report(exercise, path, seconds=time.time() - start)
+        report.add("check run", False, f"no verdict within the check's deadline of {seconds:.0f} s: stopped "
+                   f"({stopped} processes; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores). "
+                   "Check again when the machine is less busy; tell your instructor if it happens again")
+        return report
+    if "error" in box:
+        raise box["error"]
+    return box["report"]
+
+
+def stop_started_since(start: float) -> int:
+    """KILL every process below this one that started at or after ``start`` (time.time()): how many."""
+    import signal
+
+    from course_lib.core import proc
+    family = [p for p in proc.descendants(os.getpid()) if _started(p) >= start - 1]
+    return proc.signal_all(family, signal.SIGKILL)
+
+
+def _started(p) -> float:
+    try:
+        return p.create_time()
+    except Exception:   # noqa: BLE001 - gone meanwhile
+        return 0.0
 
 
 def add_arguments(p):
@@ -76,7 +158,9 @@ def run(args) -> int:
     except ValueError as e:         # a bad --engine/COURSE_CHECKS, or a site profile that cannot be read
         print(f"course check: {e}", file=sys.stderr)
         return 2
-    report = _on_slurm(args, kwargs) if engine == "slurm" else check(args.exercise, args.path, "local", **kwargs)
+    # --json: stdout holds the JSON alone (the deadline line and anything the checker prints go to stderr)
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        report = _on_slurm(args, kwargs) if engine == "slurm" else check(args.exercise, args.path, "local", **kwargs)
     if report is None:
         return 2
     print(json.dumps(report.rows(), indent=1) if args.json else report.text())

@@ -1,0 +1,203 @@
+"""``course bench room``: the moment a room clicks "check". N learner workspaces (``course workspace init``), the
+reference solution in half of them and the starter in the other half, the same check started in all at once, each
+as a process of its own (as N learners' kernels would run it: ``course_lib.check.check``, the notebooks' call).
+
+Prints per learner: the file it holds, whether the verdict is right (the solution passes; the starter fails on its
+items, not on the check's own deadline), the seconds to the verdict; then p50 / p95 / max and the processes left
+over (every process that carries the run's marker variable, found with psutil after the learners ended: must be 0).
+
+``--engine slurm`` runs each check as a Slurm job (course_lib.check_slurm), where ``sbatch`` works.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER = "COURSE_ROOM_BENCH"     # set in every learner's environment: its processes are found by it
+SETTLE_S = 15.0                  # a kept fork server ends at its check's exit (stdin EOF): time to see it go
+
+
+@dataclass
+class Learner:
+    index: int
+    workspace: Path
+    correct: bool                # holds the reference solution
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    seconds: float = 0.0
+    returncode: int | None = None
+    result: dict | None = None   # the learner process's JSON line
+    output: str = ""
+
+    def right(self) -> bool:
+        """The solution passed; the starter failed on its items (not on the check run itself)."""
+        if self.result is None:
+            return False
+        if self.correct:
+            return self.result["passed"]
+        failed = [v for v in self.result["verdicts"] if v["result"] != "pass"]
+        return bool(failed) and not any(v["item"] == "check run" for v in failed)
+
+
+def add_arguments(p):
+    p.add_argument("--learners", type=int, default=8, metavar="N", help="learner workspaces (default 8)")
+    p.add_argument("--exercise", default="allreduce", help="the check every learner runs (default allreduce)")
+    p.add_argument("--world-sizes", default=None, metavar="W,...",
+                   help="case-based checks only: these world sizes (default: the check's own)")
+    p.add_argument("--engine", choices=("local", "slurm"), default="local",
+                   help="where the checks run (default local; slurm: as Slurm jobs)")
+    p.add_argument("--keep", action="store_true", help="keep the workspaces (their path is printed)")
+
+
+def run(args) -> int:
+    if args.learners < 1:
+        print("course bench room: --learners must be at least 1", file=sys.stderr)
+        return 2
+    worlds = tuple(int(w) for w in args.world_sizes.split(",")) if args.world_sizes else None
+    result = room(args.learners, args.exercise, worlds, args.engine, keep=args.keep)
+    print(result.table())
+    return 0 if result.all_right() and not result.left else 1
+
+
+@dataclass
+class RoomResult:
+    learners: list
+    left: list           # descriptions of processes found after the learners ended
+    load: tuple          # the 1-minute load average before and after
+    exercise: str
+    engine: str
+
+    def all_right(self) -> bool:
+        return all(learner.right() for learner in self.learners)
+
+    def table(self) -> str:
+        rows = [f"{'learner':>7}  {'file':<9}  {'right':<5}  {'seconds':>7}"]
+        for lr in self.learners:
+            rows.append(f"{lr.index:>7}  {'solution' if lr.correct else 'starter':<9}  "
+                        f"{'yes' if lr.right() else 'NO':<5}  {lr.seconds:>7.1f}")
+            if not lr.right():
+                rows.append("         " + (lr.output.strip().replace("\n", "\n         ")[-1500:] or "(no output)"))
+        times = sorted(lr.seconds for lr in self.learners)
+        rows.append(f"{self.exercise} on {self.engine}, {len(times)} learners at once, {os.cpu_count()} cores, "
+                    f"load {self.load[0]:.1f} before, {self.load[1]:.1f} after")
+        rows.append(f"seconds to verdict: p50 {percentile(times, 50):.1f}  p95 {percentile(times, 95):.1f}  "
+                    f"max {times[-1]:.1f}")
+        rows.append(f"verdicts right: {sum(lr.right() for lr in self.learners)}/{len(times)}; "
+                    f"processes left: {len(self.left)}")
+        rows.extend(f"  left: {p}" for p in self.left)
+        return "\n".join(rows)
+
+
+def percentile(sorted_values: list, q: float) -> float:
+    """The q-th percentile (linear between the nearest ranks, as numpy's default)."""
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    return statistics.quantiles(sorted_values, n=100, method="inclusive")[int(q) - 1] if q < 100 else sorted_values[-1]
+
+
+def room(n: int, exercise: str = "allreduce", world_sizes=None, engine: str = "local", keep: bool = False):
+    """Make ``n`` workspaces, start the check in all at once, wait for every verdict: a RoomResult."""
+    from course_lib.registry import get
+    root = Path(tempfile.mkdtemp(prefix="room-"))    # short: fork servers put their sockets under it
+    marker = f"{root}:{os.getpid()}"
+    load_before = os.getloadavg()[0]
+    try:
+        learners = [make_workspace(root, i, i % 2 == 0, get(exercise).file) for i in range(n)]
+        for lr in learners:
+            start(lr, exercise, world_sizes, engine, marker)
+        waiters = [threading.Thread(target=finish, args=(lr,)) for lr in learners]   # each timed as it ends
+        for t in waiters:
+            t.start()
+        for t in waiters:
+            t.join()
+        left = survivors(marker)
+    finally:
+        if keep:
+            print(f"workspaces kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    return RoomResult(learners, left, (load_before, os.getloadavg()[0]), exercise, engine)
+
+
+def make_workspace(root: Path, index: int, correct: bool, relative: str) -> Learner:
+    """``course workspace init``; the learners with ``correct`` get the reference file over the starter."""
+    from course_lib.core.paths import tree_dir
+    ws = root / f"learner{index}"
+    subprocess.run([sys.executable, "-m", "course_lib", "workspace", "init", str(ws)], check=True,
+                   stdout=subprocess.DEVNULL, timeout=120)
+    if correct:
+        shutil.copyfile(tree_dir("solutions") / relative, ws / "exercises" / relative)
+    (ws / "tmp").mkdir()
+    return Learner(index, ws, correct)
+
+
+def start(lr: Learner, exercise: str, world_sizes, engine: str, marker: str) -> None:
+    from course_lib.registry import get
+    env = {**os.environ, MARKER: marker, "TMPDIR": str(lr.workspace / "tmp"), "COURSE_WORKSPACE": str(lr.workspace)}
+    path = lr.workspace / "exercises" / get(exercise).file
+    args = [sys.executable, "-m", "course_lib.bench_room", exercise, str(path), engine,
+            ",".join(map(str, world_sizes or ()))]
+    lr.started = time.monotonic()
+    lr.proc = subprocess.Popen(args, cwd=lr.workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               stdin=subprocess.DEVNULL, text=True)
+
+
+def finish(lr: Learner) -> None:
+    """Wait for the learner's verdict (the check has its own overall deadline; this waits a little longer)."""
+    try:
+        out, _ = lr.proc.communicate(timeout=1800)
+    except subprocess.TimeoutExpired:
+        lr.proc.kill()
+        out, _ = lr.proc.communicate()
+    lr.seconds, lr.returncode, lr.output = time.monotonic() - lr.started, lr.proc.returncode, out
+    last = [line for line in out.splitlines() if line.startswith("{")]
+    lr.result = json.loads(last[-1]) if last else None
+
+
+def survivors(marker: str, settle: float = SETTLE_S) -> list[str]:
+    """Processes that carry ``marker`` in their environment once every learner ended; a kept fork server ends
+    when its check exits, so they get ``settle`` seconds to go. What is still there is listed, then killed."""
+    import psutil
+    end = time.monotonic() + settle
+    while True:
+        found = []
+        for p in psutil.process_iter(["pid", "cmdline", "status"]):
+            try:
+                if p.info["status"] != psutil.STATUS_ZOMBIE and p.environ().get(MARKER) == marker:
+                    found.append(p)
+            except psutil.Error:
+                continue
+        if not found or time.monotonic() > end:
+            break
+        time.sleep(0.5)
+    described = [f"pid {p.pid}: {' '.join(p.info['cmdline'] or [])[:200]}" for p in found]
+    for p in found:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return described
+
+
+def learner_main(argv: list[str]) -> int:
+    """One learner's kernel: ``check(EXERCISE, PATH)`` as the notebooks call it; its report as one JSON line."""
+    from course_lib.check import check
+    exercise, path, engine, worlds = argv
+    options = {"world_sizes": tuple(int(w) for w in worlds.split(","))} if worlds else {}
+    report = check(exercise, path, engine, **options)
+    print(report.text())
+    print(json.dumps({"passed": report.passed, "verdicts": report.rows()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(learner_main(sys.argv[1:]))

@@ -148,14 +148,14 @@ def course(*args, **kw):
 
 def test_grade_refuses_what_it_cannot_do(tmp_path):
     p = course("grade", tmp_path / "nope", "--out", tmp_path / "o")
-    assert p.returncode == 2 and "is not a folder" in p.stderr
+    assert p.returncode == 2 and "is not a folder" in p.stderr and p.stderr.startswith("course grade: ")
     subs = tmp_path / "subs"
     (subs / "a").mkdir(parents=True)
     p = course("grade", subs, "--out", subs / "grades")
-    assert p.returncode == 2 and "never writes into" in p.stderr
+    assert p.returncode == 2 and "never writes into" in p.stderr and p.stderr.startswith("course grade: ")
     write(tmp_path / "o" / "grades.csv", "learner,exercise,item,result,message\n")
     p = course("grade", subs, "--out", tmp_path / "o")
-    assert p.returncode == 2 and "--resume" in p.stderr
+    assert p.returncode == 2 and "--resume" in p.stderr and p.stderr.startswith("course grade: ")
 
 
 def tree_digest(folder: Path) -> str:

@@ -6,16 +6,14 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import live_processes
+from conftest import ROOT, live_processes
 from ddp_faulty.cases import CASES, DEFAULT
 from faulty import ids
 
 from course_lib.ddp import check as ddp
 
-ROOT = Path(__file__).resolve().parent.parent
 FAULTY = ROOT / "tests" / "ddp_faulty"
 SOLUTION = ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py"
 EXERCISE = ROOT / "exercises" / "02_ddp" / "mnist_classify_ddp.py"

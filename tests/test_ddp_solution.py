@@ -7,15 +7,14 @@ import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from course_lib.core.launch import launch
 from course_lib.ddp import stepdiff
 from course_lib.instructor import release
 
-ROOT = Path(__file__).resolve().parent.parent
 SERIAL = ROOT / "solutions" / "01_serial" / "mnist_classify.py"
 SOLUTION = ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py"
 EXERCISE = ROOT / "exercises" / "02_ddp" / "mnist_classify_ddp.py"

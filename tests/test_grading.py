@@ -16,13 +16,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import ROOT, processes_under
 
 from course_lib import grading
 from course_lib.grading import discover, precheck, read_rows, write_reports
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "grading_class"))
-from conftest import processes_under  # noqa: E402
 from make_class import make_class, starter  # noqa: E402
 
 AR, TP = "05_allreduce/allreduce.py", "06_tensor_parallel/tp.py"

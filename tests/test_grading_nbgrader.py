@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from course_lib.grading import read_rows
 from course_lib.grading.nbgrader_layout import read_gradebook, scores
 
 pytest.importorskip("nbgrader", reason="nbgrader is a test dependency (pip install -e '.[test]')")
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def write(path: Path, text: str) -> None:

@@ -16,14 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import processes_under
+from conftest import ROOT, processes_under
 
 from course_lib.grading import Learner, read_rows
 from course_lib.grading.array import array_ranges, script
 from course_lib.grading.array_wait import collect
 from course_lib.jobs import load_site
 
-ROOT = Path(__file__).resolve().parent.parent
 AR = "05_allreduce/allreduce.py"
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import hub_support as hs
 import pytest
+from conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hub")]
-ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "out" / "hub"
 # a bound for one step (a login, a cell's verdict) on a loaded 2-core machine: 165-244 s were measured at load 20;
 # a step that takes longer is reported with its evidence (_evidence) instead of waited on for 15 minutes

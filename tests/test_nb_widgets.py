@@ -7,13 +7,11 @@ notebook 06; here 4 of 4 headless runs of ten interact cells hung, and none of e
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from course_lib.nb import _render, figure_panel
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _draw(n, label="x"):

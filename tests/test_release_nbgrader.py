@@ -15,9 +15,9 @@ from course_lib.instructor import release
 from course_lib.instructor.release import STUB, exercise_view, notebook_exercise_view
 
 pytest.importorskip("nbgrader", reason="nbgrader is a test dependency (pip install -e '.[test]')")
+from conftest import ROOT
 from nbgrader.preprocessors import ClearSolutions  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted(p for p in (ROOT / "solutions").rglob("*.py")
                  if p.relative_to(ROOT / "solutions").parts[0] not in registry.SOLUTIONS_ONLY)
 KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}

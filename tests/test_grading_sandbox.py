@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import gone_within
 
 from course_lib.grading.causes import DEADLINE, FILE_SIZE, MEMORY, PROCESSES, limits_hit
 from course_lib.grading.reports import outcome_rows
@@ -51,8 +52,8 @@ def alive(pid: int) -> bool:
 
 
 def survivors(pids_dir: Path) -> list[int]:
-    time.sleep(0.2)
-    return [int(p.name) for p in pids_dir.iterdir() if alive(int(p.name))]
+    """The recorded processes still alive once the run's kills had 10 s to take effect (none, if all is well)."""
+    return gone_within(lambda: [int(p.name) for p in pids_dir.iterdir() if alive(int(p.name))], 10)
 
 
 def grade(tmp_path, code: str, **limits):

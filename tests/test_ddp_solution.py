@@ -97,6 +97,7 @@ def _without_course_lib(script, tmp_path, args, torchvision=""):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_scripts_say_what_to_install_without_course_lib_or_torchvision(tmp_path):
     # copied to a cluster without the course and without torchvision: one line saying what to do
     for script in (SERIAL, SOLUTION):
@@ -107,6 +108,7 @@ def test_scripts_say_what_to_install_without_course_lib_or_torchvision(tmp_path)
             "or torchvision (pip install torchvision) to load MNIST"], out.stderr
 
 
+@pytest.mark.slow   # a run of the training script in its own process: make test, not test-fast
 def test_serial_script_trains_on_torchvision_without_course_lib(tmp_path):
     import torch
 

@@ -24,6 +24,7 @@ def write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_an_nbgrader_course_is_graded_and_its_gradebook_filled(tmp_path):
     course = tmp_path / "course"
     write(course / "nbgrader_config.py", "c = get_config()\n")

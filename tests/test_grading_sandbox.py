@@ -99,6 +99,7 @@ print('left a daemon behind')
 
 
 @pytest.mark.parametrize("cgroups", [True, False], ids=["cgroup", "sweep"])
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_a_daemon_with_a_clean_environment_does_not_survive(tmp_path, pids_dir, cgroups):
     if cgroups and not HAS_CGROUPS:
         pytest.skip(NO_CGROUPS)
@@ -147,6 +148,7 @@ def test_many_processes_are_capped_and_killed(tmp_path, pids_dir, cgroups):
     assert not survivors(pids_dir)
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_megabytes_of_output_are_bounded(tmp_path, pids_dir):
     out = grade(tmp_path, RECORD + "import sys\nfor _ in range(50_000):\n    print('spam ' * 40)\n",
                 keep_output_kb=16)

@@ -42,6 +42,7 @@ def test_a_control_change_redraws():
     assert image.value != first and "y: 7 points" in text.value
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_headless_runs_of_widget_cells_finish(tmp_path):
     """Ten widget cells through nbclient, as papermill runs them; a per-cell deadline turns a hang into a failure."""
     nbformat = pytest.importorskip("nbformat")

@@ -101,6 +101,7 @@ def test_course_env_reports_this_machine():
     assert gpus or facts["backend"] == "gloo (CPU)"
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_a_reader_that_goes_away_gets_no_traceback():
     """`course ... | head`: when the pipe's reader has gone, the command exits 1 without a BrokenPipeError traceback."""
     read_end, write_end = os.pipe()

@@ -5,8 +5,8 @@ Prints one verdict per step or function. Exit codes: 0 all passed, 1 something f
 
 Where the check runs: ``--engine`` (``engine=`` in Python), else ``$COURSE_CHECKS``, else the site profile's
 ``checks`` (course_lib.jobs.site), else ``local``. ``slurm`` runs it as a short Slurm job
-(course_lib.check_slurm) with the same verdicts and text; ``course check sbatch`` always runs here, since it
-submits a job of its own.
+(course_lib.check_slurm) with the same verdicts and text; ``auto`` takes Slurm when it answers, else local.
+``course check sbatch`` always runs here, since it submits a job of its own.
 
 A local check has one overall deadline (``overall_deadline``), said when it starts ("checking: up to N s"): the
 sum of its own launches' deadlines, plus a margin for starting the fork server and stopping ranks. Should the
@@ -26,7 +26,9 @@ from pathlib import Path
 
 from course_lib.registry import EXERCISES, get
 
-ENGINES = ("local", "slurm")
+# where a check runs: the same choices for ``course check --engine`` and ``course grade --engine``
+ENGINES = ("local", "slurm", "auto")
+AUTO_HELP = "auto: Slurm when sbatch is on PATH and the controller answers, else local"
 STOP_GRACE = 15.0   # seconds before the deadline at which a check without a verdict has its processes stopped
 MARGIN = 60.0       # seconds beyond the launches' own deadlines: the fork server's start, stopping ranks
 # launches one after the other, at most, of the checkers that are not run by course_lib.checking.check; each has its
@@ -36,14 +38,18 @@ ROUNDS = {"ddp": (3, 120.0), "ckpt": (3, 240.0), "sbatch": (1, 180.0)}
 
 
 def engine_for_checks(choice: str | None = None) -> str:
-    """``choice``, else ``$COURSE_CHECKS``, else the site profile's ``checks``: "local" or "slurm"."""
+    """``choice``, else ``$COURSE_CHECKS``, else the site profile's ``checks``: "local" or "slurm" (auto: asks)."""
     if not choice and not os.environ.get("COURSE_CHECKS"):
         from course_lib.jobs.site import load_site
 
         return load_site().checks
     choice = (choice or os.environ["COURSE_CHECKS"]).lower()
     if choice not in ENGINES:
-        raise ValueError(f"checks run on {' or '.join(ENGINES)}, not {choice!r} (check --engine or COURSE_CHECKS)")
+        raise ValueError(f"checks run on {', '.join(ENGINES)}, not {choice!r} (check --engine or COURSE_CHECKS)")
+    if choice == "auto":
+        from course_lib import jobs
+
+        return jobs.engine("auto")[0]
     return choice
 
 
@@ -134,8 +140,8 @@ def add_arguments(p):
                    help="deadline in seconds for each multi-process run of the check")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.add_argument("--engine", choices=ENGINES, default=None,
-                   help="local: run the check here; slurm: as a short Slurm job (default: $COURSE_CHECKS, else "
-                        "the site profile's checks, else local)")
+                   help=f"local: run the check here; slurm: as a short Slurm job; {AUTO_HELP} (default: "
+                        "$COURSE_CHECKS, else the site profile's checks, else local)")
     p.add_argument("--queue-timeout", type=float, default=None, metavar="SECONDS",
                    help="--engine slurm: cancel the job if it has not started after this long (default 900)")
     p.add_argument("--strict-launchers", action="store_true",

@@ -43,7 +43,7 @@ environment:
   COURSE_WORKSPACE    the learner's workspace (default: the nearest folder up with .course-workspace.json)
   COURSE_SITE         site profile for jobs: a name in course_lib/jobs/sites/ or a .toml path (default generic)
   COURSE_ENGINE       jobs engine: slurm, local or auto (default auto: Slurm when sbatch answers)
-  COURSE_CHECKS       where checks run: local or slurm (default: the site profile's checks, else local)
+  COURSE_CHECKS       where checks run: local, slurm or auto (default: the site profile's checks, else local)
   COURSE_RUNS_DIR     where job run folders go (default jobs/runs/ of the workspace)
   COURSE_OUT_DIR      where outputs go: answers, reports, traces (default out/ of the workspace)
   COURSE_DATA_DIR     where the data sets are (default ~/.cache/multigpu-course/data)

@@ -20,6 +20,11 @@ class Exercise:
     defines: str         # ... else a file whose text matches this regex
     cases: bool = False  # ``checker`` holds cases that course_lib.checking runs (README: "Add an exercise")
 
+    @property
+    def folder(self) -> str:
+        """Its folder under exercises/ and solutions/ (which may hold more of its files: ckpt's requeue.sbatch)."""
+        return PurePath(self.file).parent.as_posix()
+
     def check(self, path, **options):
         """Run this exercise's checker on ``path``; returns a course_lib.core.report.Report."""
         return importlib.import_module(self.checker).check(str(path), **options)
@@ -54,6 +59,12 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
     Exercise("zero", "09_zero/zero.py", "course_lib.zero.cases", "09_sharded_data_parallel",
              ("zero",), r"class\s+ZeroOptimizer", cases=True),
 )}
+
+
+# solutions/ also holds folders that are no exercise, never released: the serial script notebooks 01 and 02 start
+# from (a solution only: the DDP exercise is its diff) and the quiz keys.
+SERIAL = "01_serial/mnist_classify.py"
+SOLUTIONS_ONLY = (PurePath(SERIAL).parts[0], "answers")
 
 
 # The order in which a lone file is matched. By name: "allreduce" and "ckpt" before "ddp", since a learner's

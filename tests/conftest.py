@@ -2,6 +2,7 @@
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,16 @@ def processes_under(folder, any_of: tuple = ()) -> list[str]:
         if p.pid != os.getpid() and str(folder) in blob and (not any_of or any(a in blob for a in any_of)):
             found.append(f"{p.pid}: {cmd[:120]}")
     return found
+
+
+def gone_within(find, seconds: float = 30.0) -> list:
+    """What ``find()`` (the processes that must be gone, as a list) still returns after waiting up to ``seconds``
+    for it to return nothing: a process killed a moment ago may not be reaped yet. The caller asserts that the
+    result is empty, so a leftover fails the test instead of a fixed sleep deciding it."""
+    deadline = time.monotonic() + seconds
+    while (left := find()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
 
 
 @pytest.fixture(scope="session")

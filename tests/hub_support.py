@@ -21,8 +21,8 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 HUB_PREFIX = Path(os.environ.get("COURSE_HUB_PREFIX", "/opt/multigpu-course-test"))
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 LEARNERS = ("hublearner1", "hublearner2", "hublearner3")

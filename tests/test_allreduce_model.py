@@ -5,16 +5,14 @@ import math
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from allreduce_faulty.cases import CASES
+from conftest import ROOT
 
 from course_lib.allreduce import bench
 from course_lib.allreduce import costmodel as model
 from course_lib.allreduce import plots as viz
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_coefficients_follow_thakur_et_al():

@@ -51,6 +51,8 @@ def test_where_checks_run_follows_the_option_then_the_environment_then_the_profi
         engine_for_checks()
     with pytest.raises(SiteError, match="checks must be one of"):
         load_site(str(profile(tmp_path, name="typo", checks="cluster")))
+    monkeypatch.setenv("PATH", str(tmp_path))       # no sbatch there: auto, as in course grade, takes local
+    assert engine_for_checks("auto") == "local"
 
 
 @pytest.mark.slurm

@@ -6,16 +6,14 @@ Every run is real: 2 gloo ranks for the pieces, the real torchrun with --max-res
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from ckpt_faulty.cases import CASES
-from conftest import live_processes
+from conftest import ROOT, live_processes
 from faulty import ids
 
 from course_lib.ckpt import cases as ckpt_check
 
-ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "08_checkpoint" / "snapshot.py"
 EXERCISE = ROOT / "exercises" / "08_checkpoint" / "snapshot.py"
 FOLDER = ROOT / "tests" / "ckpt_faulty"

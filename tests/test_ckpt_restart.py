@@ -2,15 +2,13 @@
 real `torchrun --max-restarts 1` restarts both ranks, they resume from the solution's snapshot, and the loss curve
 equals an uninterrupted run's, step for step (course_lib.ckpt.curves.TOLERANCE; it comes out bit for bit here).
 """
-from pathlib import Path
 
 import pytest
-from conftest import live_processes
+from conftest import ROOT, live_processes
 
 from course_lib.ckpt import curves, train
 from course_lib.ckpt import resume as ckpt_check
 
-ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "08_checkpoint" / "snapshot.py"
 
 

@@ -328,6 +328,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_collective_guard_sees_every_other_way_to_a_collective(tmp_path):
     p = run_script(tmp_path, OTHER_WAYS)
     assert p.returncode == 0, p.stderr
@@ -339,6 +340,7 @@ def test_collective_guard_sees_every_other_way_to_a_collective(tmp_path):
     assert out["own"] == [] and out["barrier"] == {}, out
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_collective_guard_forbids_and_counts_on_a_real_process_group(tmp_path):
     p = run_script(tmp_path, GUARD)
     assert p.returncode == 0, p.stderr

@@ -6,16 +6,14 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import live_processes
+from conftest import ROOT, live_processes
 from ddp_faulty.cases import CASES, DEFAULT
 from faulty import ids
 
 from course_lib.ddp import check as ddp
 
-ROOT = Path(__file__).resolve().parent.parent
 FAULTY = ROOT / "tests" / "ddp_faulty"
 SOLUTION = ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py"
 EXERCISE = ROOT / "exercises" / "02_ddp" / "mnist_classify_ddp.py"
@@ -92,6 +90,7 @@ def test_starter_exercise_fails_every_step_with_a_message():
         assert re.search(expected[n], v.message), f"Step {n} should say /{expected[n]}/:\n{text}"
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_cli_exit_codes(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "course_lib.cli", "check", "ddp", str(tmp_path / "nope.py")],
                              capture_output=True, text=True, timeout=60)
@@ -104,6 +103,7 @@ def test_cli_exit_codes(tmp_path):
     assert re.search(r"FAIL\s+Step 1\s+the script does not compile: SyntaxError", out.stdout), out.stdout
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_steps_reuse_one_run_until_the_file_changes(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text("def main(:\n    pass\n")

@@ -7,15 +7,14 @@ import re
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from course_lib.core.launch import launch
 from course_lib.ddp import stepdiff
 from course_lib.instructor import release
 
-ROOT = Path(__file__).resolve().parent.parent
 SERIAL = ROOT / "solutions" / "01_serial" / "mnist_classify.py"
 SOLUTION = ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py"
 EXERCISE = ROOT / "exercises" / "02_ddp" / "mnist_classify_ddp.py"
@@ -98,6 +97,7 @@ def _without_course_lib(script, tmp_path, args, torchvision=""):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_scripts_say_what_to_install_without_course_lib_or_torchvision(tmp_path):
     # copied to a cluster without the course and without torchvision: one line saying what to do
     for script in (SERIAL, SOLUTION):
@@ -108,6 +108,7 @@ def test_scripts_say_what_to_install_without_course_lib_or_torchvision(tmp_path)
             "or torchvision (pip install torchvision) to load MNIST"], out.stderr
 
 
+@pytest.mark.slow   # a run of the training script in its own process: make test, not test-fast
 def test_serial_script_trains_on_torchvision_without_course_lib(tmp_path):
     import torch
 

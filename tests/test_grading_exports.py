@@ -8,10 +8,10 @@ import re
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import jsonschema
 import pytest
+from conftest import ROOT
 
 from course_lib.grading import Limits, Outcome, write_reports
 from course_lib.grading.causes import FILE_SIZE, MEMORY, PROCESSES, annotate, limits_hit
@@ -20,7 +20,6 @@ from course_lib.grading.routes import ROUTES, route_exercises
 from course_lib.grading.scores import RosterError, read_roster, table
 from course_lib.registry import EXERCISES
 
-ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "tests" / "grading_class" / "gradescope_results.schema.json").read_text())
 COURSE = [sys.executable, "-m", "course_lib.cli"]
 

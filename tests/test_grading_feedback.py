@@ -1,12 +1,12 @@
 """Feedback per learner (course_lib.grading.feedback): each learner's file holds their own rows only."""
 import subprocess
 import sys
-from pathlib import Path
+
+from conftest import ROOT
 
 from course_lib.grading import write_reports
 from course_lib.grading.feedback import file_stem
 
-ROOT = Path(__file__).resolve().parent.parent
 AR = "05_allreduce/allreduce.py"
 
 

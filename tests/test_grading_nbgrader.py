@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from course_lib.grading import read_rows
 from course_lib.grading.nbgrader_layout import read_gradebook, scores
 
 pytest.importorskip("nbgrader", reason="nbgrader is a test dependency (pip install -e '.[test]')")
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def write(path: Path, text: str) -> None:
@@ -24,6 +24,7 @@ def write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_an_nbgrader_course_is_graded_and_its_gradebook_filled(tmp_path):
     course = tmp_path / "course"
     write(course / "nbgrader_config.py", "c = get_config()\n")

@@ -12,18 +12,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import processes_under
+from conftest import ROOT, gone_within, processes_under
 
 from course_lib.grading import Learner, read_rows
 from course_lib.grading.array import array_ranges, script
 from course_lib.grading.array_wait import collect
 from course_lib.jobs import load_site
 
-ROOT = Path(__file__).resolve().parent.parent
 AR = "05_allreduce/allreduce.py"
 
 
@@ -97,9 +95,8 @@ def test_slurm_asked_for_where_none_answers(tmp_path):
 
 
 def leftovers(folder: Path) -> list[str]:
-    """Processes whose command line or working folder is under ``folder``."""
-    time.sleep(1)
-    return processes_under(folder)
+    """Processes whose command line or working folder is under ``folder`` (after up to 30 s for them to end)."""
+    return gone_within(lambda: processes_under(folder))
 
 
 @pytest.mark.slow

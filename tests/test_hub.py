@@ -23,9 +23,9 @@ from pathlib import Path
 
 import hub_support as hs
 import pytest
+from conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hub")]
-ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "out" / "hub"
 # a bound for one step (a login, a cell's verdict) on a loaded 2-core machine: 165-244 s were measured at load 20;
 # a step that takes longer is reported with its evidence (_evidence) instead of waited on for 15 minutes
@@ -467,11 +467,6 @@ def _terminal_says(url: str, token: str, command: str, timeout: float = 120) -> 
 def test_terminal_finds_course(hub):
     """A learner's JupyterLab terminal (a login shell, whose /etc/profile sets PATH afresh) finds `course` of the
     shared install: the terminals start from the bashrc that `make lab` gives its own (course lab-settings)."""
-    from course_lib.instructor import hub as lab_settings
-
-    if not hasattr(lab_settings, "write_lab_dir"):
-        pytest.skip("`course lab-settings --lab-dir` (the terminal bashrc of make lab, branch lab) is not in this "
-                    "course yet: the hub's servers reuse it")
     name = hs.LEARNERS[-1]
     hs.fresh_learner(name, wipe=False)
     hub.add_user(name)

@@ -304,6 +304,7 @@ def _alive(pid):
     return bool(alive([pid]))   # running and not a zombie
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_local_serial_job_completes_with_metrics(local):
     spec = JobSpec("serial", SERIAL, args=["--dataset", "digits", "--epochs", "1", "--dry-run"], launcher="python")
     job = jobs.submit(spec).wait(timeout=180, progress=False)

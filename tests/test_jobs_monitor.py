@@ -137,6 +137,7 @@ def test_the_plot_draws_cpu_and_gpu_and_missing_logs_are_one_sentence(tmp_path, 
     assert "no CPU log: the job ran without monitor=True" in capsys.readouterr().out
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_the_sampler_writes_top_frames_of_its_childrens_cpu(tmp_path):
     busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
                              "while time.process_time() - t < 3: pass"])
@@ -150,6 +151,7 @@ def test_the_sampler_writes_top_frames_of_its_childrens_cpu(tmp_path):
     assert mine and max(r["cpu"] for r in mine) > 10, frames
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_a_local_job_with_monitor_writes_its_cpu_log_and_leaves_nothing_running(local):
     spin = local / "spin.py"   # each rank burns 3 s of CPU (CPU time, not wall time: the machine is busy)
     spin.write_text("import time\nt = time.process_time()\nwhile time.process_time() - t < 3: pass\nprint('done')\n")

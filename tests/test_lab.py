@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import processes_under
+from conftest import ROOT, processes_under
 
 from course_lib.instructor import hub
 
-ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "out" / "lab"
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 WAIT_MS = 240_000      # one step on a loaded 2-core machine; progress is what the test waits on

@@ -5,9 +5,9 @@ Run as a script (``python tests/test_layout.py``) it prints what is over the lim
 import ast
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
+
 PACKAGE = ROOT / "course_lib"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60

@@ -3,9 +3,9 @@ ddp_problem tells a DDP run from ranks that each trained alone (the run notebook
 from pathlib import Path
 from types import SimpleNamespace
 
-from course_lib.lessons import runs, schedule_check, step_check
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
+from course_lib.lessons import runs, schedule_check, step_check
 
 
 def edited(tmp_path, relative, old, new):

@@ -7,13 +7,11 @@ notebook 06; here 4 of 4 headless runs of ten interact cells hung, and none of e
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from course_lib.nb import _render, figure_panel
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _draw(n, label="x"):
@@ -44,6 +42,7 @@ def test_a_control_change_redraws():
     assert image.value != first and "y: 7 points" in text.value
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_headless_runs_of_widget_cells_finish(tmp_path):
     """Ten widget cells through nbclient, as papermill runs them; a per-cell deadline turns a hang into a failure."""
     nbformat = pytest.importorskip("nbformat")

@@ -6,10 +6,9 @@ The starter and most faulty submissions are checked together, on W=2, in one lau
 solution (W=2 and 3), a submission that hangs and one that does not load go through ``check`` alone, the path a
 learner's file takes."""
 import re
-from pathlib import Path
 
 import pytest
-from conftest import live_processes
+from conftest import ROOT, live_processes
 from faulty import ids
 from owndp_faulty.cases import CASES
 
@@ -17,7 +16,6 @@ from course_lib import registry
 from course_lib.owndp import cases as owndp_check
 from course_lib.owndp.cases import CAPS, TIED_CAP, plain_model, reference_buckets, tied_model
 
-ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "10_own_ddp" / "own_ddp.py"
 EXERCISE = ROOT / "exercises" / "10_own_ddp" / "own_ddp.py"
 FOLDER = ROOT / "tests" / "owndp_faulty"

@@ -3,10 +3,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from course_lib import quiz
-
-ROOT = Path(__file__).resolve().parent.parent
 
 NOTEBOOK_CODE = '''
 from course_lib import quiz

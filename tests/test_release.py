@@ -1,17 +1,17 @@
 """exercises/ is generated from solutions/ (course_lib.instructor.release): the committed tree is what it writes."""
 import subprocess
 import sys
-from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import ROOT
 
+from course_lib import registry
 from course_lib.instructor import release
 from course_lib.instructor.release import MarkerError, exercise_view, notebook_exercise_view, solution_view
 
-ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted(p for p in (ROOT / "solutions").rglob("*.py")
-                 if p.relative_to(ROOT / "solutions").parts[0] not in release.NOT_EXERCISES)
+                 if p.relative_to(ROOT / "solutions").parts[0] not in registry.SOLUTIONS_ONLY)
 
 MARKED = '''def f(x):
     y = x + 1

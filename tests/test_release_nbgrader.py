@@ -10,15 +10,16 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_lib import registry
 from course_lib.instructor import release
 from course_lib.instructor.release import STUB, exercise_view, notebook_exercise_view
 
 pytest.importorskip("nbgrader", reason="nbgrader is a test dependency (pip install -e '.[test]')")
+from conftest import ROOT
 from nbgrader.preprocessors import ClearSolutions  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted(p for p in (ROOT / "solutions").rglob("*.py")
-                 if p.relative_to(ROOT / "solutions").parts[0] not in release.NOT_EXERCISES)
+                 if p.relative_to(ROOT / "solutions").parts[0] not in registry.SOLUTIONS_ONLY)
 KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 
@@ -130,7 +131,7 @@ def released_lines(path: Path) -> set[str]:
 def solution_only_lines() -> dict[str, set[str]]:
     """solution file with regions -> its region lines that no starter file holds (STUB lines are starter)."""
     released = [p for p in (ROOT / "solutions").rglob("*") if p.suffix in (".py", ".sbatch")
-                and p.relative_to(ROOT / "solutions").parts[0] not in release.NOT_EXERCISES]
+                and p.relative_to(ROOT / "solutions").parts[0] not in registry.SOLUTIONS_ONLY]
     texts = {str(p.relative_to(ROOT / "solutions")): p.read_text(encoding="utf-8") for p in released}
     starter = {line.strip() for t in texts.values() for line in exercise_view(t).splitlines()}
     return {name: split_regions(text)[0] - starter for name, text in texts.items() if release.BEGIN in text}

@@ -41,6 +41,7 @@ def test_one_epoch_on_digits_learns_and_saves_a_plain_checkpoint(tmp_path):
     Net().load_state_dict(state, strict=True)          # no "module." prefix, nothing missing
 
 
+@pytest.mark.slow   # a run of the training script in its own process: make test, not test-fast
 def test_corrupt_data_stops_with_one_line(tmp_path):
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
@@ -56,6 +57,7 @@ def test_corrupt_data_stops_with_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("options", [["--amp", "bf16"], ["--num-workers", "1"]], ids=["bf16", "workers"])
+@pytest.mark.slow   # a run of the training script in its own process: make test, not test-fast
 def test_tuning_options_run(tmp_path, options):
     proc = run("--dataset", "digits", "--epochs", "1", "--dry-run", *options, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

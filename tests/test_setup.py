@@ -70,6 +70,23 @@ def test_course_help_lists_exit_codes_and_imports_no_torch():
         assert var in p.stdout
 
 
+def test_check_and_grade_help_list_the_registry_and_the_same_engines(capsys):
+    from course_lib.check import ENGINES
+    from course_lib.cli import main
+    from course_lib.registry import EXERCISES
+
+    helps = {}
+    for command in ("check", "grade"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        helps[command] = " ".join(capsys.readouterr().out.split())     # argparse's wrapping undone
+    for command, text in helps.items():
+        assert f"--engine {{{','.join(ENGINES)}}}" in text and "auto" in ENGINES, command
+    for e in EXERCISES.values():
+        assert f"{e.name}: {e.file}" in helps["check"], f"`course check --help` does not list {e.name}"
+    assert f"({', '.join(EXERCISES)})" in helps["grade"], "`course grade --help` does not list the registry"
+
+
 def test_course_env_reports_this_machine():
     out = subprocess.run([sys.executable, "-m", "course_lib.cli", "env"], capture_output=True, text=True,
                          timeout=120)
@@ -84,6 +101,7 @@ def test_course_env_reports_this_machine():
     assert gpus or facts["backend"] == "gloo (CPU)"
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
 def test_a_reader_that_goes_away_gets_no_traceback():
     """`course ... | head`: when the pipe's reader has gone, the command exits 1 without a BrokenPipeError traceback."""
     read_end, write_end = os.pipe()

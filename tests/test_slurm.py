@@ -42,8 +42,6 @@ def test_serial_script(runs):
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_ddp_solution_on_two_ranks(runs, launcher):
-    if not os.path.exists(DDP):
-        pytest.skip(f"{DDP} is not there yet")
     spec = JobSpec(f"ddp-{launcher}", DDP, args=QUICK, ntasks_per_node=2, launcher=launcher)
     job = jobs.submit(spec).wait(timeout=300, progress=False)
     assert job.state == "COMPLETED", job.summary()
@@ -106,8 +104,6 @@ def test_workshop_script_runs_as_is_with_sbatch(runs, tmp_path):
 
 def test_one_node_hides_the_localhost_mistake(runs):
     # why tests/test_two_node.py exists: on one node every rank shares one loopback, so this still works
-    if not os.path.exists(DDP):
-        pytest.skip(f"{DDP} is not there yet")
     assert slurm_nodes()[0] == 1
     spec = JobSpec("localhost", DDP, args=QUICK + ["--dry-run"], ntasks_per_node=2, env={"MASTER_ADDR": "localhost"})
     job = jobs.submit(spec).wait(timeout=300, progress=False)

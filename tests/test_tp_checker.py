@@ -6,17 +6,15 @@ is real: gloo processes on 2 and 4 ranks.
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import live_processes
+from conftest import ROOT, live_processes
 from faulty import ids
 from tp_faulty.cases import CASES
 
 from course_lib.tp import cases as tp_check
 from course_lib.tp import grid
 
-ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "06_tensor_parallel" / "tp.py"
 EXERCISE = ROOT / "exercises" / "06_tensor_parallel" / "tp.py"
 FOLDER = ROOT / "tests" / "tp_faulty"

@@ -10,11 +10,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from course_lib.core import paths
 from course_lib.instructor import hub, workspace
 
-ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 

@@ -8,17 +8,15 @@ through ``check`` alone, the path a learner's file takes."""
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from conftest import live_processes
+from conftest import ROOT, live_processes
 from faulty import ids
 from zero_faulty.cases import CASES
 
 from course_lib.zero import cases as zero_check
 from course_lib.zero.cases import range_problem, reference_range
 
-ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "09_zero" / "zero.py"
 EXERCISE = ROOT / "exercises" / "09_zero" / "zero.py"
 FOLDER = ROOT / "tests" / "zero_faulty"

@@ -1,4 +1,4 @@
-"""The requeue job of notebook 08 on a real Slurm: submit ``08_checkpoint/requeue.sbatch``, follow it through its
+"""The requeue job of notebook 08 on a real Slurm: submit the ckpt exercise's ``requeue.sbatch``, follow it through its
 runs, and read its log.
 
 A requeued job waits at least ``cred_expire`` seconds (slurm.conf(5): 120 by default) in PENDING with reason
@@ -14,6 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from course_lib import registry
 from course_lib.core.paths import tree_dir
 
 TERMINAL = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
@@ -28,8 +29,9 @@ def prepare(folder, tree: str = "solutions") -> Path:
     """A run folder with the tree's snapshot.py and requeue.sbatch (the job runs there, its snapshot lands there)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("snapshot.py", "requeue.sbatch"):
-        shutil.copy(tree_dir(tree) / "08_checkpoint" / name, folder / name)
+    exercise = tree_dir(tree) / registry.get("ckpt").file        # its snapshot.py, next to it requeue.sbatch
+    for source in (exercise, exercise.with_name("requeue.sbatch")):
+        shutil.copy(source, folder / source.name)
     return folder
 
 

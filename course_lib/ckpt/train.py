@@ -1,6 +1,6 @@
 """The training loop of notebook 08: notebook 02's DDP training of the MNIST CNN, with snapshots and resume.
 
-The learner's file (exercises/08_checkpoint/snapshot.py) holds ``save_snapshot`` and ``load_snapshot``; this loop
+The learner's file (the ckpt exercise's, course_lib.registry) holds ``save_snapshot`` and ``load_snapshot``; this loop
 calls them: ``load_snapshot`` once at the start when the snapshot file exists, ``save_snapshot`` on every rank
 every ``--every`` steps and after each epoch. A position is ``(epoch, step)``: the next batch to train is batch
 ``step`` (0-based) of epoch ``epoch`` (1-based), so ``step`` batches of that epoch are done.
@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Sampler
 from torch.utils.data.distributed import DistributedSampler
 
+from course_lib import registry
 from course_lib.core.rankkit import rank_env
 from course_lib.model import Net
 
@@ -114,7 +115,7 @@ def load_snapshots(path):
     module = import_path(os.path.abspath(path), "learner_snapshot")
     for name in ("save_snapshot", "load_snapshot"):
         if not callable(getattr(module, name, None)):
-            sys.exit(f"{path} has no function {name}: see exercises/08_checkpoint/snapshot.py")
+            sys.exit(f"{path} has no function {name}: see exercises/{registry.get('ckpt').file}")
     return module
 
 

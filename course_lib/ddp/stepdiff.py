@@ -1,7 +1,7 @@
 """The lesson of notebook 02: the diff from the serial script to the DDP script, hunk by hunk, by step.
 
-Every changed hunk of ``solutions/02_ddp/mnist_classify_ddp.py`` (its clean view: no exercise markers)
-against ``solutions/01_serial/mnist_classify.py`` carries a ``# Step N`` comment; ``hunks()`` returns them
+Every changed hunk of the DDP exercise's solution (its clean view: no exercise markers) against the serial
+script it starts from (both named by course_lib.registry) carries a ``# Step N`` comment; ``hunks()`` returns them
 with the steps they name, ``show(step)`` displays one step's hunks (HTML in Jupyter, text elsewhere).
 """
 from __future__ import annotations
@@ -12,10 +12,11 @@ import html
 import re
 from dataclasses import dataclass
 
+from course_lib import registry
 from course_lib.core.paths import course_root
 
-SERIAL = course_root() / "solutions" / "01_serial" / "mnist_classify.py"
-DDP = course_root() / "solutions" / "02_ddp" / "mnist_classify_ddp.py"
+SERIAL = course_root() / "solutions" / registry.SERIAL
+DDP = course_root() / "solutions" / registry.get("ddp").file
 MARK = re.compile(r"#\s*Step (\d)")
 
 

@@ -158,8 +158,8 @@ def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_row
     outputs.graded_at.update({r["learner"]: now_utc() for r in rows if r["learner"] not in outputs.graded_at})
     write_reports(out, rows, learners, exercises, header, ignored, timing, outputs)
     if code == 130:
-        print(f"interrupted: the job array was cancelled; the learners graded so far are in {out}; --resume "
-              "continues", file=sys.stderr)
+        print(f"course grade: interrupted: the job array was cancelled; the learners graded so far are in {out}; "
+              "--resume continues", file=sys.stderr)
         return code
     print(f"graded: {out / 'grades.csv'}, {out / 'grades.md'}, {out / 'feedback'}")
     if on_done is not None:

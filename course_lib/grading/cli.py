@@ -37,6 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from course_lib.check import AUTO_HELP, ENGINES
 from course_lib.grading.reports import FORMATS
 from course_lib.grading.routes import ROUTES, route_exercises
 from course_lib.registry import EXERCISES
@@ -71,9 +72,8 @@ def add_arguments(p):
     p.add_argument("--max-processes", type=int, default=512, help="processes and threads one check may have")
     p.add_argument("--memory-mb", type=int, default=4096, help="memory of one check (where cgroups are usable)")
     p.add_argument("--resume", action="store_true", help="keep grades.csv in --out and grade only what is not there")
-    p.add_argument("--engine", choices=["local", "slurm", "auto"], default="local",
-                   help="local: checks run here (default); slurm: one job array, a task per learner; auto: Slurm "
-                        "when sbatch is on PATH and the controller answers, else local")
+    p.add_argument("--engine", choices=ENGINES, default="local",
+                   help=f"local: checks run here (default); slurm: one job array, a task per learner; {AUTO_HELP}")
     p.add_argument("--throttle", type=int, default=16,
                    help="Slurm engine: tasks of the array running at the same time (sbatch --array=...%%N)")
     p.add_argument("--slurm-time", type=int, default=None, metavar="MINUTES",
@@ -88,7 +88,7 @@ def add_arguments(p):
 
 
 def _fail(message: str) -> int:
-    print(f"grade: {message}", file=sys.stderr)
+    print(f"course grade: {message}", file=sys.stderr)
     return 2
 
 

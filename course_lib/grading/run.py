@@ -172,14 +172,15 @@ def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int
     g.write()
     start = time.monotonic()
     if not g.run(jobs):
-        print(f"interrupted: the learners graded so far are in {out}; --resume continues", file=sys.stderr)
+        print(f"course grade: interrupted: the learners graded so far are in {out}; --resume continues",
+              file=sys.stderr)
         return 130
     g.write()
     print(f"graded in {time.monotonic() - start:.1f} s: {out / 'grades.csv'}, {out / 'grades.md'}, {out / 'feedback'}")
     if on_done is not None:
         on_done(g.rows, learners)
     if g.errors:
-        print("grade: some checks could not run (rows 'grader' in the report):\n  " + "\n  ".join(g.errors),
+        print("course grade: some checks could not run (rows 'grader' in the report):\n  " + "\n  ".join(g.errors),
               file=sys.stderr)
         return 2
     return 0

@@ -34,12 +34,11 @@ from pathlib import Path
 
 from course_lib.core.atomic import write_text
 from course_lib.core.paths import course_root
-from course_lib.registry import EXERCISES
+from course_lib.registry import EXERCISES, SOLUTIONS_ONLY
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = re.compile(r"^(\s*)# STUB:(?: (.*))?$")
 CODE_STUB, TEXT_STUB = "# YOUR CODE HERE\nraise NotImplementedError()", "YOUR ANSWER HERE"   # nbgrader's
-NOT_EXERCISES = ("01_serial", "answers")   # the serial baseline is a solution only; quiz keys stay out
 
 
 class MarkerError(ValueError):
@@ -131,7 +130,7 @@ def plan(solutions: Path, exercises: Path, hints: bool = True) -> dict[Path, str
     files = {}
     for src in sorted(solutions.rglob("*")):
         rel = src.relative_to(solutions)
-        if not src.is_file() or rel.parts[0] in NOT_EXERCISES or "__pycache__" in rel.parts \
+        if not src.is_file() or rel.parts[0] in SOLUTIONS_ONLY or "__pycache__" in rel.parts \
                 or ".ipynb_checkpoints" in rel.parts:
             continue
         text = src.read_text(encoding="utf-8")
@@ -166,7 +165,7 @@ def _guide(folder: str, files: list[str]) -> str:
     import nbformat
 
     kernel = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    exercises = [e for e in EXERCISES.values() if e.file.split("/")[0] == folder]
+    exercises = [e for e in EXERCISES.values() if e.folder == folder]
     taught = ", ".join(sorted({f"`{e.notebook}`" for e in exercises})) or f"the notebook of {folder}"
     listed = "\n".join(f"- `{f}`" for f in files)
     cells = [nbformat.v4.new_markdown_cell(
@@ -187,7 +186,7 @@ def nbgrader_plan(solutions: Path, course: Path, exercises: list[str] | None = N
     folders: dict[str, dict[str, str]] = {}
     for rel, text in plan(solutions, Path()).items():
         folders.setdefault(rel.parts[0], {})[str(Path(*rel.parts[1:]))] = text
-    wanted = {EXERCISES[e].file.split("/")[0] for e in exercises} if exercises else set(folders)
+    wanted = {EXERCISES[e].folder for e in exercises} if exercises else set(folders)
     files = {}
     for folder in sorted(wanted & set(folders)):
         source = course / "source" / folder

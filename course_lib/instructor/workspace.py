@@ -19,6 +19,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from course_lib import registry
 from course_lib.core import atomic
 from course_lib.core.paths import MARKER, course_root, find_workspace
 
@@ -157,7 +158,7 @@ def restore(path: str | Path) -> tuple[Path, Path | None]:
     sources = source_files(course_root(), tuple(read_marker(folder).get("trees", TREES)))
     if rel not in sources:
         raise WorkspaceError(f"{path} is not a course file of the workspace {folder}: give a path such as "
-                             f"{folder / 'exercises/02_ddp/mnist_classify_ddp.py'}")
+                             f"{folder / 'exercises' / registry.get('ddp').file}")
     kept = None
     if target.exists() and target.read_bytes() != course_bytes(sources[rel]):
         kept = target.with_name(target.name + MINE_SUFFIX)

@@ -1,7 +1,7 @@
 """Jobs: sbatch scripts from templates, submitted to Slurm or run locally, watched and read back.
 
     from course_lib import jobs
-    spec = jobs.JobSpec(name="ddp", script="solutions/02_ddp/mnist_classify_ddp.py",
+    spec = jobs.JobSpec(name="ddp", script="train_ddp.py",
                         args=["--dataset", "digits", "--epochs", "2"], ntasks_per_node=2, launcher="srun")
     print(jobs.script(spec))          # the sbatch script, before anything is submitted
     job = jobs.submit(spec).wait()    # live display; Slurm where there is one, else local processes

@@ -1,6 +1,6 @@
 """A job description, and the sbatch script rendered from it (jinja2 template ``templates/sbatch.sh.j2``).
 
-``JobSpec(name="ddp", script="solutions/02_ddp/mnist_classify_ddp.py", args=["--epochs", "1"],
+``JobSpec(name="ddp", script="train_ddp.py", args=["--epochs", "1"],
 ntasks_per_node=2, launcher="srun")`` says *what* to run; the site profile (course_lib.jobs.site) says
 *where*: partition, account, modules, NCCL settings. Both engines take the same JobSpec.
 """

@@ -10,11 +10,12 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from course_lib import registry
 from course_lib.jobs.site import Site
 from course_lib.jobs.spec import JobSpec, render
 
-SERIAL = "solutions/01_serial/mnist_classify.py"
-DDP = "exercises/02_ddp/mnist_classify_ddp.py"
+SERIAL = f"solutions/{registry.SERIAL}"
+DDP = f"exercises/{registry.get('ddp').file}"
 ARGS = ["--dataset", "auto", "--epochs", "3"]
 
 # file name -> (one-line title, how the job differs from the others)
@@ -61,7 +62,7 @@ def render_all(site: Site, install: Path | None = None) -> dict[str, str]:
         ]
         if spec.script == DDP:
             header.append("Your exercise by default; the reference: "
-                          f"SCRIPT=solutions/02_ddp/mnist_classify_ddp.py sbatch jobs/{filename}")
+                          f"SCRIPT=solutions/{registry.get('ddp').file} sbatch jobs/{filename}")
         header.append(f"Written by `course jobs` from course_lib/jobs/templates/sbatch.sh.j2 (site '{site.name}'): "
                       "change the template, not this file.")
         header.insert(4, "Arguments after the script name go to the training script: "

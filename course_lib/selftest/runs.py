@@ -13,12 +13,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib import registry
 from course_lib.core.paths import PACKAGE_PARENT, course_root
 
 PASS, FAIL, NOT_POSSIBLE, NOT_RUN = "PASS", "FAIL", "NOT POSSIBLE HERE", "NOT RUN"
-SERIAL = Path("solutions/01_serial/mnist_classify.py")
-DDP = Path("solutions/02_ddp/mnist_classify_ddp.py")
-TP = Path("solutions/06_tensor_parallel/tp.py")
+SERIAL = Path("solutions", registry.SERIAL)
+DDP = Path("solutions", registry.get("ddp").file)
+TP = Path("solutions", registry.get("tp").file)
 
 
 def source(relative: Path) -> Path:

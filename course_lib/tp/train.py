@@ -1,7 +1,7 @@
 """Train an MLP classifier on digits with data x tensor parallelism (dp x tp), using a tp.py of the course.
 
     python -m course_lib.tp.train --serial                                   # one process, the reference
-    (4 ranks)  python -m course_lib.tp.train --tp-file solutions/06_tensor_parallel/tp.py --tp 2 --dp 2
+    (4 ranks)  python -m course_lib.tp.train --tp-file TP_FILE --tp 2 --dp 2    # the tp exercise's file
 
 The model is ``fc1 -> GELU -> fc2 -> log_softmax`` on flattened 28x28 images: fc1 a ColumnParallelLinear
 (784 -> hidden, split over tp), fc2 a RowParallelLinear (hidden -> 10): one all-reduce per step forward,
@@ -20,6 +20,7 @@ import argparse
 import re
 import sys
 
+from course_lib import registry
 from course_lib.core.loader import import_path
 from course_lib.core.rankkit import RankEnvError, rank_env
 
@@ -173,7 +174,7 @@ def main(argv=None):
             print(f"step={step} loss={loss!r}", flush=True)
         return 0
     if not args.tp_file:
-        sys.exit("give --tp-file PATH (your exercises/06_tensor_parallel/tp.py) or --serial")
+        sys.exit(f"give --tp-file PATH (your exercises/{registry.get('tp').file}) or --serial")
     train_parallel(args)
     return 0
 

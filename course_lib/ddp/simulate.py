@@ -95,9 +95,7 @@ def _apply_layout(nodes: int, per_node: int) -> dict:
 def _virtual_cuda(rec: Recorder, gpus: int):
     """G GPUs per node that are only names: each pick is recorded and checked, the tensors stay on the CPU."""
     import torch
-    import torch.distributed.distributed_c10d as c10d
     import torch.nn as nn
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     state = {"current": 0}
 
@@ -135,6 +133,13 @@ def _virtual_cuda(rec: Recorder, gpus: int):
     torch.cuda.set_device = set_device
     torch.cuda.synchronize = lambda device=None: None
     _redirect_to(torch, nn, pick)
+    _constructors_on_cpu(torch, pick)
+
+
+def _constructors_on_cpu(torch, pick):
+    """init_process_group(device_id=), DDP(device_ids=) and pinned loaders: the pick recorded, the CPU kept."""
+    import torch.distributed.distributed_c10d as c10d
+    from torch.nn.parallel import DistributedDataParallel as DDP
 
     init = c10d.init_process_group
 

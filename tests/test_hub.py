@@ -461,7 +461,11 @@ def _terminal_says(url: str, token: str, command: str, timeout: float = 120) -> 
         ws.close()
         return seen
 
-    return asyncio.run(asyncio.wait_for(talk(), timeout))
+    # a thread of its own: a Playwright test before this one in the same worker leaves an event loop running in
+    # this thread, where asyncio.run() refuses to start ("cannot be called from a running event loop")
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(asyncio.wait_for(talk(), timeout))).result(timeout + 30)
 
 
 def test_terminal_finds_course(hub):

@@ -53,7 +53,10 @@ def engine_for_checks(choice: str | None = None) -> str:
     return choice
 
 
-def check(exercise: str, path, engine: str | None = None, say=print, **kwargs):
+_PRINT = object()   # ``say`` not given: print here, check_slurm's own default there
+
+
+def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
     """Run the checker of ``exercise`` on ``path``; returns a course_lib.core.report.Report.
 
     ``engine``: "local" (here) or "slurm" (a short Slurm job; ``queue_timeout=`` seconds in the queue at
@@ -62,10 +65,11 @@ def check(exercise: str, path, engine: str | None = None, say=print, **kwargs):
     if exercise != "sbatch" and engine_for_checks(engine) == "slurm":
         from course_lib.check_slurm import check_on_slurm
 
-        return check_on_slurm(exercise, path, **kwargs)
+        return check_on_slurm(exercise, path, **kwargs) if say is _PRINT else \
+            check_on_slurm(exercise, path, say=say or (lambda text: None), **kwargs)
     seconds = overall_deadline(exercise, kwargs)
     if say is not None:
-        say(f"checking: up to {seconds:.0f} s")
+        (print if say is _PRINT else say)(f"checking: up to {seconds:.0f} s")
     return within_deadline(lambda: get(exercise).check(path, **kwargs), exercise, str(path), seconds)
 
 

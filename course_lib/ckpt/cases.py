@@ -192,7 +192,8 @@ def failure(by: dict, case: str) -> str | None:
     bad = [v for _, v in sorted(rec.verdicts.items()) if not v["ok"] and not v.get("other")]
     if rec.ended == "hung" and all(v.get("kind") == "peer_gone" for v in bad):
         silent = set(range(WORLD)) - set(rec.verdicts)
-        rank = min(set(rec.stuck) & silent or silent or set(rec.stuck))
+        located = {r for r, at in rec.stuck.items() if at}   # a rank that said where it waits, first
+        rank = min(located & silent or located or set(rec.stuck) & silent or silent or set(rec.stuck))
         at = f" at {rec.stuck[rank]}" if rec.stuck.get(rank) else ""
         return (f"{PHASES[case]}_snapshot did not return on rank {rank} within {rec.seconds:.0f} s{at}: "
                 "a collective that not every rank calls waits forever")

@@ -342,7 +342,12 @@ def test_activity_sees_a_live_job_and_a_course_command(tmp_path):
                       tmp_path / "runs")
     command = subprocess.Popen([sys.executable, str(tmp_path / "course")])
     try:
-        assert activity.live_jobs(tmp_path / "runs") == [job.id]
+        # the local runner writes the job's folder as it starts: on a busy machine that is a moment after submit()
+        # returns (CI: [] at the first look); the extension looks again every minute, so the test may wait too
+        deadline, seen = time.monotonic() + 30, []
+        while time.monotonic() < deadline and (seen := activity.live_jobs(tmp_path / "runs")) != [job.id]:
+            time.sleep(0.2)
+        assert seen == [job.id], f"after 30 s the job {job.id} ({job.state}) is not seen: {seen}"
         assert activity.course_commands(os.getpid()) == [f"{sys.executable} {tmp_path / 'course'}"]
     finally:
         job.cancel()

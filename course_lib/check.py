@@ -61,7 +61,7 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
 
     ``engine``: "local" (here) or "slurm" (a short Slurm job; ``queue_timeout=`` seconds in the queue at
     most); None: $COURSE_CHECKS, else the site profile's ``checks``. A local check first says its overall
-    deadline through ``say`` (None: silent) and ends by then (``within_deadline``)."""
+    deadline through ``say`` (None: silent)."""
     if exercise != "sbatch" and engine_for_checks(engine) == "slurm":
         from course_lib.check_slurm import check_on_slurm
 
@@ -70,7 +70,11 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
     seconds = overall_deadline(exercise, kwargs)
     if say is not None:
         (print if say is _PRINT else say)(f"checking: up to {seconds:.0f} s")
-    return within_deadline(lambda: get(exercise).check(path, **kwargs), exercise, str(path), seconds)
+    # The checker runs in this thread, bounded by its launches' own deadlines. within_deadline (a second thread
+    # that stops the check's processes at the overall deadline) is not used here: with it, notebook 03 run on the
+    # local Slurm under papermill stalled for about 10 minutes in a later cell in 2 of 3 CI runs, without it in
+    # none; the cause is not found yet
+    return get(exercise).check(path, **kwargs)
 
 
 def overall_deadline(exercise: str, options: dict) -> float:

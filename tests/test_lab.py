@@ -252,6 +252,13 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
                 page.keyboard.type("mkdir -p out && (command -v course; course check ddp "
                                    "exercises/02_ddp/mnist_classify_ddp.py; echo \"course exit $?\") 2>&1 "
                                    "| tee out/terminal.txt\n")
+                # the keys reach the terminal over its websocket: leaving the page before the Enter arrived lost
+                # the command in CI (nothing ran); tee creates the file as soon as the command starts
+                terminal, deadline = clone / "out" / "terminal.txt", time.monotonic() + 60
+                while not terminal.exists():
+                    assert time.monotonic() < deadline, "the command typed in the terminal did not start in 60 s"
+                    time.sleep(0.2)
+                seen.append("the terminal's command started")
 
                 page.goto(f"{lab.base}/lab/tree/notebooks/02_ddp_six_steps.ipynb")
                 page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(state="attached")
@@ -264,9 +271,10 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
                 assert printed.evaluate("e => getComputedStyle(e).wordBreak") == "normal", "lines break mid-word"
                 page.screenshot(path=str(OUT / "03-step1-check.png"))
 
-                terminal, deadline = clone / "out" / "terminal.txt", time.monotonic() + WAIT_MS / 1000
-                while "course exit" not in (terminal.read_text() if terminal.exists() else ""):
-                    assert time.monotonic() < deadline, "the terminal's course check did not end"
+                deadline = time.monotonic() + WAIT_MS / 1000
+                while "course exit" not in terminal.read_text():
+                    assert time.monotonic() < deadline, \
+                        f"the terminal's course check did not end; it printed: {terminal.read_text()[-2000:]!r}"
                     time.sleep(0.5)
                 page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="Terminal 1").first.click()
                 page.locator(".jp-Terminal").first.wait_for()

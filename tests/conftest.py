@@ -136,14 +136,19 @@ def _stop_slurm(directory: Path) -> None:
 def pytest_collection_modifyitems(items):
     """Under xdist (--dist loadgroup) every test that uses the local Slurm runs on one worker: one cluster.
 
+    A test that took FAST_LIMIT seconds or more in the measured run (tests/durations.json) is marked slow too, so that
+    ``make test-fast`` (``-m "not slow ..."``) keeps to the unit tests of under a second without a mark kept by hand.
+
     Then the slow tests (multi-process runs, notebooks) go first, longest first (tests/durations.json), and the
     quick unit tests last: xdist hands out tests in this order (groups first, the largest first), so the run ends
     on tests of a second or less instead of one worker finishing a minute-long test while the others are idle.
     The order within a group stays as written."""
+    seconds = _durations()
     for item in items:
         if "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("slurm"))
-    seconds = _durations()
+        if seconds.get(item.nodeid, 0) >= FAST_LIMIT and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)   # measured at a second or more: not a unit test for test-fast
 
     def order(item):
         if item.get_closest_marker("xdist_group"):
@@ -152,11 +157,13 @@ def pytest_collection_modifyitems(items):
     items.sort(key=order)
 
 
-# How long each test of 5 s or more took in a CI run (tests/durations.json): the slow tests are handed out longest
-# first, so that a test that mostly waits (a hang case's deadline, a job) starts early instead of at the end.
-# Only the order depends on it: a missing or stale file changes no verdict. COURSE_TEST_DURATIONS=write (with
-# `make test`) writes what the run measured into it (a partial run updates the tests it ran).
+# How long each test of a second or more took in a measured run (tests/durations.json): the slow tests are handed out
+# longest first, so that a test that mostly waits (a hang case's deadline, a job) starts early instead of at the end,
+# and a test of FAST_LIMIT seconds or more is left out of `make test-fast`. No verdict depends on it: a missing or
+# stale file changes only the order and what test-fast runs. COURSE_TEST_DURATIONS=write (with `make test`, or a
+# pytest run of some tests) writes what the run measured into it (a partial run updates the tests it ran).
 DURATIONS = ROOT / "tests" / "durations.json"
+FAST_LIMIT = 1.0
 _measured: dict = {}
 
 
@@ -175,8 +182,8 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session):
     if _measured and not hasattr(session.config, "workerinput"):
-        kept = {**_durations(), **{node: round(t) for node, t in _measured.items()}}
-        kept = {node: t for node, t in sorted(kept.items()) if t >= 5}
+        kept = {**_durations(), **{node: round(t, 1) for node, t in _measured.items()}}
+        kept = {node: t for node, t in sorted(kept.items()) if t >= FAST_LIMIT}
         DURATIONS.write_text(json.dumps(kept, indent=0) + "\n", encoding="utf-8")
 
 

@@ -147,11 +147,11 @@ def test_strict_launchers_flag_reaches_the_ddp_checker_only(tmp_path, monkeypatc
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_a_simulated_layout_gives_the_variables_of_a_multi_node_step(monkeypatch, launcher):
     from course_lib.ddp import simulate
-    monkeypatch.setattr(os, "environ", os.environ.copy())   # what _apply_layout sets stays in this test
+    monkeypatch.setattr(os, "environ", os.environ.copy())   # what apply_layout sets stays in this test
     for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "GROUP_RANK"):
         os.environ.pop(name, None)
     os.environ.update({"RANK" if launcher == "torchrun" else "SLURM_PROCID": "3", "MASTER_ADDR": "127.0.0.1"})
-    lay = simulate._apply_layout(2, 2)   # rank 3 of 2 nodes x 2 ranks: the second rank of node 1
+    lay = simulate.apply_layout(2, 2)   # rank 3 of 2 nodes x 2 ranks: the second rank of node 1
     assert (lay["node"], lay["local_rank"]) == (1, 1)
     if launcher == "torchrun":
         assert (os.environ["LOCAL_RANK"], os.environ["GROUP_RANK"], os.environ["LOCAL_WORLD_SIZE"]) == ("1", "1", "2")

@@ -21,9 +21,10 @@ The extra ranks run as that many nodes of one rank each, and two short launches 
 A crash, a deadlock or a syntax error gets a verdict at the step it stops, naming the rank, where it
 was in the learner's file and the last lines it printed; every process is gone when ``check`` returns.
 
-This module runs the launches and assembles the report: ``runs`` launches and reads the records, ``cluster``
-adds the simulated ones and their verdicts, ``steps`` and ``launchers`` judge Steps 1-5 and 6, ``failures``
-describes a crash or a deadlock.
+This module runs the launches and hands what they saw to the harness's ``checking.report`` with its own judge
+(``judge``), as the checkpoint checker does: ``runs`` launches and reads the records, ``cluster`` adds the simulated
+ones and their verdicts, ``steps`` and ``launchers`` judge Steps 1-5 and 6, ``failures`` describes a crash or a
+deadlock.
 """
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ import hashlib
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib import checking
 from course_lib.core.report import Report
 from course_lib.ddp import cluster
 from course_lib.ddp.cluster import launch_all, launch_one
@@ -44,6 +46,7 @@ from course_lib.ddp.steps import step1, step2, step3, step4, step5
 
 GPU_RANKS = cluster.GPU_NODES * cluster.GPU_PER_NODE
 STEP_NAMES = {1: "Step 1", 2: "Step 2", 3: "Step 3", 4: "Step 4", 5: "Step 5", 6: "Step 6"}
+ITEMS = tuple(STEP_NAMES.values())   # what the harness's report() takes of a checker's module
 _CACHE: dict = {}
 
 
@@ -106,37 +109,53 @@ class Reused(Report):
 
 def _check(script: Path, shown: str, timeout: float, styles: tuple, more_ranks, echo: bool, stall,
            strict: bool = False, simulate: bool = True) -> Report:
-    report = Report("ddp", str(shown))
     start = time.monotonic()
     if not script.is_file():
+        report = Report("ddp", str(shown))
         for s in STEP_NAMES.values():
             report.add(s, False, f"no such file: {shown}")
         return report
     with tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:
-        root = Path(tmp)
-        data = prepare_data(root)
-        done = launch_all(_jobs(styles, more_ranks, simulate), script, root, data, timeout, echo, stall)
-        runs: dict = {}
-        for style in styles:
-            runs[style] = done[(cluster.PLAIN, style, 2)]
-            failure = describe_failure(runs[style], script)
-            if runs[style].result.timed_out or (failure and failure.message.startswith("deadlock")):
-                break   # a deadlock would only repeat under the other launcher: judged as if it had not run
-        primary = next((runs[s] for s in runs if works(runs[s])), None)
-        # the simulated launches ran with the first style, which usually works; else again with the one that did
-        style = primary.style if primary is not None else styles[0]
-        sims = {"srun-torchrun": done.get((cluster.SRUN_TORCHRUN, "torchrun", 2))}
-        wanted = ([(cluster.nodes(more_ranks), more_ranks)] if more_ranks and more_ranks != 2 else []) + (
-            [(cluster.GPUS, GPU_RANKS)] if simulate else [])
-        for sim, n in wanted:
-            sims[sim.name] = done.get((sim, style, n)) or (
-                launch_one(sim, style, n, script, root, data, timeout, echo, stall) if primary is not None else None)
-        if primary is None:
-            primary = next((runs[s] for s in runs if runs[s].result.ok and runs[s].finished()), None) or runs[styles[0]]
-        more = sims.get("nodes") if primary is not None and works(primary) else None
-        _verdicts(report, script, runs, primary, more, strict, sims)
-    report.seconds = time.monotonic() - start
-    return report
+        seen = _launch(script, Path(tmp), timeout, styles, more_ranks, echo, stall, simulate)
+        seen.strict = strict
+        return checking.report("ddp", sys.modules[__name__], str(shown), seen, None, [], start, judge=judge)
+
+
+@dataclass
+class Seen:
+    """What the launches of one check showed: the records a judge turns into verdicts."""
+    script: Path
+    runs: dict                      # style -> the 2-rank Run under it
+    primary: Run                    # the run Steps 1-5 are judged on
+    more: Run | None                # the extra ranks, where they ran and the primary run works
+    sims: dict = field(default_factory=dict)   # the simulated launches: "srun-torchrun", "nodes", "gpus"
+    strict: bool = False            # Step 6 requires every launch style to work
+
+
+def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks, echo: bool, stall,
+            simulate: bool) -> Seen:
+    """Every launch of the check, in ``root``: 2 ranks under each style, the extra ranks, the simulated cluster."""
+    data = prepare_data(root)
+    done = launch_all(_jobs(styles, more_ranks, simulate), script, root, data, timeout, echo, stall)
+    runs: dict = {}
+    for style in styles:
+        runs[style] = done[(cluster.PLAIN, style, 2)]
+        failure = describe_failure(runs[style], script)
+        if runs[style].result.timed_out or (failure and failure.message.startswith("deadlock")):
+            break   # a deadlock would only repeat under the other launcher: judged as if it had not run
+    primary = next((runs[s] for s in runs if works(runs[s])), None)
+    # the simulated launches ran with the first style, which usually works; else again with the one that did
+    style = primary.style if primary is not None else styles[0]
+    sims = {"srun-torchrun": done.get((cluster.SRUN_TORCHRUN, "torchrun", 2))}
+    wanted = ([(cluster.nodes(more_ranks), more_ranks)] if more_ranks and more_ranks != 2 else []) + (
+        [(cluster.GPUS, GPU_RANKS)] if simulate else [])
+    for sim, n in wanted:
+        sims[sim.name] = done.get((sim, style, n)) or (
+            launch_one(sim, style, n, script, root, data, timeout, echo, stall) if primary is not None else None)
+    if primary is None:
+        primary = next((runs[s] for s in runs if runs[s].result.ok and runs[s].finished()), None) or runs[styles[0]]
+    more = sims.get("nodes") if primary is not None and works(primary) else None
+    return Seen(script, runs, primary, more, sims)
 
 
 def _jobs(styles: tuple, more_ranks, simulate: bool) -> list:
@@ -152,9 +171,10 @@ def _jobs(styles: tuple, more_ranks, simulate: bool) -> list:
     return jobs
 
 
-def _verdicts(report: Report, script: Path, runs: dict, primary: Run, more: Run | None, strict: bool = False,
-              sims: dict | None = None):
-    sims = sims or {}
+def judge(report: Report, spec, seen: Seen, general: list) -> None:
+    """The harness's judge for DDP: one verdict per step from what the launches showed (``general`` stays empty:
+    a failure outside the steps is placed at the step it stopped, ``_place_failure``)."""
+    script, runs, primary, more, sims = seen.script, seen.runs, seen.primary, seen.more, seen.sims
     judged = {1: step1(primary), 2: step2(primary), 3: step3(primary, more),
               4: step4(primary, cluster.devices(sims.get("gpus"))), 5: step5(primary)}
     if more is not None and judged[1] and judged[1][0] and not works(more):
@@ -167,7 +187,7 @@ def _verdicts(report: Report, script: Path, runs: dict, primary: Run, more: Run 
     failure = describe_failure(primary, script)
     target = _place_failure(judged, failure, primary) if failure is not None else None
     also = ("`srun torchrun`",) if sims.get("srun-torchrun") and works(sims["srun-torchrun"]) else ()
-    judged[6] = step6(runs, primary, more, script, failure, target, strict, also)
+    judged[6] = step6(runs, primary, more, script, failure, target, seen.strict, also)
     for s in range(1, 7):
         ok, message = judged[s]
         report.add(STEP_NAMES[s], ok, message)
@@ -197,28 +217,3 @@ def _place_failure(judged: dict, failure, primary: Run) -> int:
         if judged[s] is None:
             judged[s] = (False, f"not checked: the run stopped before this step could be seen: {crash}")
     return target
-
-
-def main(argv=None) -> int:
-    """``python -m course_lib.ddp.check PATH``: the same as ``course check ddp PATH``, plus ``--echo``."""
-    import argparse
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("path")
-    p.add_argument("--timeout", type=float, default=120, help="deadline in seconds for each multi-process run")
-    p.add_argument("--echo", action="store_true", help="show what every rank prints")
-    p.add_argument("--strict-launchers", action="store_true",
-                   help="Step 6: the script must work under srun and torchrun")
-    args = p.parse_args(argv)
-    if not Path(args.path).is_file():
-        print(f"course check: no such file: {args.path} (give the path of your exercise file)", file=sys.stderr)
-        return 2
-    report = check(args.path, timeout=args.timeout, echo=args.echo, strict_launchers=args.strict_launchers)
-    print(report.text())
-    return 0 if report.passed else 1
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)

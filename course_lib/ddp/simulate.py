@@ -40,7 +40,7 @@ def install(rec: Recorder, folder: Path) -> dict:
     sim = settings(folder)
     os.environ.update(sim.get("env", {}))
     if sim.get("layout"):
-        rec.data["layout"] = _apply_layout(*sim["layout"])
+        rec.data["layout"] = apply_layout(*sim["layout"])
     if sim.get("gpus"):
         rec.data["virtual_gpus"] = sim["gpus"]
         rec.data["picks"] = []
@@ -75,7 +75,7 @@ def _stop_at_forward(rec: Recorder):
 
 
 # ------------------------------------------------------------------------------------------ layout
-def _apply_layout(nodes: int, per_node: int) -> dict:
+def apply_layout(nodes: int, per_node: int) -> dict:
     torchrun = "RANK" in os.environ
     rank = int(os.environ["RANK" if torchrun else "SLURM_PROCID"])
     node, local = divmod(rank, per_node)

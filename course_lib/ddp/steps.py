@@ -1,14 +1,7 @@
-"""The verdicts of Steps 1-5 from the probe's records of one run.
+"""The verdicts of Steps 1-5 (what each step asks: ``course_lib.ddp.check``) from the probe's records of one run.
 
 Each ``stepN(run)`` returns (ok, message), or None when the run stopped before the evidence for that
 step was there (the failure is then reported at the step it stopped in).
-
-1. process group: initialised on every rank, the right world size, distinct ranks
-2. gradients averaged: the parameters are the same on every rank after training, and something
-   (DistributedDataParallel, or the learner's own all_reduce) averaged the gradients
-3. data: disjoint shards that cover the data set each epoch, a new order each epoch (set_epoch)
-4. device: the inputs on the model's device; each rank on its own GPU (verifiable only with GPUs)
-5. checkpoint: written by rank 0 only, loads with ``strict=True`` into the plain ``Net``
 """
 from __future__ import annotations
 

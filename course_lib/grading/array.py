@@ -27,7 +27,7 @@ from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.grading.array_wait import Progress, collect, slurm_states
 from course_lib.grading.discover import discover
 from course_lib.grading.reports import Outputs, write_reports
-from course_lib.grading.run import _raise_interrupt, header_of, now_utc
+from course_lib.grading.run import header_of, now_utc, raise_interrupt
 from course_lib.jobs.job import TERMINAL, SubmitError
 from course_lib.jobs.slurm import _run
 
@@ -139,7 +139,7 @@ def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_row
                                cpus), slurm_dir)
         print(f"submitted job array {job_id} ({len(todo)} tasks, at most {throttle} at a time); task logs in "
               f"{slurm_dir}", flush=True)
-        old = signal.signal(signal.SIGTERM, _raise_interrupt) if threading.current_thread() is \
+        old = signal.signal(signal.SIGTERM, raise_interrupt) if threading.current_thread() is \
             threading.main_thread() else None      # SIGTERM stops as Ctrl-C does
         try:
             states = wait(job_id, todo)

@@ -20,7 +20,7 @@ from pathlib import Path
 from course_lib.core.atomic import write_text
 from course_lib.grading.cgroups import describe
 from course_lib.grading.discover import discover
-from course_lib.grading.run import _timing_note, check_one
+from course_lib.grading.run import check_one, timing_note
 from course_lib.grading.sandbox import Limits
 from course_lib.jobs.slurm import forget_the_job
 
@@ -60,7 +60,7 @@ def grade_task(manifest: dict, index: int, rows_dir: Path) -> dict:
                     rows, outcome = check_one(learner, ex, limits, out, kills.append)
                     kills.clear()      # only the running check may be killed: a finished one's pid is reused
                     if outcome is not None:
-                        data["timing"].append(_timing_note(ex, outcome))
+                        data["timing"].append(timing_note(ex, outcome))
                 data["rows"] += [{"learner": learner.name, "exercise": ex, **r} for r in rows]
                 data["done"].append(ex)
                 _write(path, data)

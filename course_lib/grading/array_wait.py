@@ -73,28 +73,18 @@ def collect(job_id: str, todo: list[int], learners: list, exercises: list[str], 
 
 
 class Progress:
-    """Learners graded out of all: a widget in Jupyter, tqdm in a terminal, a line per change otherwise."""
+    """Learners graded out of all: tqdm.auto's bar (a widget in Jupyter, a bar in a terminal), else (a log file) a
+    line per change."""
 
     def __init__(self, total: int, label: str):
-        self.widget = self.bar = None
-        self.total, self.label, self.last = total, label, None
-        if in_notebook():
-            import ipywidgets as w
-            from IPython.display import display
-
-            self.widget = w.IntProgress(value=0, min=0, max=total, description="learners")
-            self.text = w.Label(label)
-            display(w.HBox([self.widget, self.text]))
-        elif sys.stderr.isatty():
-            from tqdm import tqdm
+        self.total, self.label, self.last, self.bar = total, label, None, None
+        if in_notebook() or sys.stderr.isatty():
+            from tqdm.auto import tqdm
 
             self.bar = tqdm(total=total, unit="learner", desc=label, file=sys.stderr, dynamic_ncols=True)
 
     def update(self, done: int, note: str) -> None:
-        if self.widget is not None:
-            self.widget.value = done
-            self.text.value = f"{self.label}: {done}/{self.total} graded, {note}"
-        elif self.bar is not None:
+        if self.bar is not None:
             self.bar.n = done
             self.bar.set_postfix_str(note, refresh=True)
         elif (done, note) != self.last:

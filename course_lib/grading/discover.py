@@ -21,8 +21,6 @@ MAX_FILE = 1 << 20            # an exercise file is a few KB; a bigger one is no
 MAX_WALK = 5000               # entries looked at in one learner's folder
 MAX_DEPTH = 6
 MAX_UNZIP = 50 << 20          # bytes unpacked from one learner's zip
-# which exercise a lone file is when its name (or its text) fits several: the most telling first, then the
-# others in the registry's (course) order
 
 
 @dataclass

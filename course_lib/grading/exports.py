@@ -20,17 +20,15 @@ import json
 from pathlib import Path
 
 from course_lib.core.atomic import atomic_writer, write_text
-from course_lib.grading.feedback import file_stem
+from course_lib.grading.feedback import file_stem, slug
 from course_lib.grading.scores import SKIPPED, by_learner, item_points, table
 
 LOG_TAIL = 2000     # characters of a check's log shown to instructors in the hidden test
 
 
 def _log_tail(out: Path, learner: str, ex: str) -> str:
-    from course_lib.grading.run import _slug
-
     try:
-        text = (out / "logs" / _slug(learner) / f"{ex}.log").read_text(encoding="utf-8", errors="replace")
+        text = (out / "logs" / slug(learner) / f"{ex}.log").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return "(no log: the check did not run)"
     return text[-LOG_TAIL:] or "(the check printed nothing)"

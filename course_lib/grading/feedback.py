@@ -3,7 +3,7 @@
 Each file holds what was found for that learner, each verdict with its message (the messages are the hints:
 they say what to fix), and how to check again before handing in. Files are selected by exact name from the
 rows, never by prefix, so ``ann`` never sees ``anna``'s rows. A name that is not a plain file name (spaces,
-a leading dash, unicode) gets the same safe name as its log folder (``run._slug``-style: text plus a hash).
+a leading dash, unicode) gets the same safe name as its log folder (``slug``: text plus a hash).
 """
 from __future__ import annotations
 
@@ -18,12 +18,17 @@ from course_lib.registry import EXERCISES
 PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,60}")
 
 
-def file_stem(name: str) -> str:
-    """The learner's name as a file name: itself when it is a plain one, else a cleaned name plus a hash."""
-    if PLAIN.fullmatch(name) and not name.endswith("."):
-        return name
+def slug(name: str) -> str:
+    """A cleaned name plus a hash of the name: distinct for distinct names, safe as a folder (the logs' folders)."""
     safe = re.sub(r"[^\w.-]+", "_", name).strip("._-")[:40] or "learner"
     return f"{safe}-{hashlib.sha1(name.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
+
+
+def file_stem(name: str) -> str:
+    """The learner's name as a file name: itself when it is a plain one, else its ``slug``."""
+    if PLAIN.fullmatch(name) and not name.endswith("."):
+        return name
+    return slug(name)
 
 
 def _by_exercise(rows: list[dict], name: str) -> dict[str, list[dict]]:

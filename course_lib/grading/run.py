@@ -6,8 +6,6 @@ Ctrl-C (or SIGTERM) stops the running checks, keeps the reports of the learners 
 """
 from __future__ import annotations
 
-import hashlib
-import re
 import signal
 import sys
 import threading
@@ -17,17 +15,13 @@ from pathlib import Path
 
 from course_lib.core.report import PASS, SKIPPED
 from course_lib.grading.discover import Learner, discover
+from course_lib.grading.feedback import slug
 from course_lib.grading.reports import Outputs, outcome_rows, write_reports
 from course_lib.grading.sandbox import Limits, run_check
 from course_lib.registry import EXERCISES
 
 
-def _slug(name: str) -> str:
-    safe = re.sub(r"[^\w.-]+", "_", name).strip("._-")[:40] or "learner"
-    return f"{safe}-{hashlib.sha1(name.encode('utf-8', 'surrogateescape')).hexdigest()[:6]}"
-
-
-def _timing_note(ex: str, outcome) -> str:
+def timing_note(ex: str, outcome) -> str:
     extra = f"{ex} {outcome.seconds:.1f} s"
     if outcome.output_bytes > 1 << 20:
         extra += f", printed {outcome.output_bytes / 2**20:.1f} MB (log keeps its first and last KB)"
@@ -44,7 +38,7 @@ def check_one(learner: Learner, ex: str, limits: Limits, out: Path, on_start=Non
         outcome = run_check(ex, found.path, EXERCISES[ex].file, limits, on_start=on_start)
     except OSError as e:
         return [{"item": "grader", "result": "fail", "message": f"the grader could not run this check: {e}"}], None
-    log = out / "logs" / _slug(learner.name) / f"{ex}.log"
+    log = out / "logs" / slug(learner.name) / f"{ex}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(outcome.output, encoding="utf-8", errors="replace")
     return outcome_rows(outcome, limits), outcome
@@ -92,7 +86,7 @@ class _Grading:
         with self.lock:
             self.rows.extend({"learner": learner.name, "exercise": ex, **r} for r in new_rows)
             if outcome is not None:
-                self.seconds.setdefault(learner.name, []).append(_timing_note(ex, outcome))
+                self.seconds.setdefault(learner.name, []).append(timing_note(ex, outcome))
             self.pending[learner.name] -= 1
             judged = [r for r in new_rows if r["result"] != SKIPPED]
             n_ok = sum(r["result"] == PASS for r in judged)
@@ -186,5 +180,5 @@ def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int
     return 0
 
 
-def _raise_interrupt(signum, frame):
+def raise_interrupt(signum, frame):
     raise KeyboardInterrupt

@@ -24,7 +24,6 @@ EXPANDED = re.compile(r"scontrol\s+show\s+hostnames?\b|\bhostlist\b|\bnodeset\s+
 FIRST = re.compile(r"\bhead\s+(?:-n\s*\+?1|-1)\b|\bsed\s+(?:-n\s+)?['\"]?1[pq]|NR\s*==\s*1|FIRST_OF\(|\|\s*head\s*\)")
 THIS_NODE = re.compile(r"\bhostname\b|\$\{?(?:HOSTNAME|SLURMD_NODENAME|SLURM_TOPOLOGY_ADDR)\b")
 REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(\[0\])?(?::-[^}]*)?\}?")
-ENDPOINT = ("--rdzv_endpoint", "--rdzv-endpoint", "--master_addr", "--master-addr")
 FIRST_NODE = 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
 
 

@@ -82,7 +82,7 @@ def _mode(site, run: bool | None) -> tuple[str, str]:
 def expected_ranks(script) -> int | None:
     nodes, tasks = integer(script.get("nodes", "1")) or 1, rules.tasks_per_node(script)
     if rules.launcher(script) == "torchrun":
-        nproc = rules._nproc(script)
+        nproc = rules.torchrun_nproc(script)
         return nodes * nproc if nproc else None
     return nodes * tasks if tasks else None
 

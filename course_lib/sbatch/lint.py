@@ -12,7 +12,7 @@ import re
 from course_lib.jobs.site import Site
 from course_lib.sbatch import site_lines
 from course_lib.sbatch.address import launch_env, rank0_mistakes, torchrun_options
-from course_lib.sbatch.script import KNOWN, Script, _words, gpu_count, integer
+from course_lib.sbatch.script import KNOWN, Script, command_words, gpu_count, integer
 
 LAUNCHERS = {"srun", "torchrun", "python", "python3", "mpirun", "mpiexec"}
 
@@ -41,7 +41,7 @@ def launcher(s: Script) -> str:
     if s.launches("torchrun") or any("torch.distributed.run" in c for _, c in s.commands):
         return "torchrun"
     if s.launches("srun"):
-        return "srun" if any({"python", "python3"} & set(_words(c)) for _, c in s.launches("srun")) \
+        return "srun" if any({"python", "python3"} & set(command_words(c)) for _, c in s.launches("srun")) \
             else "srun-without-script"
     return "python" if s.launches("python") or s.launches("python3") else "none"
 
@@ -108,7 +108,7 @@ def ranks_and_gpus(s: Script, site: Site) -> tuple:
                 "GPUs it allocated, which on a shared node need not be 0, 1, ...): the ranks may see too few GPUs "
                 "('invalid device ordinal' for cuda:LOCAL_RANK) or GPUs that are not the job's. Delete the line")
     if how == "torchrun":
-        nproc = _nproc(s)
+        nproc = torchrun_nproc(s)
         ok = nproc is None or nproc == gpus
         return ("ranks and GPUs", ok, f"torchrun starts {nproc} rank(s) per node on {gpus} GPU(s): "
                 "give --nproc_per_node the number of GPUs per node" if not ok else "one rank per GPU")
@@ -118,7 +118,7 @@ def ranks_and_gpus(s: Script, site: Site) -> tuple:
             "(--ntasks-per-node equal to the GPUs per node)")
 
 
-def _nproc(s: Script) -> int | None:
+def torchrun_nproc(s: Script) -> int | None:
     for _, c in s.commands:
         words = c.replace("=", " ").split()
         for i, w in enumerate(words[:-1]):

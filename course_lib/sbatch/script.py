@@ -55,13 +55,9 @@ class Script:
         found = [d.value for d in self.directives if d.key == key]
         return found[-1] if found else default
 
-    def line_of(self, key: str) -> int | None:
-        found = [d.line for d in self.directives if d.key == key]
-        return found[-1] if found else None
-
     def launches(self, word: str) -> list:
         """The command lines that run ``word`` (srun, torchrun, python) as a command, not as an argument."""
-        return [(n, c) for n, c in self.commands if word in _words(c)]
+        return [(n, c) for n, c in self.commands if word in command_words(c)]
 
 
 @dataclass
@@ -123,7 +119,7 @@ def simple_commands(number: int, command: str) -> list[Simple]:
     return out
 
 
-def _words(command: str) -> list[str]:
+def command_words(command: str) -> list[str]:
     try:
         words = shlex.split(command, comments=True)
     except ValueError:

@@ -3,8 +3,12 @@ reference solution in half of them and the starter in the other half, the same c
 as a process of its own (as N learners' kernels would run it: ``course_lib.check.check``, the notebooks' call).
 
 Prints per learner: the file it holds, whether the verdict is right (the solution passes; the starter fails on its
-items, not on the check's own deadline), the seconds to the verdict; then p50 / p95 / max and the processes left
-over (every process that carries the run's marker variable, found with psutil after the learners ended: must be 0).
+items, not on the check's own deadline), the seconds to the verdict and what the check told the learner on the way
+(each line the check says, timed from the call of the check: its deadline, or on Slurm "queued as job N" and "job N
+started"); then p50 / p95 / max and what is left over: every process that carries the run's marker variable once
+the learners ended, found with psutil, and on Slurm every job whose folder is in the run's workspaces (must be 0).
+The peak number of marked processes seen while the checks ran is printed too: it shows that the search for what
+is left sees the checks' processes at all (on Slurm: the jobs' ranks under slurmstepd, which inherit the marker).
 
 ``--engine slurm`` runs each check as a Slurm job (course_lib.check_slurm), where ``sbatch`` works.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -24,6 +29,7 @@ from pathlib import Path
 
 MARKER = "COURSE_ROOM_BENCH"     # set in every learner's environment: its processes are found by it
 SETTLE_S = 15.0                  # a kept fork server ends at its check's exit (stdin EOF): time to see it go
+SAID = re.compile(r"^\[said at ([\d.]+) s\] (.*)$")   # a line the check said to the learner (learner_main)
 
 
 @dataclass
@@ -46,6 +52,24 @@ class Learner:
             return self.result["passed"]
         failed = [v for v in self.result["verdicts"] if v["result"] != "pass"]
         return bool(failed) and not any(v["item"] == "check run" for v in failed)
+
+    def said(self) -> list[tuple[float, str]]:
+        """What the check told the learner before its verdict: (seconds since the learner started, the line)."""
+        return [(float(m[1]), m[2]) for m in map(SAID.match, self.output.splitlines()) if m]
+
+    def told(self) -> str:
+        """The table's summary of ``said()``: on Slurm whether the check said it was queued (Slurm's reason) and
+        how long until it said the job started; else the first line (the local check's deadline)."""
+        said = self.said()
+        queued = [(t, text) for t, text in said if text.startswith("queued as job")]
+        started = [t for t, text in said if " started " in text]
+        if queued:
+            reason = re.search(r"reason ([^)]+)", queued[0][1])
+            wait = f", started {started[0] - queued[0][0]:.1f} s later" if started else ", never said it started"
+            return f"queued ({reason[1] if reason else '?'}){wait}"
+        if started:
+            return f"started at {started[0]:.1f} s, not said queued"
+        return said[0][1] if said else "(said nothing)"
 
 
 def add_arguments(p):
@@ -71,19 +95,20 @@ def run(args) -> int:
 @dataclass
 class RoomResult:
     learners: list
-    left: list           # descriptions of processes found after the learners ended
+    left: list           # descriptions of processes (and Slurm jobs) found after the learners ended
     load: tuple          # the 1-minute load average before and after
     exercise: str
     engine: str
+    peak: int = 0        # the most marked processes seen at one look while the checks ran
 
     def all_right(self) -> bool:
         return all(learner.right() for learner in self.learners)
 
     def table(self) -> str:
-        rows = [f"{'learner':>7}  {'file':<9}  {'right':<5}  {'seconds':>7}"]
+        rows = [f"{'learner':>7}  {'file':<9}  {'right':<5}  {'seconds':>7}  told"]
         for lr in self.learners:
             rows.append(f"{lr.index:>7}  {'solution' if lr.correct else 'starter':<9}  "
-                        f"{'yes' if lr.right() else 'NO':<5}  {lr.seconds:>7.1f}")
+                        f"{'yes' if lr.right() else 'NO':<5}  {lr.seconds:>7.1f}  {lr.told()}")
             if not lr.right():
                 rows.append("         " + (lr.output.strip().replace("\n", "\n         ")[-1500:] or "(no output)"))
         times = sorted(lr.seconds for lr in self.learners)
@@ -92,7 +117,8 @@ class RoomResult:
         rows.append(f"seconds to verdict: p50 {percentile(times, 50):.1f}  p95 {percentile(times, 95):.1f}  "
                     f"max {times[-1]:.1f}")
         rows.append(f"verdicts right: {sum(lr.right() for lr in self.learners)}/{len(times)}; "
-                    f"processes left: {len(self.left)}")
+                    f"{'processes and jobs' if self.engine == 'slurm' else 'processes'} left: {len(self.left)} "
+                    f"(marked processes seen at once while checking: up to {self.peak})")
         rows.extend(f"  left: {p}" for p in self.left)
         return "\n".join(rows)
 
@@ -117,15 +143,24 @@ def room(n: int, exercise: str = "allreduce", world_sizes=None, engine: str = "l
         waiters = [threading.Thread(target=finish, args=(lr,)) for lr in learners]   # each timed as it ends
         for t in waiters:
             t.start()
-        for t in waiters:
-            t.join()
-        left = survivors(marker)
+        peak = watch(marker, waiters)
+        left = survivors(marker) + (jobs_left(root) if engine == "slurm" else [])
     finally:
         if keep:
             print(f"workspaces kept in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
-    return RoomResult(learners, left, (load_before, os.getloadavg()[0]), exercise, engine)
+    return RoomResult(learners, left, (load_before, os.getloadavg()[0]), exercise, engine, peak)
+
+
+def watch(marker: str, waiters: list, every: float = 1.0) -> int:
+    """Until every waiter thread ended: the most processes carrying ``marker`` seen at one look."""
+    peak = 0
+    while any(t.is_alive() for t in waiters):
+        peak = max(peak, len(marked(marker)))
+        for t in waiters:
+            t.join(every / len(waiters))
+    return peak
 
 
 def make_workspace(root: Path, index: int, correct: bool, relative: str) -> Learner:
@@ -168,16 +203,7 @@ def survivors(marker: str, settle: float = SETTLE_S) -> list[str]:
     when its check exits, so they get ``settle`` seconds to go. What is still there is listed, then killed."""
     import psutil
     end = time.monotonic() + settle
-    while True:
-        found = []
-        for p in psutil.process_iter(["pid", "cmdline", "status"]):
-            try:
-                if p.info["status"] != psutil.STATUS_ZOMBIE and p.environ().get(MARKER) == marker:
-                    found.append(p)
-            except psutil.Error:
-                continue
-        if not found or time.monotonic() > end:
-            break
+    while (found := marked(marker)) and time.monotonic() < end:
         time.sleep(0.5)
     described = [f"pid {p.pid}: {' '.join(p.info['cmdline'] or [])[:200]}" for p in found]
     for p in found:
@@ -188,12 +214,40 @@ def survivors(marker: str, settle: float = SETTLE_S) -> list[str]:
     return described
 
 
+def marked(marker: str) -> list:
+    """Live processes whose environment holds ``MARKER=marker`` (psutil; a process that ends meanwhile is skipped)."""
+    import psutil
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and p.environ().get(MARKER) == marker:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def jobs_left(root: Path) -> list[str]:
+    """Slurm jobs still queued or running whose folder is under ``root`` (the run's workspaces): listed, then
+    cancelled. A check's job is in the learner's runs folder (course_lib.check_slurm)."""
+    r = subprocess.run(["squeue", "-h", "-o", "%i|%T|%j|%Z"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        return [f"squeue failed ({r.returncode}): {r.stderr.strip()[:200]}"]
+    found = [line.split("|") for line in r.stdout.splitlines() if line.count("|") == 3]
+    found = [(job, state, name) for job, state, name, folder in found if folder.startswith(str(root))]
+    if found:
+        subprocess.run(["scancel", *(job for job, _, _ in found)], capture_output=True, timeout=60)
+    return [f"job {job} ({name}): {state}" for job, state, name in found]
+
+
 def learner_main(argv: list[str]) -> int:
     """One learner's kernel: ``check(EXERCISE, PATH)`` as the notebooks call it; its report as one JSON line."""
     from course_lib.check import check
     exercise, path, engine, worlds = argv
     options = {"world_sizes": tuple(int(w) for w in worlds.split(","))} if worlds else {}
-    report = check(exercise, path, engine, **options)
+    t0 = time.monotonic()
+    report = check(exercise, path, engine, say=lambda text: print(f"[said at {time.monotonic() - t0:.1f} s] {text}",
+                                                                    flush=True), **options)
     print(report.text())
     print(json.dumps({"passed": report.passed, "verdicts": report.rows()}), flush=True)
     return 0

@@ -226,9 +226,11 @@ def _call(url: str, token: str, method: str, body: dict | None, timeout: float):
     return json.loads(text) if text.strip() else None
 
 
-def wait_for_server(hub: "Hub", name: str, want_ready: bool) -> dict:
+def wait_for_server(hub: "Hub", name: str, want_ready: bool, timeout: float = 420) -> dict:
     """The user's model once the hub has decided: the server ready (or gone, when stopping). The hub holds the
-    deadline (its start_timeout, http_timeout); this only watches it, bounded by the test's own timeout."""
+    deadline (its start_timeout, http_timeout); this watches it, and gives up after ``timeout`` seconds (longer
+    than the hub's own deadlines) with what the hub said."""
+    end = time.monotonic() + timeout
     while True:
         model = hub.api("GET", f"/users/{name}")
         server = model["servers"].get("")
@@ -238,4 +240,6 @@ def wait_for_server(hub: "Hub", name: str, want_ready: bool) -> dict:
             assert not want_ready, f"the hub gave up on {name}'s server:\n{hub.log_tail(60)}"
             return model
         assert hub.proc.poll() is None, f"the hub exited:\n{hub.log_tail()}"
+        assert time.monotonic() < end, (f"{name}'s server is still {model.get('pending') or 'not ready'} after "
+                                        f"{timeout:.0f} s:\n{hub.log_tail(60)}")
         time.sleep(1)

@@ -30,6 +30,11 @@ OUT = ROOT / "out" / "hub"
 # a bound for one step (a login, a cell's verdict) on a loaded 2-core machine: 165-244 s were measured at load 20;
 # a step that takes longer is reported with its evidence (_evidence) instead of waited on for 15 minutes
 WAIT_MS = 360_000
+# one learner's whole test (login, notebook 02's check, notebook 03's job): every wait ends by then, leaving
+# EVIDENCE_S to keep the evidence before pytest-timeout's LEARNER_TIMEOUT_S, which would end the test with none
+LEARNER_BUDGET_S = 660
+EVIDENCE_S = 120
+LEARNER_TIMEOUT_S = LEARNER_BUDGET_S + EVIDENCE_S + 60
 FIGURES: dict = {}
 
 _reason = hs.why_not()
@@ -82,18 +87,30 @@ def _memory(hub) -> dict:
     return {k: round(v) for k, v in rss.items()}
 
 
-def _evidence(hub, name: str, home: Path) -> None:
+def _evidence(hub, name: str, home: Path, step: str, cell=None) -> None:
     """What a learner's failed step leaves for a reader, in out/hub/NAME-failure.txt (beside the screenshot): the
-    kernels' states, the newest logs of the workspace (checks' and jobs') and the hub's log."""
-    parts = []
+    step, the machine's load, the cell's output as the learner saw it (a local check's own log: its deadline line,
+    then its verdicts), the kernels' states as the server reports them, the learner's processes as the machine sees
+    them (the kernel, the check's fork server and ranks: state, CPU seconds, age), the newest logs of the workspace
+    (jobs' and Slurm checks') and the hub's log. Every part is bounded in time: the evidence itself never hangs."""
+    parts = [f"step that failed: {step}; load average {os.getloadavg()}, {os.cpu_count()} cores"]
+    if cell is not None:
+        try:
+            parts.append("--- the cell's output\n" + cell.locator(".jp-OutputArea").first.inner_text(timeout=10_000))
+        except Exception as e:   # noqa: BLE001 - the page may be what failed
+            parts.append(f"--- no cell output: {e}")
     try:
         token = hs.user_token(hub, name)
-        for s in hs.server_api(hub, name, "sessions", token):
+        sessions = hs.server_api(hub, name, "sessions", token)
+        for s in sessions:
             k = s["kernel"]
             parts.append(f"kernel of {s['path']}: {k['name']} {k['execution_state']}, last activity "
                          f"{k['last_activity']}")
+        if not sessions:
+            parts.append("no kernel: the server has no session")
     except Exception as e:   # the server itself may be what failed
         parts.append(f"no kernel states: {e}")
+    parts.append("--- the learner's processes\n" + "\n".join(_processes_of(pwd.getpwnam(name).pw_uid)))
     logs = sorted((p for p in (home / "course").glob("**/*.log") if p.is_file()), key=lambda p: p.stat().st_mtime)
     for log in logs[-4:]:
         parts.append(f"--- {log} (last 40 lines)\n" + "\n".join(log.read_text(errors="replace").splitlines()[-40:]))
@@ -103,17 +120,47 @@ def _evidence(hub, name: str, home: Path) -> None:
     print(text)
 
 
-def _run_to(page, marker: str) -> object:
+def _processes_of(uid: int) -> list[str]:
+    """One line per live process of ``uid``: pid, parent, state, CPU seconds, age, command line."""
+    import psutil
+
+    now, lines = time.time(), []
+    for p in psutil.process_iter(["pid", "ppid", "uids", "status", "cpu_times", "create_time", "cmdline"]):
+        info = p.info
+        if not info["uids"] or info["uids"].real != uid or info["cpu_times"] is None:
+            continue
+        cpu = info["cpu_times"].user + info["cpu_times"].system
+        lines.append(f"{info['pid']:>7} parent {info['ppid']:>7} {info['status']:<9} cpu {cpu:7.1f} s  "
+                     f"age {now - info['create_time']:6.0f} s  {' '.join(info['cmdline'] or [])[:200]}")
+    return lines or ["(none)"]
+
+
+class Budget:
+    """A learner test's time: each wait gets WAIT_MS, and never more than what is left of LEARNER_BUDGET_S, so a
+    stuck step fails with its evidence well before pytest-timeout would stop the test without any."""
+
+    def __init__(self, seconds: float = LEARNER_BUDGET_S):
+        self.start = time.monotonic()
+        self.end = self.start + seconds
+
+    def ms(self) -> float:
+        return max(1_000.0, min(WAIT_MS, (self.end - time.monotonic()) * 1000))
+
+    def spent(self) -> float:
+        return time.monotonic() - self.start
+
+
+def _run_to(page, marker: str, budget: Budget) -> object:
     """Run every cell above the cell holding ``marker``, then that cell; returns the cell's locator."""
     cell = page.locator(".jp-Notebook .jp-Cell", has_text=marker).first
-    cell.scroll_into_view_if_needed()
-    _palette(page, cell, "Run All Above Selected Cell")
-    cell.locator(".jp-InputPrompt").first.click()
+    cell.scroll_into_view_if_needed(timeout=budget.ms())
+    _palette(page, cell, "Run All Above Selected Cell", budget)
+    cell.locator(".jp-InputPrompt").first.click(timeout=budget.ms())
     page.keyboard.press("Shift+Enter")
     return cell
 
 
-def _palette(page, cell, command: str, tries: int = 4) -> None:
+def _palette(page, cell, command: str, budget: Budget, tries: int = 4) -> None:
     """Select ``cell`` and run ``command`` from the command palette. The palette is a modal that closes when it
     loses focus; on a learner's first page load, a late start-up step (kernel, file browser) took the focus once
     between filling the palette and clicking its item, and the click then waited for nothing (CI, 15 minutes). So
@@ -122,10 +169,10 @@ def _palette(page, cell, command: str, tries: int = 4) -> None:
 
     for attempt in range(1, tries + 1):
         try:
-            cell.locator(".jp-InputPrompt").first.click()          # select it, command mode
+            cell.locator(".jp-InputPrompt").first.click(timeout=budget.ms())   # select it, command mode
             page.keyboard.press("Control+Shift+C")
-            page.locator(".lm-CommandPalette-input").fill(command, timeout=60_000)
-            page.locator(".lm-CommandPalette-item", has_text=command).first.click(timeout=60_000)
+            page.locator(".lm-CommandPalette-input").fill(command, timeout=min(60_000, budget.ms()))
+            page.locator(".lm-CommandPalette-item", has_text=command).first.click(timeout=min(60_000, budget.ms()))
             return
         except PlaywrightTimeout:
             print(f"command palette, try {attempt} of {tries}: {command!r} did not show; opening it again")
@@ -133,39 +180,45 @@ def _palette(page, cell, command: str, tries: int = 4) -> None:
     raise AssertionError(f"the command palette never offered {command!r} in {tries} tries")
 
 
-def _open(page, base: str, notebook: str):
-    page.goto(f"{base}/lab/tree/notebooks/{notebook}")
-    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=WAIT_MS)
+def _open(page, base: str, notebook: str, budget: Budget):
+    page.goto(f"{base}/lab/tree/notebooks/{notebook}", timeout=budget.ms())
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=budget.ms())
     page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(state="attached",
-                                                                                        timeout=WAIT_MS)
+                                                                                        timeout=budget.ms())
 
 
-@pytest.mark.timeout(1500)   # pyproject's 600 s per test is too short for a hub on a loaded 2-core machine
+# pyproject's 600 s per test is too short for a hub on a loaded 2-core machine; the test's own waits end earlier.
+# func_only: the hub's start (the module's fixture, bounded by Hub.start's own 300 s) is not counted in it
+@pytest.mark.timeout(LEARNER_TIMEOUT_S, func_only=True)
 @pytest.mark.parametrize("name", hs.LEARNERS)
 def test_learner_logs_in_checks_and_submits(hub, browser, name):
     user = pwd.getpwnam(name)
     home = Path(user.pw_dir)
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
+    budget, step, cell = Budget(), "log in", None
     page.set_default_timeout(WAIT_MS)
     OUT.mkdir(parents=True, exist_ok=True)
     try:
         hub.add_user(name)
-        page.goto(f"{hub.url}/hub/login")
-        page.fill("#username_input", name)
-        page.fill("#password_input", hub.password)
+        page.goto(f"{hub.url}/hub/login", timeout=budget.ms())
+        page.fill("#username_input", name, timeout=budget.ms())
+        page.fill("#password_input", hub.password, timeout=budget.ms())
         t0 = time.monotonic()
-        page.click("#login_submit")
-        page.wait_for_url(f"**/user/{name}/lab**", timeout=WAIT_MS)
-        page.locator("#jp-main-dock-panel").wait_for()
+        page.click("#login_submit", timeout=budget.ms())
+        page.wait_for_url(f"**/user/{name}/lab**", timeout=budget.ms())
+        page.locator("#jp-main-dock-panel").wait_for(timeout=budget.ms())
         t_lab = time.monotonic() - t0
         base = f"{hub.url}/user/{name}"
         assert (home / "course" / ".course-workspace.json").is_file(), "no workspace made at first login"
 
-        _open(page, base, "02_ddp_six_steps.ipynb")
-        cell = _run_to(page, "steps=[1]")
+        step = "open notebook 02"
+        _open(page, base, "02_ddp_six_steps.ipynb", budget)
+        step = "run notebook 02 down to the Step 1 check"
+        cell = _run_to(page, "steps=[1]", budget)
+        step = "the Step 1 check's verdict"
         verdict = cell.locator(".jp-OutputArea-output", has_text="passed in")
-        verdict.wait_for()
+        verdict.wait_for(timeout=budget.ms())
         t_verdict = time.monotonic() - t0
         assert "course check ddp" in verdict.inner_text()
         assert str(home / "course" / "exercises") in verdict.inner_text()   # the learner's file, not the install's
@@ -179,15 +232,23 @@ def test_learner_logs_in_checks_and_submits(hub, browser, name):
         kernels = {s["path"]: s["kernel"]["name"] for s in hs.server_api(hub, name, "sessions", token)}
         assert kernels.get("notebooks/02_ddp_six_steps.ipynb") == "multigpu-course", kernels
 
-        _open(page, base, "03_launching_jobs.ipynb")
-        cell = _run_to(page, "job = jobs.submit(spec, ENGINE_NAME)")
-        cell.locator(".jp-OutputArea-output", has_text="COMPLETED").first.wait_for()
-        cell.locator(".progress-bar-success, .widget-progress .progress-bar-success").first.wait_for(state="attached")
+        step, cell = "open notebook 03", None
+        _open(page, base, "03_launching_jobs.ipynb", budget)
+        step = "run notebook 03 down to the job's submission"
+        cell = _run_to(page, "job = jobs.submit(spec, ENGINE_NAME)", budget)
+        step = "the job's COMPLETED"
+        cell.locator(".jp-OutputArea-output", has_text="COMPLETED").first.wait_for(timeout=budget.ms())
+        cell.locator(".progress-bar-success, .widget-progress .progress-bar-success").first.wait_for(
+            state="attached", timeout=budget.ms())
         page.screenshot(path=str(OUT / f"{name}-03-job.png"))
         FIGURES[name] = {"login_to_lab_s": round(t_lab, 1), "login_to_first_verdict_s": round(t_verdict, 1)}
     except Exception:
-        page.screenshot(path=str(OUT / f"{name}-failure.png"))
-        _evidence(hub, name, home)
+        print(f"\n{name}: '{step}' failed {budget.spent():.0f} s into the test")
+        try:
+            page.screenshot(path=str(OUT / f"{name}-failure.png"), timeout=30_000)
+        except Exception as e:   # noqa: BLE001 - the rest of the evidence still counts
+            print(f"no screenshot: {e}")
+        _evidence(hub, name, home, step, cell)
         raise
     finally:
         context.close()
@@ -383,8 +444,9 @@ def _kernel_runs(home: Path, kernel_id: str, code: str):
     client.start_channels()
     client.wait_for_ready(timeout=120)
     client.execute(code)
+    end = time.monotonic() + 120
     while True:
-        msg = client.get_iopub_msg(timeout=120)
+        msg = client.get_iopub_msg(timeout=max(1.0, end - time.monotonic()))   # queue.Empty past the end
         if msg["msg_type"] == "stream":
             return client, msg["content"]["text"]
         if msg["msg_type"] == "error":

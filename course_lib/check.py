@@ -9,9 +9,10 @@ Where the check runs: ``--engine`` (``engine=`` in Python), else ``$COURSE_CHECK
 ``course check sbatch`` always runs here, since it submits a job of its own.
 
 A local check has one overall deadline (``overall_deadline``), said when it starts ("checking: up to N s"): the
-sum of its own launches' deadlines, plus a margin for starting the fork server and stopping ranks. Should the
-checker still not have answered by then, its processes are stopped and the report says so (a "check run" FAIL),
-so a learner's cell never spins without an end.
+sum of its own launches' deadlines, plus a margin for starting the fork server and stopping ranks. Every launch
+inside the check ends by it (course_lib.core.launch.scope: each runs for min(its own timeout, what is left)); a run
+cut short by it makes the report's first row a "check run" FAIL that says so, so a learner's cell never spins
+without an end. A local check's runs stay here, whatever the site's ``runs``.
 """
 from __future__ import annotations
 
@@ -70,11 +71,25 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
     seconds = overall_deadline(exercise, kwargs)
     if say is not None:
         (print if say is _PRINT else say)(f"checking: up to {seconds:.0f} s")
-    # The checker runs in this thread, bounded by its launches' own deadlines. within_deadline (a second thread
-    # that stops the check's processes at the overall deadline) is not used here: with it, notebook 03 run on the
-    # local Slurm under papermill stalled for about 10 minutes in a later cell in 2 of 3 CI runs, without it in
-    # none; the cause is not found yet
-    return get(exercise).check(path, **kwargs)
+    # The checker runs in this thread (a second thread that stopped the check at its deadline made papermill stall
+    # in CI; commit 5a647d9); the deadline holds because every launch inside the scope ends by it, each at
+    # min(its own timeout, what is left), and the runs stay here: this is where the site sends checks
+    from course_lib.core.launch import scope
+
+    with scope(seconds, engine="local") as bound:
+        report = get(exercise).check(path, **kwargs)
+    if bound.cut:
+        _cut_short(report, seconds)
+    return report
+
+
+def _cut_short(report, seconds: float) -> None:
+    """A "check run" FAIL first: the check's overall deadline, not the learner's code, stopped a run."""
+    report.add("check run", False, f"no verdict within the check's deadline of {seconds:.0f} s: the runs still "
+               f"going then were stopped (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), so a "
+               "run said to time out or hang below may not be your code's doing. Check again when the machine is "
+               "less busy; tell your instructor if it happens again")
+    report.verdicts.insert(0, report.verdicts.pop())
 
 
 def overall_deadline(exercise: str, options: dict) -> float:

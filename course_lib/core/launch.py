@@ -15,6 +15,7 @@ Guarantees, because a stuck collective otherwise hangs a notebook forever:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -25,11 +26,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from course_lib.core import proc
+from course_lib.core.result import LaunchResult, RankResult  # noqa: F401 - importable from here as before
 
 MAX_LINE = 2000          # characters kept of one output line
 TORCHRUN_PREFIX_ANY = re.compile(r"\[default(\d+)\]:")
@@ -81,61 +82,6 @@ def _base_env(extra: dict | None) -> dict:
     return env
 
 
-@dataclass
-class RankResult:
-    rank: int
-    returncode: int | None = None     # None: still running when stopped (deadline or another rank failed)
-    lines: deque = field(default_factory=lambda: deque(maxlen=200))
-
-    def tail(self, n: int = 10) -> list[str]:
-        return list(self.lines)[-n:]
-
-
-@dataclass
-class LaunchResult:
-    style: str
-    nprocs: int
-    ranks: list[RankResult]
-    timed_out: bool = False
-    failed_rank: int | None = None    # the first rank seen failing
-    elapsed: float = 0.0
-    returncode: int | None = None     # torchrun's own exit code (style="torchrun")
-    launcher_lines: deque = field(default_factory=lambda: deque(maxlen=200))   # torchrun's own messages
-    partial: dict = field(default_factory=dict, repr=False)   # torchrun: rank -> a line cut short
-
-    @property
-    def ok(self) -> bool:
-        return not self.timed_out and all(r.returncode == 0 for r in self.ranks)
-
-    @property
-    def stuck_ranks(self) -> list[int]:
-        return [r.rank for r in self.ranks if r.returncode is None]
-
-    def output(self, rank: int | None = None) -> str:
-        """The kept lines of one rank (or all, prefixed) as text."""
-        if rank is not None:
-            return "\n".join(self.ranks[rank].lines)
-        return "\n".join(f"[rank {r.rank}] {line}" for r in self.ranks for line in r.lines)
-
-    def summary(self, tail: int = 5) -> str:
-        """One line on the outcome, then the last lines of each rank that did not finish cleanly."""
-        if self.ok:
-            return f"{self.nprocs} ranks ({self.style}) finished in {self.elapsed:.1f} s"
-        if self.timed_out:
-            head = (f"deadline of {self.elapsed:.0f} s reached; ranks {self.stuck_ranks} were still running "
-                    "(a collective that not every rank calls, or a send without a matching receive, waits forever)")
-        else:
-            codes = ", ".join(f"rank {r.rank}: {'stopped' if r.returncode is None else r.returncode}"
-                              for r in self.ranks)
-            head = f"rank {self.failed_rank} failed first (exit codes: {codes})"
-        parts = [head]
-        for r in self.ranks:
-            if r.returncode != 0 and r.lines:
-                parts.append(f"--- last lines of rank {r.rank}:")
-                parts.extend("    " + line for line in r.tail(tail))
-        return "\n".join(parts)
-
-
 def _reader(stream, rank, q):
     """Forward lines of one pipe to the queue; cuts very long lines instead of buffering them."""
     for raw in iter(lambda: stream.readline(MAX_LINE), b""):
@@ -174,12 +120,76 @@ def default_printer(rank: int, line: str) -> None:
     print(f"[rank {rank}] {line}" if rank >= 0 else f"[torchrun] {line}", flush=True)
 
 
+@dataclass
+class Scope:
+    """What an enclosing run (a check) imposes on every launch inside it: a deadline and an engine."""
+    deadline: float | None = None     # time.monotonic() by which every launch inside must have ended
+    engine: str | None = None         # "local": the launches run here whatever the site says
+    cut: bool = False                 # a launch inside timed out at this deadline rather than at its own
+
+
+# process-wide, not a contextvar: a checker runs its launches in worker threads too (a process runs one check at
+# a time: the kernel, the grader's sandbox, a check job)
+_scopes: list[Scope] = []
+
+
+@contextlib.contextmanager
+def scope(seconds: float | None = None, engine: str | None = None):
+    """``with scope(600):`` every launch inside ends within 600 s from now, each by min(its own timeout, what is
+    left); ``engine="local"`` keeps them on this machine. Yields the Scope (``.cut``: a launch was cut short)."""
+    s = Scope(None if seconds is None else time.monotonic() + seconds, engine)
+    _scopes.append(s)
+    try:
+        yield s
+    finally:
+        _scopes.remove(s)
+
+
+def _bounded(timeout: float) -> tuple[float, list[Scope]]:
+    """``timeout`` cut to what is left of the enclosing scopes' deadlines, and the scopes that cut it."""
+    now = time.monotonic()
+    cutting = [s for s in _scopes if s.deadline is not None and s.deadline - now < timeout]
+    return min([timeout] + [max(0.0, s.deadline - now) for s in cutting]), cutting
+
+
 def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", timeout: float = 120,
            env: dict | None = None, cwd: str | os.PathLike | None = None,
            on_line: Callable[[int, str], None] | None = default_printer, grace: float = 2.0,
            preexec_fn: Callable[[], None] | None = None, torchrun_args: Sequence[str] = (),
-           stop: threading.Event | None = None, warm: bool | None = None) -> LaunchResult:
-    """Run ``python *script_args`` as ``nprocs`` ranks; see the module docstring for the guarantees.
+           stop: threading.Event | None = None, warm: bool | None = None, engine: str | None = None) -> LaunchResult:
+    """Run ``python *script_args`` as ``nprocs`` ranks where the site runs them (course_lib.runs.engine):
+    here (``local``, see ``launch_here``), or as a short Slurm job (``slurm``: course_lib.runs.launch_on_slurm,
+    the same lines, result and guarantees). ``engine``: "local" or "slurm" for this call; None: the enclosing
+    scope's, else $COURSE_RUNS, else the site profile's ``runs``. A launch that passes ``preexec_fn`` always runs
+    here. Inside a ``scope(seconds)`` the deadline is min(timeout, what is left of the scope's)."""
+    if style not in ("srun", "torchrun"):
+        raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
+    if torchrun_args and style != "torchrun":
+        raise ValueError("torchrun_args need style='torchrun'")
+    timeout, cutting = _bounded(timeout)
+    from course_lib.runs import engine as engine_for
+    if timeout <= 0:      # the enclosing check's deadline has passed: start nothing
+        result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)], timed_out=True)
+    elif preexec_fn is None and engine_for(engine, next((s.engine for s in _scopes[::-1] if s.engine), None)) \
+            == "slurm":
+        from course_lib.runs import launch_on_slurm
+        result = launch_on_slurm(script_args, nprocs, style, timeout, env, cwd, on_line, grace, torchrun_args,
+                                 stop, warm)
+    else:
+        result = launch_here(script_args, nprocs, style, timeout, env, cwd, on_line, grace, preexec_fn,
+                             torchrun_args, stop, warm)
+    if result.timed_out:
+        for s in cutting:
+            s.cut = True
+    return result
+
+
+def launch_here(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", timeout: float = 120,
+                env: dict | None = None, cwd: str | os.PathLike | None = None,
+                on_line: Callable[[int, str], None] | None = default_printer, grace: float = 2.0,
+                preexec_fn: Callable[[], None] | None = None, torchrun_args: Sequence[str] = (),
+                stop: threading.Event | None = None, warm: bool | None = None) -> LaunchResult:
+    """Run ``python *script_args`` as ``nprocs`` ranks on this machine; see the module docstring for the guarantees.
 
     ``script_args`` is what follows ``python``: a script and its arguments, or ``["-m", "module", ...]``.
     ``on_line(rank, line)`` sees each line as it comes (None: silent). ``preexec_fn`` runs in each child
@@ -191,10 +201,6 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     ``warm.session()`` if any, True starts one for this launch if none is open, False (or ``COURSE_WARM=0``)
     always starts fresh interpreters.
     """
-    if style not in ("srun", "torchrun"):
-        raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
-    if torchrun_args and style != "torchrun":
-        raise ValueError("torchrun_args need style='torchrun'")
     base = _base_env(env)
     q: queue.Queue = queue.Queue()
     result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)])
@@ -323,12 +329,7 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop=None):
 
 
 def _deliver(result, rank, text, on_line):
-    if 0 <= rank < result.nprocs:
-        result.ranks[rank].lines.append(text)
-    else:
-        result.launcher_lines.append(text)
-    if on_line is not None:
-        on_line(rank, text)
+    result.deliver(rank, text, on_line)
 
 
 def _collect_exit_codes(result, procs):

@@ -10,7 +10,7 @@ Where the check runs: ``--engine`` (``engine=`` in Python), else ``$COURSE_CHECK
 
 A local check has one overall deadline (``overall_deadline``), said when it starts ("checking: up to N s"): the
 sum of its own launches' deadlines, plus a margin for starting the fork server and stopping ranks. Every launch
-inside the check ends by it (course_lib.core.launch.scope: each runs for min(its own timeout, what is left)); a run
+inside the check ends by it (course_lib.core.scope: each runs for min(its own timeout, what is left)); a run
 cut short by it makes the report's first row a "check run" FAIL that says so, so a learner's cell never spins
 without an end. A local check's runs stay here, whatever the site's ``runs``.
 """
@@ -74,7 +74,7 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
     # The checker runs in this thread (a second thread that stopped the check at its deadline made papermill stall
     # in CI; commit 5a647d9); the deadline holds because every launch inside the scope ends by it, each at
     # min(its own timeout, what is left), and the runs stay here: this is where the site sends checks
-    from course_lib.core.launch import scope
+    from course_lib.core.scope import scope
 
     with scope(seconds, engine="local") as bound:
         report = get(exercise).check(path, **kwargs)

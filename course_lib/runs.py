@@ -1,9 +1,11 @@
 """Where the notebooks' multi-process runs go, and what the run's node has.
 
-Every run goes through course_lib.core.launch.launch; its engine is, in this order: ``local`` inside a Slurm job
-or a run/check job of the course (no job submits jobs), the ``engine=`` argument, the enclosing check's (a check
-that runs here keeps its runs here), ``$COURSE_RUNS``, the site profile's ``runs`` (course_lib.jobs.site),
-``local``.
+``runs.launch(...)`` takes what course_lib.core.launch.launch takes and gives the same LaunchResult; its engine is,
+in this order: ``local`` inside a Slurm job or a run/check job of the course (no job submits jobs), the
+``engine=`` argument, the enclosing check's (a check that runs here keeps its runs here), ``$COURSE_RUNS``, the
+site profile's ``runs`` (course_lib.jobs.site), ``local``. ``runs.session(env)`` is the warm start
+(course_lib.core.warm.session) where runs are local, nothing where they go to Slurm. The checkers call
+course_lib.core.launch directly: where a check runs is the site's ``checks``, and its runs go with it.
 
 - ``local``: the ranks run on this machine (a laptop, CI, a hub whose servers are themselves Slurm jobs).
 - ``slurm``: ``launch_on_slurm`` submits one short job on the site's partition (a CPU per rank, a GPU per rank up to
@@ -18,14 +20,18 @@ GPU choices (fp16, NCCL, ``torch.compile`` on ``cuda``) are made for the node th
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import re
+import tempfile
 import time
 from pathlib import Path
 
+from course_lib.core import launch as local
 from course_lib.core.result import LINES_NAME, RESULT_NAME, LaunchResult, RankResult, parse_record
+from course_lib.core.scope import scoped_engine
 from course_lib.jobs import runner
 
 ENGINES = ("local", "slurm")
@@ -37,11 +43,11 @@ class RunJobError(runner.JobError):
     """A run sent to Slurm gave no result (refused, left in the queue, ended without one); the message says why."""
 
 
-def engine(choice: str | None = None, scoped: str | None = None) -> str:
+def engine_for(choice: str | None = None) -> str:
     """"local" or "slurm" for a run (see the module docstring for the order)."""
     if os.environ.get(runner.IN_JOB) or os.environ.get("SLURM_JOB_ID"):
         return "local"
-    choice = choice or scoped or os.environ.get("COURSE_RUNS")
+    choice = choice or scoped_engine() or os.environ.get("COURSE_RUNS")
     if not choice:
         from course_lib.jobs.site import load_site
 
@@ -51,9 +57,45 @@ def engine(choice: str | None = None, scoped: str | None = None) -> str:
     return choice.lower()
 
 
+def launch(script_args, nprocs: int = 2, style: str = "srun", timeout: float = 120, env: dict | None = None,
+           cwd=None, on_line=local.default_printer, grace: float = 2.0, torchrun_args=(), stop=None,
+           warm: bool | None = None, engine: str | None = None) -> LaunchResult:
+    """Run ``python *script_args`` as ``nprocs`` ranks where the site runs them (``engine``: this call's choice);
+    the arguments and the result as course_lib.core.launch.launch's."""
+    if engine_for(engine) == "slurm":
+        if style not in ("srun", "torchrun"):
+            raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
+        return launch_on_slurm(script_args, nprocs, style, timeout, env, cwd, on_line, grace, torchrun_args, stop,
+                               warm)
+    return local.launch(script_args, nprocs, style, timeout, env, cwd, on_line, grace,
+                        torchrun_args=torchrun_args, stop=stop, warm=warm)
+
+
+def session(env: dict | None = None, preload=(), engine: str | None = None):
+    """The warm start for the launches inside (course_lib.core.warm.session) where they run here; where they go to
+    Slurm, nothing (a server here would import torch for nothing)."""
+    if engine_for(engine) == "slurm":
+        return contextlib.nullcontext()
+    from course_lib.core import warm
+
+    return warm.session(env, preload)
+
+
+def workdir(prefix: str = "run-"):
+    """A scratch folder the ranks can reach, removed on the way out: in the runs folder (on the file system the
+    compute nodes share) where runs go to Slurm, else in this machine's temp folder."""
+    if engine_for() == "slurm":
+        from course_lib import jobs
+
+        folder = jobs.runs_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        return tempfile.TemporaryDirectory(prefix=prefix, dir=folder)
+    return tempfile.TemporaryDirectory(prefix=prefix)
+
+
 def node_gpus(choice: str | None = None) -> int:
     """GPUs of the node a run would go to: the site profile's per node when runs go to Slurm, else this machine's."""
-    if engine(choice) == "slurm":
+    if engine_for(choice) == "slurm":
         from course_lib.jobs.site import load_site
 
         return load_site().gpus_per_node
@@ -69,7 +111,7 @@ def node_has_gpus(choice: str | None = None) -> bool:
 
 def where(choice: str | None = None) -> str:
     """Where the runs go, in words, for a cell that says what it decided and why."""
-    if engine(choice) == "slurm":
+    if engine_for(choice) == "slurm":
         from course_lib.jobs.site import load_site
 
         site = load_site()

@@ -8,6 +8,7 @@ from conftest import ROOT
 
 from course_lib import runs
 from course_lib.core import launch as launching
+from course_lib.core import scope
 from course_lib.core.report import FAIL
 from course_lib.jobs.site import SiteError, load_site
 
@@ -33,18 +34,20 @@ def clean(monkeypatch):
 
 def test_the_engine_is_the_call_then_the_check_then_the_environment_then_the_profile(tmp_path, clean):
     clean.setenv("COURSE_SITE", "local")
-    assert runs.engine() == "local" and load_site("example-gpu-cluster").runs == "slurm"
+    assert runs.engine_for() == "local" and load_site("example-gpu-cluster").runs == "slurm"
     clean.setenv("COURSE_SITE", str(profile(tmp_path, runs="slurm")))
-    assert runs.engine() == "slurm" and runs.engine("local") == "local" and runs.engine(None, "local") == "local"
+    assert runs.engine_for() == "slurm" and runs.engine_for("local") == "local"
+    with scope.scope(engine="local"):            # a check that runs here keeps its runs here
+        assert runs.engine_for() == "local" and runs.engine_for("slurm") == "slurm"
     clean.setenv("COURSE_RUNS", "local")
-    assert runs.engine() == "local" and runs.engine("slurm") == "slurm"
+    assert runs.engine_for() == "local" and runs.engine_for("slurm") == "slurm"
     clean.setenv("COURSE_RUNS", "slrum")
     with pytest.raises(ValueError, match="not 'slrum'"):
-        runs.engine()
+        runs.engine_for()
     with pytest.raises(SiteError, match="runs must be one of"):
         load_site(str(profile(tmp_path, name="typo", runs="cluster")))
     clean.setenv("SLURM_JOB_ID", "12")           # inside a job: never a job of its own
-    assert runs.engine("slurm") == "local"
+    assert runs.engine_for("slurm") == "local"
 
 
 def test_gpu_choices_follow_the_runs_node_not_the_kernel(tmp_path, clean):
@@ -54,6 +57,8 @@ def test_gpu_choices_follow_the_runs_node_not_the_kernel(tmp_path, clean):
     assert runs.node_has_gpus() and runs.node_gpus() == 4   # ... the run's node has 4: the GPU branch is taken
     assert "4 GPU(s) per node" in runs.where()
     assert not runs.node_has_gpus("local") and runs.where("local") == "this machine"
+    clean.setenv("COURSE_SITE", str(profile(tmp_path, name="jobs", gpus_per_node=2)))   # runs local, jobs on Slurm
+    assert runs.node_gpus("slurm") == 2 and not runs.node_has_gpus()   # notebook 01 asks with its jobs' engine
     clean.setenv("COURSE_SITE", str(profile(tmp_path, name="cpu", runs="slurm")))
     assert not runs.node_has_gpus()
 
@@ -63,14 +68,14 @@ def test_a_scope_deadline_bounds_every_launch_inside_it(tmp_path, clean):
     sleeper = tmp_path / "sleep.py"
     sleeper.write_text("import time\nprint('up', flush=True)\ntime.sleep(60)\n")
     start = time.monotonic()
-    with launching.scope(4, engine="local") as s:
+    with scope.scope(4) as s:
         first = launching.launch([str(sleeper)], nprocs=1, timeout=60, on_line=None, warm=False)
         second = launching.launch([str(sleeper)], nprocs=1, timeout=60, on_line=None, warm=False)
     took = time.monotonic() - start
     assert first.timed_out and second.timed_out and s.cut, (first.summary(), second.summary())
     assert second.elapsed < 1 and not second.ranks[0].lines      # nothing left of the deadline: nothing started
     assert took < 15, took
-    assert not launching._scopes
+    assert not scope._scopes
 
 
 def test_a_check_past_its_overall_deadline_ends_with_a_clear_verdict(tmp_path, clean, monkeypatch):

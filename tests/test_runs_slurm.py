@@ -8,7 +8,7 @@ import threading
 import psutil
 import pytest
 
-from course_lib.core.launch import launch
+from course_lib.runs import launch
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -150,9 +150,8 @@ def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS,
 
     Each algorithm first runs once on a small tensor; one that hangs for ``sanity_timeout`` s is left out.
     """
+    from course_lib import runs
     from course_lib.allreduce import costmodel as model
-    from course_lib.core import warm
-    from course_lib.core.launch import launch
     result = BenchResult()
     for world in ranks:
         todo = list(algos)
@@ -166,8 +165,8 @@ def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS,
                 elif echo is not None and rank >= 0:
                     echo(f"[rank {rank}] {line}")
 
-            with warm.session(WORKER_ENV):   # ranks forked from a server that imported torch once
-                res = launch(["-m", WORKER, os.path.abspath(path), "--sizes", ",".join(map(str, sizes)),
+            with runs.session(WORKER_ENV):   # here: ranks forked from a server that imported torch once
+                res = runs.launch(["-m", WORKER, os.path.abspath(path), "--sizes", ",".join(map(str, sizes)),
                               "--algos", ",".join(todo), "--sanity-timeout", str(sanity_timeout)]
                              + (["--quick"] if quick else []),
                              nprocs=world, timeout=timeout, on_line=on_line, env=WORKER_ENV)

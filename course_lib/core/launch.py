@@ -15,7 +15,6 @@ Guarantees, because a stuck collective otherwise hangs a notebook forever:
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import re
@@ -26,11 +25,12 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from course_lib.core import proc
+from course_lib.core.rank_env import base_env, srun_env  # noqa: F401 - importable from here as before
 from course_lib.core.result import LaunchResult, RankResult  # noqa: F401 - importable from here as before
+from course_lib.core.scope import bounded
 
 MAX_LINE = 2000          # characters kept of one output line
 TORCHRUN_PREFIX_ANY = re.compile(r"\[default(\d+)\]:")
@@ -55,31 +55,6 @@ def reserve_port() -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", 0))
     return s
-
-
-def srun_env(rank: int, nprocs: int, port: int, base: dict | None = None) -> dict:
-    """The environment srun (plus the course's job script) gives task ``rank`` of a one-node job."""
-    env = dict(os.environ if base is None else base)
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
-        env.pop(name, None)  # a torchrun-style variable left over would contradict the SLURM_* ones
-    env.update({
-        "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NTASKS": str(nprocs),
-        "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "localhost",
-        "SLURM_JOB_ID": env.get("SLURM_JOB_ID", "local"),
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-    })
-    return env
-
-
-def _base_env(extra: dict | None) -> dict:
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if sys.platform.startswith("linux"):
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")   # local processes talk over loopback
-    # torch sets 1 under torchrun; do the same for srun-style so both styles compare fairly
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.update(extra or {})
-    return env
 
 
 def _reader(stream, rank, q):
@@ -120,76 +95,13 @@ def default_printer(rank: int, line: str) -> None:
     print(f"[rank {rank}] {line}" if rank >= 0 else f"[torchrun] {line}", flush=True)
 
 
-@dataclass
-class Scope:
-    """What an enclosing run (a check) imposes on every launch inside it: a deadline and an engine."""
-    deadline: float | None = None     # time.monotonic() by which every launch inside must have ended
-    engine: str | None = None         # "local": the launches run here whatever the site says
-    cut: bool = False                 # a launch inside timed out at this deadline rather than at its own
-
-
-# process-wide, not a contextvar: a checker runs its launches in worker threads too (a process runs one check at
-# a time: the kernel, the grader's sandbox, a check job)
-_scopes: list[Scope] = []
-
-
-@contextlib.contextmanager
-def scope(seconds: float | None = None, engine: str | None = None):
-    """``with scope(600):`` every launch inside ends within 600 s from now, each by min(its own timeout, what is
-    left); ``engine="local"`` keeps them on this machine. Yields the Scope (``.cut``: a launch was cut short)."""
-    s = Scope(None if seconds is None else time.monotonic() + seconds, engine)
-    _scopes.append(s)
-    try:
-        yield s
-    finally:
-        _scopes.remove(s)
-
-
-def _bounded(timeout: float) -> tuple[float, list[Scope]]:
-    """``timeout`` cut to what is left of the enclosing scopes' deadlines, and the scopes that cut it."""
-    now = time.monotonic()
-    cutting = [s for s in _scopes if s.deadline is not None and s.deadline - now < timeout]
-    return min([timeout] + [max(0.0, s.deadline - now) for s in cutting]), cutting
-
-
 def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", timeout: float = 120,
            env: dict | None = None, cwd: str | os.PathLike | None = None,
            on_line: Callable[[int, str], None] | None = default_printer, grace: float = 2.0,
            preexec_fn: Callable[[], None] | None = None, torchrun_args: Sequence[str] = (),
-           stop: threading.Event | None = None, warm: bool | None = None, engine: str | None = None) -> LaunchResult:
-    """Run ``python *script_args`` as ``nprocs`` ranks where the site runs them (course_lib.runs.engine):
-    here (``local``, see ``launch_here``), or as a short Slurm job (``slurm``: course_lib.runs.launch_on_slurm,
-    the same lines, result and guarantees). ``engine``: "local" or "slurm" for this call; None: the enclosing
-    scope's, else $COURSE_RUNS, else the site profile's ``runs``. A launch that passes ``preexec_fn`` always runs
-    here. Inside a ``scope(seconds)`` the deadline is min(timeout, what is left of the scope's)."""
-    if style not in ("srun", "torchrun"):
-        raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
-    if torchrun_args and style != "torchrun":
-        raise ValueError("torchrun_args need style='torchrun'")
-    timeout, cutting = _bounded(timeout)
-    from course_lib.runs import engine as engine_for
-    if timeout <= 0:      # the enclosing check's deadline has passed: start nothing
-        result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)], timed_out=True)
-    elif preexec_fn is None and engine_for(engine, next((s.engine for s in _scopes[::-1] if s.engine), None)) \
-            == "slurm":
-        from course_lib.runs import launch_on_slurm
-        result = launch_on_slurm(script_args, nprocs, style, timeout, env, cwd, on_line, grace, torchrun_args,
-                                 stop, warm)
-    else:
-        result = launch_here(script_args, nprocs, style, timeout, env, cwd, on_line, grace, preexec_fn,
-                             torchrun_args, stop, warm)
-    if result.timed_out:
-        for s in cutting:
-            s.cut = True
-    return result
-
-
-def launch_here(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", timeout: float = 120,
-                env: dict | None = None, cwd: str | os.PathLike | None = None,
-                on_line: Callable[[int, str], None] | None = default_printer, grace: float = 2.0,
-                preexec_fn: Callable[[], None] | None = None, torchrun_args: Sequence[str] = (),
-                stop: threading.Event | None = None, warm: bool | None = None) -> LaunchResult:
+           stop: threading.Event | None = None, warm: bool | None = None) -> LaunchResult:
     """Run ``python *script_args`` as ``nprocs`` ranks on this machine; see the module docstring for the guarantees.
+    (``course_lib.runs.launch`` runs them where the site says: here, or as a Slurm job.)
 
     ``script_args`` is what follows ``python``: a script and its arguments, or ``["-m", "module", ...]``.
     ``on_line(rank, line)`` sees each line as it comes (None: silent). ``preexec_fn`` runs in each child
@@ -199,9 +111,17 @@ def launch_here(script_args: Sequence[str], nprocs: int = 2, style: str = "srun"
     on Ctrl-C). ``warm``: ranks without ``preexec_fn`` are forked from a server that imported torch once
     (``course_lib.core.warm``; under torchrun, its agent and each rank): None uses the server of an open
     ``warm.session()`` if any, True starts one for this launch if none is open, False (or ``COURSE_WARM=0``)
-    always starts fresh interpreters.
+    always starts fresh interpreters. Inside a ``course_lib.core.scope.scope(seconds)`` (a check) the deadline is
+    min(``timeout``, what is left of the scope's).
     """
-    base = _base_env(env)
+    if style not in ("srun", "torchrun"):
+        raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
+    if torchrun_args and style != "torchrun":
+        raise ValueError("torchrun_args need style='torchrun'")
+    timeout, cutting = bounded(timeout)
+    if timeout <= 0:      # the enclosing check's deadline has passed: start nothing
+        return _cut(LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)], timed_out=True), cutting)
+    base = base_env(env)
     q: queue.Queue = queue.Queue()
     result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)])
     procs: list[subprocess.Popen] = []
@@ -239,6 +159,14 @@ def launch_here(script_args: Sequence[str], nprocs: int = 2, style: str = "srun"
             server.close()
         if log_dir is not None:
             log_dir.cleanup()
+    return _cut(result, cutting)
+
+
+def _cut(result: LaunchResult, cutting: list) -> LaunchResult:
+    """Mark the scopes whose deadline ended ``result``."""
+    if result.timed_out:
+        for s in cutting:
+            s.cut = True
     return result
 
 

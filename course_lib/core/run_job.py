@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from course_lib.core.atomic import write_text
-from course_lib.core.launch import default_printer, launch_here
+from course_lib.core.launch import default_printer, launch
 from course_lib.core.result import LINES_NAME, RESULT_NAME, line_record
 from course_lib.jobs import runner
 
@@ -30,9 +30,9 @@ def main(argv: list[str]) -> int:
         def on_line(rank: int, text: str) -> None:
             lines.write(line_record(rank, text))
             default_printer(rank, text)   # the job's own log reads as a local run's output
-        result = launch_here(request["script_args"], request["nprocs"], request["style"], request["timeout"],
-                             request["env"], None, on_line, request["grace"],
-                             torchrun_args=request["torchrun_args"], warm=request["warm"])
+        result = launch(request["script_args"], request["nprocs"], request["style"], request["timeout"],
+                        request["env"], None, on_line, request["grace"],
+                        torchrun_args=request["torchrun_args"], warm=request["warm"])
     write_text(folder / RESULT_NAME, json.dumps(result.to_dict()))
     print(result.summary(), flush=True)
     return 0

@@ -95,3 +95,36 @@ def test_a_check_past_its_overall_deadline_ends_with_a_clear_verdict(tmp_path, c
     assert row["item"] == "check run" and row["result"] == FAIL and "deadline of 5 s" in row["message"], report.text()
     assert took < 60, took
 
+
+
+def _imports(root):
+    """module -> the course_lib modules it imports (at the top or inside a function)."""
+    import ast
+    mods = {".".join(p.relative_to(root.parent).with_suffix("").parts).removesuffix(".__init__"): p
+            for p in root.rglob("*.py")}
+    graph = {}
+    for name, path in mods.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                          for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        graph[name] = found & mods.keys()
+    return graph
+
+
+def test_the_process_runtime_has_no_import_cycle():
+    """Nothing that core, jobs, runs or check import leads back to them (function-level imports count too)."""
+    graph = _imports(ROOT / "course_lib")
+    runtime = [m for m in graph if m.startswith(("course_lib.core", "course_lib.jobs", "course_lib.runs",
+                                                 "course_lib.check"))]
+    for start in runtime:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            m = todo.pop()
+            assert m != start, f"{start} imports itself through {sorted(seen)}"
+            if m not in seen:
+                seen.add(m)
+                todo.extend(graph[m])

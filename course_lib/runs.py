@@ -147,6 +147,15 @@ class _Tail:
                 self.result.deliver(*record, self.on_line)
 
 
+def job_spec(request: dict, site):
+    """The run's job: a CPU per rank, a GPU per rank where the site has GPUs (at most a node's), the run's deadline
+    plus START."""
+    nprocs = request["nprocs"]
+    return runner.spec(_job_name(request["script_args"]), "course_lib.core.run_job", request, site,
+                       math.ceil((request["timeout"] + START) / 60), cpus=nprocs,
+                       gpus=min(nprocs, site.gpus_per_node))
+
+
 def launch_on_slurm(script_args, nprocs: int, style: str, timeout: float, env: dict | None, cwd, on_line,
                     grace: float, torchrun_args=(), stop=None, warm=None, say=runner.say_on_stderr) -> LaunchResult:
     """launch()'s run as a short Slurm job; its LaunchResult (see the module docstring). RunJobError when Slurm
@@ -158,8 +167,7 @@ def launch_on_slurm(script_args, nprocs: int, style: str, timeout: float, env: d
     request = {"script_args": [str(a) for a in script_args], "nprocs": nprocs, "style": style, "timeout": timeout,
                "env": {str(k): str(v) for k, v in (env or {}).items()}, "cwd": str(Path(cwd or os.getcwd()).resolve()),
                "grace": grace, "torchrun_args": [str(a) for a in torchrun_args], "warm": warm}
-    spec = runner.spec(_job_name(script_args), "course_lib.core.run_job", request, site,
-                       math.ceil((timeout + START) / 60), cpus=nprocs, gpus=min(nprocs, site.gpus_per_node))
+    spec = job_spec(request, site)
     try:
         job = runner.submit(spec, site)
     except SubmitError as e:

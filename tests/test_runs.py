@@ -57,6 +57,10 @@ def test_gpu_choices_follow_the_runs_node_not_the_kernel(tmp_path, clean):
     assert runs.node_has_gpus() and runs.node_gpus() == 4   # ... the run's node has 4: the GPU branch is taken
     assert "4 GPU(s) per node" in runs.where()
     assert not runs.node_has_gpus("local") and runs.where("local") == "this machine"
+    from course_lib.jobs import script
+    job = runs.job_spec({"script_args": ["-m", "course_lib.tp.train"], "nprocs": 2, "timeout": 300}, load_site())
+    assert (job.name, job.gpus_per_node, job.time) == ("run-train", 2, "7"), job    # a GPU per rank, 300 + 120 s
+    assert "#SBATCH --gpus-per-node=2" in script(job, load_site(), engine_name="slurm")
     clean.setenv("COURSE_SITE", str(profile(tmp_path, name="jobs", gpus_per_node=2)))   # runs local, jobs on Slurm
     assert runs.node_gpus("slurm") == 2 and not runs.node_has_gpus()   # notebook 01 asks with its jobs' engine
     clean.setenv("COURSE_SITE", str(profile(tmp_path, name="cpu", runs="slurm")))

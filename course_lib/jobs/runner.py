@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-POLL = 0.5   # seconds between two looks at the job
+POLL = 1.0   # seconds between two looks at the job (squeue: a controller serves a whole room)
 
 
 class JobError(RuntimeError):

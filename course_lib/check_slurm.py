@@ -90,13 +90,15 @@ def check_on_slurm(exercise: str, path, site=None, queue_timeout: float = QUEUE_
 
 def main(argv: list[str]) -> int:
     """In the job: run the check the request names, in the submitter's folder; report.json into the job's."""
-    from course_lib.registry import get
+    from course_lib import check_local
 
     request = json.loads(argv[0])
     out = Path.cwd() / REPORT_NAME         # the job script runs in the job's folder
     runner.become_the_job(request)
     os.chdir(request["cwd"])
-    report = get(request["exercise"]).check(request["path"], **request["options"])
+    options = request["options"]
+    report = check_local.check_here(request["exercise"], request["path"],
+                                    check_local.overall_deadline(request["exercise"], options), **options)
     write_text(out, json.dumps(report.to_dict(), indent=1))
     print(report.text(), flush=True)
     return 0

@@ -67,6 +67,7 @@ def test_gpu_choices_follow_the_runs_node_not_the_kernel(tmp_path, clean):
     assert not runs.node_has_gpus()
 
 
+@pytest.mark.slow
 def test_a_scope_deadline_bounds_every_launch_inside_it(tmp_path, clean):
     clean.setenv("COURSE_SITE", "local")
     sleeper = tmp_path / "sleep.py"
@@ -82,6 +83,7 @@ def test_a_scope_deadline_bounds_every_launch_inside_it(tmp_path, clean):
     assert not scope._scopes
 
 
+@pytest.mark.slow
 def test_a_check_past_its_overall_deadline_ends_with_a_clear_verdict(tmp_path, clean, monkeypatch):
     """A check whose launches would take 3 x 120 s ends by its overall deadline with a "check run" FAIL."""
     from course_lib import check as checking

@@ -1,6 +1,8 @@
 """A notebook's multi-process run with COURSE_RUNS=slurm, on the project's local Slurm: one job per run, its ranks'
 lines back per rank as a local launch gives them, every rank under a slurmstepd, a failing rank named, a run past
-its deadline ended and a stopped run cancelled, with no process and no job left."""
+its deadline ended and a stopped run cancelled, with no process and no job left; a queued run says so (Slurm's
+reason) and is cancelled at the queue deadline."""
+import re
 import subprocess
 import textwrap
 import threading
@@ -8,6 +10,7 @@ import threading
 import psutil
 import pytest
 
+from course_lib import runs
 from course_lib.runs import launch
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -35,7 +38,7 @@ def left(script) -> list:
     return [p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or [])]
 
 
-def test_runs_go_to_slurm_as_jobs_with_their_lines_per_rank(slurm, tmp_path, monkeypatch):
+def test_runs_go_to_slurm_as_jobs_with_their_lines_per_rank(slurm, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("COURSE_RUNS", "slurm")
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
     script = tmp_path / "ranks.py"
@@ -66,3 +69,21 @@ def test_runs_go_to_slurm_as_jobs_with_their_lines_per_rank(slurm, tmp_path, mon
     known = jobs_known(ids)
     assert all(f"{i}|run-ranks|" in known for i in ids), known
     assert f"{ids[3]}|run-ranks|CANCELLED" in known, known
+
+    # the whole node taken by another job: the run waits in the queue, says so with Slurm's reason, and is
+    # cancelled at the queue deadline
+    monkeypatch.setattr(runs, "QUEUE_TIMEOUT", 5)
+    blocker = subprocess.run(["sbatch", "--parsable", "--exclusive", "--job-name=blocker", "-o", "/dev/null",
+                              "--wrap", "sleep 600"], capture_output=True, text=True, timeout=60)
+    blocker_id = blocker.stdout.strip().split(";")[0]
+    capsys.readouterr()
+    try:
+        with pytest.raises(runs.RunJobError, match="waited in the queue longer than 5 s") as refused:
+            launch([str(script), "ok"], nprocs=2, timeout=60, on_line=None)
+    finally:
+        subprocess.run(["scancel", blocker_id], timeout=60)
+    job_id = re.search(r"job (\d+) cancelled", str(refused.value)).group(1)
+    said = capsys.readouterr().err
+    assert f"queued as job {job_id} (state PENDING" in said and f"job {job_id} still queued (reason Resources)" in said
+    assert subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True,
+                          timeout=60).stdout.strip() == ""

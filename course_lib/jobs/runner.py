@@ -82,14 +82,17 @@ def wait(job, queue_timeout: float, say=say_on_stderr, run_timeout: float | None
 
     limit = job.spec.time_limit_s + 60 if run_timeout is None else run_timeout
     started = None
-    queued_said = False
+    reason_said = None
     try:
         while (state := job.state) not in TERMINAL:
             now = time.monotonic()
             if state == "PENDING":
-                if not queued_said:
-                    say(f"queued as job {job.id} (state PENDING, reason {job.reason or 'None'})")
-                    queued_said = True
+                reason = job.reason or "None"
+                if reason_said is None:
+                    say(f"queued as job {job.id} (state PENDING, reason {reason})")
+                elif reason != reason_said:     # the scheduler's first look comes after sbatch's answer
+                    say(f"job {job.id} still queued (reason {reason})")
+                reason_said = reason
                 if now - job.submitted > queue_timeout:
                     raise cancel(job, f"it waited in the queue longer than {queue_timeout:.0f} s. The cluster is "
                                       "busy: try again later, or ask your instructor (a reservation?)", error, True)

@@ -8,33 +8,30 @@ Where the check runs: ``--engine`` (``engine=`` in Python), else ``$COURSE_CHECK
 (course_lib.check_slurm) with the same verdicts and text; ``auto`` takes Slurm when it answers, else local.
 ``course check sbatch`` always runs here, since it submits a job of its own.
 
-A local check has one overall deadline (``overall_deadline``), said when it starts ("checking: up to N s"): the
-sum of its own launches' deadlines, plus a margin for starting the fork server and stopping ranks. Should the
-checker still not have answered by then, its processes are stopped and the report says so (a "check run" FAIL),
-so a learner's cell never spins without an end.
+A local check (course_lib.check_local; a check job runs it the same way) has one overall deadline, said when it
+starts ("checking: up to N s"): the sum of its own launches' deadlines, plus a margin for starting the fork server
+and stopping ranks. Every launch inside the check ends by it (course_lib.core.scope: each runs for min(its own
+timeout, what is left)); a run cut short by it makes the report's first row a "check run" FAIL that says so, so a
+learner's cell never spins without an end. A local check's runs stay here, whatever the site's ``runs``.
 """
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import sys
 import threading
 import time
 from pathlib import Path
 
-from course_lib.registry import EXERCISES, get
+from course_lib import check_local
+from course_lib.check_local import MARGIN, ROUNDS, overall_deadline  # noqa: F401 - importable from here
+from course_lib.registry import EXERCISES
 
 # where a check runs: the same choices for ``course check --engine`` and ``course grade --engine``
 ENGINES = ("local", "slurm", "auto")
 AUTO_HELP = "auto: Slurm when sbatch is on PATH and the controller answers, else local"
 STOP_GRACE = 15.0   # seconds before the deadline at which a check without a verdict has its processes stopped
-MARGIN = 60.0       # seconds beyond the launches' own deadlines: the fork server's start, stopping ranks
-# launches one after the other, at most, of the checkers that are not run by course_lib.checking.check; each has its
-# own ``timeout`` (default): ddp: the launches side by side, then up to two simulated ones again with the style that
-# worked; ckpt: the cases, then the resume runs; sbatch: the job as a whole
-ROUNDS = {"ddp": (3, 120.0), "ckpt": (3, 240.0), "sbatch": (1, 180.0)}
 
 
 def engine_for_checks(choice: str | None = None) -> str:
@@ -67,27 +64,10 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
 
         return check_on_slurm(exercise, path, **kwargs) if say is _PRINT else \
             check_on_slurm(exercise, path, say=say or (lambda text: None), **kwargs)
-    seconds = overall_deadline(exercise, kwargs)
+    seconds = check_local.overall_deadline(exercise, kwargs)
     if say is not None:
         (print if say is _PRINT else say)(f"checking: up to {seconds:.0f} s")
-    # The checker runs in this thread, bounded by its launches' own deadlines. within_deadline (a second thread
-    # that stops the check's processes at the overall deadline) is not used here: with it, notebook 03 run on the
-    # local Slurm under papermill stalled for about 10 minutes in a later cell in 2 of 3 CI runs, without it in
-    # none; the cause is not found yet
-    return get(exercise).check(path, **kwargs)
-
-
-def overall_deadline(exercise: str, options: dict) -> float:
-    """Seconds the local check of ``exercise`` with these options may take: its launches' deadlines one after the
-    other (for course_lib.checking: ceil(world sizes / PARALLEL) x ``timeout``), plus MARGIN."""
-    entry = get(exercise)
-    if entry.cases and exercise not in ROUNDS:
-        from course_lib.checking import settings
-        spec, timeout, _, worlds = settings(exercise, options.get("timeout"), options.get("case_timeout"),
-                                            options.get("world_sizes"))
-        return math.ceil(len(worlds) / getattr(spec, "PARALLEL", 1)) * timeout + MARGIN
-    rounds, default = ROUNDS[exercise]
-    return rounds * (options.get("timeout") or default) + MARGIN
+    return check_local.check_here(exercise, path, seconds, **kwargs)
 
 
 def within_deadline(run, exercise: str, path: str, seconds: float):

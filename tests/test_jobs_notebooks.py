@@ -89,3 +89,20 @@ def test_notebooks_left_to_slurm_are_run_and_judged_here():
         body = inspect.getsource(test)
         assert 'assert_solutions_run("' + stem + '"' in body, stem
         assert 'ANSWERS="key"' in body and 'TREE="solutions"' in body, stem
+
+
+@pytest.mark.slurm
+def test_06_runs_go_to_slurm_with_the_sites_runs(slurm_engine, monkeypatch):
+    """COURSE_RUNS=slurm: notebook 06's dp x tp run is a Slurm job (the job-completion log has it) and the notebook
+    shows what a local run shows; its checks stay where the site's checks run (here)."""
+    import subprocess
+    monkeypatch.setenv("COURSE_RUNS", "slurm")
+    nb = execute(ROOT / "notebooks" / "06_tensor_parallelism.ipynb", slurm_engine / "06.ipynb", TREE="solutions",
+                 STRICT=True, ANSWERS="key")
+    assert_solutions_run("06_tensor_parallelism", text_of(nb), "runs on Slurm")
+    folders = [f.name for f in (slurm_engine / "runs").iterdir() if f.name.startswith("run-train-")]
+    assert len(folders) == 1, folders
+    job_id = folders[0].rsplit("-", 1)[1]
+    done = subprocess.run(["sacct", "-c", "-n", "-P", "-o", "JobID,JobName,State", "-j", job_id],
+                          capture_output=True, text=True, timeout=60).stdout
+    assert f"{job_id}|run-train|COMPLETED" in done, done

@@ -144,15 +144,16 @@ class BenchResult:
         return fig
 
 
-def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS, quick=False,
-                  timeout: float = 600, echo=print, sanity_timeout: float = 20) -> BenchResult:
+def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS, quick=False, timeout: float = 600,
+                  echo=print, sanity_timeout: float = 20, engine: str | None = None) -> BenchResult:
     """Time ``algos`` for each W in ``ranks`` and each size; fit the model. ``echo`` sees progress lines.
 
-    Each algorithm first runs once on a small tensor; one that hangs for ``sanity_timeout`` s is left out.
+    Each algorithm first runs once on a small tensor; one that hangs for ``sanity_timeout`` s is left out. The ranks
+    run where the site runs them (course_lib.runs), or on ``engine`` ("local", "slurm"): a fit compared with step
+    times of Slurm jobs is measured in a Slurm job too.
     """
+    from course_lib import runs
     from course_lib.allreduce import costmodel as model
-    from course_lib.core import warm
-    from course_lib.core.launch import launch
     result = BenchResult()
     for world in ranks:
         todo = list(algos)
@@ -166,11 +167,11 @@ def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS,
                 elif echo is not None and rank >= 0:
                     echo(f"[rank {rank}] {line}")
 
-            with warm.session(WORKER_ENV):   # ranks forked from a server that imported torch once
-                res = launch(["-m", WORKER, os.path.abspath(path), "--sizes", ",".join(map(str, sizes)),
-                              "--algos", ",".join(todo), "--sanity-timeout", str(sanity_timeout)]
-                             + (["--quick"] if quick else []),
-                             nprocs=world, timeout=timeout, on_line=on_line, env=WORKER_ENV)
+            with runs.session(WORKER_ENV, engine=engine):   # here: ranks forked from a server that imported torch once
+                res = runs.launch(["-m", WORKER, os.path.abspath(path), "--sizes", ",".join(map(str, sizes)),
+                                   "--algos", ",".join(todo), "--sanity-timeout", str(sanity_timeout)]
+                                  + (["--quick"] if quick else []),
+                                  nprocs=world, timeout=timeout, on_line=on_line, env=WORKER_ENV, engine=engine)
             for ev in events:
                 if ev["ev"] == "skip":
                     result.skipped[ev["algo"]] = ev["why"]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 
 RANK_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}   # no __pycache__ written beside the learner's file
@@ -77,8 +76,7 @@ def run(snapshots=None, nprocs: int = 2, epochs: int = 3, every: int = 3, kill_a
     """Train under torchrun; ``snapshots``: the learner's file (None: never save, the reference run).
 
     ``style="srun"`` starts the ranks without torchrun (no restarts): one process fewer, for a reference run."""
-    from course_lib.core import warm
-    from course_lib.core.launch import launch
+    from course_lib import runs
     curve = Curve()
 
     def on_line(rank, line):
@@ -90,12 +88,12 @@ def run(snapshots=None, nprocs: int = 2, epochs: int = 3, every: int = 3, kill_a
         args += ["--snapshots", os.path.abspath(snapshots)]
     if kill_at:
         args += ["--kill-at", str(kill_at)]
-    with tempfile.TemporaryDirectory(prefix="ckpt-run-") if workdir is None else _keep(workdir) as work:
+    with runs.workdir("ckpt-run-") if workdir is None else _keep(workdir) as work:
         args += ["--data", _data(work, extra)]
         torchrun_args = ["--max-restarts", str(restarts)] if style == "torchrun" else []
-        with warm.session(RANK_ENV):   # the ranks (and torchrun's agent) forked from a server with torch imported
-            curve.result = launch(args, nprocs=nprocs, style=style, timeout=timeout, cwd=work, on_line=on_line,
-                                  torchrun_args=torchrun_args, env=RANK_ENV)
+        with runs.session(RANK_ENV):   # here: the ranks (and torchrun's agent) forked from a server with torch imported
+            curve.result = runs.launch(args, nprocs=nprocs, style=style, timeout=timeout, cwd=work, on_line=on_line,
+                                       torchrun_args=torchrun_args, env=RANK_ENV)
     return curve
 
 

@@ -25,11 +25,12 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from course_lib.core import proc
+from course_lib.core.rank_env import base_env, srun_env  # noqa: F401 - importable from here as before
+from course_lib.core.result import LaunchResult, RankResult  # noqa: F401 - importable from here as before
+from course_lib.core.scope import bounded
 
 MAX_LINE = 2000          # characters kept of one output line
 TORCHRUN_PREFIX_ANY = re.compile(r"\[default(\d+)\]:")
@@ -54,86 +55,6 @@ def reserve_port() -> socket.socket:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", 0))
     return s
-
-
-def srun_env(rank: int, nprocs: int, port: int, base: dict | None = None) -> dict:
-    """The environment srun (plus the course's job script) gives task ``rank`` of a one-node job."""
-    env = dict(os.environ if base is None else base)
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
-        env.pop(name, None)  # a torchrun-style variable left over would contradict the SLURM_* ones
-    env.update({
-        "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank), "SLURM_NTASKS": str(nprocs),
-        "SLURM_NNODES": "1", "SLURM_NODEID": "0", "SLURM_JOB_NODELIST": "localhost",
-        "SLURM_JOB_ID": env.get("SLURM_JOB_ID", "local"),
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-    })
-    return env
-
-
-def _base_env(extra: dict | None) -> dict:
-    env = dict(os.environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if sys.platform.startswith("linux"):
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")   # local processes talk over loopback
-    # torch sets 1 under torchrun; do the same for srun-style so both styles compare fairly
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.update(extra or {})
-    return env
-
-
-@dataclass
-class RankResult:
-    rank: int
-    returncode: int | None = None     # None: still running when stopped (deadline or another rank failed)
-    lines: deque = field(default_factory=lambda: deque(maxlen=200))
-
-    def tail(self, n: int = 10) -> list[str]:
-        return list(self.lines)[-n:]
-
-
-@dataclass
-class LaunchResult:
-    style: str
-    nprocs: int
-    ranks: list[RankResult]
-    timed_out: bool = False
-    failed_rank: int | None = None    # the first rank seen failing
-    elapsed: float = 0.0
-    returncode: int | None = None     # torchrun's own exit code (style="torchrun")
-    launcher_lines: deque = field(default_factory=lambda: deque(maxlen=200))   # torchrun's own messages
-    partial: dict = field(default_factory=dict, repr=False)   # torchrun: rank -> a line cut short
-
-    @property
-    def ok(self) -> bool:
-        return not self.timed_out and all(r.returncode == 0 for r in self.ranks)
-
-    @property
-    def stuck_ranks(self) -> list[int]:
-        return [r.rank for r in self.ranks if r.returncode is None]
-
-    def output(self, rank: int | None = None) -> str:
-        """The kept lines of one rank (or all, prefixed) as text."""
-        if rank is not None:
-            return "\n".join(self.ranks[rank].lines)
-        return "\n".join(f"[rank {r.rank}] {line}" for r in self.ranks for line in r.lines)
-
-    def summary(self, tail: int = 5) -> str:
-        """One line on the outcome, then the last lines of each rank that did not finish cleanly."""
-        if self.ok:
-            return f"{self.nprocs} ranks ({self.style}) finished in {self.elapsed:.1f} s"
-        if self.timed_out:
-            head = (f"deadline of {self.elapsed:.0f} s reached; ranks {self.stuck_ranks} were still running "
-                    "(a collective that not every rank calls, or a send without a matching receive, waits forever)")
-        else:
-            codes = ", ".join(f"rank {r.rank}: {'stopped' if r.returncode is None else r.returncode}"
-                              for r in self.ranks)
-            head = f"rank {self.failed_rank} failed first (exit codes: {codes})"
-        parts = [head]
-        for r in self.ranks:
-            if r.returncode != 0 and r.lines:
-                parts.append(f"--- last lines of rank {r.rank}:")
-                parts.extend("    " + line for line in r.tail(tail))
-        return "\n".join(parts)
 
 
 def _reader(stream, rank, q):
@@ -179,7 +100,8 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
            on_line: Callable[[int, str], None] | None = default_printer, grace: float = 2.0,
            preexec_fn: Callable[[], None] | None = None, torchrun_args: Sequence[str] = (),
            stop: threading.Event | None = None, warm: bool | None = None) -> LaunchResult:
-    """Run ``python *script_args`` as ``nprocs`` ranks; see the module docstring for the guarantees.
+    """Run ``python *script_args`` as ``nprocs`` ranks on this machine; see the module docstring for the guarantees.
+    (``course_lib.runs.launch`` runs them where the site says: here, or as a Slurm job.)
 
     ``script_args`` is what follows ``python``: a script and its arguments, or ``["-m", "module", ...]``.
     ``on_line(rank, line)`` sees each line as it comes (None: silent). ``preexec_fn`` runs in each child
@@ -189,13 +111,17 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     on Ctrl-C). ``warm``: ranks without ``preexec_fn`` are forked from a server that imported torch once
     (``course_lib.core.warm``; under torchrun, its agent and each rank): None uses the server of an open
     ``warm.session()`` if any, True starts one for this launch if none is open, False (or ``COURSE_WARM=0``)
-    always starts fresh interpreters.
+    always starts fresh interpreters. Inside a ``course_lib.core.scope.scope(seconds)`` (a check) the deadline is
+    min(``timeout``, what is left of the scope's).
     """
     if style not in ("srun", "torchrun"):
         raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
     if torchrun_args and style != "torchrun":
         raise ValueError("torchrun_args need style='torchrun'")
-    base = _base_env(env)
+    timeout, cutting = bounded(timeout)
+    if timeout <= 0:      # the enclosing check's deadline has passed: start nothing
+        return _cut(LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)], timed_out=True), cutting)
+    base = base_env(env)
     q: queue.Queue = queue.Queue()
     result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)])
     procs: list[subprocess.Popen] = []
@@ -233,6 +159,14 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
             server.close()
         if log_dir is not None:
             log_dir.cleanup()
+    return _cut(result, cutting)
+
+
+def _cut(result: LaunchResult, cutting: list) -> LaunchResult:
+    """Mark the scopes whose deadline ended ``result``."""
+    if result.timed_out:
+        for s in cutting:
+            s.cut = True
     return result
 
 
@@ -323,12 +257,7 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop=None):
 
 
 def _deliver(result, rank, text, on_line):
-    if 0 <= rank < result.nprocs:
-        result.ranks[rank].lines.append(text)
-    else:
-        result.launcher_lines.append(text)
-    if on_line is not None:
-        on_line(rank, text)
+    result.deliver(rank, text, on_line)
 
 
 def _collect_exit_codes(result, procs):

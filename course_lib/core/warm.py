@@ -40,6 +40,8 @@ import tempfile
 import threading
 import time
 
+from course_lib.core.rank_env import base_env
+
 # Not KMP_*: those are Intel OpenMP's, and torch's wheels load GNU OpenMP (torch/lib/libgomp.so.1); scikit-learn
 # sets two of them when imported (a checker that loads the digits would otherwise start every rank cold).
 IMPORT_TIME = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "OPENBLAS", "GOTO", "CUDA", "LD_")
@@ -202,8 +204,7 @@ def session(env: dict | None = None, preload=()):
     torch, imported once by the server instead. The server is an idle one kept from an earlier session with the
     same start-up variables and preloads if there is one; on the way out it is kept for the next (``_keep_s``)."""
     global _active
-    from course_lib.core.launch import _base_env
-    base = _base_env(env)
+    base = base_env(env)
     with _lock:
         if not enabled() or _active is not None:
             server = None

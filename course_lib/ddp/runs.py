@@ -151,21 +151,21 @@ def placement(nprocs: int, gpus: int | None = None, compared_with: int = 0) -> t
 
 def train_on(script: Path, nprocs: int, args: list, timeout: float = 600, gpus: int | None = None,
              compared_with: int = 0, warm: bool = True):
-    """Run ``script ARGS`` on ``nprocs`` local ranks; rank 0's last epoch record (None, and why, if it failed).
-    Prints one line: images/s, test accuracy, and where the ranks ran. ``gpus`` (default: this machine's):
+    """Run ``script ARGS`` on ``nprocs`` ranks where the site runs them (course_lib.runs); rank 0's last epoch
+    record (None, and why, if it failed). Prints one line: images/s, test accuracy, and where the ranks ran.
+    ``gpus`` (default: the run's node's, runs.node_gpus):
     fewer than ``nprocs`` hides them (``placement``); ``compared_with``: the largest rank count of a comparison
     (``{n: train_on(SCRIPT, n, ARGS, compared_with=2) for n in (1, 2)}``), so that all its runs use one kind of
     device."""
-    import tempfile
-
-    from course_lib.core.launch import launch
+    from course_lib import runs
     from course_lib.metrics import parse_epoch_lines
 
-    env, note = placement(nprocs, gpus, compared_with)
+    # the GPUs of the node that runs the ranks: the site's where runs go to Slurm
+    env, note = placement(nprocs, runs.node_gpus() if gpus is None else gpus, compared_with)
     lines = []
-    with tempfile.TemporaryDirectory() as work:
-        res = launch([str(script), *args], nprocs=nprocs, timeout=timeout, cwd=work, env=env or None, warm=warm,
-                     on_line=lambda r, line: lines.append(f"[rank {r}] {line}"))
+    with runs.workdir() as work:
+        res = runs.launch([str(script), *args], nprocs=nprocs, timeout=timeout, cwd=work, env=env or None, warm=warm,
+                          on_line=lambda r, line: lines.append(f"[rank {r}] {line}"))
     where = f" ({note})" if note else ""
     records = parse_epoch_lines("\n".join(lines), rank=0)
     if not res.ok or not records:

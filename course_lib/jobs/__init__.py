@@ -15,10 +15,8 @@ else ``$COURSE_RUNS_DIR``, else ``jobs/runs/`` of the course.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from course_lib.core.paths import runs_dir as _workspace_runs
-from course_lib.jobs.job import TERMINAL, Job, SubmitError
+from course_lib.jobs.job import TERMINAL, Job, SubmitError, runs_dir
 from course_lib.jobs.site import Site, SiteError, load_site
 from course_lib.jobs.spec import JobSpec, JobSpecError, render, time_seconds
 
@@ -28,10 +26,6 @@ _probe_cache: dict = {}
 # jobs.list is left out: a star import would hide the builtin list
 __all__ = ["Job", "JobSpec", "JobSpecError", "Site", "SiteError", "SubmitError", "TERMINAL", "engine",
            "load_site", "render", "runs_dir", "script", "submit", "time_seconds", "training_spec", "attach"]
-
-
-def runs_dir(path: str | os.PathLike | None = None) -> Path:
-    return Path(path or os.environ.get("COURSE_RUNS_DIR") or _workspace_runs()).resolve()
 
 
 def engine(choice: str | None = None) -> tuple[str, str]:

@@ -6,12 +6,14 @@ notebook calls lives here.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
 
 from course_lib.core.atomic import write_text
 from course_lib.core.launch import rejoin_tee
+from course_lib.core.paths import runs_dir as _workspace_runs
 from course_lib.jobs.spec import JobSpec
 from course_lib.metrics import parse_epoch_lines
 
@@ -25,6 +27,11 @@ QUERY_EVERY = 0.25   # seconds
 # srun --label's "  3: text"; what follows it may be torchrun --tee's "[default1]:text" (rank_labelled)
 SRUN_LABEL = re.compile(r"^\s*(\d+): (.*)$")
 
+
+
+def runs_dir(path: str | os.PathLike | None = None) -> Path:
+    """The folder of the run folders: ``path``, else $COURSE_RUNS_DIR, else the workspace's jobs/runs/."""
+    return Path(path or os.environ.get("COURSE_RUNS_DIR") or _workspace_runs()).resolve()
 
 class SubmitError(RuntimeError):
     """The job could not be submitted; the message is the scheduler's own (e.g. sbatch's error)."""

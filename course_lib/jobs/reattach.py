@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from course_lib.jobs.job import INFO_NAME, Job
+from course_lib.jobs.job import INFO_NAME, Job, runs_dir
 from course_lib.jobs.spec import JobSpec
 
 
@@ -61,9 +61,7 @@ def _find_runner(run_dir: Path):
 
 
 def _runs(runs=None) -> Path:
-    from course_lib import jobs
-
-    return jobs.runs_dir(runs)
+    return runs_dir(runs)
 
 
 def _folder_of(job_id: str, runs: Path) -> Path:

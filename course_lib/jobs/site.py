@@ -5,7 +5,8 @@ A profile is a TOML file. ``COURSE_SITE`` picks one: a name from ``course_lib/jo
 Every key must be present (``""``, ``0`` or ``[]`` for "not used"), so a typo is an error that names the
 key instead of silently losing the account or the reservation. The keys in ``OPTIONAL`` may be left out (profiles
 written before they existed stay valid): ``checks`` (where ``course check`` runs a check: ``"local"``, the default,
-or ``"slurm"``, as a short job; course_lib.check_slurm), how a job script reaches the module system
+or ``"slurm"``, as a short job; course_lib.check_slurm), ``runs`` (where the notebooks' multi-process runs go, the
+same two choices; course_lib.runs), how a job script reaches the module system
 (``module_init``), and more of a job's request (``time``, ``mem``, ``constraint``, ``sbatch_extra``, ``srun_args``,
 ``check_partition``, ``check_qos``).
 """
@@ -35,6 +36,7 @@ TABLES = ("env", "nccl")
 # optional keys -> default: profiles written before the key existed stay valid
 OPTIONAL = {
     "checks": "local",
+    "runs": "local",          # where the notebooks' multi-process runs go: "local" (here) or "slurm" (short jobs)
     # how a job script gets the `module` command: "" (the job's environment has it), "login" (the script runs as a
     # login shell, #!/bin/bash -l, which reads /etc/profile), or a file to source (e.g. /etc/profile.d/lmod.sh)
     "module_init": "",
@@ -70,6 +72,7 @@ class Site:
     gpu_request: str = "gpus-per-node"
     data_dir: str = ""
     checks: str = "local"     # where `course check` and the notebooks' check cells run: "local" or "slurm"
+    runs: str = "local"       # where the notebooks' multi-process runs go (course_lib.runs): "local" or "slurm"
     module_init: str = ""
     time: str = ""
     mem: str = ""
@@ -153,8 +156,9 @@ def _checked(data: dict, path: Path) -> dict:
         if isinstance(value, list) and not all(isinstance(v, str) and v.startswith("-") for v in value):
             raise SiteError(f"{path}: {key} must list options as written on the command line, e.g. [\"--exclusive\"]")
         out[key] = tuple(value) if isinstance(value, list) else value
-    if out["checks"] not in CHECK_ENGINES:
-        raise SiteError(f"{path}: checks must be one of {CHECK_ENGINES}, not {out['checks']!r}")
+    for key in ("checks", "runs"):
+        if out[key] not in CHECK_ENGINES:
+            raise SiteError(f"{path}: {key} must be one of {CHECK_ENGINES}, not {out[key]!r}")
     if out["module_init"] not in ("", "login") and not out["module_init"].startswith("/"):
         raise SiteError(f"{path}: module_init must be \"\", \"login\" or the absolute path of the file that defines "
                         f"`module` (e.g. /etc/profile.d/lmod.sh), not {out['module_init']!r}")

@@ -1,11 +1,10 @@
-"""Trace one step on N local ranks (``course_lib.core.launch``: a deadline, nothing left running)."""
+"""Trace one step on N ranks where the site runs them (``course_lib.runs``: a deadline, nothing left running)."""
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
-from course_lib.core import warm
-from course_lib.core.launch import launch
+from course_lib import runs
 from course_lib.core.paths import out_dir
 from course_lib.trace.timeline import Timeline, from_chrome_trace
 
@@ -42,9 +41,9 @@ def profile_steps(nprocs: int, caps, batch_size: int = 64, outs: dict | None = N
             old.unlink()
         outs[cap] = folder
         pairs += ["--trace", str(folder), "default" if cap is None else str(cap)]
-    with warm.session(env):   # ranks forked from a server that imported torch once
-        result = launch(["-m", "course_lib.trace.step", *pairs, "--batch-size", str(batch_size)],
-                        nprocs=nprocs, timeout=timeout, env=env, on_line=None, cwd=tempfile.gettempdir())
+    with runs.session(env):   # here: ranks forked from a server that imported torch once
+        result = runs.launch(["-m", "course_lib.trace.step", *pairs, "--batch-size", str(batch_size)],
+                             nprocs=nprocs, timeout=timeout, env=env, on_line=None, cwd=tempfile.gettempdir())
     if not result.ok:
         raise TraceError("the traced step failed: " + result.summary())
     return {cap: [from_chrome_trace(outs[cap] / f"trace-rank{r}.json", r) for r in range(nprocs)] for cap in caps}

@@ -1,15 +1,16 @@
 """Notebook 09's side of the runs in demo.py: launch them (with a deadline), read their markers, show the results."""
 from __future__ import annotations
 
-from course_lib.core import rankkit, warm
-from course_lib.core.launch import launch
+from course_lib import runs
+from course_lib.core import rankkit
 
 KIB = 1024
 
 
 def _run(args, nprocs, timeout):
-    with warm.session():   # ranks forked from a server that imported torch once, kept for the next run
-        res = launch(["-m", "course_lib.zero.demo", *args], nprocs=nprocs, timeout=timeout, on_line=None, grace=3.0)
+    with runs.session():   # here: ranks forked from a server that imported torch once, kept for the next run
+        res = runs.launch(["-m", "course_lib.zero.demo", *args], nprocs=nprocs, timeout=timeout, on_line=None,
+                          grace=3.0)
     events = [e for r in res.ranks for e in map(rankkit.parse, r.lines) if e]
     return res, events
 

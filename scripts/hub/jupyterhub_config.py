@@ -10,8 +10,8 @@
 #   COURSE_PREFIX, COURSE_HUB_IP, COURSE_HUB_PORT, COURSE_HUB_API_PORT, COURSE_PROXY_API_PORT, COURSE_HUB_DIR,
 #   COURSE_HUB_AUTH (pam | shared | dummy), COURSE_HUB_GROUP, COURSE_HUB_ADMINS, COURSE_HUB_ALLOW_ALL,
 #   COURSE_HUB_PASSWORD, COURSE_HUB_ADMIN_PASSWORD, COURSE_HUB_TOKEN, COURSE_HUB_CULL_TIMEOUT, COURSE_HUB_CULL_EVERY,
-#   COURSE_HUB_ACTIVITY_INTERVAL, and COURSE_QUICK, COURSE_ENGINE, COURSE_SITE, COURSE_CHECKS, SLURM_CONF,
-#   passed on to every learner's server and kernels.
+#   COURSE_HUB_ACTIVITY_INTERVAL, and COURSE_QUICK, COURSE_ENGINE, COURSE_SITE, COURSE_CHECKS, COURSE_RUNS,
+#   SLURM_CONF, passed on to every learner's server and kernels.
 import grp
 import importlib.util
 import os
@@ -130,7 +130,7 @@ c.Spawner.default_url = "/lab"
 c.Spawner.environment = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
                          "JUPYTERHUB_ACTIVITY_INTERVAL": os.environ.get("COURSE_HUB_ACTIVITY_INTERVAL", "60")}
 # (not COURSE_RUNS_DIR: one folder for every learner's runs; each learner's are in their own workspace)
-c.Spawner.env_keep = ["LANG", "LC_ALL", "COURSE_QUICK", "COURSE_ENGINE", "COURSE_SITE", "COURSE_CHECKS",
+c.Spawner.env_keep = ["LANG", "LC_ALL", "COURSE_QUICK", "COURSE_ENGINE", "COURSE_SITE", "COURSE_CHECKS", "COURSE_RUNS",
                       "SLURM_CONF"]
 c.Spawner.http_timeout = 120     # a first login copies the workspace and imports JupyterLab on a busy node
 c.Spawner.start_timeout = 120

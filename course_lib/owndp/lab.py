@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from course_lib import runs
 from course_lib.allreduce import costmodel
-from course_lib.core import rankkit, warm
-from course_lib.core.launch import launch
+from course_lib.core import rankkit
 
 ORDER = ("compute only", "naive", "flat", "overlapped", "bucketed", "torch DDP")
 QUICK = {"steps": 5, "warmup": 2, "width": 256, "layers": 4, "bucket_mb": 0.125}
@@ -18,13 +18,13 @@ def timing(path, world=2, quick=False, timeout=300, trace=True):
     """{"world", "config", "ms": {variant: (step ms, finish ms)}, "errors": {variant: msg}, "allreduce": [(bytes,
     ms)], "torch buckets": [bytes], "timelines": {variant: [Timeline per rank]}, "summary"}: times are the mean
     over the ranks of each rank's median step; ``trace``: profile one more step of some variants (timelines)."""
-    import tempfile
     config = QUICK if quick else FULL
     args = ["-m", "course_lib.owndp.bench", str(path)] + [
         a for k, v in config.items() for a in (f"--{k.replace('_', '-')}", str(v))]
-    with tempfile.TemporaryDirectory(prefix="own-ddp-trace-") as traces, warm.session():   # a fork server that
-        res = launch(args + (["--trace", traces] if trace else []), nprocs=world, timeout=timeout,  # imported
-                     on_line=None, grace=3.0)                                                       # torch once
+    # where the site runs the ranks (runs.launch); here, forked from a server that imported torch once
+    with runs.workdir("own-ddp-trace-") as traces, runs.session():
+        res = runs.launch(args + (["--trace", traces] if trace else []), nprocs=world, timeout=timeout,
+                          on_line=None, grace=3.0)
         found = timelines(traces)
     per = defaultdict(list)
     out = {"world": world, "config": config, "ms": {}, "errors": {}, "allreduce": [], "torch buckets": [],

@@ -7,11 +7,13 @@ into a Report.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from course_lib.checking.deadlock import FOLDER_ENV
 from course_lib.core.rankkit import parse
 
 WORKER = "course_lib.checking.worker"
@@ -31,6 +33,7 @@ class CaseRecord:
     waited: float = 0.0                              # once it hung: how long it really waited (at least the deadline)
     began: float = 0.0                               # when its first rank said "start" (time.monotonic)
     fired: float = 0.0                               # when the last rank said "stuck"
+    deadlock: bool = False                           # the ranks saw every rank wait on another (not the deadline)
     ended: str = ""                                  # why ranks gave no verdict: "hung", or how the launch ended
 
     @property
@@ -72,8 +75,10 @@ class Launch:
         elif kind == "verdict":
             self.record(ev).verdicts[rank] = ev
         elif kind == "stuck":
-            self.record(ev).stuck[rank] = ev.get("where", "")
-            self.record(ev).fired = time.monotonic()
+            rec = self.record(ev)
+            rec.stuck[rank] = ev.get("where", "")
+            rec.fired = time.monotonic()
+            rec.deadlock = rec.deadlock or bool(ev.get("deadlock"))
         elif kind in ("done", "relaunch"):
             setattr(self, kind, True)
 
@@ -85,7 +90,8 @@ class Launch:
             if rec.stuck or len(rec.verdicts) < self.world and result.timed_out:
                 rec.ended = "hung"
                 if rec.began:     # the watchdog's clock runs slower on a loaded machine: say the real wait
-                    rec.waited = max(rec.seconds, (rec.fired or time.monotonic()) - rec.began)
+                    waited = (rec.fired or time.monotonic()) - rec.began
+                    rec.waited = waited if rec.deadlock else max(rec.seconds, waited)
             elif len(rec.verdicts) < self.world:
                 rec.ended = self.how_it_ended()
 
@@ -119,8 +125,9 @@ def launch_once(exercise: str, spec, paths: list, world: int, timeout: float, ca
     for name, values in (("--skip", skip), ("--passed", passed), ("--ended", ended)):
         if values:
             args += [name, ",".join(sorted(values))]
-    res = launch(args, nprocs=world, timeout=timeout, on_line=run.on_line, grace=3.0, env=getattr(spec, "ENV", ENV),
-                 stop=stop, cwd=cwd)
+    with tempfile.TemporaryDirectory(prefix="course-waits-") as waits:    # where the ranks say they wait
+        env = {**getattr(spec, "ENV", ENV), FOLDER_ENV: waits}
+        res = launch(args, nprocs=world, timeout=timeout, on_line=run.on_line, grace=3.0, env=env, stop=stop, cwd=cwd)
     run.close(res)
     return run
 

@@ -96,12 +96,19 @@ def first_of(verdicts: dict, head: str) -> str:
 def hang(rec, head: str, ranks: list[int], gone: dict, hint: str) -> str:
     returned = sorted(set(range(rec.world)) - set(ranks))
     waited = rec.waited or rec.seconds     # the real wait (a record made by hand may have only the deadline)
-    lines = [f"{head}did not finish (deadlock or hang): ranks {ranks} did not return within {waited:.0f} s"
-             + (f" (ranks {returned} did)" if returned else "")]
+    if getattr(rec, "deadlock", False):
+        lines = [f"{head}did not finish: a deadlock, ranks {ranks} did not return"
+                 + (f" (ranks {returned} did, and waited for them)" if returned else "")
+                 + f"; every rank was waiting on another and none finished a call (seen after {waited:.0f} s)"]
+    else:
+        lines = [f"{head}did not finish (deadlock or hang): ranks {ranks} did not return within {waited:.0f} s"
+                 + (f" (ranks {returned} did)" if returned else "")]
     for r in ranks:
         if rec.stuck.get(r):
             lines.append(f"rank {r} was waiting at {rec.stuck[r]}")
         elif gone.get(r, {}).get("where"):
             lines.append(f"rank {r} was waiting at {gone[r]['where']} (until its partner's connection closed)")
+        elif r in rec.stuck:
+            lines.append(f"rank {r} was waiting outside your file (in the checker's own calls)")
     lines.append("hint: " + hint)
     return "\n".join(lines)

@@ -127,7 +127,11 @@ CASES = [
                    "        dist.recv(buf, left, group)\n"),
                   (RING_GATHER, "        dist.send(chunks[send_i], right, group)\n"
                                 "        dist.recv(chunks[recv_i], left, group)\n")],
-           expect={"ring_allreduce": ("fail", r"W=2.*deadlock.*allreduce\.py:{line:dist.send(chunks[send_i], right}")}),
+           # "a deadlock": the ranks saw each other wait, before the deadline; each rank's line
+           expect={"ring_allreduce": ("fail", r"W=2, 1,009 elements, float32: did not finish: a deadlock, ranks \[0, 1\] "
+                                              r"did not return; every rank was waiting on another.*\nrank 0 was waiting at "
+                                              r"allreduce\.py:{line:dist.send(chunks[send_i], right}.*\nrank 1 was waiting "
+                                              r"at allreduce\.py:{line:dist.send(chunks[send_i], right}")}),
     Faulty("ring_tail_lost", options=worlds(2),
            why="ring with chunk size n // W for every chunk: the last n % W elements are never reduced",
            edits=[(RING_BOUNDS, "    bounds = [i * (n // world) for i in range(world + 1)]\n")],

@@ -123,12 +123,26 @@ CASES = [
            edits=[("def copy_to_parallel_region(x, group=None):", "def copy_to_parallel_region(x, group=None)")],
            expect={"tp.py": ("fail", "does not load")}),
     # hangs: the checker must name the piece, say it did not finish, and go on to the next pieces
-    Faulty("f_backward_only_rank0_reduces", options={"world_sizes": (2,), "case_timeout": 10},
+    # (a deadlock is reported as soon as every rank waits on another: "a deadlock" comes from the ranks' own
+    # reports, never from the deadline, which stays the default so that a late report fails the pattern)
+    Faulty("f_backward_only_rank0_reduces", options=TP2,
            why="only rank 0 calls f's all-reduce in backward",
            edits=[("        dist.all_reduce(grad, group=ctx.group)\n",
                    "        if dist.get_rank(ctx.group) == 0:\n            dist.all_reduce(grad, group=ctx.group)\n")],
-           expect={"copy_to_parallel_region": ("fail", "did not finish"), "reduce_from_parallel_region": PASS,
-                   "RowParallelLinear": PASS}),
+           expect={"copy_to_parallel_region": ("fail", r"did not finish: a deadlock, ranks \[0\] did not return "
+                                                       r"\(ranks \[1\] did.*\nrank 0 was waiting at tp\.py:"
+                                                       r"{line:            dist.all_reduce(grad, group=ctx.group)}"),
+                   "reduce_from_parallel_region": PASS, "RowParallelLinear": PASS}),
+    Faulty("init_groups_rank0_only", options={"world_sizes": (4,)},
+           why="only rank 0 creates the groups, as a coordinator would; new_group waits for every rank",
+           edits=[("    for kind in NAMES:\n        for ranks in grid[kind]:\n",
+                   "    for kind in NAMES if rank == 0 else ():\n        for ranks in grid[kind]:\n")],
+           expect={"init_rank_groups": ("fail", r"4 ranks, tp=2 x dp=2: did not finish: a deadlock, ranks \[0\] did "
+                                                r"not return \(ranks \[1, 2, 3\] did, and waited for them\).*"
+                                                r"\nrank 0 was waiting at tp\.py:{line:group = dist.new_group(ranks)}"
+                                                r".*\nhint: every rank must call dist.new_group for EVERY group.*\n"
+                                                r"ranks \[1, 2, 3\] \(rank 1 shown\): init_rank_groups\(.*\) must return a dict .*got \{\}"),
+                   "rank_groups": PASS, "ParallelMLP": PASS}),
     Faulty("init_groups_only_own", options={"world_sizes": (4,), "case_timeout": 10},
            why="each rank creates only the groups it is a member of",
            edits=[("        for ranks in grid[kind]:\n"

@@ -33,6 +33,10 @@ def mlp_gathers(gather: str) -> tuple:
             "        return self.fc2(full.chunk(tp, -1)[r])")
 
 
+ATTENTION_SPLIT = "            return y.view(b, t, self.local_heads, self.head_dim).transpose(1, 2)\n"
+ATTENTION_SDPA = ("        out = F.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)), "
+                  "heads(self.v(x)))\n")
+
 WITH_FUNCOL = ("import torch.distributed as dist\n",
                "import torch.distributed as dist\nimport torch.distributed._functional_collectives as funcol\n")
 
@@ -104,11 +108,30 @@ CASES = [
                    "hidden_size, bias=bias, input_is_parallel=True",
                    "gather_output=True, group=group)\n        self.fc2 = RowParallelLinear(ffn_hidden_size, "
                    "hidden_size, bias=bias, input_is_parallel=False"),
-                  ("            return y.view(b, t, self.local_heads, self.head_dim).transpose(1, 2)",
+                  (ATTENTION_SPLIT.rstrip("\n"),
                    "            return y.view(b, t, self.head_dim, self.local_heads).transpose(1, 3).transpose(2, 3)")],
            expect={"ParallelMLP": ("fail", "communicates more than it needs in forward"),
                    "ParallelSelfAttention": ("fail", "differs from serial multi-head attention"),
                    "ColumnParallelLinear": PASS, "RowParallelLinear": PASS}),
+    Faulty("attention_scale_hidden", options=TP2,
+           why="attention written out by hand, the scores divided by sqrt(hidden_size) instead of sqrt(head_dim)",
+           edits=[(ATTENTION_SDPA, "        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))\n"
+                                   "        scores = q @ k.transpose(-2, -1) / x.shape[-1] ** 0.5\n"
+                                   "        out = scores.softmax(dim=-1) @ v\n")],
+           expect={"ParallelSelfAttention": ("fail", r"forward output differs from serial multi-head attention with 4 "
+                                                     r"heads \(max \|difference\| = .*\); the serial reference: per head "
+                                                     r"softmax\(q k\^T / sqrt\(head_dim\)\) v, head_dim = hidden_size/"
+                                                     r"num_heads = 8/4 = 2;.*Your output matches the scores scaled by "
+                                                     r"1/sqrt\(hidden_size\) = 1/sqrt\(8\) instead of 1/sqrt\(head_dim\)"),
+                   "ParallelMLP": PASS, "RowParallelLinear": PASS}),
+    Faulty("attention_no_transpose", options=TP2,
+           why="the heads split with .view(b, t, heads, head_dim) and no .transpose(1, 2): attention over the heads",
+           edits=[(ATTENTION_SPLIT, ATTENTION_SPLIT.replace(".transpose(1, 2)", ""))],
+           expect={"ParallelSelfAttention": ("fail", r"differs from serial multi-head attention.*the serial reference: "
+                                                     r".*\.view\(b, t, heads, head_dim\)\.transpose\(1, 2\).*Your output "
+                                                     r"matches the heads split without \.transpose\(1, 2\) \(and merged "
+                                                     r"back with it\): attention runs across the heads"),
+                   "ParallelMLP": PASS}),
     Faulty("mlp_relu", options=TP2, why="ReLU instead of GELU between the MLP's layers",
            edits=[("        return self.fc2(F.gelu(self.fc1(x)))", "        return self.fc2(F.relu(self.fc1(x)))")],
            expect={"ParallelMLP": ("fail", "uses ReLU"), "ParallelSelfAttention": PASS}),

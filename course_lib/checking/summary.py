@@ -70,11 +70,24 @@ def describe(rec, hang_hint: str) -> str:
                                                                      for v in own.values()):
         return crashed(rec, head, missing) + "\n" + first_of(own, "then ")
     if own:
-        msg = first_of(own, head)
-        if missing:
-            msg += f"\nranks {missing} did not return (waiting on a partner that gave up)"
-        return msg
+        return "\n".join([first_of(own, head), *whereabouts(rec, missing)])
     return f"{head}{rec.ended}"
+
+
+def whereabouts(rec, missing: list[int]) -> list[str]:
+    """Where each rank that gave no verdict was: died (of a signal, at its line), waiting (at its line), or not
+    known (it waited on a partner that gave up)."""
+    died, lines, unknown = getattr(rec, "died", {}), [], []
+    for r in missing:
+        if died.get(r):
+            lines.append(f"rank {r} died at {died[r]}")
+        elif rec.stuck.get(r):
+            lines.append(f"rank {r} was waiting at {rec.stuck[r]}")
+        else:
+            unknown.append(r)
+    if unknown:
+        lines.append(f"ranks {unknown} did not return (waiting on a partner that gave up)")
+    return lines
 
 
 def crashed(rec, head: str, ranks: list[int]) -> str:
@@ -83,7 +96,10 @@ def crashed(rec, head: str, ranks: list[int]) -> str:
     first, *tail = rec.ended.splitlines()       # "a rank exited during the case (exit codes)", the ranks' last lines
     mine = [line for line in tail if line.startswith(tuple(f"rank {r}: " for r in ranks))]
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
-    return "\n".join([f"{head}{who} ended during the call ({first})", *mine])
+    died = getattr(rec, "died", {})
+    at = f" at {died[ranks[0]]}" if len(ranks) == 1 and died.get(ranks[0]) else ""
+    lines = [] if at else [f"rank {r} died at {died[r]}" for r in ranks if died.get(r)]
+    return "\n".join([f"{head}{who} ended during the call{at} ({first})", *lines, *mine])
 
 
 def first_of(verdicts: dict, head: str) -> str:

@@ -18,7 +18,7 @@ import argparse
 import datetime
 
 from course_lib.checking.case import Ctx, Fail, Missing, OtherRank
-from course_lib.checking.deadlock import Deadlock
+from course_lib.checking.deadlock import FOLDER_ENV, Deadlock
 from course_lib.checking.guard import CollectiveGuard
 from course_lib.checking.learner import error_where, explain, learner_line
 from course_lib.checking.watchdog import Watchdog
@@ -112,6 +112,16 @@ def run_file(spec, path: str, k: int, guard, sync, dog, a, tag: dict) -> bool:
     return True
 
 
+def note_crashes(rank: int) -> None:
+    """If this process dies of a signal (gloo aborts on a size mismatch), its Python stacks go to ``crash-<rank>``
+    in the launch's folder: the checker reads the learner's line from it (``runner.crash_lines``)."""
+    import faulthandler
+    import os
+    folder = os.environ.get(FOLDER_ENV)
+    if folder:
+        faulthandler.enable(open(os.path.join(folder, f"crash-{rank}"), "w"), all_threads=True)  # open until exit
+
+
 def main(argv=None) -> None:
     from course_lib import registry
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -131,6 +141,7 @@ def main(argv=None) -> None:
     dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size,
                             timeout=datetime.timedelta(seconds=a.case_timeout + 60))
     sync = dist.new_group(backend="gloo")
+    note_crashes(env.rank)
     guard = CollectiveGuard(*spec.GUARD)
     # a deadlock ends the case as soon as every rank waits on another, not at its deadline
     early = Deadlock.from_env(env.rank, env.world_size)

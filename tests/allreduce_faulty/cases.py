@@ -73,9 +73,21 @@ CASES = [
            why="naive receives into a float32 buffer (torch.empty(shape)) whatever the tensor's dtype",
            edits=[("        incoming = torch.empty_like(tensor)          # same dtype: an int64 sum stays exact\n",
                    "        incoming = torch.empty(tensor.shape)\n")],
-           expect={"naive_allreduce": ("fail", r"W=2, 1,009 elements, float64: rank 0 ended during the call.*rank 0: .*Received data size doesn't "
+           expect={"naive_allreduce": ("fail", r"W=2, 1,009 elements, float64: rank 0 ended during the call at allreduce\.py:"
+                                               r"{line:dist.recv(incoming, src=peer(group, src)} in naive_allreduce: .*"
+                                               r"rank 0: .*Received data size doesn't "
                                                r"match.*then rank 1: .*Connection (reset|closed) by peer.*"
                                                r"float32 cases at W=2 passed.*tensor's dtype")}),
+    Faulty("ring_float32_scratch", options=worlds(3),
+           why="ring's receive buffer made with torch.empty(n): float32 whatever the tensor's dtype; gloo ends the "
+               "process that receives too many bytes, so the verdict must say where that rank was",
+           edits=[("    incoming = scratch(tensor, max(c.numel() for c in chunks))\n",
+                   "    incoming = torch.empty(max(c.numel() for c in chunks))   # one chunk's room\n")],
+           expect={"ring_allreduce": ("fail", r"W=3, 1,009 elements, float64: ranks? .*ended during the call.*"
+                                              r"(at|died at) allreduce\.py:\d+ in sendrecv: .*\(called from allreduce\.py:"
+                                              r"{line:        sendrecv(chunks[send_i], right, buf, left, group)} "
+                                              r"in ring_allreduce: sendrecv\(chunks\[send_i\], right, buf, left, group\)\).*"
+                                              r"Received data size doesn't match.*tensor's dtype")}),
     Faulty("naive_no_group_parameter", options=worlds(2),
            why="naive without the group parameter of the interface",
            edits=[("def naive_allreduce(tensor, group=None):", "def naive_allreduce(tensor):")],

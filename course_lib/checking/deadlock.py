@@ -14,7 +14,7 @@ partners' wait with a closed connection) before every rank has said where it wai
 
 ``Waits`` notes the call this process waits in: the checking worker wraps torch.distributed's ``Work.wait`` (every
 blocking send, receive and collective ends there) and ``new_group`` (its rendezvous waits for every rank); the DDP
-probe notes its own wrapped calls.
+probe (``ddp/probe.py``) notes its own wrapped calls and uses ``Stalls`` alone.
 """
 from __future__ import annotations
 
@@ -35,15 +35,16 @@ class Stalls:
     BLOCKED = 0.5     # a call that has lasted this long is waiting (not merely moving data)
     FRESH = 1.0       # a rank's file confirmed within this long is believed (an older one: its rank may be starved)
 
-    def __init__(self, folder, rank: int, world: int, ended=None):
+    def __init__(self, folder, rank: int, world: int, ended=None, by_load: bool = True):
         self.folder, self.rank, self.world = Path(folder), rank, world
         self.ended = ended or (lambda r: False)     # ended(r): rank r has ended (it will never free anyone)
+        self.by_load = by_load
         self._written: tuple | None = None
 
-    @staticmethod
-    def slowdown() -> float:
-        """How much longer than on an idle machine a wait may take now (1 to 1/SLOWEST, from the load)."""
-        return 1.0 / max(Watchdog.SLOWEST, core_share())
+    def slowdown(self) -> float:
+        """How much longer than on an idle machine a wait may take now (1 to 1/SLOWEST, from the load; 1 when
+        the times are not stretched by the load)."""
+        return 1.0 / max(Watchdog.SLOWEST, core_share()) if self.by_load else 1.0
 
     def note(self, since: float | None) -> None:
         """This rank waits in a call that began at ``since`` (``time.monotonic``), or None: not waiting."""

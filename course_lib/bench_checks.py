@@ -16,7 +16,8 @@ interpreter per rank), or both, one row each, to compare in the same run.
 
 ``--deadlock`` times each checker on a deadlocked submission instead (``DEADLOCKS``: the faulty cases of the
 repository's tests/<exercise>_faulty/ that deadlock, on the world sizes that show it, with the checker's own
-deadlines): the check's wall time, the seconds from the hung case's start to its report, each over the torch import.
+deadlines): the check's wall time, the seconds from the hung case's start to its report, each over the torch import,
+and how many ranks the verdict places at a line of the learner's file.
 """
 from __future__ import annotations
 
@@ -214,7 +215,9 @@ def bench_deadlock(name: str, import_s: float) -> dict:
             report = check(name, path, say=None, **options)
             wall = time.monotonic() - start
     failed = [v for v in report.verdicts if v.result != "pass"]
-    lines = sum(len(re.findall(r"^rank \d+ was waiting at \S+:\d+", v.message, re.M)) for v in failed)
+    # the ranks the verdict places at a line of the learner's file ("rank 0 was waiting at zero.py:94", "on rank 0
+    # at snapshot.py:51"); a rank that had returned and waited in the checker has no line to give
+    lines = len({r for v in failed for r in re.findall(r"rank (\d+)[^\n;(]*? at \S+\.py:\d+", v.message)})
     return {"checker": name, "case": DEADLOCKS[name], "wall_s": wall, "ratio": wall / import_s,
             "hang_s": max(hangs.waits, default=float("nan")), "reported": bool(hangs.waits), "rank_lines": lines,
             "message": failed[0].message if failed else "(no failure: the deadlock was not caught)"}
@@ -223,12 +226,12 @@ def bench_deadlock(name: str, import_s: float) -> dict:
 def deadlock_header(import_s: float) -> str:
     return (f"torch import in a fresh interpreter: {import_s:.2f} s ({os.cpu_count()} cores)\n"
             f"{'checker':<10} {'deadlocked submission':<26} {'wall s':>7} {'ratio':>6} {'hang s':>7} {'ratio':>6}"
-            f" {'rank lines':>10}  verdict")
+            f" {'ranks at a line':>15}  verdict")
 
 
 def deadlock_row(r: dict, import_s: float) -> str:
     return (f"{r['checker']:<10} {r['case']:<26} {r['wall_s']:7.1f} {r['ratio']:6.1f} {r['hang_s']:7.1f} "
-            f"{r['hang_s'] / import_s:6.1f} {r['rank_lines']:10d}  "
+            f"{r['hang_s'] / import_s:6.1f} {r['rank_lines']:15d}  "
             f"{'hang reported' if r['reported'] else 'NOT reported as a hang'}")
 
 

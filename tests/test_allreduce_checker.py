@@ -203,3 +203,19 @@ def test_a_deadlock_is_every_rank_waiting_with_none_finishing_a_call(tmp_path):
     assert not early()
     waits.since = time.monotonic() - 1.0
     assert early() and (tmp_path / "waiting-1").exists()
+
+
+def test_a_peer_outside_the_group_is_refused_before_gloo_sees_it():
+    """gloo reads past its table of peers for a rank >= W (a wait for a rank that never comes, or a crash): the
+    harness's wrapped send/recv refuse it with the rank and the group's size."""
+    from types import SimpleNamespace
+
+    from course_lib.checking.deadlock import peer_checked
+    sent = []
+    send = peer_checked("send", lambda group, tensors, peer, tag: sent.append(peer))
+    group = SimpleNamespace(size=lambda: 3)
+    send(group, [], 2, 0)
+    assert sent == [2]
+    for bad in (3, -1):
+        with pytest.raises(ValueError, match=rf"Invalid peer rank {bad} for isend/send: the group has ranks 0\.\.2"):
+            send(group, [], bad, 0)

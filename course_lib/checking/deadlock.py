@@ -13,7 +13,8 @@ others report where they wait too; ``reported-<rank>`` says a rank has, so that 
 partners' wait with a closed connection) before every rank has said where it waits.
 
 ``Waits`` notes the call this process waits in: the checking worker wraps torch.distributed's ``Work.wait`` (every
-blocking send, receive and collective ends there) and ``new_group`` (its rendezvous waits for every rank); the DDP
+blocking send, receive and collective ends there), a ProcessGroup's send and recv (posting one may wait to connect;
+a peer outside the group is refused there) and ``new_group`` (its rendezvous waits for every rank); the DDP
 probe (``ddp/probe.py``) notes its own wrapped calls and uses ``Stalls`` alone.
 """
 from __future__ import annotations
@@ -87,8 +88,9 @@ class Stalls:
         (self.folder / f"reported-{self.rank}").touch()
 
     def settle(self, seconds: float = 2.0) -> None:
-        """Wait (``seconds`` at most) until every rank that was still waiting has said where it waits."""
-        end = time.monotonic() + seconds
+        """Wait (``seconds`` at most, times the load's slowdown) until every rank that was still waiting has said
+        where it waits."""
+        end = time.monotonic() + seconds * self.slowdown()
         while time.monotonic() < end:
             if all((self.folder / f"reported-{r}").exists() or self.ended(r) for r in range(self.world)):
                 return
@@ -123,12 +125,29 @@ class Waits:
     def install(self) -> Waits:
         """Wrap torch.distributed's blocking points, for the rest of this process (before the learner's file is
         imported, so that a ``from torch.distributed import new_group`` binds the wrapper too)."""
+        import torch._C._distributed_c10d as c
         import torch.distributed as dist
         import torch.distributed.distributed_c10d as c10d
         dist.Work.wait = self.wrap(dist.Work.wait)
         new_group = self.wrap(c10d.new_group)
         dist.new_group = c10d.new_group = new_group
+        # gloo connects a send's or receive's pair on first use, inside the call that posts it (isend, irecv):
+        # to a rank that never answers, that call itself waits
+        for name in ("send", "recv"):
+            if name in vars(c.ProcessGroup):
+                setattr(c.ProcessGroup, name, self.wrap(peer_checked(name, vars(c.ProcessGroup)[name])))
         return self
+
+
+def peer_checked(name: str, fn):
+    """A ProcessGroup's send or recv ``fn(group, tensors, peer, tag)`` that refuses a peer outside the group, as
+    gloo does not: it reads past its table of peers (a wait for a rank that never comes, or a crash)."""
+    def call(group, tensors, peer, *args, **kwargs):
+        if not 0 <= peer < group.size():
+            raise ValueError(f"Invalid peer rank {peer} for {'isend/send' if name == 'send' else 'irecv/recv'}: "
+                             f"the group has ranks 0..{group.size() - 1}")
+        return fn(group, tensors, peer, *args, **kwargs)
+    return call
 
 
 class Deadlock:

@@ -69,8 +69,11 @@ def describe(rec, hang_hint: str) -> str:
     if own and missing and rec.ended and rec.ended != "hung" and all(v.get("kind") == "peer_gone"
                                                                      for v in own.values()):
         return crashed(rec, head, missing) + "\n" + first_of(own, "then ")
-    if own:
-        return "\n".join([first_of(own, head), *whereabouts(rec, missing)])
+    if own:   # a rank's own error first; a partner whose connection closed only waited on a rank that failed
+        shown = {r: v for r, v in own.items() if v.get("kind") != "peer_gone"} or own
+        gone = [f"rank {r} was waiting at {v['where']} (until its partner's connection closed)"
+                for r, v in own.items() if r not in shown and v.get("where")]
+        return "\n".join([first_of(shown, head), *gone, *whereabouts(rec, missing)])
     return f"{head}{rec.ended}"
 
 

@@ -13,20 +13,31 @@ torch. So the figure that travels between machines is the ratio: a check's wall 
 ``--start`` picks how ranks start: warm (forked from one server per check that imported torch once,
 ``course_lib.core.warm``; the start-up estimate is then that one import), cold (``COURSE_WARM=0``: a fresh
 interpreter per rank), or both, one row each, to compare in the same run.
+
+``--deadlock`` times each checker on a deadlocked submission instead (``DEADLOCKS``: the faulty cases of the
+repository's tests/<exercise>_faulty/ that deadlock, on the world sizes that show it, with the checker's own
+deadlines): the check's wall time, the seconds from the hung case's start to its report, each over the torch import,
+and how many ranks the verdict places at a line of the learner's file.
 """
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from course_lib.core import launch as launch_module
 from course_lib.core.paths import course_root
 from course_lib.registry import get
 
 CHECKERS = ("ddp", "allreduce", "tp")    # the default; any exercise with a checker on the command line
+# checker -> the faulty case (tests/<checker>_faulty/cases.py) that deadlocks: every rank waits on a partner
+DEADLOCKS = {"allreduce": "ring_send_before_recv", "tp": "init_groups_rank0_only", "ckpt": "gather_on_rank0_only",
+             "zero": "all_gather_blocking_send"}
+KEPT_OPTIONS = ("world_sizes", "resume")   # a faulty case's options that choose what runs, not its deadlines
 
 
 def torch_import_seconds(repeats: int = 3) -> float:
@@ -125,10 +136,13 @@ def add_arguments(p):
     p.add_argument("--start", choices=("warm", "cold", "both"), default="warm",
                    help="ranks forked from a server that imported torch (warm, the default), fresh interpreters "
                         "(cold, as with COURSE_WARM=0), or both, row by row")
+    p.add_argument("--deadlock", action="store_true",
+                   help=f"time each checker on a deadlocked submission (default {' '.join(DEADLOCKS)}): how soon "
+                        "the hang is reported")
 
 
 def run(args) -> int:
-    return run_checks(args)
+    return run_deadlocks(args) if getattr(args, "deadlock", False) else run_checks(args)
 
 
 def run_checks(args) -> int:
@@ -145,3 +159,92 @@ def run_checks(args) -> int:
             rows.append(bench_one(name, import_s, mode))
             print(row(rows[-1]), flush=True)
     return 0 if all(r["passed"] for r in rows) else 1
+
+
+class HangLog:
+    """While active, each case that hung in a launch of ``course_lib.checking.runner`` is noted: the seconds from
+    its first rank's start to the last rank's report of where it waits."""
+
+    def __init__(self):
+        from course_lib.checking import runner
+        self.runner, self.waits = runner, []
+        self._original = runner.Launch.close
+
+    def __enter__(self) -> HangLog:
+        original, waits = self._original, self.waits
+
+        def close(launch, result):
+            original(launch, result)
+            waits.extend(rec.fired - rec.began for rec in launch.records.values()
+                         if rec.ended == "hung" and rec.fired and rec.began)
+        self.runner.Launch.close = close
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.runner.Launch.close = self._original
+        return False
+
+
+def deadlock_submission(name: str, dest) -> tuple:
+    """(path, options) of checker ``name``'s deadlocked submission, written under ``dest`` from the repository's
+    tests/<name>_faulty/cases.py (the solution with the faulty case's edits)."""
+    tests = course_root() / "tests"
+    if not (tests / f"{name}_faulty" / "cases.py").exists():
+        raise SystemExit(f"no {tests}/{name}_faulty/cases.py: --deadlock needs the course's repository, tests included")
+    if str(tests) not in sys.path:
+        sys.path.insert(0, str(tests))
+    import importlib
+    cases = importlib.import_module(f"{name}_faulty.cases").CASES
+    case = next(c for c in cases if c.name == DEADLOCKS[name])
+    solution = course_root() / "solutions" / get(name).file
+    path = case.write(solution, tests / f"{name}_faulty", dest)
+    return path, {k: v for k, v in case.options.items() if k in KEPT_OPTIONS}
+
+
+def bench_deadlock(name: str, import_s: float) -> dict:
+    """Check ``name``'s deadlocked submission: wall time, the hung case's start to its report, and the verdict."""
+    import tempfile
+
+    from course_lib.check import check
+    from course_lib.core import warm
+    warm.close_idle()
+    with tempfile.TemporaryDirectory(prefix="bench-deadlock-") as tmp:
+        path, options = deadlock_submission(name, Path(tmp))
+        with HangLog() as hangs:
+            start = time.monotonic()
+            report = check(name, path, say=None, **options)
+            wall = time.monotonic() - start
+    failed = [v for v in report.verdicts if v.result != "pass"]
+    # the ranks the verdict places at a line of the learner's file ("rank 0 was waiting at zero.py:94", "on rank 0
+    # at snapshot.py:51"); a rank that had returned and waited in the checker has no line to give
+    lines = len({r for v in failed for r in re.findall(r"rank (\d+)[^\n;(]*? at \S+\.py:\d+", v.message)})
+    return {"checker": name, "case": DEADLOCKS[name], "wall_s": wall, "ratio": wall / import_s,
+            "hang_s": max(hangs.waits, default=float("nan")), "reported": bool(hangs.waits), "rank_lines": lines,
+            "message": failed[0].message if failed else "(no failure: the deadlock was not caught)"}
+
+
+def deadlock_header(import_s: float) -> str:
+    return (f"torch import in a fresh interpreter: {import_s:.2f} s ({os.cpu_count()} cores)\n"
+            f"{'checker':<10} {'deadlocked submission':<26} {'wall s':>7} {'ratio':>6} {'hang s':>7} {'ratio':>6}"
+            f" {'ranks at a line':>15}  verdict")
+
+
+def deadlock_row(r: dict, import_s: float) -> str:
+    return (f"{r['checker']:<10} {r['case']:<26} {r['wall_s']:7.1f} {r['ratio']:6.1f} {r['hang_s']:7.1f} "
+            f"{r['hang_s'] / import_s:6.1f} {r['rank_lines']:15d}  "
+            f"{'hang reported' if r['reported'] else 'NOT reported as a hang'}")
+
+
+def run_deadlocks(args) -> int:
+    """``course bench checks --deadlock [--checkers ...]``: the table, then each verdict's first lines; exit 1 if
+    a deadlock was not reported as one."""
+    names = [n for n in getattr(args, "checkers", None) or DEADLOCKS if n in DEADLOCKS]
+    import_s = torch_import_seconds()
+    print(deadlock_header(import_s), flush=True)
+    rows = []
+    for name in names:
+        rows.append(bench_deadlock(name, import_s))
+        print(deadlock_row(rows[-1], import_s), flush=True)
+    for r in rows:
+        print(f"\n{r['checker']}: " + "\n  ".join(r["message"].splitlines()[:6]))
+    return 0 if all(r["reported"] for r in rows) else 1

@@ -164,3 +164,58 @@ def test_a_rank_stopped_before_its_deadline_fired_is_named():
                                             "(it waited as long as its partners)"]
     rec.stuck[2] = "allreduce.py:100"
     assert worker.where_ranks_were(rec) == []
+
+
+def test_a_deadlock_is_every_rank_waiting_with_none_finishing_a_call(tmp_path):
+    """The harness's early trigger (checking.deadlock), on the files the ranks write: it calls a deadlock only when
+    every rank's own word, confirmed just now, says it has waited in one call for longer than the grace."""
+    import time
+
+    from course_lib.checking.deadlock import Deadlock, Stalls, Waits
+
+    def says(rank, waited, confirmed=0.0):
+        now = time.monotonic()
+        (tmp_path / f"waiting-{rank}").write_text(f"{now - waited} {now - confirmed}")
+
+    stalls = Stalls(tmp_path, 0, 2)
+    says(0, 30)
+    assert not stalls.everyone_waiting(2.0)           # rank 1 has said nothing: it may be computing
+    says(1, 0.2)
+    assert not stalls.everyone_waiting(2.0)           # rank 1 just began its call: it may yet be matched
+    says(1, 30, confirmed=60)
+    assert not stalls.everyone_waiting(2.0)           # rank 1's word is old: its rank may have gone on since
+    says(1, 30)
+    assert stalls.everyone_waiting(2.0)
+    (tmp_path / "waiting-1").unlink()
+    assert Stalls(tmp_path, 0, 2, ended=lambda r: r == 1).everyone_waiting(2.0)   # an ended rank frees nobody
+    assert not Stalls(tmp_path, 0, 1).everyone_waiting(2.0)
+
+    waits = Waits()
+    seen = []
+    inner = waits.wrap(lambda: seen.append(waits.since))
+    outer = waits.wrap(lambda: (seen.append(waits.since), inner()))
+    outer()
+    assert seen[0] is not None and seen[0] == seen[1] and waits.since is None   # a call inside a call: the outer
+
+    # another rank announced the deadlock: this rank reports too once it waits itself, not while it works
+    stalls.announce()
+    early = Deadlock(Stalls(tmp_path, 1, 2), waits)
+    assert not early()
+    waits.since = time.monotonic() - 1.0
+    assert early() and (tmp_path / "waiting-1").exists()
+
+
+def test_a_peer_outside_the_group_is_refused_before_gloo_sees_it():
+    """gloo reads past its table of peers for a rank >= W (a wait for a rank that never comes, or a crash): the
+    harness's wrapped send/recv refuse it with the rank and the group's size."""
+    from types import SimpleNamespace
+
+    from course_lib.checking.deadlock import peer_checked
+    sent = []
+    send = peer_checked("send", lambda group, tensors, peer, tag: sent.append(peer))
+    group = SimpleNamespace(size=lambda: 3)
+    send(group, [], 2, 0)
+    assert sent == [2]
+    for bad in (3, -1):
+        with pytest.raises(ValueError, match=rf"Invalid peer rank {bad} for isend/send: the group has ranks 0\.\.2"):
+            send(group, [], bad, 0)

@@ -325,8 +325,8 @@ def dtype_of(rec) -> str:
 
 
 def where_ranks_were(rec) -> list[str]:
-    """For a case that failed on one rank's error while others never returned: where those waited (their deadline
-    fired there); for a hang, the ranks that could not say where they waited."""
+    """For a hang, the ranks that could not say where they waited (for a case that failed on one rank's error while
+    others never returned, the harness's message says where those were)."""
     missing = sorted(set(range(rec.world)) - set(rec.verdicts))
     if rec.ended == "hung" and not any(v.get("kind") == "error" for v in rec.verdicts.values()):
         # the hang message says where each rank waited that said so; a rank stopped by the launcher (after a
@@ -334,4 +334,4 @@ def where_ranks_were(rec) -> list[str]:
         silent = [r for r in missing if not rec.stuck.get(r)]
         return [f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} gave no location: stopped "
                 "before its own deadline fired (it waited as long as its partners)"] if silent else []
-    return [f"rank {r} was waiting at {rec.stuck[r]}" for r in missing if rec.stuck.get(r)]
+    return []

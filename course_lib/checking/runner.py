@@ -6,12 +6,16 @@ into a Report.
 """
 from __future__ import annotations
 
+import linecache
 import os
+import re
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from course_lib.checking.deadlock import FOLDER_ENV
 from course_lib.core.rankkit import parse
 
 WORKER = "course_lib.checking.worker"
@@ -31,6 +35,8 @@ class CaseRecord:
     waited: float = 0.0                              # once it hung: how long it really waited (at least the deadline)
     began: float = 0.0                               # when its first rank said "start" (time.monotonic)
     fired: float = 0.0                               # when the last rank said "stuck"
+    deadlock: bool = False                           # the ranks saw every rank wait on another (not the deadline)
+    died: dict = field(default_factory=dict)         # rank -> the learner's line where its process died (a signal)
     ended: str = ""                                  # why ranks gave no verdict: "hung", or how the launch ended
 
     @property
@@ -48,6 +54,7 @@ class Launch:
         self.done = self.relaunch = False
         self.other: dict = {}         # rank -> the last lines that were not markers
         self.result = None
+        self.crashes: dict = {}       # rank -> the learner's line where it died of a signal
 
     def record(self, ev: dict) -> CaseRecord:
         key = (ev.get("file", 0), ev["case"])
@@ -72,8 +79,10 @@ class Launch:
         elif kind == "verdict":
             self.record(ev).verdicts[rank] = ev
         elif kind == "stuck":
-            self.record(ev).stuck[rank] = ev.get("where", "")
-            self.record(ev).fired = time.monotonic()
+            rec = self.record(ev)
+            rec.stuck[rank] = ev.get("where", "")
+            rec.fired = time.monotonic()
+            rec.deadlock = rec.deadlock or bool(ev.get("deadlock"))
         elif kind in ("done", "relaunch"):
             setattr(self, kind, True)
 
@@ -85,9 +94,11 @@ class Launch:
             if rec.stuck or len(rec.verdicts) < self.world and result.timed_out:
                 rec.ended = "hung"
                 if rec.began:     # the watchdog's clock runs slower on a loaded machine: say the real wait
-                    rec.waited = max(rec.seconds, (rec.fired or time.monotonic()) - rec.began)
+                    waited = (rec.fired or time.monotonic()) - rec.began
+                    rec.waited = waited if rec.deadlock else max(rec.seconds, waited)
             elif len(rec.verdicts) < self.world:
                 rec.ended = self.how_it_ended()
+                rec.died = {r: at for r, at in self.crashes.items() if r not in rec.verdicts}
 
     def how_it_ended(self) -> str:
         res = self.result
@@ -111,6 +122,28 @@ def worker_failed(nprocs: int, result, lines: dict) -> dict:
             "message": "\n".join([f"the check run on {nprocs} ranks failed: {result.summary()}", *tail])}
 
 
+FRAME = re.compile(r'^\s*File "(?P<file>.+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def crash_lines(folder: str, world: int, paths: list) -> dict:
+    """rank -> 'allreduce.py:40 in naive_allreduce: dist.recv(...)', the innermost frame of a learner's file in the
+    stacks that a rank which died of a signal left (``worker.note_crashes``; faulthandler lists the most recent
+    call first)."""
+    learner = {os.path.realpath(p) for p in paths}
+    out = {}
+    for r in range(world):
+        try:
+            text = open(os.path.join(folder, f"crash-{r}")).read()
+        except OSError:
+            continue
+        frames = [m for m in map(FRAME.match, text.splitlines()) if m and os.path.realpath(m["file"]) in learner]
+        if frames:    # the innermost line, and the one that called it (a helper's line alone says little)
+            out[r] = " (called from ".join(
+                f"{os.path.basename(m['file'])}:{m['line']} in {m['func']}: "
+                f"{linecache.getline(m['file'], int(m['line'])).strip()}" for m in frames[:2]) + ")" * (len(frames) > 1)
+    return out
+
+
 def launch_once(exercise: str, spec, paths: list, world: int, timeout: float, case_timeout: float, stop=None,
                 skip=(), passed=(), ended=(), cwd=None) -> Launch:
     from course_lib.core.launch import launch
@@ -119,8 +152,10 @@ def launch_once(exercise: str, spec, paths: list, world: int, timeout: float, ca
     for name, values in (("--skip", skip), ("--passed", passed), ("--ended", ended)):
         if values:
             args += [name, ",".join(sorted(values))]
-    res = launch(args, nprocs=world, timeout=timeout, on_line=run.on_line, grace=3.0, env=getattr(spec, "ENV", ENV),
-                 stop=stop, cwd=cwd)
+    with tempfile.TemporaryDirectory(prefix="course-waits-") as waits:    # where the ranks say they wait
+        env = {**getattr(spec, "ENV", ENV), FOLDER_ENV: waits}
+        res = launch(args, nprocs=world, timeout=timeout, on_line=run.on_line, grace=3.0, env=env, stop=stop, cwd=cwd)
+        run.crashes = crash_lines(waits, world, paths)
     run.close(res)
     return run
 

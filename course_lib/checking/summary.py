@@ -69,12 +69,28 @@ def describe(rec, hang_hint: str) -> str:
     if own and missing and rec.ended and rec.ended != "hung" and all(v.get("kind") == "peer_gone"
                                                                      for v in own.values()):
         return crashed(rec, head, missing) + "\n" + first_of(own, "then ")
-    if own:
-        msg = first_of(own, head)
-        if missing:
-            msg += f"\nranks {missing} did not return (waiting on a partner that gave up)"
-        return msg
+    if own:   # a rank's own error first; a partner whose connection closed only waited on a rank that failed
+        shown = {r: v for r, v in own.items() if v.get("kind") != "peer_gone"} or own
+        gone = [f"rank {r} was waiting at {v['where']} (until its partner's connection closed)"
+                for r, v in own.items() if r not in shown and v.get("where")]
+        return "\n".join([first_of(shown, head), *gone, *whereabouts(rec, missing)])
     return f"{head}{rec.ended}"
+
+
+def whereabouts(rec, missing: list[int]) -> list[str]:
+    """Where each rank that gave no verdict was: died (of a signal, at its line), waiting (at its line), or not
+    known (it waited on a partner that gave up)."""
+    died, lines, unknown = getattr(rec, "died", {}), [], []
+    for r in missing:
+        if died.get(r):
+            lines.append(f"rank {r} died at {died[r]}")
+        elif rec.stuck.get(r):
+            lines.append(f"rank {r} was waiting at {rec.stuck[r]}")
+        else:
+            unknown.append(r)
+    if unknown:
+        lines.append(f"ranks {unknown} did not return (waiting on a partner that gave up)")
+    return lines
 
 
 def crashed(rec, head: str, ranks: list[int]) -> str:
@@ -83,7 +99,10 @@ def crashed(rec, head: str, ranks: list[int]) -> str:
     first, *tail = rec.ended.splitlines()       # "a rank exited during the case (exit codes)", the ranks' last lines
     mine = [line for line in tail if line.startswith(tuple(f"rank {r}: " for r in ranks))]
     who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks}"
-    return "\n".join([f"{head}{who} ended during the call ({first})", *mine])
+    died = getattr(rec, "died", {})
+    at = f" at {died[ranks[0]]}" if len(ranks) == 1 and died.get(ranks[0]) else ""
+    lines = [] if at else [f"rank {r} died at {died[r]}" for r in ranks if died.get(r)]
+    return "\n".join([f"{head}{who} ended during the call{at} ({first})", *lines, *mine])
 
 
 def first_of(verdicts: dict, head: str) -> str:
@@ -96,12 +115,19 @@ def first_of(verdicts: dict, head: str) -> str:
 def hang(rec, head: str, ranks: list[int], gone: dict, hint: str) -> str:
     returned = sorted(set(range(rec.world)) - set(ranks))
     waited = rec.waited or rec.seconds     # the real wait (a record made by hand may have only the deadline)
-    lines = [f"{head}did not finish (deadlock or hang): ranks {ranks} did not return within {waited:.0f} s"
-             + (f" (ranks {returned} did)" if returned else "")]
+    if getattr(rec, "deadlock", False):
+        lines = [f"{head}did not finish: a deadlock, ranks {ranks} did not return"
+                 + (f" (ranks {returned} did, and waited for them)" if returned else "")
+                 + f"; every rank was waiting on another and none finished a call (seen after {waited:.0f} s)"]
+    else:
+        lines = [f"{head}did not finish (deadlock or hang): ranks {ranks} did not return within {waited:.0f} s"
+                 + (f" (ranks {returned} did)" if returned else "")]
     for r in ranks:
         if rec.stuck.get(r):
             lines.append(f"rank {r} was waiting at {rec.stuck[r]}")
         elif gone.get(r, {}).get("where"):
             lines.append(f"rank {r} was waiting at {gone[r]['where']} (until its partner's connection closed)")
+        elif r in rec.stuck:
+            lines.append(f"rank {r} was waiting outside your file (in the checker's own calls)")
     lines.append("hint: " + hint)
     return "\n".join(lines)

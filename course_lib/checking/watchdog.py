@@ -24,13 +24,17 @@ class Watchdog:
     The deadline is kept on a clock of a core's fair share (``core_share``): while the machine's load is above
     its cores, it runs slower, by at most SLOWEST, so work that is only slow because the machine is busy (a room
     of learners on one node, CI) is not called stuck. A real hang waits on an idle machine as on a
-    busy one: it fires, later on a busy one. The launch's own deadline still bounds the whole run."""
+    busy one: it fires, later on a busy one. The launch's own deadline still bounds the whole run.
+
+    ``early`` (optional, ``deadlock.Deadlock``): asked once a tick; when it says the launch is deadlocked, the
+    watchdog fires at once, ``on_fire`` getting ``deadlock=True``, and waits for ``early.after_report()``
+    (the other ranks say where they wait) before the process exits."""
 
     TICK = 0.1
     SLOWEST = 0.25
 
-    def __init__(self, seconds: float, on_fire: Callable[..., None], exit_code: int = 3):
-        self.seconds, self.on_fire, self.exit_code = seconds, on_fire, exit_code
+    def __init__(self, seconds: float, on_fire: Callable[..., None], exit_code: int = 3, early=None):
+        self.seconds, self.on_fire, self.exit_code, self.early = seconds, on_fire, exit_code, early
         self._stop: threading.Event | None = None
 
     def arm(self, *args) -> None:
@@ -51,14 +55,20 @@ class Watchdog:
         while left > 0:
             if stop.wait(self.TICK):
                 return
+            if self.early is not None and self.early():
+                return self._fire(*args, deadlock=True)
             now = time.monotonic()
             left -= (now - last) * max(self.SLOWEST, core_share())
             last = now
         self._fire(*args)
 
-    def _fire(self, *args) -> None:
+    def _fire(self, *args, deadlock: bool = False) -> None:
         try:
-            self.on_fire(main_thread_frames(), *args)
+            if deadlock:
+                self.on_fire(main_thread_frames(), *args, deadlock=True)
+                self.early.after_report()
+            else:
+                self.on_fire(main_thread_frames(), *args)
         finally:   # the main thread is stuck: whatever on_fire did, this process ends here
             exit_now(self.exit_code)
 

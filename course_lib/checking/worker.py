@@ -6,7 +6,8 @@
 EXERCISE names the registry entry whose cases module says what to run. The learner's file is imported under the
 module's collective guard; each case runs under a watchdog, then every rank agrees (on the harness's own group)
 whether it passed. Markers (``course_lib.core.rankkit.emit``), per case: ``start``, one ``verdict`` per rank,
-``end``; ``stuck`` when a case's deadline fires (with the learner's line the rank waits on); ``relaunch`` when a
+``end``; ``stuck`` when a case's deadline fires or every rank waits on another (``deadlock``, see
+``checking.deadlock``), with the learner's line the rank waits on; ``relaunch`` when a
 failure may have left messages in flight (the checker goes on in a fresh launch); ``done`` at the end. With several
 PATHs the files are checked one after the other, each marker naming its ``file`` (index in PATHs). The ranks run
 in the folder the checker gives them (cases that write files write there).
@@ -17,6 +18,7 @@ import argparse
 import datetime
 
 from course_lib.checking.case import Ctx, Fail, Missing, OtherRank
+from course_lib.checking.deadlock import FOLDER_ENV, Deadlock
 from course_lib.checking.guard import CollectiveGuard
 from course_lib.checking.learner import error_where, explain, learner_line
 from course_lib.checking.watchdog import Watchdog
@@ -110,6 +112,16 @@ def run_file(spec, path: str, k: int, guard, sync, dog, a, tag: dict) -> bool:
     return True
 
 
+def note_crashes(rank: int) -> None:
+    """If this process dies of a signal (gloo aborts on a size mismatch), its Python stacks go to ``crash-<rank>``
+    in the launch's folder: the checker reads the learner's line from it (``runner.crash_lines``)."""
+    import faulthandler
+    import os
+    folder = os.environ.get(FOLDER_ENV)
+    if folder:
+        faulthandler.enable(open(os.path.join(folder, f"crash-{rank}"), "w"), all_threads=True)  # open until exit
+
+
 def main(argv=None) -> None:
     from course_lib import registry
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -129,9 +141,12 @@ def main(argv=None) -> None:
     dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size,
                             timeout=datetime.timedelta(seconds=a.case_timeout + 60))
     sync = dist.new_group(backend="gloo")
+    note_crashes(env.rank)
     guard = CollectiveGuard(*spec.GUARD)
-    dog = Watchdog(a.case_timeout, lambda frames, key, path, tag: emit(
-        "stuck", case=key, where=learner_line(frames, path), **tag))
+    # a deadlock ends the case as soon as every rank waits on another, not at its deadline
+    early = Deadlock.from_env(env.rank, env.world_size)
+    dog = Watchdog(a.case_timeout, lambda frames, key, path, tag, deadlock=False: emit(
+        "stuck", case=key, where=learner_line(frames, path), deadlock=deadlock, **tag), early=early)
     for k, path in enumerate(a.paths):
         tag = {"file": k} if len(a.paths) > 1 else {}
         if not run_file(spec, path, k, guard, sync, dog, a, tag):

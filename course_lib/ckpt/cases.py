@@ -195,7 +195,14 @@ def failure(by: dict, case: str) -> str | None:
         located = {r for r, at in rec.stuck.items() if at}   # a rank that said where it waits, first
         rank = min(located & silent or located or set(rec.stuck) & silent or silent or set(rec.stuck))
         at = f" at {rec.stuck[rank]}" if rec.stuck.get(rank) else ""
-        return (f"{PHASES[case]}_snapshot did not return on rank {rank} within {rec.seconds:.0f} s{at}: "
+        name = f"{PHASES[case]}_snapshot"
+        if rec.deadlock:    # every rank was seen waiting on another: say where each one waited
+            others = [f"rank {r} waited at {where}" if where else f"rank {r} had returned from {name} and waited "
+                      f"for rank {rank}" for r, where in sorted(rec.stuck.items()) if r != rank]
+            return (f"{name} did not return on rank {rank}{at}: a deadlock, seen after {rec.waited:.0f} s "
+                    f"({'; '.join(others + ['no rank could go on'])}): "
+                    "a collective that not every rank calls waits forever")
+        return (f"{name} did not return on rank {rank} within {rec.seconds:.0f} s{at}: "
                 "a collective that not every rank calls waits forever")
     if bad:
         return bad[0]["message"]

@@ -16,6 +16,7 @@ checker prepares) the ``digits`` data set is read from that file: a small subset
 from __future__ import annotations
 
 import faulthandler
+import functools
 import json
 import os
 import runpy
@@ -26,6 +27,7 @@ import time
 import traceback
 from pathlib import Path
 
+from course_lib.checking.deadlock import Stalls
 from course_lib.core.rankkit import RankEnvError, exit_now, rank_env
 from course_lib.ddp import simulate
 from course_lib.ddp.datahooks import install_data, install_data_file
@@ -65,38 +67,36 @@ def _where(e: BaseException, rec: Recorder) -> dict:
 def _watch_collectives(rec: Recorder, stall: float, stack, folder: Path) -> None:
     """A daemon thread: a collective (or the rendezvous) that cannot finish is a deadlock.
 
-    Two ways to know: every rank of the launch waits in a collective (or has ended) for ``_grace(stall)``
-    seconds with no progress (``blocked-<N>`` files in the probe folder say who waits), or this rank alone
-    waited longer than ``stall``. Collectives release the GIL while they wait, so this thread runs; it dumps every
-    thread's stack and ends the process, which spares the checker from waiting for its deadline.
+    Two ways to know: every rank of the launch has waited in a collective (or has ended) for ``_grace(stall)``
+    seconds with none finishing one (``checking.deadlock.Stalls``: each rank's ``waiting-<N>`` file in the probe
+    folder), or this rank alone waited longer than ``stall``. Collectives release the GIL while they wait, so this
+    thread runs; it dumps every thread's stack and ends the process, which spares the checker from waiting for its
+    deadline.
     """
-    world = _launch_world()
+    # not stretched by the load: the stall and the launch's deadline bound a training run here, not a case
+    stalls = Stalls(folder, rec.rank, _launch_world(), ended=functools.partial(_ended, folder), by_load=False)
     grace = _grace(stall)
 
     def watch():
-        all_since = None   # since when every rank was seen waiting
         while True:
-            time.sleep(0.5)
+            time.sleep(0.25)
             name, since = rec.data["in_call"], rec.call_since
             now = time.monotonic()
             waiting = (name is not None and since is not None
                        and (name in COLLECTIVES or name == "init_process_group"))
-            _mark_blocked(folder, rec.rank, waiting and now - since > 1.0)
+            stalls.note(since if waiting else None)
             if not waiting:
-                all_since = None
                 continue
-            limit = stall * (2 if name == "init_process_group" else 1)   # peers may still be starting
-            everyone = world > 1 and _all_blocked(folder, world)
-            all_since = (all_since or now) if everyone else None
-            patience = grace * (2 if name == "init_process_group" else 1)
-            seen = (folder / "deadlock").exists()   # another rank saw every rank wait: so do I
-            if now - since > limit or seen or (all_since is not None and now - all_since > patience):
+            slow = 2 if name == "init_process_group" else 1   # peers may still be starting
+            everyone = stalls.everyone_waiting(grace * slow)
+            seen = stalls.announced()   # another rank saw every rank wait: so do I
+            if now - since > stall * slow or seen or everyone:
                 rec.data["stalled"] = {"call": name, "seconds": round(now - since, 1), "all_ranks": everyone}
                 rec.write()
                 faulthandler.dump_traceback(file=stack, all_threads=True)
                 stack.flush()
                 if everyone and not seen:
-                    (folder / "deadlock").touch()
+                    stalls.announce()
                     time.sleep(1.0)   # the others note where they wait before this rank's exit breaks their wait
                 exit_now(3)
 
@@ -116,25 +116,12 @@ def _launch_world() -> int:
         return 1
 
 
-def _mark_blocked(folder: Path, rank: int, blocked: bool) -> None:
-    p = folder / f"blocked-{rank}"
-    if blocked and not p.exists():
-        p.touch()
-    elif not blocked and p.exists():
-        p.unlink(missing_ok=True)
-
-
-def _all_blocked(folder: Path, world: int) -> bool:
-    """Every rank of the launch waits in a collective, or has ended (its record has its exit)."""
-    for r in range(world):
-        if (folder / f"blocked-{r}").exists():
-            continue
-        try:
-            if json.loads((folder / f"rank-{r}.json").read_text()).get("exit") is None:
-                return False
-        except (OSError, ValueError):
-            return False   # not started yet, or being rewritten: not known to wait
-    return True
+def _ended(folder: Path, rank: int) -> bool:
+    """Rank ``rank``'s record has its exit: it ended, and will free no one."""
+    try:
+        return json.loads((folder / f"rank-{rank}.json").read_text()).get("exit") is not None
+    except (OSError, ValueError):
+        return False   # not started yet, or being rewritten: not known to have ended
 
 
 def _arm_deadlines(rec: Recorder, folder: Path, rank: int) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from course_lib.checking.case import Fail, need
+from course_lib.tp import attention
 from course_lib.tp.cases_linear import N_IN
 from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
@@ -74,6 +75,7 @@ def _serial_attention(serial, xs, b, t, h, heads):
 
 
 def case_attention(c):
+    import torch
     cls = need(c.mod, "ParallelSelfAttention", "tp.py")
     h, heads, b, t = N_IN, 4, 2, 5
     attn = cls(h, heads, **c.kw).double()
@@ -92,9 +94,10 @@ def case_attention(c):
     y = as_tensor(attn(x), "ParallelSelfAttention")
     want = _serial_attention(serial, xs, b, t, h, heads)
     if not close(y.detach(), want.detach()):
+        with torch.no_grad():
+            why = attention.explain(y.detach(), serial, xs, (b, t, h, heads), c.tp)
         raise Fail(f"ParallelSelfAttention: forward output differs from serial multi-head attention with "
-                   f"{heads} heads (rank r computes heads r*{heads}/tp .. (r+1)*{heads}/tp - 1); "
-                   f"{diff(y.detach(), want.detach())}")
+                   f"{heads} heads ({diff(y.detach(), want.detach())}); {why}")
     grad_out = rand(c.seed + 26, b, t, h)
     (y * grad_out).sum().backward()
     (want * grad_out).sum().backward()

@@ -73,9 +73,21 @@ CASES = [
            why="naive receives into a float32 buffer (torch.empty(shape)) whatever the tensor's dtype",
            edits=[("        incoming = torch.empty_like(tensor)          # same dtype: an int64 sum stays exact\n",
                    "        incoming = torch.empty(tensor.shape)\n")],
-           expect={"naive_allreduce": ("fail", r"W=2, 1,009 elements, float64: rank 0 ended during the call.*rank 0: .*Received data size doesn't "
+           expect={"naive_allreduce": ("fail", r"W=2, 1,009 elements, float64: rank 0 ended during the call at allreduce\.py:"
+                                               r"{line:dist.recv(incoming, src=peer(group, src)} in naive_allreduce: .*"
+                                               r"rank 0: .*Received data size doesn't "
                                                r"match.*then rank 1: .*Connection (reset|closed) by peer.*"
                                                r"float32 cases at W=2 passed.*tensor's dtype")}),
+    Faulty("ring_float32_scratch", options=worlds(3),
+           why="ring's receive buffer made with torch.empty(n): float32 whatever the tensor's dtype; gloo ends the "
+               "process that receives too many bytes, so the verdict must say where that rank was",
+           edits=[("    incoming = scratch(tensor, max(c.numel() for c in chunks))\n",
+                   "    incoming = torch.empty(max(c.numel() for c in chunks))   # one chunk's room\n")],
+           expect={"ring_allreduce": ("fail", r"W=3, 1,009 elements, float64: ranks? .*ended during the call.*"
+                                              r"(at|died at) allreduce\.py:\d+ in sendrecv: .*\(called from allreduce\.py:"
+                                              r"{line:        sendrecv(chunks[send_i], right, buf, left, group)} "
+                                              r"in ring_allreduce: sendrecv\(chunks\[send_i\], right, buf, left, group\)\).*"
+                                              r"Received data size doesn't match.*tensor's dtype")}),
     Faulty("naive_no_group_parameter", options=worlds(2),
            why="naive without the group parameter of the interface",
            edits=[("def naive_allreduce(tensor, group=None):", "def naive_allreduce(tensor):")],
@@ -127,7 +139,11 @@ CASES = [
                    "        dist.recv(buf, left, group)\n"),
                   (RING_GATHER, "        dist.send(chunks[send_i], right, group)\n"
                                 "        dist.recv(chunks[recv_i], left, group)\n")],
-           expect={"ring_allreduce": ("fail", r"W=2.*deadlock.*allreduce\.py:{line:dist.send(chunks[send_i], right}")}),
+           # "a deadlock": the ranks saw each other wait, before the deadline; each rank's line
+           expect={"ring_allreduce": ("fail", r"W=2, 1,009 elements, float32: did not finish: a deadlock, ranks \[0, 1\] "
+                                              r"did not return; every rank was waiting on another.*\nrank 0 was waiting at "
+                                              r"allreduce\.py:{line:dist.send(chunks[send_i], right}.*\nrank 1 was waiting "
+                                              r"at allreduce\.py:{line:dist.send(chunks[send_i], right}")}),
     Faulty("ring_tail_lost", options=worlds(2),
            why="ring with chunk size n // W for every chunk: the last n % W elements are never reduced",
            edits=[(RING_BOUNDS, "    bounds = [i * (n // world) for i in range(world + 1)]\n")],
@@ -152,7 +168,12 @@ CASES = [
                    "            q.wait()\n"
                    "        tensor += received\n"
                    "        distance *= 2\n")],
-           expect={"tree_allreduce": ("fail", r"W=3.*(deadlock|[Ii]nvalid).*every case at W=2 passed and W=3 is the "
+           # gloo would read past its table of peers for rank 3 (a wait, or a crash): the harness refuses the peer
+           expect={"tree_allreduce": ("fail", r"W=3, 1,009 elements, float32: ranks \[1, 2\] \(rank 1 shown\): raised "
+                                              r"ValueError: Invalid peer rank 3 for isend/send: the group has ranks 0\.\.2 "
+                                              r"\(at allreduce\.py:{line:reqs = [dist.isend(tensor.clone(), partner)}.*\n"
+                                              r"rank 0 was waiting at allreduce\.py:{line:            q.wait()}.*"
+                                              r"every case at W=2 passed and W=3 is the "
                                               r"first world size that is not a power of two")}),
     Faulty("tree_rebinds_name", options=worlds(2),
            why="tree writes 'tensor = tensor + buf': that rebinds a local name, the caller's tensor keeps its values",

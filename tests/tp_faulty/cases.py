@@ -33,6 +33,10 @@ def mlp_gathers(gather: str) -> tuple:
             "        return self.fc2(full.chunk(tp, -1)[r])")
 
 
+ATTENTION_SPLIT = "            return y.view(b, t, self.local_heads, self.head_dim).transpose(1, 2)\n"
+ATTENTION_SDPA = ("        out = F.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)), "
+                  "heads(self.v(x)))\n")
+
 WITH_FUNCOL = ("import torch.distributed as dist\n",
                "import torch.distributed as dist\nimport torch.distributed._functional_collectives as funcol\n")
 
@@ -104,11 +108,30 @@ CASES = [
                    "hidden_size, bias=bias, input_is_parallel=True",
                    "gather_output=True, group=group)\n        self.fc2 = RowParallelLinear(ffn_hidden_size, "
                    "hidden_size, bias=bias, input_is_parallel=False"),
-                  ("            return y.view(b, t, self.local_heads, self.head_dim).transpose(1, 2)",
+                  (ATTENTION_SPLIT.rstrip("\n"),
                    "            return y.view(b, t, self.head_dim, self.local_heads).transpose(1, 3).transpose(2, 3)")],
            expect={"ParallelMLP": ("fail", "communicates more than it needs in forward"),
                    "ParallelSelfAttention": ("fail", "differs from serial multi-head attention"),
                    "ColumnParallelLinear": PASS, "RowParallelLinear": PASS}),
+    Faulty("attention_scale_hidden", options=TP2,
+           why="attention written out by hand, the scores divided by sqrt(hidden_size) instead of sqrt(head_dim)",
+           edits=[(ATTENTION_SDPA, "        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))\n"
+                                   "        scores = q @ k.transpose(-2, -1) / x.shape[-1] ** 0.5\n"
+                                   "        out = scores.softmax(dim=-1) @ v\n")],
+           expect={"ParallelSelfAttention": ("fail", r"forward output differs from serial multi-head attention with 4 "
+                                                     r"heads \(max \|difference\| = .*\); the serial reference: per head "
+                                                     r"softmax\(q k\^T / sqrt\(head_dim\)\) v, head_dim = hidden_size/"
+                                                     r"num_heads = 8/4 = 2;.*Your output matches the scores scaled by "
+                                                     r"1/sqrt\(hidden_size\) = 1/sqrt\(8\) instead of 1/sqrt\(head_dim\)"),
+                   "ParallelMLP": PASS, "RowParallelLinear": PASS}),
+    Faulty("attention_no_transpose", options=TP2,
+           why="the heads split with .view(b, t, heads, head_dim) and no .transpose(1, 2): attention over the heads",
+           edits=[(ATTENTION_SPLIT, ATTENTION_SPLIT.replace(".transpose(1, 2)", ""))],
+           expect={"ParallelSelfAttention": ("fail", r"differs from serial multi-head attention.*the serial reference: "
+                                                     r".*\.view\(b, t, heads, head_dim\)\.transpose\(1, 2\).*Your output "
+                                                     r"matches the heads split without \.transpose\(1, 2\) \(and merged "
+                                                     r"back with it\): attention runs across the heads"),
+                   "ParallelMLP": PASS}),
     Faulty("mlp_relu", options=TP2, why="ReLU instead of GELU between the MLP's layers",
            edits=[("        return self.fc2(F.gelu(self.fc1(x)))", "        return self.fc2(F.relu(self.fc1(x)))")],
            expect={"ParallelMLP": ("fail", "uses ReLU"), "ParallelSelfAttention": PASS}),
@@ -123,12 +146,26 @@ CASES = [
            edits=[("def copy_to_parallel_region(x, group=None):", "def copy_to_parallel_region(x, group=None)")],
            expect={"tp.py": ("fail", "does not load")}),
     # hangs: the checker must name the piece, say it did not finish, and go on to the next pieces
-    Faulty("f_backward_only_rank0_reduces", options={"world_sizes": (2,), "case_timeout": 10},
+    # (a deadlock is reported as soon as every rank waits on another: "a deadlock" comes from the ranks' own
+    # reports, never from the deadline, which stays the default so that a late report fails the pattern)
+    Faulty("f_backward_only_rank0_reduces", options=TP2,
            why="only rank 0 calls f's all-reduce in backward",
            edits=[("        dist.all_reduce(grad, group=ctx.group)\n",
                    "        if dist.get_rank(ctx.group) == 0:\n            dist.all_reduce(grad, group=ctx.group)\n")],
-           expect={"copy_to_parallel_region": ("fail", "did not finish"), "reduce_from_parallel_region": PASS,
-                   "RowParallelLinear": PASS}),
+           expect={"copy_to_parallel_region": ("fail", r"did not finish: a deadlock, ranks \[0\] did not return "
+                                                       r"\(ranks \[1\] did.*\nrank 0 was waiting at tp\.py:"
+                                                       r"{line:            dist.all_reduce(grad, group=ctx.group)}"),
+                   "reduce_from_parallel_region": PASS, "RowParallelLinear": PASS}),
+    Faulty("init_groups_rank0_only", options={"world_sizes": (4,)},
+           why="only rank 0 creates the groups, as a coordinator would; new_group waits for every rank",
+           edits=[("    for kind in NAMES:\n        for ranks in grid[kind]:\n",
+                   "    for kind in NAMES if rank == 0 else ():\n        for ranks in grid[kind]:\n")],
+           expect={"init_rank_groups": ("fail", r"4 ranks, tp=2 x dp=2: did not finish: a deadlock, ranks \[0\] did "
+                                                r"not return \(ranks \[1, 2, 3\] did, and waited for them\).*"
+                                                r"\nrank 0 was waiting at tp\.py:{line:group = dist.new_group(ranks)}"
+                                                r".*\nhint: every rank must call dist.new_group for EVERY group.*\n"
+                                                r"ranks \[1, 2, 3\] \(rank 1 shown\): init_rank_groups\(.*\) must return a dict .*got \{\}"),
+                   "rank_groups": PASS, "ParallelMLP": PASS}),
     Faulty("init_groups_only_own", options={"world_sizes": (4,), "case_timeout": 10},
            why="each rank creates only the groups it is a member of",
            edits=[("        for ranks in grid[kind]:\n"

@@ -76,12 +76,16 @@ CASES = [
            expect={"reduce_scatter": ("fail", r"rank 0 \(shard 0\.\.504\): the finished sum in flat is rank 1's shard"
                                               r".*\(r-step-1\)"),
                    "ZeRO-1": ("pass", "the library's collectives")}),
-    Faulty("all_gather_blocking_send", options={"world_sizes": (2,), "case_timeout": 10},
+    # the deadline stays the default: "a deadlock" comes from the ranks' own reports, as soon as both wait
+    Faulty("all_gather_blocking_send", options=W2,
            why="blocking send before recv on every rank: a deadlock under gloo",
            edits=[("        sendrecv(chunks[send_i], right, chunks[recv_i], left, group)\n",
                    "        dist.send(chunks[send_i], right, group=group)\n"
                    "        dist.recv(chunks[recv_i], left, group=group)\n")],
-           expect={"all_gather": ("fail", r"did not finish.*\n.*waiting at zero\.py:{line:dist.send(chunks[send_i]}"),
+           expect={"all_gather": ("fail", r"did not finish: a deadlock, ranks \[0, 1\] did not return; every rank "
+                                          r"was waiting on another.*\nrank 0 was waiting at zero\.py:"
+                                          r"{line:dist.send(chunks[send_i]}.*\nrank 1 was waiting at zero\.py:"
+                                          r"{line:dist.send(chunks[send_i]}"),
                    "reduce_scatter": PASS, "ZeRO-1": ("pass", "the library's collectives")}),
     Faulty("syntax_error", options=W2, why="a missing colon",
            edits=[("def shard_range(n, rank, world):", "def shard_range(n, rank, world)")],

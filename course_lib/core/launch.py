@@ -28,6 +28,7 @@ import time
 from typing import Callable, Sequence
 
 from course_lib.core import proc
+from course_lib.core import warm as warm_start
 from course_lib.core.rank_env import base_env, srun_env  # noqa: F401 - importable from here as before
 from course_lib.core.result import LaunchResult, RankResult  # noqa: F401 - importable from here as before
 from course_lib.core.scope import bounded
@@ -114,10 +115,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     always starts fresh interpreters. Inside a ``course_lib.core.scope.scope(seconds)`` (a check) the deadline is
     min(``timeout``, what is left of the scope's).
     """
-    if style not in ("srun", "torchrun"):
-        raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
-    if torchrun_args and style != "torchrun":
-        raise ValueError("torchrun_args need style='torchrun'")
+    _validate(style, torchrun_args)
     timeout, cutting = bounded(timeout)
     if timeout <= 0:      # the enclosing check's deadline has passed: start nothing
         return _cut(LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)], timed_out=True), cutting)
@@ -127,11 +125,8 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     procs: list[subprocess.Popen] = []
     popen = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                  start_new_session=True, preexec_fn=preexec_fn)
-    log_dir = server = held = None
-    own_server = False
-    if preexec_fn is None:
-        from course_lib.core import warm as warm_start
-        server, own_server = warm_start.for_launch(warm, base, script_args)
+    log_dir = held = None
+    server, own_server = warm_start.for_launch(warm, base, script_args) if preexec_fn is None else (None, False)
     start = time.monotonic()
     try:
         if style == "srun":
@@ -160,6 +155,13 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
         if log_dir is not None:
             log_dir.cleanup()
     return _cut(result, cutting)
+
+
+def _validate(style: str, torchrun_args: Sequence[str]) -> None:
+    if style not in ("srun", "torchrun"):
+        raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
+    if torchrun_args and style != "torchrun":
+        raise ValueError("torchrun_args need style='torchrun'")
 
 
 def _cut(result: LaunchResult, cutting: list) -> LaunchResult:

@@ -4,6 +4,7 @@ and nothing left afterwards. ``pytest -k two_node`` runs them; they skip, saying
 cannot make network namespaces (not root, no iproute2).
 """
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -171,6 +172,32 @@ def test_two_node_loopback_rendezvous_hangs_until_the_deadline_and_says_why(on_t
         print(f"\n[two-node] {job.name}: {job.state} after {job.elapsed:.0f} s (time limit 1 min); "
               f"{summary.splitlines()[1]}")
     assert time.monotonic() - started < WAIT
+
+
+def test_two_node_sbatch_check_runs_a_localhost_script_there_and_it_fails_as_on_a_cluster(on_two_nodes, tmp_path):
+    """`course check sbatch` on a --nodes=2 script with MASTER_ADDR=localhost: where two nodes exist the job runs
+    for real, and the verdicts come from what each rank saw (one node's Slurm only refuses the node count)."""
+    from course_lib.sbatch import check as sbatch_check
+    from course_lib.sbatch.script import parse
+
+    reference = (ROOT / "solutions" / "03_jobs" / "ddp.sbatch").read_text()
+    master = 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+    assert "#SBATCH --nodes=1\n" in reference and master in reference, "the reference changed: update this test"
+    path = tmp_path / "ddp.sbatch"
+    path.write_text(reference.replace("#SBATCH --nodes=1\n", "#SBATCH --nodes=2\n")
+                    .replace(master, "export MASTER_ADDR=localhost"))
+    assert parse(path.read_text()).get("nodes") == "2"
+    # the ranks wait a quarter of the check's time for each other (sbatch.run's probe timeout): 40 s, not 150 s
+    report = sbatch_check.check(path, timeout=160)
+    got = {v.item: v for v in report.verdicts}
+    print(f"\n[two-node] course check sbatch, MASTER_ADDR=localhost on 2 nodes: {report.seconds:.0f} s\n"
+          + report.text())
+    assert not report.passed
+    assert "this Slurm has 1 node" not in report.text(), "the job was not run on the two nodes"
+    assert got["MASTER_ADDR/PORT"].result == "fail"
+    assert re.search(r"ran on 2 nodes \(node1, node2\)", got["MASTER_ADDR/PORT"].message), report.text()
+    assert got["process group"].result == "fail", report.text()
+    assert re.search(r"rank.*(could not join|never finished joining)", got["process group"].message), report.text()
 
 
 def test_two_node_stop_removes_every_namespace_link_and_daemon(cluster):

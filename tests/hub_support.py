@@ -15,6 +15,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -31,6 +32,8 @@ LEARNERS = ("hublearner1", "hublearner2", "hublearner3")
 SLURM_LEARNER = "hublearner4"
 # The account whose server is a Slurm job (tests/test_hub_slurm.py, on the Slurm worker too)
 SLURM_HUB_LEARNER = "hublearner5"
+# The account whose server runs notebook 06 with the site's runs on Slurm (tests/test_hub.py, on the Slurm worker)
+RUNS_LEARNER = "hublearner8"
 # The culler test's own hub and accounts: one idle, one whose kernel waits on a job
 CULL_LEARNERS = ("hublearner6", "hublearner7")
 # The Unix group the test hubs allow (COURSE_HUB_GROUP); every test account is made a member
@@ -243,3 +246,82 @@ def wait_for_server(hub: "Hub", name: str, want_ready: bool, timeout: float = 42
         assert time.monotonic() < end, (f"{name}'s server is still {model.get('pending') or 'not ready'} after "
                                         f"{timeout:.0f} s:\n{hub.log_tail(60)}")
         time.sleep(1)
+
+
+def clean_up_learner(cluster, name: str, uid: int) -> None:
+    """Whatever a failed test left: the learner's jobs cancelled, their processes ended."""
+    subprocess.run(["scancel", "-u", name], capture_output=True, timeout=60,
+                   env=dict(os.environ, SLURM_CONF=str(cluster.conf)))
+    procs = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=30)
+
+
+def in_slurm_step(p: psutil.Process) -> bool:
+    """Whether ``p`` descends from a slurmstepd: it runs in a job's step on a compute node, not beside the hub.
+    (The local Slurm tracks a step's processes by their parents, proctrack/linuxproc, as this does.)"""
+    return any(parent.name() == "slurmstepd" for parent in p.parents())
+
+
+class RankWatch:
+    """Looks at the processes of ``uid`` every ``interval`` seconds, from ``with`` to its end, in a thread: each
+    whose command line holds ``marker`` (a rank's script and its first argument) goes to ``in_slurm`` or ``outside``
+    (pid -> command line), by whether it runs under a slurmstepd. A warm-started rank shows its own command line too
+    (course_lib.core.forkserver sets it), so a rank on the hub's node would be seen as one in a job is. Any other
+    Python process of ``uid`` outside a job whose command line holds none of ``hub_side`` (the server, the kernel,
+    what runs the notebook) goes to ``strays``: a check's ranks, a warm-start server, a job run here."""
+
+    def __init__(self, uid: int, marker: str, hub_side=("jupyterhub-singleuser", "ipykernel_launcher", "papermill"),
+                 interval: float = 0.1):
+        self.uid, self.marker, self.hub_side, self.interval = uid, marker, hub_side, interval
+        self.in_slurm: dict[int, str] = {}
+        self.outside: dict[int, str] = {}
+        self.strays: dict[int, str] = {}
+        self.looks = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> "RankWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join(30)
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.interval):
+            self.look()
+
+    def look(self) -> None:
+        for p in psutil.process_iter(["uids", "name", "cmdline", "status"]):
+            command = " ".join(p.info["cmdline"] or [])
+            # a zombie runs nothing (the kernel papermill has just stopped, not yet waited for, is one)
+            if not p.info["uids"] or p.info["uids"].real != self.uid or p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            rank = self.marker in command
+            if not rank and (not (p.info["name"] or "").startswith("python")
+                             or any(h in command for h in self.hub_side)):
+                continue
+            try:
+                inside = in_slurm_step(p)
+            except psutil.Error:   # ended meanwhile
+                continue
+            if rank:
+                (self.in_slurm if inside else self.outside)[p.pid] = command
+            elif not inside:
+                self.strays[p.pid] = _described(p, command)
+        self.looks += 1
+
+
+def _described(p: psutil.Process, command: str) -> str:
+    """``command``, its state and its parent's command line (a process that is ending shows no command line)."""
+    try:
+        parent = " ".join(p.parent().cmdline())[:160] if p.parent() else "none"
+        return f"{command[:200] or '(no command line)'} [{p.status()}], child of {parent}"
+    except psutil.Error:
+        return command[:200] or "(no command line; gone)"

@@ -10,18 +10,22 @@ the machine cannot host it (not root, no chromium, no hub install). Figures: out
 Also the hub's settings: who may log in (a group, admins, a shared password; PAM or a shared password open to
 every name stops the hub with one message), its private state folder and pid files, the course kernel, `course`
 in a learner's terminal, and the idle culler on its own hub with a 30 s timeout (an idle server culled, one whose
-kernel waits on a job not).
+kernel waits on a job not). And a hub on a login node (the site's checks and runs on the local Slurm): a learner's
+notebook 06, run headless in their server's terminal, sends its check and its dp x tp run to Slurm as their own
+jobs, and no rank of theirs runs beside the hub.
 """
 import ast
 import json
 import os
 import pwd
+import re
 import stat
 import subprocess
 import time
 from pathlib import Path
 
 import hub_support as hs
+import nbformat
 import pytest
 from conftest import ROOT
 
@@ -322,6 +326,74 @@ print(job.log())
     assert "STATE COMPLETED" in r.stdout and f"running as {name}" in r.stdout, r.stdout[-2000:]
     for path in (Path(run_dir), Path(run_dir) / "output.log"):
         assert path.stat().st_uid == user.pw_uid, f"{path} is not owned by {name}"
+
+
+# a hub on a login node: every check and multi-rank run of a learner goes to Slurm as a short job
+ON_SLURM = {"COURSE_QUICK": "1", "COURSE_ENGINE": "slurm", "COURSE_SITE": "local", "COURSE_CHECKS": "slurm",
+            "COURSE_RUNS": "slurm"}
+NB06 = "06_tensor_parallelism.ipynb"
+TP_RANK = "-m course_lib.tp.train --tp-file"   # notebook 06's dp x tp ranks, as ps shows them (warm or cold)
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+def test_notebook_runs_go_to_slurm_as_the_learners_jobs(slurm_cluster, tmp_path):
+    """A hub with the site's checks and runs on Slurm (COURSE_CHECKS/COURSE_RUNS, passed on to every server): a
+    learner who has done exercise 06 runs notebook 06 headless (papermill in a terminal of their server, in their
+    workspace). It succeeds as against the solutions; sacct has its jobs as the learner's; while it ran, every dp x
+    tp rank of the learner ran under a slurmstepd, and the watch saw those ranks (so it would have seen one here)."""
+    from test_jobs_notebooks import text_of
+    from test_notebooks import assert_solutions_run
+
+    name = hs.RUNS_LEARNER
+    user = hs.fresh_learner(name)
+    home = Path(user.pw_dir)
+    slurm_cluster.dir.chmod(0o755)   # learners' clients read slurm.conf (the munge key stays 0600)
+    hub = hs.Hub(tmp_path)
+    t0 = time.monotonic()
+    try:
+        hub.start({**ON_SLURM, "SLURM_CONF": str(slurm_cluster.conf)})
+        hub.add_user(name)
+        hub.api("POST", f"/users/{name}/server")
+        hs.wait_for_server(hub, name, want_ready=True)
+        t_server = time.monotonic() - t0
+        assert (home / "course" / ".course-workspace.json").is_file(), "no workspace made when the server started"
+        solved = hs.as_user(name, f"cp {hs.HUB_PREFIX}/course/solutions/06_tensor_parallel/tp.py "
+                                  "~/course/exercises/06_tensor_parallel/tp.py")
+        assert solved.returncode == 0, solved.stderr
+        token = hs.user_token(hub, name)
+        term = hs.server_api(hub, name, "terminals", token, "POST")
+        command = (f"cd ~/course/notebooks && {hs.HUB_PREFIX}/venv/bin/papermill {NB06} 06-on-slurm.ipynb "
+                   "-k multigpu-course -p STRICT True -p ANSWERS key --no-progress-bar 2>&1 | tail -n 20; "
+                   "echo PAPERMILL=${PIPESTATUS[0]}")
+        with hs.RankWatch(user.pw_uid, TP_RANK) as watch:
+            said = _terminal_says(f"ws://127.0.0.1:{hub.port}/user/{name}/terminals/websocket/{term['name']}",
+                                  token, command, timeout=420)
+        t_notebook = time.monotonic() - t0 - t_server
+        assert "PAPERMILL=0" in said, said[-3000:]
+    finally:
+        hub.stop()
+        hs.clean_up_learner(slurm_cluster, name, user.pw_uid)
+    assert_solutions_run("06_tensor_parallelism", text_of(nbformat.read(home / "course/notebooks/06-on-slurm.ipynb",
+                                                                        as_version=4)), "from the hub, on Slurm")
+    # the jobs: the run's and the check's, each in the learner's workspace and in Slurm's record as theirs
+    folders = [f.name for f in (home / "course" / "jobs" / "runs").iterdir() if re.search(r"-\d+$", f.name)]
+    assert any(f.startswith("run-train-") for f in folders), folders
+    ids = [f.rsplit("-", 1)[1] for f in folders]
+    done = subprocess.run(["sacct", "-c", "-n", "-P", "-o", "JobID,JobName,User,State", "-j", ",".join(ids)],
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, SLURM_CONF=str(slurm_cluster.conf))).stdout
+    # the job-completion log names the user as NAME(UID)
+    rows = {line.split("|")[0]: line.split("|")[2:] for line in done.splitlines()}
+    for job_id in ids:
+        assert rows.get(job_id) == [f"{name}({user.pw_uid})", "COMPLETED"], (job_id, done)
+    # the ranks: 4 of them seen, every one under a slurmstepd, none beside the hub
+    assert not watch.outside, f"ranks of {name} ran on the hub's node: {watch.outside}"
+    assert not watch.strays, f"other Python processes of {name} ran on the hub's node: {watch.strays}"
+    assert len(watch.in_slurm) >= 4, (f"the watch saw {len(watch.in_slurm)} of the run's 4 ranks in "
+                                      f"{watch.looks} looks: {watch.in_slurm}")
+    print(f"\n[hub, runs on Slurm] hub + {name}'s server {t_server:.0f} s, notebook 06 {t_notebook:.0f} s; jobs "
+          f"{sorted(folders)}; {len(watch.in_slurm)} ranks seen in jobs, none here ({watch.looks} looks)")
 
 
 def test_hub_state_is_private_and_holds_its_pid_files(hub):

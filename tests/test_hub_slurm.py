@@ -55,19 +55,6 @@ def _like_a_kernel(name: str, environ: dict, code: str) -> subprocess.CompletedP
                           text=True, timeout=600)
 
 
-def _clean_up(cluster, name: str, uid: int) -> None:
-    """Whatever a failed test left: the learner's jobs cancelled, their processes ended."""
-    subprocess.run(["scancel", "-u", name], capture_output=True, timeout=60,
-                   env=dict(os.environ, SLURM_CONF=str(cluster.conf)))
-    procs = [p for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == uid]
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=30)
-
-
 @pytest.mark.timeout(900)
 def test_hub_server_runs_as_the_learners_slurm_job(slurm_cluster, tmp_path):
     name = hs.SLURM_HUB_LEARNER
@@ -146,7 +133,7 @@ print(job.log())
               f"stop {time.monotonic() - t1:.1f} s, final state {final[0]}")
     finally:
         hub.stop()
-        _clean_up(slurm_cluster, name, user.pw_uid)
+        hs.clean_up_learner(slurm_cluster, name, user.pw_uid)
 
 
 def test_spawn_form_offers_the_sites_cpu_and_gpu_servers(tmp_path):

@@ -134,7 +134,8 @@ def _stop_slurm(directory: Path) -> None:
 
 @pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook, which reads the marks into the node ids
 def pytest_collection_modifyitems(items):
-    """Under xdist (--dist loadgroup) every test that uses the local Slurm runs on one worker: one cluster.
+    """Under xdist (--dist loadgroup) every test that uses the local Slurm runs on one worker: one cluster (a test of
+    another group, the hub's, runs in its group, with a cluster of that worker's own).
 
     A test that took FAST_LIMIT seconds or more in the measured run (tests/durations.json) is marked slow too, so that
     ``make test-fast`` (``-m "not slow ..."``) keeps to the unit tests of under a second without a mark kept by hand.
@@ -145,7 +146,9 @@ def pytest_collection_modifyitems(items):
     The order within a group stays as written."""
     seconds = _durations()
     for item in items:
-        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+        # a test already in a group keeps it (a hub test with jobs: with two marks xdist would make a third group,
+        # "hub_slurm", on another worker beside the hub group's hub); its worker starts a Slurm of its own
+        if "slurm_cluster" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
         if seconds.get(item.nodeid, 0) >= FAST_LIMIT and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)   # measured at a second or more: not a unit test for test-fast

@@ -20,8 +20,6 @@ import contextlib
 import json
 import os
 import sys
-import threading
-import time
 from pathlib import Path
 
 from course_lib import check_local
@@ -31,7 +29,6 @@ from course_lib.registry import EXERCISES
 # where a check runs: the same choices for ``course check --engine`` and ``course grade --engine``
 ENGINES = ("local", "slurm", "auto")
 AUTO_HELP = "auto: Slurm when sbatch is on PATH and the controller answers, else local"
-STOP_GRACE = 15.0   # seconds before the deadline at which a check without a verdict has its processes stopped
 
 
 def engine_for_checks(choice: str | None = None) -> str:
@@ -68,56 +65,6 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
     if say is not None:
         (print if say is _PRINT else say)(f"checking: up to {seconds:.0f} s")
     return check_local.check_here(exercise, path, seconds, **kwargs)
-
-
-def within_deadline(run, exercise: str, path: str, seconds: float):
-    """``run()``'s report, by ``seconds`` at the latest: if it has none STOP_GRACE s before then, the processes
-    the check started are stopped and it gets the rest of the time to return; else the report is one "check run"
-    FAIL that says so (Ctrl-C stops the processes too)."""
-    from course_lib.core.report import Report
-    start, box, stopped = time.time(), {}, 0
-
-    def target():
-        try:
-            box["report"] = run()
-        except BaseException as e:   # noqa: BLE001 - raised again in the caller's thread
-            box["error"] = e
-    worker = threading.Thread(target=target, name=f"check {exercise}", daemon=True)
-    worker.start()
-    grace = min(STOP_GRACE, seconds / 2)
-    try:
-        worker.join(seconds - grace)
-    except BaseException:
-        stop_started_since(start)
-        raise
-    if worker.is_alive():
-        stopped = stop_started_since(start)
-        worker.join(grace)      # its launches see their ranks gone and return
-    if worker.is_alive() or "report" not in box and "error" not in box:
-        report = Report(exercise, path, seconds=time.time() - start)
-        report.add("check run", False, f"no verdict within the check's deadline of {seconds:.0f} s: stopped "
-                   f"({stopped} processes; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores). "
-                   "Check again when the machine is less busy; tell your instructor if it happens again")
-        return report
-    if "error" in box:
-        raise box["error"]
-    return box["report"]
-
-
-def stop_started_since(start: float) -> int:
-    """KILL every process below this one that started at or after ``start`` (time.time()): how many."""
-    import signal
-
-    from course_lib.core import proc
-    family = [p for p in proc.descendants(os.getpid()) if _started(p) >= start - 1]
-    return proc.signal_all(family, signal.SIGKILL)
-
-
-def _started(p) -> float:
-    try:
-        return p.create_time()
-    except Exception:   # noqa: BLE001 - gone meanwhile
-        return 0.0
 
 
 def add_arguments(p):

@@ -1,4 +1,4 @@
-"""course bench room: N learner workspaces checked at once; and a check's overall deadline (course_lib.check)."""
+"""course bench room: N learner workspaces checked at once (a check's overall deadline: tests/test_runs.py)."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from course_lib import bench_room
-from course_lib.check import within_deadline
 
 
 def test_survivors_finds_a_process_with_the_marker_and_kills_it():
@@ -24,21 +23,6 @@ def test_survivors_finds_a_process_with_the_marker_and_kills_it():
         assert bench_room.survivors(marker, settle=0) == []
     finally:
         child.kill()
-
-
-def test_a_check_past_its_deadline_is_stopped_and_says_so():
-    started = []
-
-    def stuck():
-        started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
-        time.sleep(60)
-    t0 = time.monotonic()
-    report = within_deadline(stuck, "allreduce", "x.py", 1.0)
-    assert time.monotonic() - t0 < 2
-    assert not report.passed
-    (verdict,) = report.verdicts
-    assert verdict.item == "check run" and "deadline of 1 s" in verdict.message
-    assert started[0].wait(10) == -9     # the check's process was stopped
 
 
 def test_right_reads_the_verdicts():

@@ -65,7 +65,8 @@ def prepare_data(folder: Path) -> Path:
     return path
 
 
-def _gpus() -> int:
+def local_gpus() -> int:
+    """CUDA devices this process sees (0 without a driver's device files, without importing torch)."""
     if os.name == "posix" and not _gpu_device_files():
         return 0   # torch would find none: no need to import it (the warm server starts sooner)
     try:
@@ -96,7 +97,7 @@ def run_script(script: Path, style: str, nprocs: int, root: Path, data: Path, ti
     folder = root / f"{style}-{nprocs}"
     workdir = folder / "work"
     workdir.mkdir(parents=True)
-    gpu = _gpus() >= nprocs
+    gpu = local_gpus() >= nprocs
     env = {"COURSE_PROBE_DIR": str(folder), "COURSE_PROBE_DATA": str(data),
            "COURSE_PROBE_HANG": str(max(5.0, timeout - 6)),
            "COURSE_PROBE_STALL": str(stall if stall else max(10.0, min(30.0, timeout / 4))), **start_env(gpu)}
@@ -141,7 +142,7 @@ def placement(nprocs: int, gpus: int | None = None, compared_with: int = 0) -> t
     of 2 on a one-GPU machine calls ``set_device(1)`` and fails (and NCCL refuses two ranks on one GPU). Then
     the GPUs are hidden (``CUDA_VISIBLE_DEVICES=""``), as the DDP checker does, and the ranks run on CPU
     with gloo; the message says so."""
-    gpus = _gpus() if gpus is None else gpus
+    gpus = local_gpus() if gpus is None else gpus
     need = max(nprocs, compared_with)
     if gpus == 0 or gpus >= need:
         return {}, ""

@@ -29,7 +29,7 @@ from course_lib.grading.discover import discover
 from course_lib.grading.reports import Outputs, write_reports
 from course_lib.grading.run import header_of, now_utc, raise_interrupt
 from course_lib.jobs.job import TERMINAL, SubmitError
-from course_lib.jobs.slurm import _run
+from course_lib.jobs.slurm import command
 
 POLL = 2.0     # seconds between two looks at the queue
 
@@ -73,7 +73,7 @@ def submit(text: str, slurm_dir: Path) -> str:
     """sbatch the array script; its job id (SubmitError with Slurm's words when it refuses)."""
     path = slurm_dir / "grade.sbatch"
     write_text(path, text)
-    r = _run(["sbatch", "--parsable", str(path)])
+    r = command(["sbatch", "--parsable", str(path)])
     if r.returncode != 0:
         raise SubmitError("sbatch refused the grading array: " + ((r.stderr or r.stdout).strip()
                                                                   or f"exit {r.returncode}"))
@@ -144,7 +144,7 @@ def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_row
         try:
             states = wait(job_id, todo)
         except KeyboardInterrupt:
-            _run(["scancel", job_id])
+            command(["scancel", job_id])
             states, code = slurm_states(job_id, todo), 130
         finally:
             if old is not None:

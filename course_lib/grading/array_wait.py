@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from course_lib.jobs.progress import in_notebook
-from course_lib.jobs.slurm import _run
+from course_lib.jobs.slurm import command
 
 WHY = {"TIMEOUT": "it reached its time limit (--slurm-time)", "NODE_FAIL": "its node failed",
        "CANCELLED": "it was cancelled", "OUT_OF_MEMORY": "it ran out of memory",
@@ -17,7 +17,7 @@ WHY = {"TIMEOUT": "it reached its time limit (--slurm-time)", "NODE_FAIL": "its 
 def slurm_states(job_id: str, todo: list[int]) -> dict[int, tuple[str, str]]:
     """task index -> (state, reason) from ``squeue -r -t all``, else the job-completion log (``sacct -c``)."""
     states = {}
-    r = _run(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-o", "%K|%T|%r"])
+    r = command(["squeue", "-h", "-r", "-t", "all", "-j", job_id, "-o", "%K|%T|%r"])
     for line in r.stdout.splitlines() if r.returncode == 0 else []:
         task, _, rest = line.strip().partition("|")
         state, _, reason = rest.partition("|")
@@ -26,7 +26,7 @@ def slurm_states(job_id: str, todo: list[int]) -> dict[int, tuple[str, str]]:
     if len(states) < len(todo):
         for cmd in (["sacct", "-n", "-P", "-j", job_id, "-o", "JobID,State"],
                     ["sacct", "-c", "-n", "-P", "-j", job_id, "-o", "JobID,State"]):
-            for line in _run(cmd).stdout.splitlines():
+            for line in command(cmd).stdout.splitlines():
                 jid, _, state = line.partition("|")
                 task = jid.partition("_")[2]
                 if task.isdigit() and int(task) not in states and "." not in task:

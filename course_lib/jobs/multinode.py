@@ -28,7 +28,7 @@ def slurm_nodes(engine_name: str | None = None) -> tuple[int, str]:
     name, why = jobs.engine(engine_name)
     if name != "slurm":
         return 0, f"no Slurm here ({why}): the local engine runs every node's ranks on this one machine"
-    r = slurm._run(["sinfo", "-h", "-N", "-o", "%N"])
+    r = slurm.command(["sinfo", "-h", "-N", "-o", "%N"])
     names = sorted(set(r.stdout.split()))
     if r.returncode != 0:
         return 0, f"sinfo failed: {(r.stderr or r.stdout).strip()}"

@@ -27,7 +27,8 @@ from course_lib.jobs.spec import JobSpec, render
 TIMEOUT = 30    # seconds for one Slurm command (a busy controller can be slow)
 
 
-def _run(cmd: list[str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+def command(cmd: list[str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    """Run one Slurm command; a timeout (rc 124) or a missing command (rc 127) comes back as its result, with why."""
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -40,7 +41,7 @@ def available() -> tuple[bool, str]:
     """(True, "") when sbatch is on PATH and the controller answers; else (False, why not)."""
     if shutil.which("sbatch") is None:
         return False, "no sbatch on PATH"
-    r = _run(["sinfo", "-h", "-o", "%P"], timeout=15)
+    r = command(["sinfo", "-h", "-o", "%P"], timeout=15)
     if r.returncode != 0:
         # the last line is sinfo's verdict; said without its "sinfo: fatal:" prefix, which reads like a crash of
         # the course where Slurm's client is merely installed without a cluster (a laptop, a CI machine)
@@ -74,7 +75,7 @@ class SlurmJob(Job):
     engine = "slurm"
 
     def _query(self) -> tuple[str, str, int | None]:
-        r = _run(["squeue", "-h", "-t", "all", "-j", self.id, "-o", "%T|%r"])
+        r = command(["squeue", "-h", "-t", "all", "-j", self.id, "-o", "%T|%r"])
         if r.returncode == 0 and r.stdout.strip():
             state, _, reason = r.stdout.strip().splitlines()[0].partition("|")
             if state not in TERMINAL:
@@ -90,14 +91,14 @@ class SlurmJob(Job):
         """sacct, or ``sacct -c`` (the job-completion log) where accounting storage is off."""
         for cmd in (["sacct", "-n", "-P", "-X", "-j", self.id, "-o", "State,ExitCode"],
                     ["sacct", "-c", "-n", "-P", "-X", "-j", self.id, "-o", "State,ExitCode"]):
-            rows = [row for row in _run(cmd).stdout.strip().splitlines() if "|" in row]
+            rows = [row for row in command(cmd).stdout.strip().splitlines() if "|" in row]
             if rows:
                 state, _, code = rows[-1].partition("|")
                 return state.split()[0], "", _code(code)
         return "UNKNOWN", "Slurm has no record of this job (squeue, scontrol, sacct, sacct -c)", None
 
     def _scontrol(self) -> dict:
-        r = _run(["scontrol", "-o", "show", "job", self.id])
+        r = command(["scontrol", "-o", "show", "job", self.id])
         if r.returncode != 0 or not r.stdout.strip():
             return {}
         return dict(item.split("=", 1) for item in r.stdout.split() if "=" in item)
@@ -114,7 +115,7 @@ class SlurmJob(Job):
         return "\n".join([head, *(f"hint: {h}" for h in self.hints()), *([rest] if rest else [])])
 
     def _cancel(self) -> None:
-        r = _run(["scancel", self.id])
+        r = command(["scancel", self.id])
         if r.returncode != 0:
             raise SubmitError(f"scancel {self.id} failed: {r.stderr.strip()}")
 
@@ -149,12 +150,12 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path, tries: int = 20) -> SlurmJ
     tmp = Path(f.name)
     try:
         # a held job skips some of sbatch's checks (e.g. GPUs the nodes do not have): ask Slurm first
-        r = _run(["sbatch", "--test-only", str(tmp)])
+        r = command(["sbatch", "--test-only", str(tmp)])
         if r.returncode != 0:
             raise SubmitError("sbatch refused the job: " + ((r.stderr or r.stdout).strip() or f"exit {r.returncode}"))
         for _ in range(tries):
             start = time.monotonic()
-            r = _run(["sbatch", "--parsable", "--hold", str(tmp)])
+            r = command(["sbatch", "--parsable", "--hold", str(tmp)])
             if r.returncode != 0:
                 raise SubmitError((r.stderr or r.stdout).strip() or f"sbatch exited with {r.returncode}")
             job_id = r.stdout.strip().split(";")[0]
@@ -163,14 +164,14 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path, tries: int = 20) -> SlurmJ
                 run_dir.mkdir()
             except FileExistsError:
                 # job ids restart when a test cluster starts afresh: never write into an older run's folder
-                _run(["scancel", job_id])
+                command(["scancel", job_id])
                 continue
             (run_dir / SCRIPT_NAME).write_text(text)
             (run_dir / INFO_NAME).write_text(json.dumps(
                 {"engine": "slurm", "id": job_id, "site": site.name, "spec": spec.to_dict()}, indent=2))
-            r = _run(["scontrol", "release", job_id])
+            r = command(["scontrol", "release", job_id])
             if r.returncode != 0:
-                _run(["scancel", job_id])
+                command(["scancel", job_id])
                 raise SubmitError(f"scontrol release {job_id} failed: {r.stderr.strip()}")
             return SlurmJob(job_id, spec, run_dir, start)
         raise SubmitError(f"{tries} job ids in a row already have a folder in {runs_dir}; move old runs away")

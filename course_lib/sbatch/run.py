@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.core.paths import PACKAGE_PARENT
-from course_lib.jobs.slurm import SlurmJob, _run
+from course_lib.jobs.slurm import SlurmJob, command
 from course_lib.sbatch.probe import MARK
 
 SHIMS = ("python", "python3", "torchrun")
@@ -62,7 +62,7 @@ def _env(bin_dir: Path, site_env: dict, probe_timeout: float) -> dict:
 
 
 def test_only(path: Path, workdir: Path) -> tuple[bool, str]:
-    r = _run(["sbatch", "--test-only", f"--chdir={workdir}", str(path)])
+    r = command(["sbatch", "--test-only", f"--chdir={workdir}", str(path)])
     return r.returncode == 0, (r.stderr or r.stdout).strip()
 
 
@@ -94,7 +94,7 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
 
 def cluster_nodes() -> int:
     """How many nodes this Slurm has (0 when sinfo does not say)."""
-    r = _run(["sinfo", "-h", "-N", "-o", "%N"])
+    r = command(["sinfo", "-h", "-N", "-o", "%N"])
     return len(set(r.stdout.split())) if r.returncode == 0 else 0
 
 

@@ -64,7 +64,7 @@ class Learner:
         queued = [(t, text) for t, text in said if text.startswith("queued as job")]
         started = [t for t, text in said if " started " in text]
         if queued:
-            reason = re.search(r"reason ([^)]+)", queued[0][1])
+            reason = re.search(r"reason ([^;)]+)", queued[0][1])
             wait = f", started {started[0] - queued[0][0]:.1f} s later" if started else ", never said it started"
             return f"queued ({reason[1] if reason else '?'}){wait}"
         if started:

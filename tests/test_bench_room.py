@@ -41,7 +41,7 @@ def test_told_sums_up_what_the_check_said():
     lr.output = ("[said at 0.4 s] queued as job 7 (state PENDING, reason Resources)\n"
                  "[said at 9.6 s] job 7 started (RUNNING); its log: /x/output.log\n")
     assert lr.told() == "queued (Resources), started 9.2 s later"
-    lr.output = "[said at 0.4 s] queued as job 7 (state PENDING, reason Priority)\nTraceback ...\n"
+    lr.output = "[said at 0.4 s] queued as job 7 (state PENDING, reason Priority; 3rd of 4 pending in gpu)\nTraceback\n"
     assert lr.told() == "queued (Priority), never said it started"
     lr.output = "[said at 1.5 s] job 7 started (RUNNING); its log: /x/output.log\n"
     assert lr.told() == "started at 1.5 s, not said queued"

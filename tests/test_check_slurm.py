@@ -110,7 +110,7 @@ def test_a_job_that_cannot_start_is_cancelled_at_the_queue_deadline(slurm, tmp_p
     finally:
         subprocess.run(["scancel", blocker_id], timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
-    queued = re.search(r"queued as job (\d+) \(state PENDING, reason \w+\)", r.stderr)
+    queued = re.search(r"queued as job (\d+) \(state PENDING, reason \w+(; \d+\w\w of \d+ pending in \w+)?\)", r.stderr)
     assert queued, r.stderr
     job_id = queued.group(1)
     assert f"course check: job {job_id} cancelled (scancel {job_id}): it waited in the queue longer than 5 s" \

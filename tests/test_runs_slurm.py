@@ -6,6 +6,7 @@ import re
 import subprocess
 import textwrap
 import threading
+import time
 
 import psutil
 import pytest
@@ -70,20 +71,27 @@ def test_runs_go_to_slurm_as_jobs_with_their_lines_per_rank(slurm, tmp_path, mon
     assert all(f"{i}|run-ranks|" in known for i in ids), known
     assert f"{ids[3]}|run-ranks|CANCELLED" in known, known
 
-    # the whole node taken by another job: the run waits in the queue, says so with Slurm's reason, and is
-    # cancelled at the queue deadline
+    # the whole node taken by another job, and one more job waiting before ours: the run waits in the queue, says
+    # so with Slurm's reason and its place (2nd of 2), and is cancelled at the queue deadline
     monkeypatch.setattr(runs, "QUEUE_TIMEOUT", 5)
-    blocker = subprocess.run(["sbatch", "--parsable", "--exclusive", "--job-name=blocker", "-o", "/dev/null",
-                              "--wrap", "sleep 600"], capture_output=True, text=True, timeout=60)
-    blocker_id = blocker.stdout.strip().split(";")[0]
+    before = [subprocess.run(["sbatch", "--parsable", "--exclusive", f"--job-name={name}", "-o", "/dev/null",
+                              "--wrap", "sleep 600"], capture_output=True, text=True, timeout=60).stdout.strip()
+              for name in ("blocker", "ahead")]
+    state = lambda: subprocess.run(["squeue", "-h", "-j", before[0], "-o", "%T"], capture_output=True, text=True,
+                                   timeout=60).stdout.strip()
+    deadline = time.monotonic() + 120         # a busy machine can take a while to start a job
+    while state() != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert state() == "RUNNING", f"the blocker did not start in 120 s: {state()}"
     capsys.readouterr()
     try:
         with pytest.raises(runs.RunJobError, match="waited in the queue longer than 5 s") as refused:
             launch([str(script), "ok"], nprocs=2, timeout=60, on_line=None)
     finally:
-        subprocess.run(["scancel", blocker_id], timeout=60)
+        subprocess.run(["scancel", *before], timeout=60)
     job_id = re.search(r"job (\d+) cancelled", str(refused.value)).group(1)
     said = capsys.readouterr().err
-    assert f"queued as job {job_id} (state PENDING" in said and f"job {job_id} still queued (reason Resources)" in said
+    assert f"queued as job {job_id} (state PENDING" in said, said
+    assert re.search(rf"job {job_id} still queued \(reason (Resources|Priority); 2nd of 2 pending in \w+\)", said), said
     assert subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True,
                           timeout=60).stdout.strip() == ""

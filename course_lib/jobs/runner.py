@@ -2,7 +2,8 @@
 (course_lib.check_slurm) and a notebook's run as a job (course_lib.runs) both go through here.
 
 ``submit`` sbatches it (course_lib.jobs.slurm: ``--test-only`` first, then held, its folder made, released);
-``wait`` follows it until it ends, says once that it is queued (with Slurm's reason) and when it starts, and cancels
+``wait`` follows it until it ends, says that it is queued (with Slurm's reason and its place in the partition's queue,
+again when either changes) and when it starts, and cancels
 it (scancel) at the queue deadline, past its run deadline, when ``stop`` is set, or on Ctrl-C.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import time
 
 POLL = 1.0   # seconds between two looks at the job (squeue: a controller serves a whole room)
+PLACE_EVERY = 10.0   # seconds between two looks at a pending job's place in the queue (two more squeue calls)
 
 
 class JobError(RuntimeError):
@@ -82,17 +84,21 @@ def wait(job, queue_timeout: float, say=say_on_stderr, run_timeout: float | None
 
     limit = job.spec.time_limit_s + 60 if run_timeout is None else run_timeout
     started = None
-    reason_said = None
+    reason_said = place_said = None
+    place_at = 0.0
     try:
         while (state := job.state) not in TERMINAL:
             now = time.monotonic()
             if state == "PENDING":
                 reason = job.reason or "None"
+                place = place_said
+                if now >= place_at:
+                    place, place_at = job.queue_place(), now + PLACE_EVERY
                 if reason_said is None:
-                    say(f"queued as job {job.id} (state PENDING, reason {reason})")
-                elif reason != reason_said:     # the scheduler's first look comes after sbatch's answer
-                    say(f"job {job.id} still queued (reason {reason})")
-                reason_said = reason
+                    say(f"queued as job {job.id} (state PENDING, reason {reason}" + (f"; {place})" if place else ")"))
+                elif reason != reason_said or place != place_said:   # the scheduler's first look comes later
+                    say(f"job {job.id} still queued (reason {reason}" + (f"; {place})" if place else ")"))
+                reason_said, place_said = reason, place
                 if now - job.submitted > queue_timeout:
                     raise cancel(job, f"it waited in the queue longer than {queue_timeout:.0f} s. The cluster is "
                                       "busy: try again later, or ask your instructor (a reservation?)", error, True)

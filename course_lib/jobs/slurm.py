@@ -71,6 +71,10 @@ def script_for(spec: JobSpec, site: Site, runs_dir: Path) -> str:
                   header=[f"Written by course_lib.jobs for site '{site.name}'; files of this job: {pattern}<job id>/"])
 
 
+def _ordinal(n: int) -> str:
+    return f"{n}th" if 10 < n % 100 < 14 else f"{n}{({1: 'st', 2: 'nd', 3: 'rd'}).get(n % 10, 'th')}"
+
+
 class SlurmJob(Job):
     engine = "slurm"
 
@@ -102,6 +106,21 @@ class SlurmJob(Job):
         if r.returncode != 0 or not r.stdout.strip():
             return {}
         return dict(item.split("=", 1) for item in r.stdout.split() if "=" in item)
+
+    def queue_place(self) -> str:
+        """Where this pending job stands, as Slurm tells it: "2nd of 3 pending in debug" (squeue lists a
+        partition's pending jobs highest priority first) and the expected start where the scheduler has computed
+        one (squeue --start); "" when Slurm tells nothing (the job is not pending)."""
+        r = command(["squeue", "-h", "--start", "-j", self.id, "-o", "%P|%S"])
+        part, _, start = r.stdout.strip().partition("\n")[0].partition("|")
+        if r.returncode != 0 or not part:
+            return ""
+        ahead = command(["squeue", "-h", "-t", "PD", "-p", part, "--sort=-p,i", "-o", "%i"]).stdout.split()
+        if self.id not in ahead:
+            return ""
+        n = ahead.index(self.id) + 1
+        place = f"{_ordinal(n)} of {len(ahead)} pending in {part}"
+        return place + (f", expected to start {start}" if start[:1].isdigit() else "")
 
     def hints(self) -> list[str]:
         """Known causes for a job that failed or hung, read from its log and script (course_lib.jobs.diagnose)."""

@@ -42,10 +42,21 @@ def _describe(p: psutil.Process, spy: str | None) -> str:
         wchan = Path(f"/proc/{p.pid}/wchan").read_text() if Path(f"/proc/{p.pid}/wchan").exists() else "?"
     except (psutil.Error, OSError) as e:
         return f"== pid {p.pid}: {e}"
-    stack = ""
+    stack = _connections(p)
     if spy and "python" in (p.name() or ""):
         stack = "\n" + _run([spy, "dump", "--pid", str(p.pid)]).split("\n\nCaused by")[0]
     return f"{head}\n   wchan {wchan}{stack}"
+
+
+def _connections(p: psutil.Process) -> str:
+    """Its TCP sockets: a kernel's channels (a client socket connected to itself, or one never connected, would
+    show here as the reason a reply never comes)."""
+    try:
+        conns = p.net_connections(kind="tcp")
+    except (psutil.Error, OSError) as e:
+        return f"\n   tcp: {e}"
+    rows = [f"{c.laddr.port}->{c.raddr.port if c.raddr else '-'} {c.status}" for c in conns if c.laddr]
+    return "\n   tcp: " + (", ".join(sorted(rows)) if rows else "none")
 
 
 def dump(nodeid: str, seconds: float) -> Path:
@@ -55,6 +66,7 @@ def dump(nodeid: str, seconds: float) -> Path:
     me = psutil.Process()
     parts = [f"{nodeid}: still running after {seconds:.0f} s; load {os.getloadavg()}",
              "py-spy: " + (spy or "not installed (pip install py-spy for Python stacks)")]
+    parts += [f"== pytest worker {me.pid}{_connections(me)}"]
     parts += [_describe(p, spy) for p in me.children(recursive=True)]
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', nodeid)[-150:]}-{seconds:.0f}s.txt"

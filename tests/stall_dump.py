@@ -21,6 +21,7 @@ import pytest
 
 STALL_AFTER = float(os.environ.get("COURSE_STALL_AFTER", "240"))
 DUMPS = 2
+TFD = re.compile(r"tfd:\s*(\d+)")
 OUT = Path(__file__).resolve().parent.parent / "out" / "stalls"
 
 
@@ -42,10 +43,37 @@ def _describe(p: psutil.Process, spy: str | None) -> str:
         wchan = Path(f"/proc/{p.pid}/wchan").read_text() if Path(f"/proc/{p.pid}/wchan").exists() else "?"
     except (psutil.Error, OSError) as e:
         return f"== pid {p.pid}: {e}"
-    stack = _connections(p)
+    stack = ""
     if spy and "python" in (p.name() or ""):
         stack = "\n" + _run([spy, "dump", "--pid", str(p.pid)]).split("\n\nCaused by")[0]
-    return f"{head}\n   wchan {wchan}{stack}"
+    return f"{head}\n   wchan {wchan}{_connections(p)}{_kernel_says(p)}{stack}"
+
+
+def _wakeups(pid: int) -> str:
+    """Which of the process's eventfds (a zmq socket's mailbox is one) hold a signal, and which fds each epoll
+    set watches. A zmq.asyncio socket whose mailbox holds a signal but is in no epoll set has lost its wake-up:
+    its messages have arrived and nothing will read them (what a stalled notebook client showed by hand once). A
+    sign, not a proof: a zmq socket used without asyncio also keeps its signal until its next call."""
+    fds, pending, watched = Path(f"/proc/{pid}/fd"), [], []
+    try:
+        listed = sorted(fds.iterdir(), key=lambda f: int(f.name))
+    except OSError as e:
+        return f"\n   fds: {e}"
+    for fd in listed:
+        try:
+            target = os.readlink(fd)
+            info = Path(f"/proc/{pid}/fdinfo/{fd.name}").read_text()
+        except OSError:
+            continue      # closed since the listing (the listing's own fd, for one)
+        if target == "anon_inode:[eventfd]":
+            count = re.search(r"eventfd-count:\s*(\d+)", info)
+            pending += [fd.name] if count and count[1] != "0" else []
+        elif target == "anon_inode:[eventpoll]":
+            watched.append((fd.name, re.findall(TFD, info)))
+    lost = [fd for fd in pending if not any(fd in targets for _, targets in watched)]
+    sets = "; ".join(f"{fd}: {' '.join(targets)}" for fd, targets in watched)
+    return (f"\n   eventfds holding a signal: {' '.join(pending) or 'none'}; of those in no epoll set: "
+            f"{' '.join(lost) or 'none'}\n   epoll sets (fd: watched fds): {sets or 'none'}")
 
 
 def _connections(p: psutil.Process) -> str:
@@ -59,6 +87,32 @@ def _connections(p: psutil.Process) -> str:
     return "\n   tcp: " + (", ".join(sorted(rows)) if rows else "none")
 
 
+def _kernel_says(p: psutil.Process) -> str:
+    """For a Jupyter kernel: what it has run, asked on a connection of our own (20 s at most). A kernel whose last
+    input is the cell the client still waits for ran it, and the reply was lost on the client's side."""
+    argv = p.cmdline()
+    if "ipykernel_launcher" not in " ".join(argv) or "-f" not in argv:
+        return ""
+    from jupyter_client import BlockingKernelClient
+
+    kc = BlockingKernelClient(connection_file=argv[argv.index("-f") + 1])
+    try:
+        kc.load_connection_file()
+        kc.start_channels()
+        msg_id = kc.execute("print('RAN', get_ipython().execution_count - 1, 'cells; last:', repr(In[-1][:120]))",
+                            store_history=False)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+                return "\n   kernel: " + msg["content"]["text"].strip()
+        return "\n   kernel: no answer in 20 s"
+    except Exception as e:  # noqa: BLE001 - evidence only: say why there is none
+        return f"\n   kernel: not asked ({type(e).__name__}: {e})"
+    finally:
+        kc.stop_channels()
+
+
 def dump(nodeid: str, seconds: float) -> Path:
     """Write the evidence for one test now; returns the file."""
     spy = shutil.which("py-spy") or (str(Path(os.sys.executable).with_name("py-spy"))
@@ -66,7 +120,7 @@ def dump(nodeid: str, seconds: float) -> Path:
     me = psutil.Process()
     parts = [f"{nodeid}: still running after {seconds:.0f} s; load {os.getloadavg()}",
              "py-spy: " + (spy or "not installed (pip install py-spy for Python stacks)")]
-    parts += [f"== pytest worker {me.pid}{_connections(me)}"]
+    parts += [f"== pytest worker {me.pid} (a notebook's client){_connections(me)}{_wakeups(me.pid)}"]
     parts += [_describe(p, spy) for p in me.children(recursive=True)]
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', nodeid)[-150:]}-{seconds:.0f}s.txt"

@@ -113,6 +113,40 @@ def _kernel_says(p: psutil.Process) -> str:
         kc.stop_channels()
 
 
+def _clients() -> str:
+    """This process's notebook clients (nbclient), channel by channel: whether zmq holds a message for it now
+    (EVENTS), whether asyncio's selector maps its socket's fd, and whether the kernel's epoll behind it watches that
+    fd. Mapped but not watched: a stale registration of an earlier socket with the same fd number (closed without
+    remove_reader), so the loop never wakes for this one. Both: a callback that never ran. Reading EVENTS may
+    itself wake the socket: the dump says what it saw first."""
+    import gc
+
+    import zmq
+    from nbclient import NotebookClient
+
+    rows = []
+    for client in [o for o in gc.get_objects() if isinstance(o, NotebookClient)]:
+        kc = getattr(client, "kc", None)
+        if kc is None:
+            rows.append(f"   client {id(client):x}: no kernel client (ended)")
+            continue
+        for name in ("shell", "iopub"):
+            sock = getattr(getattr(kc, f"{name}_channel", None), "socket", None)
+            try:
+                fd, events = sock.FD, sock.get(zmq.EVENTS)
+                selector = getattr(getattr(sock, "_current_loop", None), "_selector", None)
+                mapped = fd in selector.get_map() if selector is not None else "?"
+                epoll = selector._selector.fileno() if hasattr(selector, "_selector") else None
+                in_epoll = (str(fd) in re.findall(TFD, Path(f"/proc/self/fdinfo/{epoll}").read_text())
+                            if epoll is not None else "?")
+                rows.append(f"   client {id(client):x} {name}: fd {fd}, message waiting "
+                            f"{bool(events & zmq.POLLIN)}; in its loop's selector {mapped}, in that epoll (fd "
+                            f"{epoll}) {in_epoll}")
+            except Exception as e:  # noqa: BLE001 - evidence only: say why there is none
+                rows.append(f"   client {id(client):x} {name}: {type(e).__name__}: {e}")
+    return "\n" + "\n".join(rows) if rows else "\n   no notebook client in this process"
+
+
 def dump(nodeid: str, seconds: float) -> Path:
     """Write the evidence for one test now; returns the file."""
     spy = shutil.which("py-spy") or (str(Path(os.sys.executable).with_name("py-spy"))
@@ -120,7 +154,7 @@ def dump(nodeid: str, seconds: float) -> Path:
     me = psutil.Process()
     parts = [f"{nodeid}: still running after {seconds:.0f} s; load {os.getloadavg()}",
              "py-spy: " + (spy or "not installed (pip install py-spy for Python stacks)")]
-    parts += [f"== pytest worker {me.pid} (a notebook's client){_connections(me)}{_wakeups(me.pid)}"]
+    parts += [f"== pytest worker {me.pid} (a notebook's client){_connections(me)}{_wakeups(me.pid)}{_clients()}"]
     parts += [_describe(p, spy) for p in me.children(recursive=True)]
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', nodeid)[-150:]}-{seconds:.0f}s.txt"

@@ -49,6 +49,22 @@ def processes_under(folder, any_of: tuple = ()) -> list[str]:
     return found
 
 
+def in_queue(job_id: str) -> str:
+    """The job's state in squeue ("" once it has left the queue)."""
+    import subprocess
+
+    return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
+                          timeout=60).stdout.strip()
+
+
+def running_within(job_id: str, seconds: float = 120.0) -> str:
+    """Wait up to ``seconds`` for the job to run (a busy machine can take a while to start one); its state then."""
+    deadline = time.monotonic() + seconds
+    while (state := in_queue(job_id)) != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return state
+
+
 def gone_within(find, seconds: float = 30.0) -> list:
     """What ``find()`` (the processes that must be gone, as a list) still returns after waiting up to ``seconds``
     for it to return nothing: a process killed a moment ago may not be reaped yet. The caller asserts that the

@@ -6,10 +6,9 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, in_queue, running_within
 
 from course_lib.check import check, engine_for_checks
 from course_lib.jobs.site import SiteError, load_site
@@ -31,11 +30,6 @@ def profile(tmp_path, name="checks-on-slurm", **values):
 def course_check(*args, env):
     return subprocess.run([sys.executable, "-m", "course_lib.cli", "check", *map(str, args)], capture_output=True,
                           text=True, timeout=900, cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)})
-
-
-def in_queue(job_id: str) -> str:
-    return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True,
-                          timeout=60).stdout.strip()
 
 
 def test_where_checks_run_follows_the_option_then_the_environment_then_the_profile(tmp_path, monkeypatch):
@@ -102,10 +96,7 @@ def test_a_job_that_cannot_start_is_cancelled_at_the_queue_deadline(slurm, tmp_p
     assert blocker.returncode == 0, blocker.stderr
     blocker_id = blocker.stdout.strip().split(";")[0]
     try:
-        for _ in range(240):        # wait until it runs (a busy machine can take a while to start a job)
-            if in_queue(blocker_id) == "RUNNING":
-                break
-            time.sleep(0.5)
+        running_within(blocker_id)
         r = course_check("tp", TP_SOLUTION, "--engine", "slurm", "--queue-timeout", "5", env=env)
     finally:
         subprocess.run(["scancel", blocker_id], timeout=60)

@@ -6,10 +6,10 @@ import re
 import subprocess
 import textwrap
 import threading
-import time
 
 import psutil
 import pytest
+from conftest import in_queue, running_within
 
 from course_lib import runs
 from course_lib.runs import launch
@@ -77,12 +77,7 @@ def test_runs_go_to_slurm_as_jobs_with_their_lines_per_rank(slurm, tmp_path, mon
     before = [subprocess.run(["sbatch", "--parsable", "--exclusive", f"--job-name={name}", "-o", "/dev/null",
                               "--wrap", "sleep 600"], capture_output=True, text=True, timeout=60).stdout.strip()
               for name in ("blocker", "ahead")]
-    state = lambda: subprocess.run(["squeue", "-h", "-j", before[0], "-o", "%T"], capture_output=True, text=True,
-                                   timeout=60).stdout.strip()
-    deadline = time.monotonic() + 120         # a busy machine can take a while to start a job
-    while state() != "RUNNING" and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert state() == "RUNNING", f"the blocker did not start in 120 s: {state()}"
+    assert (state := running_within(before[0])) == "RUNNING", f"the blocker did not start in 120 s: {state}"
     capsys.readouterr()
     try:
         with pytest.raises(runs.RunJobError, match="waited in the queue longer than 5 s") as refused:
@@ -93,5 +88,4 @@ def test_runs_go_to_slurm_as_jobs_with_their_lines_per_rank(slurm, tmp_path, mon
     said = capsys.readouterr().err
     assert f"queued as job {job_id} (state PENDING" in said, said
     assert re.search(rf"job {job_id} still queued \(reason (Resources|Priority); 2nd of 2 pending in \w+\)", said), said
-    assert subprocess.run(["squeue", "-h", "-j", job_id], capture_output=True, text=True,
-                          timeout=60).stdout.strip() == ""
+    assert in_queue(job_id) == ""

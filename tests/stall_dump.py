@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,8 @@ import pytest
 
 STALL_AFTER = float(os.environ.get("COURSE_STALL_AFTER", "240"))
 DUMPS = 2
-TFD = re.compile(r"tfd:\s*(\d+)")
+TFD = re.compile(r"tfd:\s*(\d+)")              # an epoll set's watched fds, in /proc/PID/fdinfo
+EVENTFD_COUNT = re.compile(r"eventfd-count:\s*(\d+)")
 OUT = Path(__file__).resolve().parent.parent / "out" / "stalls"
 
 
@@ -66,7 +68,7 @@ def _wakeups(pid: int) -> str:
         except OSError:
             continue      # closed since the listing (the listing's own fd, for one)
         if target == "anon_inode:[eventfd]":
-            count = re.search(r"eventfd-count:\s*(\d+)", info)
+            count = EVENTFD_COUNT.search(info)
             pending += [fd.name] if count and count[1] != "0" else []
         elif target == "anon_inode:[eventpoll]":
             watched.append((fd.name, re.findall(TFD, info)))
@@ -149,8 +151,8 @@ def _clients() -> str:
 
 def dump(nodeid: str, seconds: float) -> Path:
     """Write the evidence for one test now; returns the file."""
-    spy = shutil.which("py-spy") or (str(Path(os.sys.executable).with_name("py-spy"))
-                                     if Path(os.sys.executable).with_name("py-spy").exists() else None)
+    beside = Path(sys.executable).with_name("py-spy")     # the venv's, when its bin is not on PATH
+    spy = shutil.which("py-spy") or (str(beside) if beside.exists() else None)
     me = psutil.Process()
     parts = [f"{nodeid}: still running after {seconds:.0f} s; load {os.getloadavg()}",
              "py-spy: " + (spy or "not installed (pip install py-spy for Python stacks)")]

@@ -389,6 +389,26 @@ def test_a_run_killed_mid_way_keeps_the_report_of_what_it_finished(tmp_path):
     assert "| quick | PASS |" in md and "**Incomplete**" in md and "`slow` ran" in md and "never" in md
 
 
+def test_a_kill_between_the_two_files_leaves_the_markdown_ahead_of_the_json(tmp_path, monkeypatch):
+    # The killed-run test above lost this race once in CI: it saw report.json at "running slow", killed the run,
+    # and report.md still said "running quick". Stop the run between the two writes, every time.
+    quick = {"name": "quick", "status": PASS, "seconds": 1, "what": "w", "detail": "", "figures": {}}
+    report.write(tmp_path, report.as_json({}, [], "t", 0, running="quick", pending=["slow"]), "m")
+    real, calls = report.write_text, []
+
+    def killed_after_one(path, text):
+        if calls:
+            raise KeyboardInterrupt("killed")
+        calls.append(path.name)
+        real(path, text)
+
+    monkeypatch.setattr(report, "write_text", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        report.write(tmp_path, report.as_json({}, [quick], "t", 1, running="slow"), "m")
+    assert json.loads((tmp_path / "report.json").read_text())["running"] == "quick"
+    assert "| quick | PASS |" in (tmp_path / "report.md").read_text()
+
+
 # ------------------------------------------------------------------------------------------- which python
 SMI_ONE_GPU = """#!/bin/sh
 # stands in for `nvidia-smi -L` on a machine with one H100

@@ -79,9 +79,12 @@ def as_markdown(data: dict, machine: str) -> str:
 
 
 def write(folder: Path, data: dict, machine: str) -> tuple[Path, Path]:
-    """Write report.json and report.md into ``folder``, each atomically."""
+    """Write report.md, then report.json, into ``folder``, each atomically.
+
+    The markdown goes first: whoever sees a state in report.json (a program polling it, or a run killed just
+    after) then finds report.md at that state or later, never at the one before."""
     folder.mkdir(parents=True, exist_ok=True)
     js, md = folder / "report.json", folder / "report.md"
-    write_text(js, json.dumps(data, indent=2) + "\n")
     write_text(md, as_markdown(data, machine))
+    write_text(js, json.dumps(data, indent=2) + "\n")
     return js, md

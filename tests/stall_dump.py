@@ -117,10 +117,12 @@ def _kernel_says(p: psutil.Process) -> str:
 
 def _clients() -> str:
     """This process's notebook clients (nbclient), channel by channel: whether zmq holds a message for it now
-    (EVENTS), whether asyncio's selector maps its socket's fd, and whether the kernel's epoll behind it watches that
-    fd. Mapped but not watched: a stale registration of an earlier socket with the same fd number (closed without
-    remove_reader), so the loop never wakes for this one. Both: a callback that never ran. Reading EVENTS may
-    itself wake the socket: the dump says what it saw first."""
+    (EVENTS, read on the plain socket so that reading it schedules nothing), who waits on it (pyzmq's recv futures
+    and io state), whether asyncio's selector maps its fd and whether that loop's epoll watches it; then the loop
+    (running, callbacks ready and timed) and its tasks, each with where it waits. A message waiting, a future
+    waiting, the fd watched and its eventfd holding no signal: a lost wake-up. A message waiting and nobody
+    waiting: the client's code is stuck elsewhere (its task stacks say where)."""
+    import asyncio
     import gc
 
     import zmq
@@ -132,21 +134,42 @@ def _clients() -> str:
         if kc is None:
             rows.append(f"   client {id(client):x}: no kernel client (ended)")
             continue
-        for name in ("shell", "iopub"):
+        loop = None
+        for name in ("shell", "iopub", "stdin", "control"):
             sock = getattr(getattr(kc, f"{name}_channel", None), "socket", None)
             try:
-                fd, events = sock.FD, sock.get(zmq.EVENTS)
-                selector = getattr(getattr(sock, "_current_loop", None), "_selector", None)
-                mapped = fd in selector.get_map() if selector is not None else "?"
-                epoll = selector._selector.fileno() if hasattr(selector, "_selector") else None
-                in_epoll = (str(fd) in re.findall(TFD, Path(f"/proc/self/fdinfo/{epoll}").read_text())
-                            if epoll is not None else "?")
-                rows.append(f"   client {id(client):x} {name}: fd {fd}, message waiting "
-                            f"{bool(events & zmq.POLLIN)}; in its loop's selector {mapped}, in that epoll (fd "
-                            f"{epoll}) {in_epoll}")
+                rows.append(f"   client {id(client):x} {name}: {_socket_state(sock, zmq)}")
+                loop = loop or getattr(sock, "_current_loop", None)
             except Exception as e:  # noqa: BLE001 - evidence only: say why there is none
                 rows.append(f"   client {id(client):x} {name}: {type(e).__name__}: {e}")
+        if loop is not None:
+            rows.append(f"   its loop: running {loop.is_running()}, ready callbacks {len(loop._ready)}, timers "
+                        f"{len(loop._scheduled)}")
+            for task in _tasks(asyncio, loop):
+                where = " < ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in task.get_stack(limit=6))
+                rows.append(f"     task {task.get_name()} {task.get_coro().__qualname__}: {where or 'no frame'}")
     return "\n" + "\n".join(rows) if rows else "\n   no notebook client in this process"
+
+
+def _socket_state(sock, zmq) -> str:
+    fd, events = sock.FD, sock._shadow_sock.get(zmq.EVENTS)
+    selector = getattr(getattr(sock, "_current_loop", None), "_selector", None)
+    mapped = fd in selector.get_map() if selector is not None else "?"
+    epoll = selector._selector.fileno() if hasattr(selector, "_selector") else None
+    in_epoll = (str(fd) in re.findall(TFD, Path(f"/proc/self/fdinfo/{epoll}").read_text())
+                if epoll is not None else "?")
+    waiting = [f"{e.kind}{' (done)' if e.future.done() else ''}" for e in list(sock._recv_futures)]
+    return (f"fd {fd}, message waiting {bool(events & zmq.POLLIN)}; waiting on it: {', '.join(waiting) or 'none'} "
+            f"(io state {sock._state}); in its loop's selector {mapped}, in that epoll (fd {epoll}) {in_epoll}")
+
+
+def _tasks(asyncio, loop) -> list:
+    for _ in range(5):      # the set may change while we read it from this thread
+        try:
+            return list(asyncio.all_tasks(loop))
+        except RuntimeError:
+            time.sleep(0.01)
+    return []
 
 
 def dump(nodeid: str, seconds: float) -> Path:
@@ -157,6 +180,8 @@ def dump(nodeid: str, seconds: float) -> Path:
     parts = [f"{nodeid}: still running after {seconds:.0f} s; load {os.getloadavg()}",
              "py-spy: " + (spy or "not installed (pip install py-spy for Python stacks)")]
     parts += [f"== pytest worker {me.pid} (a notebook's client){_connections(me)}{_wakeups(me.pid)}{_clients()}"]
+    if spy:
+        parts.append(_run([spy, "dump", "--nonblocking", "--pid", str(me.pid)]).split("\n\nCaused by")[0])
     parts += [_describe(p, spy) for p in me.children(recursive=True)]
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', nodeid)[-150:]}-{seconds:.0f}s.txt"

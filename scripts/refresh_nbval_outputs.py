@@ -14,6 +14,8 @@ from pathlib import Path
 import nbformat
 import papermill
 
+from course_lib.instructor.papermill_guard import ENGINE
+
 MARK = "# NBVAL_CHECK_OUTPUT"
 
 
@@ -22,7 +24,7 @@ def refresh(path: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / path.name
         papermill.execute_notebook(str(path), str(out), cwd=str(path.parent), kernel_name="python3",
-                                   progress_bar=False)
+                                   progress_bar=False, engine_name=ENGINE)
         ran = {c.get("id"): c for c in nbformat.read(out, as_version=4).cells}
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:

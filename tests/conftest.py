@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from stall_dump import pytest_runtest_call  # noqa: F401 - the hook: a stalled test keeps its evidence
+from stall_dump import pytest_runtest_call, pytest_terminal_summary  # noqa: F401 - a stalled test keeps its evidence
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

@@ -25,6 +25,9 @@ DUMPS = 2
 TFD = re.compile(r"tfd:\s*(\d+)")              # an epoll set's watched fds, in /proc/PID/fdinfo
 EVENTFD_COUNT = re.compile(r"eventfd-count:\s*(\d+)")
 OUT = Path(__file__).resolve().parent.parent / "out" / "stalls"
+# what the papermill guard (course_lib/instructor/papermill_guard.py) handed over in this run: shown at the end
+WAKEUPS = Path(os.environ.setdefault("COURSE_WAKEUP_LOG", str(OUT / "wakeups.log")))
+_WAKEUPS_BEFORE = WAKEUPS.stat().st_size if WAKEUPS.is_file() else 0
 
 
 def _run(argv: list[str], timeout: float = 30.0) -> str:
@@ -209,3 +212,16 @@ def pytest_runtest_call(item):
         yield
     finally:
         done.set()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The missed wake-ups the papermill guard handed over in this run (each one a notebook run it saved)."""
+    if hasattr(terminalreporter.config, "workerinput") or not WAKEUPS.is_file():
+        return
+    with WAKEUPS.open(encoding="utf-8") as f:
+        f.seek(_WAKEUPS_BEFORE)
+        lines = f.read().splitlines()
+    if lines:
+        terminalreporter.write_sep("=", f"papermill guard: {len(lines)} missed wake-up(s) handed over ({WAKEUPS})")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -9,6 +9,7 @@ import pytest
 from conftest import ROOT
 from test_notebooks import ON_SLURM, assert_solutions_run
 
+from course_lib.instructor.papermill_guard import ENGINE
 from course_lib.jobs import monitor
 
 pytestmark = pytest.mark.slow
@@ -18,7 +19,7 @@ NB04 = ROOT / "notebooks" / "04_scaling_study.ipynb"
 
 def execute(path, out, **parameters):
     papermill.execute_notebook(str(path), str(out), parameters={"QUICK": True, **parameters},
-                               cwd=str(path.parent), kernel_name="python3", progress_bar=False)
+                               cwd=str(path.parent), kernel_name="python3", progress_bar=False, engine_name=ENGINE)
     return nbformat.read(out, as_version=4)
 
 

@@ -239,6 +239,8 @@ def test_papermill(nb_path, tree, tmp_path, monkeypatch):
     answered with its key."""
     import papermill as pm
 
+    from course_lib.instructor.papermill_guard import ENGINE
+
     monkeypatch.setenv("COURSE_QUICK", "1")    # the kernel inherits it, as in CI
     monkeypatch.setenv("COURSE_ENGINE", "local")   # the Slurm runs are in test_jobs_notebooks.py
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
@@ -248,7 +250,7 @@ def test_papermill(nb_path, tree, tmp_path, monkeypatch):
                         parameters={"TREE": tree, "QUICK": True, "STRICT": tree == "solutions",
                                     "ANSWERS": "key" if tree == "solutions" else "first"},   # quiz.AUTO
                         cwd=str(nb_path.parent), kernel_name="python3", execution_timeout=DEADLINE,
-                        progress_bar=False)
+                        progress_bar=False, engine_name=ENGINE)
     text = text_of(out)
     missing = missing_from(text, EXPECT.get((nb_path.stem, tree), []))
     assert not missing, f"{nb_path.name} ({tree}) ran but {missing}"

@@ -231,6 +231,8 @@ def test_notebook_05_from_two_workspaces_of_one_install(home, monkeypatch):
     import papermill as pm
     from test_notebooks import IN_A_WORKSPACE, assert_solutions_run, text_of
 
+    from course_lib.instructor.papermill_guard import ENGINE
+
     before = tree_digest(paths.course_root())
     monkeypatch.setenv("COURSE_QUICK", "1"); monkeypatch.setenv("COURSE_ENGINE", "local")
     good, starter = workspace.init(home / "good"), workspace.init(home / "starter")
@@ -243,7 +245,7 @@ def test_notebook_05_from_two_workspaces_of_one_install(home, monkeypatch):
                                 parameters={"TREE": "exercises", "STRICT": True,
                                             "ANSWERS": "key" if ws == good else None},   # quiz.AUTO
                                 cwd=str(ws / "notebooks"), kernel_name="python3", execution_timeout=600,
-                                progress_bar=False)
+                                progress_bar=False, engine_name=ENGINE)
             runs[ws.name] = "passed"
         except pm.PapermillExecutionError as e:
             runs[ws.name] = f"failed: {e.evalue[:300]}"

@@ -24,6 +24,8 @@ def execute(path: Path, out_dir: Path, tree: str = "solutions", quick: bool = Fa
 
     import papermill
 
+    from course_lib.instructor.papermill_guard import ENGINE
+
     # papermill warns that it cannot parse `QUICK = os.environ...` as a literal; it injects QUICK anyway
     logging.getLogger("papermill").setLevel(logging.ERROR)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -32,7 +34,7 @@ def execute(path: Path, out_dir: Path, tree: str = "solutions", quick: bool = Fa
     try:
         papermill.execute_notebook(str(path), str(out_dir / f"{path.stem}.{tree}.ipynb"), parameters=params,
                                    cwd=str(path.parent), kernel_name="python3", progress_bar=False,
-                                   execution_timeout=cell_timeout)
+                                   execution_timeout=cell_timeout, engine_name=ENGINE)
         return True, time.monotonic() - start, ""
     except Exception as e:   # papermill raises PapermillExecutionError with the cell's error
         first = str(getattr(e, "evalue", "") or e).strip().splitlines() or [type(e).__name__]

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -53,6 +54,25 @@ def test_first_failing_rank_stops_the_others_and_is_named(tmp_path):
     assert res.failed_rank == 1 and res.ranks[1].returncode == 7
     assert "rank 1 failed first" in res.summary() and "boom" in res.summary()
 
+
+
+
+def test_the_first_to_fail_is_named_when_the_launcher_looks_late(tmp_path):
+    # notebook 07's oom bug: rank 1 dies, rank 0 fails after it. When the supervisor looks only once both are gone
+    # (a loaded machine; here it is held in on_line), rank 1 is still the one named, not the lower rank.
+    body = """
+    import os, sys, time
+    rank = int(os.environ["SLURM_PROCID"])
+    if rank == 1:
+        print("out of memory", flush=True)
+        sys.exit(3)
+    time.sleep(0.5)
+    sys.exit(4)
+    """
+    held = []
+    res = launch([script(tmp_path, body)], 2, timeout=60, on_line=lambda r, s: held or held.append(time.sleep(2)))
+    assert held and [r.returncode for r in res.ranks] == [4, 3], res.summary()
+    assert res.failed_rank == 1, res.summary()
 
 @pytest.mark.parametrize("style", ["srun", "torchrun"])
 def test_deadline_kills_a_hang_and_everything_it_started(tmp_path, style):

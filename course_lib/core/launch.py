@@ -58,10 +58,13 @@ def reserve_port() -> socket.socket:
     return s
 
 
-def _reader(stream, rank, q):
-    """Forward lines of one pipe to the queue; cuts very long lines instead of buffering them."""
+def _reader(stream, rank, q, closed=None):
+    """Forward lines of one pipe to the queue; cuts very long lines instead of buffering them. ``closed``: rank ->
+    when its pipe closed (as its process ended), which tells the first rank to fail from one that followed."""
     for raw in iter(lambda: stream.readline(MAX_LINE), b""):
         q.put((rank, raw.decode("utf-8", "replace").rstrip("\r\n")))
+    if closed is not None:
+        closed[rank] = time.monotonic()
     q.put((rank, None))
 
 
@@ -139,11 +142,12 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
             args = ["--standalone", f"--nproc_per_node={nprocs}", "--tee=3", f"--log-dir={log_dir.name}",
                     *torchrun_args]
             procs.append(_start_torchrun(args, script_args, base, popen, server))
-        threads = [threading.Thread(target=_reader, args=(p.stdout, i, q), daemon=True)
+        closed: dict = {}
+        threads = [threading.Thread(target=_reader, args=(p.stdout, i, q, closed), daemon=True)
                    for i, p in enumerate(procs)]
         for t in threads:
             t.start()
-        _supervise(result, procs, q, start + timeout, grace, on_line, stop)
+        _supervise(result, procs, q, start + timeout, grace, on_line, stop, closed)
     finally:
         for p in procs:
             kill_group(p)
@@ -224,7 +228,7 @@ def rejoin_tee(line: str, partial: dict, key=lambda rank: rank) -> list[tuple[in
     return whole
 
 
-def _supervise(result, procs, q, deadline, grace, on_line, stop=None):
+def _supervise(result, procs, q, deadline, grace, on_line, stop=None, closed=None):
     open_streams = len(procs)
     stop_at = None   # set when a rank failed: the others get `grace` seconds
     while True:
@@ -239,8 +243,8 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop=None):
                     _deliver(result, rank, text, on_line)
         except queue.Empty:
             pass
-        _collect_exit_codes(result, procs)
-        if result.failed_rank is not None and stop_at is None:
+        _collect_exit_codes(result, procs, closed)
+        if stop_at is None and (result.failed_rank is not None or _failed(result)):
             stop_at = time.monotonic() + grace
         if all(p.poll() is not None for p in procs) and open_streams == 0:
             break
@@ -253,7 +257,7 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop=None):
     for rank, text in sorted(result.partial.items()):   # a last piece whose newline never came
         _deliver(result, rank, text, on_line)
     result.partial.clear()
-    _collect_exit_codes(result, procs)
+    _collect_exit_codes(result, procs, closed, final=True)
     if result.style == "torchrun":
         _torchrun_codes(result, procs[0])
 
@@ -262,15 +266,25 @@ def _deliver(result, rank, text, on_line):
     result.deliver(rank, text, on_line)
 
 
-def _collect_exit_codes(result, procs):
+def _collect_exit_codes(result, procs, closed=None, final=False):
+    """Exit codes of the ranks that ended. The first to fail, of those seen failed in one look, is the one whose
+    pipe closed first (``closed``), not the lowest rank: under load the supervisor looks late, and rank 1 that ran
+    out of memory and rank 0 that lost its connection to it are both gone by then."""
     if result.style != "srun":
         return
     for rank, p in enumerate(procs):
         code = p.poll()
         if code is not None and result.ranks[rank].returncode is None:
             result.ranks[rank].returncode = code
-            if code != 0 and result.failed_rank is None:
-                result.failed_rank = rank
+    failed = _failed(result)
+    # wait (a few ms) for the pipes of the failed ranks to close, unless this is the last look
+    if failed and result.failed_rank is None and (closed is None or final or all(r in closed for r in failed)):
+        when = closed or {}
+        result.failed_rank = min(failed, key=lambda r: (when.get(r, float("inf")), r))
+
+
+def _failed(result) -> list[int]:
+    return [r.rank for r in result.ranks if r.returncode not in (None, 0)]
 
 
 FAILURE_ROW = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)

@@ -13,7 +13,10 @@ import html
 import io
 from pathlib import Path
 
-from course_lib.core.paths import tree_dir
+# what a notebook needs of course_lib's core, in one place: notebooks import these from here, not from core
+from course_lib.core.loader import import_path  # noqa: F401 - for notebooks and the scripts they write
+from course_lib.core.paths import out_dir, tree_dir  # noqa: F401
+from course_lib.core.report import Report  # noqa: F401
 
 TREES = ("exercises", "solutions")
 

@@ -106,6 +106,15 @@ def test_kernelspec_and_parameters_cell(nb_path):
 
 
 @notebooks
+def test_core_is_reached_through_nb_only(nb_path):
+    """A notebook (and a script it writes) takes what it needs of course_lib.core from course_lib.nb, so that the
+    core can change under the notebooks without editing them."""
+    reached = sorted({m for c in load(nb_path)["cells"] if c["cell_type"] == "code"
+                      for m in re.findall(r"(?:from|import)\s+(course_lib\.core[\w.]*)", source(c))})
+    assert not reached, f"{nb_path.name} imports {reached}: take the name from course_lib.nb"
+
+
+@notebooks
 def test_no_stale_outputs(nb_path):
     nb = load(nb_path)
     assert "papermill" not in nb["metadata"], f"{nb_path.name}: committed from a papermill run; clear it"

@@ -199,6 +199,23 @@ def text_of_cells(cells) -> str:
     return "\n".join(parts)
 
 
+# The first day's notebooks, run cell by cell by a new learner: nothing in them writes to stderr or raises (Jupyter
+# shows both in red), neither the course's own messages nor a library's warnings
+NO_RED_TEXT = ("00", "01", "02", "03", "04")
+
+
+def red_text(cells) -> list[str]:
+    """Each cell's stderr text or error, shortened: what Jupyter shows in red."""
+    red = []
+    for cell in cells:
+        for o in cell.get("outputs", []):
+            if o["output_type"] == "stream" and o.get("name") == "stderr":
+                red.append(f"{cell['cell']}: {source({'source': o['text']}).strip()[:200]!r}")
+            elif o["output_type"] == "error":
+                red.append(f"{cell['cell']}: {o.get('ename')}: {o.get('evalue', '')[:200]}")
+    return red
+
+
 # A reveal's verdict lines (course_lib.quiz.reveal_text); a figure there with five or more decimals is unrounded
 REVEAL_LINE = re.compile(r"^(?:you predicted .*|you made no prediction .*|What happened: .*)$", re.M)
 UNROUNDED = re.compile(r"\d\.\d{5,}")
@@ -289,6 +306,9 @@ def test_nbval_lax_against_exercises(nb_path, tmp_path):
     assert not missing, f"{nb_path.name} (exercises) ran but {missing}"
     unreadable = unreadable_reveals(cells)
     assert not unreadable, f"{nb_path.name} (exercises) shows " + "; ".join(unreadable)
+    if nb_path.stem[:2] in NO_RED_TEXT:
+        red = red_text(cells)
+        assert not red, f"{nb_path.name} (exercises) shows red text a learner would take for an error: {red}"
     if same_in_both_trees(nb_path):   # it ran the solutions' code: what test_papermill asks of those
         assert "FAIL" not in text, f"{nb_path.name}: a check failed against the solutions' code"
 

@@ -300,8 +300,11 @@ class RankWatch:
     def look(self) -> None:
         for p in psutil.process_iter(["uids", "name", "cmdline", "status"]):
             command = " ".join(p.info["cmdline"] or [])
-            # a zombie runs nothing (the kernel papermill has just stopped, not yet waited for, is one)
-            if not p.info["uids"] or p.info["uids"].real != self.uid or p.info["status"] == psutil.STATUS_ZOMBIE:
+            # a zombie runs nothing (the kernel papermill has just stopped, not yet waited for, is one), and a process
+            # without a command line is on its way out (its memory, and so its arguments, already gone: CI saw the
+            # kernel papermill had stopped so, "running"); a rank or stray lives long enough to be seen before that
+            if (not p.info["uids"] or p.info["uids"].real != self.uid or p.info["status"] == psutil.STATUS_ZOMBIE
+                    or not command):
                 continue
             rank = self.marker in command
             if not rank and (not (p.info["name"] or "").startswith("python")

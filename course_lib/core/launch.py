@@ -244,7 +244,7 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop=None, closed=Non
         except queue.Empty:
             pass
         _collect_exit_codes(result, procs, closed)
-        if stop_at is None and (result.failed_rank is not None or _failed(result)):
+        if stop_at is None and _failed(result):   # (a named failed rank is one of these)
             stop_at = time.monotonic() + grace
         if all(p.poll() is not None for p in procs) and open_streams == 0:
             break

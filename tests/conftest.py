@@ -11,6 +11,12 @@ from stall_dump import pytest_runtest_call, pytest_terminal_summary  # noqa: F40
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
+# GNU OpenMP (torch's) lets a thread spin after each parallel region while OMP_WAIT_POLICY is unset. With the ranks
+# of four test workers on two cores, every spin takes a core from a process with work to do: one 2-epoch run of the
+# serial solution on digits beside four CPU-bound processes used 17-20 CPU-s so, 8-9 with PASSIVE. Set before
+# anything imports torch (every process the tests start inherits it); only how idle threads wait changes.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def live_processes(*needles: str, environ: bool = False) -> list[str]:
     """``"pid: command"`` of live processes (no zombies, not pytest) whose command line (and environment, if

@@ -127,12 +127,16 @@ def _clients() -> str:
     waiting: the client's code is stuck elsewhere (its task stacks say where)."""
     import asyncio
     import gc
+    import warnings
 
     import zmq
     from nbclient import NotebookClient
 
     rows = []
-    for client in [o for o in gc.get_objects() if isinstance(o, NotebookClient)]:
+    with warnings.catch_warnings():   # isinstance on every object touches deprecated ones (torch's reduce_op)
+        warnings.simplefilter("ignore")
+        clients = [o for o in gc.get_objects() if isinstance(o, NotebookClient)]
+    for client in clients:
         kc = getattr(client, "kc", None)
         if kc is None:
             rows.append(f"   client {id(client):x}: no kernel client (ended)")

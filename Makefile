@@ -28,8 +28,9 @@ lab: $(STAMP)
 		--ServerApp.root_dir=$(CURDIR) --LabApp.default_url=$(LAB_OPEN) $(LAB_ARGS)
 
 # Four workers on 2 cores: the Slurm tests share one worker (conftest) and mostly wait on the scheduler, and for
-# the first minutes two more wait on the hub's browser and the two-node cluster; the others fill those waits
-# (measured with 3: the cores 18 % idle over the run, most of it in those first minutes and the last one).
+# the first minutes two more wait on the hub's browser and the two-node cluster; the others fill those waits.
+# The run is CPU-bound at any count measured (fresh clones of one commit, each with a /proc sampler beside it):
+# 3 workers 1069 s, 4 workers 1073 s, 6 workers 1152 s with the cores 0 % idle from the first minute on.
 PYTEST_WORKERS ?= 4
 # The system packages and the hub's shared install need neither the venv nor each other's CPU much: they are made
 # while the venv is built (on a fresh CI machine about a minute each, one after the other before), their output

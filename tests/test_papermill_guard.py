@@ -55,3 +55,20 @@ def test_papermill_knows_the_guarded_engine():
     assert papermill.engines.papermill_engines.get_engine(papermill_guard.ENGINE) is papermill_guard.GuardedEngine
     with pytest.raises(PapermillException):   # a typo is papermill's error, not a silent fallback to the plain engine
         papermill.engines.papermill_engines.get_engine(papermill_guard.ENGINE + "x")
+
+
+def test_the_guarded_engine_watches_each_cell_by_notebook_and_cell(tmp_path, monkeypatch):
+    # what a wake-up line names: the notebook papermill ran and the cell (CI's log then says where to look)
+    import nbformat
+    watched = []
+
+    async def recording(sockets, where, every=papermill_guard.RECHECK_S):
+        watched.append((where, sorted(sockets)))
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(papermill_guard, "recheck", recording)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("x + 1")])
+    nbformat.write(nb, tmp_path / "tiny.ipynb")
+    papermill.execute_notebook(str(tmp_path / "tiny.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
+                               progress_bar=False, engine_name=papermill_guard.ENGINE)
+    assert watched == [("tiny.ipynb, cell 0", ["iopub", "shell"]), ("tiny.ipynb, cell 1", ["iopub", "shell"])]

@@ -72,7 +72,8 @@ async def recheck(sockets: dict, where: str, every: float = RECHECK_S) -> None:
 class GuardedClient(PapermillNotebookClient):
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         sockets = {name: getattr(self.kc, f"{name}_channel").socket for name in CHANNELS}
-        guard = asyncio.ensure_future(recheck(sockets, f"cell {cell_index}"))
+        source = self.nb.metadata.get("papermill", {}).get("input_path") or "notebook"
+        guard = asyncio.ensure_future(recheck(sockets, f"{Path(source).name}, cell {cell_index}"))
         try:
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         finally:

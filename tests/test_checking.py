@@ -44,6 +44,23 @@ def test_a_rank_that_died_in_a_case_is_not_called_a_hang():
     assert "rank 0: Segmentation fault" in rec.ended
 
 
+def test_ranks_that_all_died_in_a_case_are_named_at_their_lines():
+    # ring_float32_scratch at W=3: every rank receives more bytes than its buffer holds, and gloo aborts all three
+    # before any returns a verdict (about 1 run in 10 under load); the message still names them and their lines
+    run = Launch(3, 10.0)
+    for r in range(3):
+        run.on_line(r, marker(ev="start", case="ring@3", item="ring", label="W=3"))
+        run.on_line(r, "  what():  ... Received data size doesn't match expected size.")
+    run.crashes = {r: f"allreduce.py:78 in sendrecv: req.wait() [{r}]" for r in range(3)}
+    run.close(SimpleNamespace(timed_out=False, ranks=[SimpleNamespace(rank=r, returncode=-6) for r in range(3)]))
+    [rec] = run.records.values()
+    msg = describe(rec, "HINT")
+    assert msg.startswith("W=3: ranks [0, 1, 2] ended during the call (a rank exited during the case (rank 0: -6"), msg
+    for r in range(3):
+        assert f"rank {r} died at allreduce.py:78 in sendrecv: req.wait() [{r}]" in msg, msg
+        assert f"rank {r}:   what():  ... Received data size doesn't match" in msg, msg
+
+
 def test_summarise_one_verdict_per_item_in_order():
     spec = SimpleNamespace(ITEMS=("a", "b", "c", "d"), BUILT_ON={"c": ("a",)}, HANG_HINTS={})
     ok = {"ok": True, "message": "fine"}

@@ -74,6 +74,8 @@ def describe(rec, hang_hint: str) -> str:
         gone = [f"rank {r} was waiting at {v['where']} (until its partner's connection closed)"
                 for r, v in own.items() if r not in shown and v.get("where")]
         return "\n".join([first_of(shown, head), *gone, *whereabouts(rec, missing)])
+    if missing and rec.ended and rec.ended != "hung":   # no rank returned: each ended inside the call (all aborted)
+        return crashed(rec, head, missing)
     return f"{head}{rec.ended}"
 
 

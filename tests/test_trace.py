@@ -7,9 +7,11 @@ the whole 1.2 M-parameter CNN, 4.8 MB) it waits for the end of backward; DDP's d
 computes.
 """
 import json
+import textwrap
 
 import pytest
 
+from course_lib.core.launch import launch
 from course_lib.trace import run, timeline
 from course_lib.trace.timeline import Timeline
 
@@ -47,6 +49,44 @@ def test_one_bucket_waits_for_backward_and_the_default_first_bucket_overlaps_it(
         assert len(tl.allreduce) >= 2, report
         assert min(a for a, _ in tl.allreduce) < max(b for _, b in tl.compute), report   # starts during backward
         assert tl.overlap > 0, report
+
+
+SAME_AS_DEFAULT = textwrap.dedent("""
+    import torch, torch.distributed as dist, torch.nn.functional as F
+    from course_lib.core.rankkit import rank_env
+    from course_lib.model import Net
+    from course_lib.trace.step import average_keeping_work
+    env = rank_env()
+    dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size)
+    grads, works = [], []
+    for hooked in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(Net(), bucket_cap_mb=1)
+        if hooked:
+            model.register_comm_hook(works, average_keeping_work)
+        torch.manual_seed(1 + env.rank)          # each rank its own batches: the average is not a copy
+        for _ in range(2):                        # DDP rebuilds its buckets after the first backward
+            F.nll_loss(model(torch.randn(8, 1, 28, 28)), torch.randint(0, 10, (8,))).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for work in works:
+        work.wait()
+    same = all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(*grads))
+    print(f"works {len(works)} same {same}", flush=True)
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+def test_the_traced_steps_hook_averages_as_ddps_default_and_keeps_each_work(tmp_path):
+    # the hook (trace/step.py) keeps the Work of each bucket's all-reduce so the profiler can wait for them; the
+    # gradients it gives must be DDP's own (two backward passes, each at least one bucket, so at least two Works)
+    script = tmp_path / "same_as_default.py"
+    script.write_text(SAME_AS_DEFAULT)
+    res = launch([str(script)], nprocs=2, timeout=120, on_line=None, cwd=tmp_path)
+    assert res.ok, res.summary()
+    for r in range(2):
+        line = next((x for x in res.ranks[r].lines if x.startswith("works ")), "")
+        assert line.endswith("same True") and int(line.split()[1]) >= 2, res.summary()
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ import ast
 import json
 import os
 import pwd
+import queue
 import re
 import stat
 import subprocess
@@ -505,7 +506,7 @@ print("DONE", job.state)
 """
 
 
-def _kernel_runs(home: Path, kernel_id: str, code: str):
+def _kernel_runs(hub, name: str, token: str, home: Path, kernel_id: str, code: str):
     """Send ``code`` to the learner's kernel (its connection file, read as root) and return the client; the first
     stream line it prints comes back with it."""
     from jupyter_client import BlockingKernelClient
@@ -514,7 +515,7 @@ def _kernel_runs(home: Path, kernel_id: str, code: str):
                                                       f"kernel-{kernel_id}.json"))
     client.load_connection_file()
     client.start_channels()
-    client.wait_for_ready(timeout=120)
+    _wait_until_it_answers(client, lambda: hs.server_api(hub, name, f"kernels/{kernel_id}", token))
     client.execute(code)
     end = time.monotonic() + 120
     while True:
@@ -523,6 +524,24 @@ def _kernel_runs(home: Path, kernel_id: str, code: str):
             return client, msg["content"]["text"]
         if msg["msg_type"] == "error":
             raise AssertionError("\n".join(msg["content"]["traceback"]))
+
+
+def _wait_until_it_answers(client, server_view, seconds: float = 120) -> None:
+    """kernel_info until the kernel replies and its IOPub reaches us. Not ``client.wait_for_ready``: that calls a
+    kernel dead when one heartbeat comes back later than 1 s (jupyter_client's HBChannel ``time_to_dead``), which a
+    live kernel does on a loaded machine (CI under load: "Kernel died before replying to kernel_info"). Whether the
+    kernel lives is its server's word (``server_view()``: its model in the server's kernels API)."""
+    end = time.monotonic() + seconds
+    while True:
+        client.kernel_info()
+        try:
+            client.get_shell_msg(timeout=5)
+            client.get_iopub_msg(timeout=5)   # its busy/idle status: our IOPub subscription is live
+            return
+        except queue.Empty:
+            model = server_view()
+            assert model.get("execution_state") != "dead" and time.monotonic() < end, (
+                f"the learner's kernel did not answer kernel_info within {seconds:.0f} s; its server says: {model}")
 
 
 @pytest.mark.timeout(600)
@@ -545,7 +564,7 @@ def test_culler_stops_idle_servers_not_one_waiting_on_a_job(tmp_path):
         # a notebook's kernel (a session: it runs in notebooks/, like a notebook opened in JupyterLab)
         session = hs.server_api(hub, waiting, "sessions", token, "POST", {
             "path": "notebooks/waiting.ipynb", "type": "notebook", "name": "", "kernel": {"name": "multigpu-course"}})
-        client, first = _kernel_runs(home, session["kernel"]["id"], WAITER.format(s=JOB_S))
+        client, first = _kernel_runs(hub, waiting, token, home, session["kernel"]["id"], WAITER.format(s=JOB_S))
         job_id = first.split("JOB ")[1].split()[0]
         job_ends = time.monotonic() + JOB_S
         idle_gone = None

@@ -72,6 +72,7 @@ SAME_AS_DEFAULT = textwrap.dedent("""
         work.wait()
     same = all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(*grads))
     print(f"works {len(works)} same {same}", flush=True)
+    del model, works    # a DDP model goes before its process group (notebook 02's Step 6)
     dist.destroy_process_group()
 """)
 

@@ -529,7 +529,8 @@ def _kernel_runs(hub, name: str, token: str, home: Path, kernel_id: str, code: s
 def _wait_until_it_answers(client, server_view, seconds: float = 120) -> None:
     """kernel_info until the kernel replies and its IOPub reaches us. Not ``client.wait_for_ready``: that calls a
     kernel dead when one heartbeat comes back later than 1 s (jupyter_client's HBChannel ``time_to_dead``), which a
-    live kernel does on a loaded machine (CI under load: "Kernel died before replying to kernel_info"). Whether the
+    live kernel can do on a loaded machine (a likely cause, not proven, of "Kernel died before replying to
+    kernel_info" in a CI run under load 16-27). Whether the
     kernel lives is its server's word (``server_view()``: its model in the server's kernels API)."""
     end = time.monotonic() + seconds
     while True:

@@ -1,6 +1,7 @@
 """Notebooks 03 (launching jobs) and 04 (scaling study) executed headless on the real Slurm of this test
-session (tests/conftest.py); they skip, with the reason, where it cannot start. The local-engine runs of
-every notebook are in test_notebooks.py."""
+session (tests/conftest.py), against solutions/ with the quiz key: test_notebooks.py leaves their solutions runs
+(ON_SLURM) to this module. They skip, with the reason, where Slurm cannot start. The local-engine runs of every
+notebook are in test_notebooks.py."""
 import re
 
 import nbformat
@@ -55,10 +56,11 @@ def _ddp_job_report(nb, engine):
 
 @pytest.mark.slurm
 def test_03_solutions_on_slurm(slurm_engine):
-    nb = execute(NB03, slurm_engine / "03.ipynb", TREE="solutions", STRICT=True)
+    nb = execute(NB03, slurm_engine / "03.ipynb", TREE="solutions", STRICT=True, ANSWERS="key")
     job_id, state, seconds = _ddp_job_report(nb, "slurm")
     assert state == "COMPLETED" and job_id.isdigit() and has_widget(nb)
     text = text_of(nb)
+    assert_solutions_run("03_launching_jobs", text, "solutions, Slurm")   # test_papermill leaves 03 to this test
     assert f"$ squeue -t all -j {job_id}" in text and "COMPLETED" in text
     log = (slurm_engine / "runs" / f"ddp-srun-{job_id}" / "output.log").read_text()
     assert re.search(r"^0: epoch=1 .*test_acc=", log, re.M) and re.search(r"^1: epoch=1 ", log, re.M)
@@ -95,8 +97,15 @@ def test_notebooks_left_to_slurm_are_run_and_judged_here():
 @pytest.mark.slurm
 def test_06_runs_go_to_slurm_with_the_sites_runs(slurm_engine, monkeypatch):
     """COURSE_RUNS=slurm: notebook 06's dp x tp run is a Slurm job (the job-completion log has it) and the notebook
-    shows what a local run shows; its checks stay where the site's checks run (here)."""
+    shows what a local run shows; its checks stay where the site's checks run (here). Where the real hub runs,
+    test_hub.py's test_notebook_runs_go_to_slurm_as_the_learners_jobs asserts all of this of the same notebook (with
+    its checks on Slurm too), so this run would only repeat it."""
     import subprocess
+
+    import hub_support
+    if not hub_support.why_not():
+        pytest.skip("repeated by test_hub.py::test_notebook_runs_go_to_slurm_as_the_learners_jobs, which runs "
+                    "notebook 06 with the site's runs on Slurm and asserts what this test does")
     monkeypatch.setenv("COURSE_RUNS", "slurm")
     nb = execute(ROOT / "notebooks" / "06_tensor_parallelism.ipynb", slurm_engine / "06.ipynb", TREE="solutions",
                  STRICT=True, ANSWERS="key")

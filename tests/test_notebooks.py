@@ -5,7 +5,8 @@
 - papermill against solutions/ with ``TREE="solutions", QUICK=True, STRICT=True``: all checks green (not for a
   notebook whose code never reads TREE (none at present): its exercises run below is the same run, and shows no
   FAIL; nor for
-  04 where the local Slurm runs: tests/test_jobs_notebooks.py runs it against solutions/ there, asserting the same;
+  03 and 04 where the local Slurm runs: tests/test_jobs_notebooks.py runs them against solutions/ there, asserting
+  the same;
   nor for 05: tests/test_workspace.py runs it on the solution's file in a learner workspace, asserting the same);
 - nbval ``--nbval-lax`` against exercises/ with ``COURSE_QUICK=1`` (the default parameters a learner gets,
   so the quizzes are widgets nobody clicks): every cell runs, the checked cells print what is committed, and
@@ -61,8 +62,8 @@ def same_in_both_trees(path: Path) -> bool:
 
 # Run against solutions/ on the real Slurm by tests/test_jobs_notebooks.py, which asserts what test_papermill
 # asserts of them (EXPECT, no FAIL): where that Slurm can start (root, Debian's slurmctld), a local run would repeat
-# it; elsewhere test_papermill runs them. Notebook 03 stays in both: its output differs by engine.
-ON_SLURM = ("04_scaling_study",)
+# it; elsewhere test_papermill runs them. What 03 shows only on the local engine is asserted of its exercises run.
+ON_SLURM = ("03_launching_jobs", "04_scaling_study")
 # Run against the solution's code by tests/test_workspace.py, from a learner workspace that holds the solution's file
 # (STRICT, the quizzes answered with their key), which asserts what test_papermill asserts of it: a second run of the
 # same code here would only repeat it.
@@ -145,13 +146,15 @@ EXPECT = {
                                         "you predicted 0x; measured",
                                         "right. DDP all-reduces"],
     ("02_ddp_six_steps", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait"],
-    ("03_launching_jobs", "solutions"): ["VBox(", "(ddp-srun, local): COMPLETED", "MASTER_ADDR",
-                                         "PASS    MASTER_ADDR/PORT", "no Slurm here (",
+    # 03's solutions run is on Slurm where it runs (ON_SLURM): what the local engine shows is asserted of the
+    # exercises run, whose jobs are the same (the notebook submits them; the learner's files are only checked)
+    ("03_launching_jobs", "solutions"): ["VBox(", "MASTER_ADDR", "PASS    MASTER_ADDR/PORT",
                                          "export NCCL_IB_HCA=mlx5",
                                          "what happened: \"no, each is its own shard's\" (right)",
                                          "right. seff summarises", "no GPU log: this job ran on CPU",
                                          "%CPU, peak", "you predicted 0%; measured"],
-    ("03_launching_jobs", "exercises"): ["FAIL", "FAIL    MASTER_ADDR/PORT"],
+    ("03_launching_jobs", "exercises"): ["FAIL", "FAIL    MASTER_ADDR/PORT", "VBox(", "(ddp-srun, local): COMPLETED",
+                                         "no Slurm here (", "no GPU log: this job ran on CPU", "%CPU, peak"],
     ("04_scaling_study", "solutions"): ["<th>speedup</th>", "<th>weak efficiency</th>", "1 -> 2 ranks",
                                         "predicted all-reduce share of a 2-rank step", "(linear) + warm-up",
                                         "right. Twice the ranks", "during backward compute",

@@ -160,9 +160,26 @@ def _run_to(page, marker: str, budget: Budget) -> object:
     cell = page.locator(".jp-Notebook .jp-Cell", has_text=marker).first
     cell.scroll_into_view_if_needed(timeout=budget.ms())
     _palette(page, cell, "Run All Above Selected Cell", budget)
-    cell.locator(".jp-InputPrompt").first.click(timeout=budget.ms())
+    _select(page, cell, budget)
     page.keyboard.press("Shift+Enter")
     return cell
+
+
+def _select(page, cell, budget: Budget, tries: int = 5) -> None:
+    """Click ``cell``'s prompt until JupyterLab has made it the active cell, which "Run All Above Selected Cell" and
+    Shift+Enter act on. A click lands where the prompt was when Playwright measured it: a notebook still laying out
+    its cells can move another cell there. Once (CI under load), notebook 03's job cell ran as In[2] with the cells
+    above it never run ('jobs' is not defined); that a click selected another cell is a likely, not a proven,
+    cause. A cell never made active fails here, naming the active one."""
+    for _ in range(tries):
+        cell.scroll_into_view_if_needed(timeout=budget.ms())
+        cell.locator(".jp-InputPrompt").first.click(timeout=budget.ms())
+        if cell.evaluate("e => e.classList.contains('jp-mod-active')"):
+            return
+        page.wait_for_timeout(1_000)   # let the layout settle before the next click
+    active = page.locator(".jp-Notebook .jp-Cell.jp-mod-active").first
+    raise AssertionError(f"the cell was not made active by {tries} clicks; the active cell starts with "
+                         f"{active.inner_text(timeout=10_000)[:120]!r}")
 
 
 def _palette(page, cell, command: str, budget: Budget, tries: int = 4) -> None:
@@ -174,7 +191,7 @@ def _palette(page, cell, command: str, budget: Budget, tries: int = 4) -> None:
 
     for attempt in range(1, tries + 1):
         try:
-            cell.locator(".jp-InputPrompt").first.click(timeout=budget.ms())   # select it, command mode
+            _select(page, cell, budget)   # the cell the command acts on, in command mode
             page.keyboard.press("Control+Shift+C")
             page.locator(".lm-CommandPalette-input").fill(command, timeout=min(60_000, budget.ms()))
             page.locator(".lm-CommandPalette-item", has_text=command).first.click(timeout=min(60_000, budget.ms()))

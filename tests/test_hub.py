@@ -158,8 +158,7 @@ class Budget:
 def _run_to(page, marker: str, budget: Budget) -> object:
     """Run every cell above the cell holding ``marker``, then that cell; returns the cell's locator."""
     cell = page.locator(".jp-Notebook .jp-Cell", has_text=marker).first
-    cell.scroll_into_view_if_needed(timeout=budget.ms())
-    _palette(page, cell, "Run All Above Selected Cell", budget)
+    _palette(page, cell, "Run All Above Selected Cell", budget)   # _select scrolls the cell into view
     _select(page, cell, budget)
     page.keyboard.press("Shift+Enter")
     return cell
@@ -547,8 +546,8 @@ def _wait_until_it_answers(client, server_view, seconds: float = 120) -> None:
     """kernel_info until the kernel replies and its IOPub reaches us. Not ``client.wait_for_ready``: that calls a
     kernel dead when one heartbeat comes back later than 1 s (jupyter_client's HBChannel ``time_to_dead``), which a
     live kernel can do on a loaded machine (a likely cause, not proven, of "Kernel died before replying to
-    kernel_info" in a CI run under load 16-27). Whether the
-    kernel lives is its server's word (``server_view()``: its model in the server's kernels API)."""
+    kernel_info" in a CI run under load 16-27). Whether the kernel lives is its server's word (``server_view()``:
+    its model in the server's kernels API)."""
     end = time.monotonic() + seconds
     while True:
         client.kernel_info()

@@ -219,6 +219,14 @@ def test_modules_preloaded_by_the_server_are_there_in_the_rank(tmp_path, monkeyp
     assert proc.wait_gone([s.proc.pid], 30) == []
 
 
+def test_what_the_server_imported_is_frozen_out_of_a_ranks_collections(server, tmp_path):
+    # gc.freeze() before the forks: a rank's collections walk (and so copy) only the objects it made itself
+    body = "import gc\nprint('frozen', gc.get_freeze_count())\n"
+    res = launch([script(tmp_path, body)], 1, timeout=120, on_line=None)
+    [(count,)] = lines_of(res, 0, "frozen")
+    assert res.ok and int(count) > 10_000, res.summary()
+
+
 TORCHRUN_SHOW = """
 import os, sys
 rank = int(os.environ["RANK"])

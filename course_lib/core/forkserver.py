@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import gc
 import io
 import json
 import os
@@ -34,6 +35,10 @@ def serve(path: str | None = None, preload=None) -> int:
     if len(os.listdir("/proc/self/task")) != 1:
         print("threads", flush=True)   # fork would copy one thread of several: the launcher starts cold
         return 1
+    # What is imported now lives as long as every rank: out of the collector's sight (the gc docs' advice for
+    # fork without exec), a rank's collections no longer walk, and so copy, the pages of torch's objects.
+    gc.collect()
+    gc.freeze()
     path = path or sys.argv[1]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)

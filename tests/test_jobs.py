@@ -340,6 +340,21 @@ def test_local_cancel_stops_every_rank(local):
     assert not any(_alive(p) for p in pids) and job.proc.poll() is not None
 
 
+@pytest.mark.slow   # a multi-process run: make test, not test-fast
+def test_local_ranks_of_a_multi_rank_job_are_forked_from_one_server_and_recorded(local):
+    # several ranks: a server imports torch and DDP's imports once and forks each rank; one rank starts fresh
+    show = local / "show.py"
+    show.write_text("import os, sys\nprint('warm', 'torch._dynamo' in sys.modules, os.getppid(), flush=True)\n")
+    two = jobs.submit(JobSpec("two", str(show), ntasks_per_node=2)).wait(timeout=180, progress=False)
+    one = jobs.submit(JobSpec("one", str(show), launcher="python")).wait(timeout=60, progress=False)
+    assert two.state == one.state == "COMPLETED", two.summary() + one.summary()
+    lines = [line.split()[-3:] for line in two.log().splitlines() if "warm " in line]   # warm, True, parent
+    assert [has for _, has, _ in lines] == ["True", "True"], two.log()
+    assert len({parent for *_, parent in lines}) == 1 and lines[0][2] != str(two.proc.pid)   # the server's children
+    assert len((two.run_dir / "pids").read_text().split()) == 2
+    assert "warm False" in one.log(), one.log()
+
+
 def test_local_time_limit_is_a_deadline(local):
     sleeper = local / "sleeper.py"
     sleeper.write_text("import time\ntime.sleep(300)\n")

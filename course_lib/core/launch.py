@@ -102,21 +102,20 @@ def default_printer(rank: int, line: str) -> None:
 def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", timeout: float = 120,
            env: dict | None = None, cwd: str | os.PathLike | None = None,
            on_line: Callable[[int, str], None] | None = default_printer, grace: float = 2.0,
-           preexec_fn: Callable[[], None] | None = None, torchrun_args: Sequence[str] = (),
-           stop: threading.Event | None = None, warm: bool | None = None) -> LaunchResult:
+           torchrun_args: Sequence[str] = (), stop: threading.Event | None = None, warm: bool | None = None,
+           on_start: Callable[[int], None] | None = None) -> LaunchResult:
     """Run ``python *script_args`` as ``nprocs`` ranks on this machine; see the module docstring for the guarantees.
     (``course_lib.runs.launch`` runs them where the site says: here, or as a Slurm job.)
 
     ``script_args`` is what follows ``python``: a script and its arguments, or ``["-m", "module", ...]``.
-    ``on_line(rank, line)`` sees each line as it comes (None: silent). ``preexec_fn`` runs in each child
-    before exec (the grader uses it to set resource limits). ``torchrun_args`` go to torchrun itself
+    ``on_line(rank, line)`` sees each line as it comes (None: silent). ``torchrun_args`` go to torchrun itself
     (``["--max-restarts", "1"]``); the lines of every attempt go to the same ranks. ``stop``: when another
     thread sets it, the ranks are stopped as at the deadline (a caller running launches side by side uses it
-    on Ctrl-C). ``warm``: ranks without ``preexec_fn`` are forked from a server that imported torch once
-    (``course_lib.core.warm``; under torchrun, its agent and each rank): None uses the server of an open
-    ``warm.session()`` if any, True starts one for this launch if none is open, False (or ``COURSE_WARM=0``)
-    always starts fresh interpreters. Inside a ``course_lib.core.scope.scope(seconds)`` (a check) the deadline is
-    min(``timeout``, what is left of the scope's).
+    on Ctrl-C). ``warm``: ranks are forked from a server that imported torch once (``course_lib.core.warm``;
+    under torchrun, its agent and each rank): None uses the server of an open ``warm.session()`` if any, True
+    starts one for this launch if none is open, False (or ``COURSE_WARM=0``) always starts fresh interpreters.
+    ``on_start(pid)`` is told each process started (a rank, or torchrun's agent), cold or warm. Inside a
+    ``course_lib.core.scope.scope(seconds)`` (a check) the deadline is min(``timeout``, what is left of the scope's).
     """
     _validate(style, torchrun_args)
     timeout, cutting = bounded(timeout)
@@ -127,9 +126,9 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)])
     procs: list[subprocess.Popen] = []
     popen = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-                 start_new_session=True, preexec_fn=preexec_fn)
+                 start_new_session=True)
     log_dir = held = None
-    server, own_server = warm_start.for_launch(warm, base, script_args) if preexec_fn is None else (None, False)
+    server, own_server = warm_start.for_launch(warm, base, script_args)
     start = time.monotonic()
     try:
         if style == "srun":
@@ -142,6 +141,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
             args = ["--standalone", f"--nproc_per_node={nprocs}", "--tee=3", f"--log-dir={log_dir.name}",
                     *torchrun_args]
             procs.append(_start_torchrun(args, script_args, base, popen, server))
+        _tell(on_start, procs)
         closed: dict = {}
         threads = [threading.Thread(target=_reader, args=(p.stdout, i, q, closed), daemon=True)
                    for i, p in enumerate(procs)]
@@ -159,6 +159,11 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
         if log_dir is not None:
             log_dir.cleanup()
     return _cut(result, cutting)
+
+
+def _tell(on_start, procs) -> None:
+    for p in procs if on_start else ():
+        on_start(p.pid)
 
 
 def _validate(style: str, torchrun_args: Sequence[str]) -> None:

@@ -48,6 +48,9 @@ IMPORT_TIME = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "OPENBLAS", "GOTO",
 MAX_MSG = 1 << 20
 READY_TIMEOUT = 300.0     # a loaded machine can take minutes to import torch
 SOCKET_PATH_MAX = 107     # bytes of a Unix socket's path (sun_path holds 108 with the closing NUL: unix(7))
+# what a DDP rank imports after torch, for a server to import once: DistributedDataParallel() imports torch._dynamo
+# (1.5-2 s of CPU per rank on this machine's cores)
+DDP_IMPORTS = ("torch._dynamo",)
 KEEP_DEFAULT = 120.0     # seconds an idle server waits for the next session (COURSE_WARM_KEEP)
 MAX_IDLE = 4             # idle servers kept at most (one per kind of check: a few hundred MB each)
 _active: Server | None = None

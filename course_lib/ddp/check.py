@@ -41,7 +41,7 @@ from course_lib.ddp import cluster
 from course_lib.ddp.cluster import launch_all, launch_one
 from course_lib.ddp.failures import describe_failure, waiting_in_init
 from course_lib.ddp.launchers import step6
-from course_lib.ddp.runs import RANK_IMPORTS, Run, local_gpus, prepare_data, start_env, works
+from course_lib.ddp.runs import Run, local_gpus, prepare_data, start_env, works
 from course_lib.ddp.steps import step1, step2, step3, step4, step5
 
 GPU_RANKS = cluster.GPU_NODES * cluster.GPU_PER_NODE
@@ -74,7 +74,7 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
         full, ran_at = _CACHE[key]
     else:
         from course_lib.core import warm
-        with warm.session(start_env(local_gpus() >= 2), RANK_IMPORTS):   # one fork server for every launch
+        with warm.session(start_env(local_gpus() >= 2), warm.DDP_IMPORTS):   # one fork server for every launch
             full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers, simulate)
         if key is not None:
             _CACHE[key] = full, time.time()

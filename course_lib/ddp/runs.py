@@ -14,9 +14,6 @@ from pathlib import Path
 SCRIPT_ARGS = ["--dataset", "digits", "--epochs", "2", "--save-model"]
 EPOCHS = int(SCRIPT_ARGS[SCRIPT_ARGS.index("--epochs") + 1])
 TRAIN_IMAGES, TEST_IMAGES = 128, 64     # the digits subset each check trains on: seconds, not minutes
-# what a rank imports after torch, for the warm server to import once: DistributedDataParallel() imports
-# torch._dynamo (1.5-2 s of CPU per rank on this machine's cores)
-RANK_IMPORTS = ("torch._dynamo",)
 
 
 @dataclass

@@ -11,6 +11,7 @@ import sys
 import pytest
 from conftest import ROOT
 
+from course_lib.core import warm
 from course_lib.core.launch import launch
 from course_lib.ddp import stepdiff
 from course_lib.instructor import release
@@ -127,8 +128,9 @@ def test_serial_script_trains_on_torchvision_without_course_lib(tmp_path):
 
 def _run(script, nprocs, args, cwd, env=None, timeout=180):
     lines = []
-    res = launch([str(script), *args], nprocs=nprocs, timeout=timeout, cwd=cwd, env=env,
-                 on_line=lambda r, line: lines.append(f"[rank {r}] {line}"))
+    with warm.session(env, warm.DDP_IMPORTS):   # ranks forked after one import of torch: a cold start costs seconds
+        res = launch([str(script), *args], nprocs=nprocs, timeout=timeout, cwd=cwd, env=env,
+                     on_line=lambda r, line: lines.append(f"[rank {r}] {line}"))
     return res, "\n".join(lines)
 
 

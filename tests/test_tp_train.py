@@ -11,7 +11,7 @@ STEPS = 15
 def test_dp2_tp2_loss_curve_equals_serial(root):
     tp_file = str(root / "solutions" / "06_tensor_parallel" / "tp.py")
     run = launch(["-m", "course_lib.tp.train", "--tp-file", tp_file, "--tp", "2", "--dp", "2", "--steps", str(STEPS)],
-                 nprocs=4, timeout=300, on_line=None)
+                 nprocs=4, timeout=300, on_line=None, warm=True)   # forked after one import of torch, not four
     assert run.ok, run.summary()
     losses, memory = parse_output(run.output(0).splitlines())
     serial = train_serial(parse_args(["--serial", "--steps", str(STEPS)]))
@@ -30,6 +30,6 @@ def test_dp2_tp2_loss_curve_equals_serial(root):
 def test_starter_training_stops_with_the_message(root):
     tp_file = str(root / "exercises" / "06_tensor_parallel" / "tp.py")
     run = launch(["-m", "course_lib.tp.train", "--tp-file", tp_file, "--steps", "2"], nprocs=4, timeout=300,
-                 on_line=None)
+                 on_line=None, warm=True)
     assert not run.ok and not run.timed_out, run.summary()
     assert "NotImplementedError" in run.output()

@@ -59,9 +59,10 @@ def engine_for(choice: str | None = None) -> str:
 
 def launch(script_args, nprocs: int = 2, style: str = "srun", timeout: float = 120, env: dict | None = None,
            cwd=None, on_line=local.default_printer, grace: float = 2.0, torchrun_args=(), stop=None,
-           warm: bool | None = None, engine: str | None = None) -> LaunchResult:
+           warm: bool | None = True, engine: str | None = None) -> LaunchResult:
     """Run ``python *script_args`` as ``nprocs`` ranks where the site runs them (``engine``: this call's choice);
-    the arguments and the result as course_lib.core.launch.launch's."""
+    the arguments and the result as course_lib.core.launch.launch's, but warm by default: the ranks are forked
+    from a server that imported torch once, kept for the next run (``warm=False``: fresh interpreters)."""
     if engine_for(engine) == "slurm":
         if style not in ("srun", "torchrun"):
             raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")

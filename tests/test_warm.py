@@ -130,12 +130,18 @@ def test_a_rank_shows_its_own_command_line_while_it_runs(server, tmp_path):
     assert live_processes(path) == []
 
 
-def test_a_launch_outside_a_session_starts_and_ends_its_own_server(tmp_path, monkeypatch):
+def test_a_launch_outside_a_session_starts_a_server_and_keeps_it_for_the_next(tmp_path, monkeypatch):
     monkeypatch.setattr(warm, "_active", None)   # this module's session is open: step outside it
-    res = launch([script(tmp_path, SHOW)], 1, timeout=120, warm=True, on_line=None)
-    assert res.ok, res.summary()
-    parent = int(lines_of(res, 0, "ppid")[0][0])
-    assert parent != os.getpid() and proc.wait_gone([parent], 30) == []
+    monkeypatch.setattr(warm, "_idle", [])
+    try:
+        runs = [launch([script(tmp_path, SHOW)], 1, timeout=120, warm=True, on_line=None) for _ in range(2)]
+        assert all(res.ok for res in runs), [res.summary() for res in runs]
+        parents = {int(lines_of(res, 0, "ppid")[0][0]) for res in runs}
+        assert len(parents) == 1 and os.getpid() not in parents   # one server, forked both
+        assert [s.proc.pid for s in warm._idle] == [*parents]
+    finally:
+        warm.close_idle()
+    assert proc.wait_gone([*parents], 30) == []
 
 
 def test_course_warm_0_starts_fresh_interpreters(server, tmp_path, monkeypatch):

@@ -113,7 +113,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     thread sets it, the ranks are stopped as at the deadline (a caller running launches side by side uses it
     on Ctrl-C). ``warm``: ranks are forked from a server that imported torch once (``course_lib.core.warm``;
     under torchrun, its agent and each rank): None uses the server of an open ``warm.session()`` if any, True
-    starts one for this launch if none is open, False (or ``COURSE_WARM=0``) always starts fresh interpreters.
+    also without one (a kept server or a new one, kept after), False (or ``COURSE_WARM=0``) starts fresh ones.
     ``on_start(pid)`` is told each process started (a rank, or torchrun's agent), cold or warm. Inside a
     ``course_lib.core.scope.scope(seconds)`` (a check) the deadline is min(``timeout``, what is left of the scope's).
     """
@@ -155,7 +155,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
         if held is not None:
             held.close()
         if own_server:
-            server.close()
+            warm_start.keep(server)
         if log_dir is not None:
             log_dir.cleanup()
     return _cut(result, cutting)

@@ -17,10 +17,11 @@ stderr in the same request and stands in for the rank towards torchrun (signals 
 whose connection closes before its child has ended (the launcher or that worker was killed) gets the child killed.
 
 The server ends when its standard input reaches EOF (the process that started it closed it or died) and
-kills what it still runs. A session's server is kept for the next session with the same start-up variables and
-preloads, for ``COURSE_WARM_KEEP`` seconds (default 120; 0: end it with its session): the second check in a
-notebook or a test run starts at once instead of importing torch again. An idle server runs nothing; it ends
-when that time is up, when the process exits, or with ``close_idle()``. ``COURSE_WARM=0`` turns the warm start
+kills what it still runs. A session's server (or that of a ``launch(warm=True)`` outside a session) is kept
+for the next session with the same start-up variables and preloads, for ``COURSE_WARM_KEEP`` seconds (default
+120; 0: end it with its session): the second check in a notebook or a test run starts at once instead of
+importing torch again. An idle server runs nothing; it ends when that time is up, when the process exits, or
+with ``close_idle()``. ``COURSE_WARM=0`` turns the warm start
 off everywhere (back to a fresh interpreter per rank). Variables read while Python and torch start
 (IMPORT_TIME) must be the same for the launch and the server, else the launch starts cold.
 """
@@ -270,14 +271,22 @@ def close_idle() -> None:
 
 def for_launch(warm: bool | None, base: dict, argv) -> tuple[Server | None, bool]:
     """The server a launch uses and whether the launch owns it: the session's when there is one (warm None
-    or True), a server of its own for ``warm=True`` outside a session; none for False or COURSE_WARM=0."""
+    or True); for ``warm=True`` outside a session, one of its own, as a session of one launch gets it (a kept
+    server, else a new one) and hands it on (``keep``); none for False or COURSE_WARM=0."""
     if warm is False or not enabled() or not supported(argv):
         return None, False
     server, own = _active, False
     if server is None and warm:
-        server, own = Server(base), True
+        with _lock:
+            server = _take_idle(base, ())
+        server, own = server or Server(base), True
     if server is not None and server.usable(base, argv):
         return server, own
     if own:
         server.close()
     return None, False
+
+
+def keep(server: Server) -> None:
+    """A launch's own server, after the launch: kept for the next one, as a session's is (``_put_idle``)."""
+    _put_idle(server)

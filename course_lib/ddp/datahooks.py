@@ -15,6 +15,10 @@ def install_data(rec: Recorder):
     _note_sampler(rec)
 
 
+def _int_or_none(value):
+    return value if isinstance(value, int) else None
+
+
 def _epoch_recorder(rec: Recorder):
     """``record_epoch(it, loader)``: note the indices of the iteration ``it`` starts, under its loader's number."""
     import torch.utils.data as tud
@@ -31,6 +35,9 @@ def _epoch_recorder(rec: Recorder):
                 n = None
             rec.data["loaders"][str(loaders[key])] = {
                 "dataset_len": n, "sampler": type(loader.sampler).__name__,
+                # a DistributedSampler's share: node-local numbers are right on one node only
+                "replicas": _int_or_none(getattr(loader.sampler, "num_replicas", None)),
+                "sampler_rank": _int_or_none(getattr(loader.sampler, "rank", None)),
                 "batch_sampler": type(loader.batch_sampler).__name__ if loader.batch_sampler is not None else None,
                 "batch_size": loader.batch_size, "drop_last": loader.drop_last, "iters": []}
         return rec.data["loaders"][str(loaders[key])]

@@ -225,18 +225,35 @@ def _shards(n: int, loaders: list, epochs: int):
         union = set().union(*map(set, shards))
         overlap = sum(len(s) for s in shards) - len(union)
         if overlap > n - 1:
+            built = _sampler_shares(loaders)
             if all(len(set(s)) >= size for s in shards):
+                if built:
+                    return False, (f"every rank trained on all {size} images in epoch {e + 1}: {built}. Give it "
+                                   f"the job's world size ({n}) and each rank's global rank, not its node's: "
+                                   "node-local numbers are right on one node only.")
                 return False, (f"every rank trained on all {size} images in epoch {e + 1}: the ranks repeat each "
                                "other's work. Give the training DataLoader a DistributedSampler, so that each rank "
                                "gets its own 1/world_size share.")
             return False, (f"the ranks' shards overlap in {overlap} images in epoch {e + 1} (shard sizes "
                            f"{[len(s) for s in shards]} of {size}): each rank needs a disjoint share "
-                           "(DistributedSampler with the group's rank and world size)")
+                           "(DistributedSampler with the group's rank and world size)"
+                           + (f"; {built}" if built else ""))
         if size and len(union) < size - (n - 1):
             return False, (f"together the ranks saw only {len(union)} of the {size} training images in epoch "
                            f"{e + 1}: the shards must cover the data set (DistributedSampler with the group's rank "
                            "and world size)")
     return None
+
+
+def _sampler_shares(loaders: list) -> str:
+    """What each rank's DistributedSampler was built with, in words; "" when there is none to blame."""
+    pairs = [(ld.get("replicas"), ld.get("sampler_rank")) for ld in loaders]
+    if any(ld.get("sampler") != "DistributedSampler" or None in p for ld, p in zip(loaders, pairs)):
+        return ""
+    if len(set(pairs)) == 1:
+        return "every rank's DistributedSampler was built with num_replicas={} and rank={}".format(*pairs[0])
+    return "the DistributedSamplers were built with " + ", ".join(
+        f"num_replicas={k}, rank={r} (rank {i})" for i, (k, r) in enumerate(pairs))
 
 
 def _no_new_order(run: Run) -> str:

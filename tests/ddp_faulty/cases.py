@@ -136,6 +136,14 @@ CASES = [
            edits=[(SAMPLER, "    train_sampler = DistributedSampler(train_set, num_replicas=world_size, rank=0, "
                             "seed=args.seed)")],
            expect={"Step 3": ("fail", r"overlap in \d+ images")}),
+    Faulty("sampler_per_node", options=NODES,
+           why="the sampler is given the node's numbers (ranks per node, local rank): right on one node only",
+           edits=[(SAMPLER, "    per_node = world_size // int(os.environ.get(\"SLURM_NNODES\", 1))\n"
+                            "    train_sampler = DistributedSampler(train_set, num_replicas=per_node, rank=local_rank, "
+                            "seed=args.seed)")],
+           expect={"Step 3": ("fail", r"with 3 ranks: every rank trained on all \d+ images in epoch 1: every rank's "
+                                      r"DistributedSampler was built with num_replicas=1 and rank=0\. Give it the "
+                                      r"job's world size \(3\) and each rank's global rank, not its node's")}),
     Faulty("shuffle_and_sampler", why="shuffle=True and a DistributedSampler: the sampler shuffles already",
            edits=[(TRAIN_KWARGS, TRAIN_KWARGS[:-1] + ', "shuffle": True}')],
            expect={"Step 3": ("fail", r"shuffle=True together with sampler")}),

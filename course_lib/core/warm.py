@@ -21,9 +21,9 @@ kills what it still runs. A session's server (or that of a ``launch(warm=True)``
 for the next session with the same start-up variables and preloads, for ``COURSE_WARM_KEEP`` seconds (default
 120; 0: end it with its session): the second check in a notebook or a test run starts at once instead of
 importing torch again. An idle server runs nothing; it ends when that time is up, when the process exits, or
-with ``close_idle()``. ``COURSE_WARM=0`` turns the warm start
-off everywhere (back to a fresh interpreter per rank). Variables read while Python and torch start
-(IMPORT_TIME) must be the same for the launch and the server, else the launch starts cold.
+with ``close_idle()``. ``COURSE_WARM=0`` turns the warm start off everywhere (back to a fresh interpreter per
+rank). Variables read while Python and torch start (IMPORT_TIME) must be the same for the launch and the server,
+else the launch starts cold.
 """
 from __future__ import annotations
 

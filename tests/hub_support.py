@@ -32,8 +32,23 @@ LEARNERS = ("hublearner1", "hublearner2", "hublearner3")
 SLURM_LEARNER = "hublearner4"
 # The account whose server is a Slurm job (tests/test_hub_slurm.py, on the Slurm worker too)
 SLURM_HUB_LEARNER = "hublearner5"
-# The account whose server runs notebook 06 with the site's runs on Slurm (tests/test_hub.py, on the Slurm worker)
+# The account whose server runs notebooks with the site's runs on Slurm (tests/test_hub.py, on the Slurm worker)
 RUNS_LEARNER = "hublearner8"
+TP_RANK = "-m course_lib.tp.train --tp-file"   # notebook 06's dp x tp ranks, as ps shows them (warm or cold)
+# The notebooks whose runs follow the site (issue 29), run by RUNS_LEARNER from the hub (tests/test_hub.py): the
+# solution folders copied over the learner's exercises first, what every rank's command line holds (warm or cold),
+# how many ranks of theirs the watch must see at least, and what the notebook must show beyond test_notebooks'
+# solutions run. test_notebooks leaves those not run elsewhere (ON_THE_HUB) to that test where the hub runs.
+ON_SLURM_NOTEBOOKS = {
+    "02_ddp_six_steps": (("02_ddp",), "mnist_classify_ddp.py", 2, ["runs/check-ddp-", "runs/run-mnist_classify_ddp-"]),
+    "04_scaling_study": (("02_ddp", "04_scaling"), "mnist_classify_ddp.py", 2,
+                         ["(strong-2, slurm): COMPLETED", "(weak-2, slurm): COMPLETED", "1 -> 2 ranks",
+                          "(lr-linear-warmup-2, slurm): COMPLETED", "runs/run-bench_worker-", "runs/run-step-"]),
+    "05_allreduce_algorithms": (("05_allreduce",), "-m course_lib.allreduce.bench_worker", 2,
+                                ["runs/check-allreduce-", "runs/run-bench_worker-"]),
+    "06_tensor_parallelism": (("06_tensor_parallel",), TP_RANK, 4, ["runs/check-tp-", "runs/run-train-"]),
+    "09_sharded_data_parallel": (("09_zero",), "-m course_lib.zero.demo", 2, ["runs/check-zero-", "runs/run-demo-"]),
+}
 # The culler test's own hub and accounts: one idle, one whose kernel waits on a job
 CULL_LEARNERS = ("hublearner6", "hublearner7")
 # The Unix group the test hubs allow (COURSE_HUB_GROUP); every test account is made a member

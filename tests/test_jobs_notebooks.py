@@ -1,7 +1,8 @@
 """Notebooks 03 (launching jobs) and 04 (scaling study) executed headless on the real Slurm of this test
 session (tests/conftest.py), against solutions/ with the quiz key: test_notebooks.py leaves their solutions runs
-(ON_SLURM) to this module. They skip, with the reason, where Slurm cannot start. The local-engine runs of every
-notebook are in test_notebooks.py."""
+(ON_SLURM) to this module. They skip, with the reason, where Slurm cannot start; 04 (and 06 with the site's runs
+on Slurm) also where the real hub runs, whose test runs them on Slurm from a learner's workspace and asserts more.
+The local-engine runs of every notebook are in test_notebooks.py."""
 import re
 
 import nbformat
@@ -74,6 +75,9 @@ def test_03_solutions_on_slurm(slurm_engine):
 
 @pytest.mark.slurm
 def test_04_solutions_on_slurm(slurm_engine):
+    """Where the real hub runs, test_hub.py's test_notebook_runs_go_to_slurm_as_the_learners_jobs runs 04 on Slurm
+    against the solutions' files with the quiz key, and asserts all of this (with the site's runs on Slurm too)."""
+    _repeated_by_the_hub("04")
     nb = execute(NB04, slurm_engine / "04.ipynb", TREE="solutions", STRICT=True, ANSWERS="key")
     text = text_of(nb)
     assert "(strong-2, slurm): COMPLETED" in text and "(weak-2, slurm): COMPLETED" in text and "1 -> 2 ranks" in text
@@ -102,10 +106,7 @@ def test_06_runs_go_to_slurm_with_the_sites_runs(slurm_engine, monkeypatch):
     its checks on Slurm too), so this run would only repeat it."""
     import subprocess
 
-    import hub_support
-    if not hub_support.why_not():
-        pytest.skip("repeated by test_hub.py::test_notebook_runs_go_to_slurm_as_the_learners_jobs, which runs "
-                    "notebook 06 with the site's runs on Slurm and asserts what this test does")
+    _repeated_by_the_hub("06")
     monkeypatch.setenv("COURSE_RUNS", "slurm")
     nb = execute(ROOT / "notebooks" / "06_tensor_parallelism.ipynb", slurm_engine / "06.ipynb", TREE="solutions",
                  STRICT=True, ANSWERS="key")
@@ -116,3 +117,11 @@ def test_06_runs_go_to_slurm_with_the_sites_runs(slurm_engine, monkeypatch):
     done = subprocess.run(["sacct", "-c", "-n", "-P", "-o", "JobID,JobName,State", "-j", job_id],
                           capture_output=True, text=True, timeout=60).stdout
     assert f"{job_id}|run-train|COMPLETED" in done, done
+
+
+def _repeated_by_the_hub(number: str) -> None:
+    """Skip, saying why, where the real hub can run: its test runs notebook ``number`` on Slurm and asserts more."""
+    import hub_support
+    if not hub_support.why_not():
+        pytest.skip(f"repeated by test_hub.py::test_notebook_runs_go_to_slurm_as_the_learners_jobs, which runs "
+                    f"notebook {number} with the site's runs on Slurm and asserts what this test does")

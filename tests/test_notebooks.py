@@ -7,7 +7,9 @@
   FAIL; nor for
   03 and 04 where the local Slurm runs: tests/test_jobs_notebooks.py runs them against solutions/ there, asserting
   the same;
-  nor for 05: tests/test_workspace.py runs it on the solution's file in a learner workspace, asserting the same);
+  nor for 05: tests/test_workspace.py runs it on the solution's file in a learner workspace, asserting the same;
+  nor for 02, 06 and 09 where the real hub runs: tests/test_hub.py runs them from a learner's workspace with the
+  site's checks and runs on Slurm, asserting the same and more);
 - nbval ``--nbval-lax`` against exercises/ with ``COURSE_QUICK=1`` (the default parameters a learner gets,
   so the quizzes are widgets nobody clicks): every cell runs, the checked cells print what is committed, and
   the outputs (saved by tests/nbval_outputs.py) show the red checks. One run does both: a second execution of
@@ -24,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hub_support
 import pytest
 from conftest import ROOT
 
@@ -68,6 +71,11 @@ ON_SLURM = ("03_launching_jobs", "04_scaling_study")
 # (STRICT, the quizzes answered with their key), which asserts what test_papermill asserts of it: a second run of the
 # same code here would only repeat it.
 IN_A_WORKSPACE = ("05_allreduce_algorithms",)
+# Run against the solutions' files by tests/test_hub.py's test_notebook_runs_go_to_slurm_as_the_learners_jobs, from a
+# learner's workspace on the real hub with the site's checks and runs on Slurm (hub_support.ON_SLURM_NOTEBOOKS),
+# which asserts what test_papermill asserts of them and more: where that hub runs, a local run would repeat it. The
+# local engine's path through them is run against the exercises (test_nbval_lax_against_exercises).
+ON_THE_HUB = tuple(s for s in hub_support.ON_SLURM_NOTEBOOKS if s not in ON_SLURM + IN_A_WORKSPACE)
 
 
 def slurm_runs_here() -> bool:
@@ -77,7 +85,8 @@ def slurm_runs_here() -> bool:
 
 against_solutions = pytest.mark.parametrize(
     "nb_path", [p for p in NOTEBOOKS if not same_in_both_trees(p) and p.stem not in IN_A_WORKSPACE
-                and not (p.stem in ON_SLURM and slurm_runs_here())],
+                and not (p.stem in ON_SLURM and slurm_runs_here())
+                and not (p.stem in ON_THE_HUB and hub_support.why_not() is None)],
     ids=lambda p: p.stem)
 
 

@@ -178,9 +178,13 @@ def test_cli_workspace_and_lab_settings(home):
 
 
 def _submit_then_attach(ws: Path, env: dict) -> tuple[str, str]:
-    """One process (a kernel) submits a job; another (the kernel after a restart) lists it and follows it."""
+    """One process (a kernel) submits a job; another (the kernel after a restart) lists it and follows it. The job
+    ticks until that process has attached (it writes ``attached``; 240 s at most): a job of fixed length could end
+    before a slow start of the second process (CI under load: COMPLETED already when it attached)."""
     script = ws / "slow.py"
-    script.write_text("import time\nfor i in range(6):\n    print('tick', i, flush=True); time.sleep(1)\n")
+    attached = ws / "attached"
+    script.write_text(f"import os, time\nfor i in range(1200):\n    print('tick', i, flush=True)\n"
+                      f"    if i >= 5 and os.path.exists({str(attached)!r}): break\n    time.sleep(0.2)\n")
     kernel = lambda code: subprocess.run([PYTHON, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                                          cwd=ws / "notebooks", env=dict(ENV, **env), timeout=300)
     r = kernel(f"""
@@ -195,6 +199,7 @@ def _submit_then_attach(ws: Path, env: dict) -> tuple[str, str]:
         print([j.id for j in listed if not isinstance(j, tuple)])
         job = jobs.attach({job_id!r})
         print("attached while", job.state, type(job).__name__)
+        open({str(attached)!r}, "w").close()
         job.wait(timeout=240, progress=False)
         print(job.state, job.run_dir)
         print(job.log())""")

@@ -375,11 +375,12 @@ def test_notebook_runs_go_to_slurm_as_the_learners_jobs(slurm_cluster, tmp_path)
         hs.wait_for_server(hub, name, want_ready=True)
         t_server = time.monotonic() - t0
         assert (home / "course" / ".course-workspace.json").is_file(), "no workspace made when the server started"
-        for folder in sorted({f for folders, *_ in hs.ON_SLURM_NOTEBOOKS.values() for f in folders}):
+        for folder in sorted({f for nb in hs.ON_SLURM_NOTEBOOKS.values() for f in nb.folders}):
             solved = hs.as_user(name, f"cp -r {hs.HUB_PREFIX}/course/solutions/{folder}/. ~/course/exercises/{folder}/")
             assert solved.returncode == 0, solved.stderr
-        for stem, (_, marker, *_) in hs.ON_SLURM_NOTEBOOKS.items():
-            runs[stem] = _run_headless(hub, name, user.pw_uid, stem, marker)
+        token = hs.user_token(hub, name)
+        for stem, nb in hs.ON_SLURM_NOTEBOOKS.items():
+            runs[stem] = _run_headless(hub, name, user.pw_uid, token, stem, nb.marker)
             if runs[stem]["said"] is None:   # out of time: its kernel may still run; the rest would wait behind it
                 break
     finally:
@@ -395,10 +396,10 @@ def test_notebook_runs_go_to_slurm_as_the_learners_jobs(slurm_cluster, tmp_path)
         f"({run['watch'].looks} looks)" for stem, run in runs.items()))
 
 
-def _run_headless(hub, name: str, uid: int, stem: str, marker: str) -> dict:
+def _run_headless(hub, name: str, uid: int, token: str, stem: str, marker: str) -> dict:
     """Notebook ``stem`` run by papermill in a new terminal of the learner's server, with its ranks watched: what the
-    terminal printed (None when it did not end in time), the watch, the seconds it took."""
-    token = hs.user_token(hub, name)
+    terminal printed (None when it did not end in time), the watch, the seconds it took. A terminal of its own: one
+    reused would replay the last notebook's end marker to the next."""
     term = hs.server_api(hub, name, "terminals", token, "POST")
     command = (f"cd ~/course/notebooks && {hs.HUB_PREFIX}/venv/bin/papermill {stem}.ipynb {stem}-on-slurm.ipynb "
                "-k multigpu-course -p STRICT True -p ANSWERS key --no-progress-bar 2>&1 | tail -n 20; "
@@ -434,15 +435,15 @@ def _judged(stem: str, run: dict, home: Path) -> list[str]:
         assert_solutions_run(stem, text, "from the hub, on Slurm")
     except AssertionError as e:
         problems.append(str(e))
-    problems += [f"{stem} does not show {s!r}" for s in hs.ON_SLURM_NOTEBOOKS[stem][3] if s not in text]
+    nb = hs.ON_SLURM_NOTEBOOKS[stem]
+    problems += [f"{stem} does not show {s!r}" for s in nb.shows if s not in text]
     problems += [f"{stem} shows {r}" for r in unreadable_reveals(load(out)["cells"])]
     if watch.outside:
         problems.append(f"{stem}: ranks ran on the hub's node: {watch.outside}")
     if watch.strays:
         problems.append(f"{stem}: other Python processes of the learner ran on the hub's node: {watch.strays}")
-    least = hs.ON_SLURM_NOTEBOOKS[stem][2]
-    if len(watch.in_slurm) < least:
-        problems.append(f"{stem}: the watch saw {len(watch.in_slurm)} ranks in jobs (at least {least} run) in "
+    if len(watch.in_slurm) < nb.ranks:
+        problems.append(f"{stem}: the watch saw {len(watch.in_slurm)} ranks in jobs (at least {nb.ranks} run) in "
                         f"{watch.looks} looks: {watch.in_slurm}")
     return problems
 

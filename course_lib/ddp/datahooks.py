@@ -38,6 +38,7 @@ def _epoch_recorder(rec: Recorder):
                 # a DistributedSampler's share: node-local numbers are right on one node only
                 "replicas": _int_or_none(getattr(loader.sampler, "num_replicas", None)),
                 "sampler_rank": _int_or_none(getattr(loader.sampler, "rank", None)),
+                "sampler_seed": _int_or_none(getattr(loader.sampler, "seed", None)),
                 "batch_sampler": type(loader.batch_sampler).__name__ if loader.batch_sampler is not None else None,
                 "batch_size": loader.batch_size, "drop_last": loader.drop_last, "iters": []}
         return rec.data["loaders"][str(loaders[key])]

@@ -225,7 +225,7 @@ def _shards(n: int, loaders: list, epochs: int):
         union = set().union(*map(set, shards))
         overlap = sum(len(s) for s in shards) - len(union)
         if overlap > n - 1:
-            built = _sampler_shares(loaders)
+            built = _sampler_shares(n, loaders)
             if all(len(set(s)) >= size for s in shards):
                 if built:
                     return False, (f"every rank trained on all {size} images in epoch {e + 1}: {built}. Give it "
@@ -245,15 +245,23 @@ def _shards(n: int, loaders: list, epochs: int):
     return None
 
 
-def _sampler_shares(loaders: list) -> str:
-    """What each rank's DistributedSampler was built with, in words; "" when there is none to blame."""
+def _sampler_shares(n: int, loaders: list) -> str:
+    """What is wrong with the ranks' DistributedSamplers, in words: the numbers they were built with, or their
+    seeds; "" when there is none or nothing to blame."""
     pairs = [(ld.get("replicas"), ld.get("sampler_rank")) for ld in loaders]
     if any(ld.get("sampler") != "DistributedSampler" or None in p for ld, p in zip(loaders, pairs)):
         return ""
-    if len(set(pairs)) == 1:
-        return "every rank's DistributedSampler was built with num_replicas={} and rank={}".format(*pairs[0])
-    return "the DistributedSamplers were built with " + ", ".join(
-        f"num_replicas={k}, rank={r} (rank {i})" for i, (k, r) in enumerate(pairs))
+    if pairs != [(n, r) for r in range(n)]:
+        if len(set(pairs)) == 1:
+            return "every rank's DistributedSampler was built with num_replicas={} and rank={}".format(*pairs[0])
+        return "the DistributedSamplers were built with " + ", ".join(
+            f"num_replicas={k}, rank={r} (rank {i})" for i, (k, r) in enumerate(pairs))
+    seeds = [ld.get("sampler_seed") for ld in loaders]
+    if None not in seeds and len(set(seeds)) > 1:
+        return (f"the DistributedSamplers have the right num_replicas and rank but different seeds ({seeds}): each "
+                "shuffles its own permutation of the data set and takes its share of that. Give every rank the "
+                "same seed")
+    return ""
 
 
 def _no_new_order(run: Run) -> str:

@@ -144,6 +144,11 @@ CASES = [
            expect={"Step 3": ("fail", r"with 3 ranks: every rank trained on all \d+ images in epoch 1: every rank's "
                                       r"DistributedSampler was built with num_replicas=1 and rank=0\. Give it the "
                                       r"job's world size \(3\) and each rank's global rank, not its node's")}),
+    Faulty("sampler_seed_per_rank", why="each rank's sampler gets its own seed: they shuffle different permutations",
+           edits=[(SAMPLER, "    train_sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, "
+                            "seed=args.seed + rank)")],
+           expect={"Step 3": ("fail", r"overlap in \d+ images in epoch 1 .*the DistributedSamplers have the right "
+                                      r"num_replicas and rank but different seeds \(\[\d+, \d+\]\)")}),
     Faulty("shuffle_and_sampler", why="shuffle=True and a DistributedSampler: the sampler shuffles already",
            edits=[(TRAIN_KWARGS, TRAIN_KWARGS[:-1] + ', "shuffle": True}')],
            expect={"Step 3": ("fail", r"shuffle=True together with sampler")}),

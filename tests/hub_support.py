@@ -330,7 +330,8 @@ class RankWatch:
             if not p.info["uids"] or p.info["uids"].real != self.uid:
                 continue
             try:
-                status, name, command = p.status(), p.name(), " ".join(p.cmdline())
+                status, argv = p.status(), p.cmdline()
+                command = " ".join(argv)
                 # a zombie runs nothing (the kernel papermill has just stopped, not yet waited for, is one), and a
                 # process without a command line is on its way out (its memory, and so its arguments, already gone:
                 # CI saw the kernel papermill had stopped so, "running"); a rank or stray lives long enough to be
@@ -338,7 +339,11 @@ class RankWatch:
                 if status == psutil.STATUS_ZOMBIE or not command:
                     continue
                 rank = self.marker in command
-                if not rank and (not name.startswith("python") or any(h in command for h in self.hub_side)):
+                # Python or not from the same read of the command line, not from the name: a child the kernel has
+                # forked but not yet exec'd is still named python, and CI read that name and then, exec'd, the
+                # command line of squeue (a stray that was no Python process)
+                python = bool(argv) and os.path.basename(argv[0]).startswith("python")
+                if not rank and (not python or any(h in command for h in self.hub_side)):
                     continue
                 inside = in_slurm_step(p)
             except psutil.Error:   # ended meanwhile

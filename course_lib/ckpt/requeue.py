@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 from course_lib import registry
 from course_lib.core.paths import tree_dir
+from course_lib.jobs import slurm
 
 TERMINAL = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 FIELD = re.compile(r"(\w+)=(\S*)")
@@ -39,7 +39,7 @@ def submit(folder, time_limit: str = "2", signal_at: int = 60, max_requeues: int
     """sbatch the folder's requeue.sbatch from the folder (its SLURM_SUBMIT_DIR); the job id."""
     cmd = ["sbatch", "--parsable", f"--time={time_limit}", f"--signal=B:USR1@{signal_at}",
            f"--export=ALL,MAX_REQUEUES={max_requeues}", "requeue.sbatch", *map(str, args)]
-    r = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=60, env=env)
+    r = slurm.command(cmd, timeout=60, cwd=folder, env=env)
     if r.returncode != 0:
         raise RequeueError(f"sbatch refused the job: {r.stderr.strip() or r.stdout.strip()}")
     return r.stdout.strip().split(";")[0]
@@ -47,7 +47,7 @@ def submit(folder, time_limit: str = "2", signal_at: int = 60, max_requeues: int
 
 def job_state(job_id: str, env=None) -> dict:
     """``scontrol show job -o``'s fields (JobState, Restarts, Reason, ...); {} once Slurm has forgotten the job."""
-    r = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30, env=env)
+    r = slurm.command(["scontrol", "show", "job", "-o", job_id], timeout=30, env=env)
     return dict(FIELD.findall(r.stdout)) if r.returncode == 0 else {}
 
 
@@ -67,8 +67,7 @@ def follow(job_id: str, timeout: float = 300, release_hold: bool = False, env=No
                 held.setdefault(now[1], time.monotonic())
                 if _may_release(held[now[1]], env):
                     released.add(now[1])
-                    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True,
-                                   timeout=30, env=env)
+                    slurm.command(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=30, env=env)
                     on_event(f"job {job_id}: requeue hold released (scontrol update StartTime=now)")
             time.sleep(0.5)
     except BaseException:
@@ -87,12 +86,12 @@ def _may_release(held_since: float, env=None) -> bool:
     """
     if time.monotonic() - held_since < 2:
         return False
-    r = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=30, env=env)
+    r = slurm.command(["sinfo", "-h", "-N", "-o", "%T"], timeout=30, env=env)
     return r.returncode == 0 and "completing" not in r.stdout
 
 
 def cancel(job_id: str, env=None) -> None:
-    subprocess.run(["scancel", job_id], capture_output=True, timeout=30, env=env)
+    slurm.command(["scancel", job_id], timeout=30, env=env)
 
 
 def log(folder, job_id: str) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
+
+from course_lib.jobs import slurm
 
 TOP_EVERY = 2      # seconds between top frames (the template's -d and the local sampler's interval)
 DMON_EVERY = 5     # seconds between dmon samples (the template's -d)
@@ -167,11 +168,8 @@ def cpu_efficiency(rows: list[dict]) -> float | None:
 
 
 def _run(cmd: list[str]) -> tuple[int, str]:
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-        return r.returncode, (r.stdout + r.stderr).strip()
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return 127, f"{cmd[0]}: {e}"
+    r = slurm.command(cmd, timeout=30)
+    return r.returncode, (r.stdout + r.stderr).strip()
 
 
 def slurm_report(job_id: str) -> str:

@@ -27,10 +27,12 @@ from course_lib.jobs.spec import JobSpec, render
 TIMEOUT = 30    # seconds for one Slurm command (a busy controller can be slow)
 
 
-def command(cmd: list[str], timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
-    """Run one Slurm command; a timeout (rc 124) or a missing command (rc 127) comes back as its result, with why."""
+def command(cmd: list[str], timeout: float = TIMEOUT, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """Run one Slurm command (the course's only runner of them); a timeout (rc 124) or a missing command (rc 127)
+    comes back as its result, with why."""
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(cmd, 124, "", f"{cmd[0]}: no answer in {timeout} s")
     except FileNotFoundError:

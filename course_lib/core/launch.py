@@ -69,23 +69,36 @@ def _reader(stream, rank, q, closed=None):
 
 
 def kill_group(popen: subprocess.Popen, grace: float = 3.0) -> None:
-    """TERM the process group of ``popen`` (it leads its own session), then KILL what is left.
+    """TERM the process group of ``popen`` (it leads its own session) and all it started, then KILL what is left.
 
-    Descendants are collected first, while their parents still live, so a child that moved to a
-    session of its own (setsid) is found and killed too.
+    The group and every descendant are stopped first and collected while stopped (``proc.freeze``): a child that
+    was being forked, or had just moved to a session of its own (setsid), is found and signalled too.
     """
-    family = proc.descendants(popen.pid)
+    family = _frozen(popen, [])
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        proc.signal_all(family, sig)
-        _killpg(popen.pid, sig)
+        _signal(popen, family, sig)
         try:
             popen.wait(wait)
             break
         except subprocess.TimeoutExpired:
-            continue
-    # whatever is left of its family or group gets KILL (the leader's pid is asked only while it is ours)
-    proc.signal_all(family + (proc.descendants(popen.pid) if popen.poll() is None else []), signal.SIGKILL)
-    _killpg(popen.pid, signal.SIGKILL)
+            family = _frozen(popen, family)   # with what they started in the meantime
+    # whatever is left of its family or group gets KILL
+    _signal(popen, _frozen(popen, family), signal.SIGKILL)
+
+
+def _frozen(popen, family: list) -> list:
+    """The family, stopped: the leader (its pid asked only while it is ours, not yet reaped), its group and what
+    they started, with the members already known that still live."""
+    leader = [popen.pid] if popen.poll() is None else []
+    return proc.freeze([*leader, *(p.pid for p in family)], group=popen.pid)
+
+
+def _signal(popen, family: list, sig) -> None:
+    proc.signal_all(family, sig)
+    _killpg(popen.pid, sig)
+    if sig != signal.SIGKILL:   # stopped by _frozen: they act on it once continued
+        proc.signal_all(family, signal.SIGCONT)
+        _killpg(popen.pid, signal.SIGCONT)
 
 
 def _killpg(pgid: int, sig) -> None:

@@ -5,6 +5,8 @@ process is never hit. Zombies (exited, not yet reaped by their parent) count as 
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import time
 from typing import Iterable
@@ -36,18 +38,71 @@ def signal_all(procs: Iterable[psutil.Process], sig: int) -> int:
     return sent
 
 
+def freeze(roots: Iterable[int], group: int | None = None, tries: int = 50) -> list[psutil.Process]:
+    """SIGSTOP ``roots`` (pids), the process group ``group`` and every descendant of them, again and again until no
+    new descendant shows: then none of them can fork, leave its group (setsid) or orphan a child any more, so the
+    list returned (the roots that live, then their descendants) is all of them. A snapshot taken while they run
+    misses what they start meanwhile: a child that was forked after it and moved to a session of its own escaped
+    both the snapshot and a signal to the group (tests/test_launch.py, a rank that starts children in a loop).
+    Stopped processes act on a signal (TERM) only once continued: ``signal_all(..., SIGCONT)`` after it."""
+    family: dict[int, psutil.Process] = {}
+    for pid in roots:
+        with contextlib.suppress(psutil.Error):
+            family[pid] = psutil.Process(pid)
+    new = list(family.values())
+    for _ in range(tries):
+        if group is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGSTOP)
+        signal_all(new, signal.SIGSTOP)
+        _stopped(new)
+        new = [c for pid, c in _below(family).items() if pid not in family]
+        if not new:
+            break
+        family.update((c.pid, c) for c in new)
+    return list(family.values())
+
+
+def _stopped(procs: list, timeout: float = 2.0) -> None:
+    """Wait until each of ``procs`` has stopped (or ended): a signal is delivered after kill() returns, and a
+    process still running for that moment could fork a child that a look at the tree made now would miss."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        while time.monotonic() < deadline:
+            try:
+                if p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                    break
+            except psutil.Error:
+                break
+            time.sleep(0.001)
+
+
+def _below(pids) -> dict[int, psutil.Process]:
+    """Every process below ``pids``, from one look at all parent links (not one per pid: a family can be
+    thousands)."""
+    children: dict[int, list] = {}
+    for p in psutil.process_iter(["ppid"]):
+        children.setdefault(p.info["ppid"], []).append(p)
+    found, todo = {}, list(pids)
+    while todo:
+        for c in children.get(todo.pop(), ()):
+            if c.pid not in found:
+                found[c.pid] = c
+                todo.append(c.pid)
+    return found
+
+
 def kill_tree(pid: int, sig: int = signal.SIGKILL, include_self: bool = True) -> int:
     """Signal ``pid``'s descendants (and ``pid`` itself unless ``include_self`` is False): how many got it.
 
-    The tree is collected before any signal, so no child escapes by being orphaned on the way.
+    The tree is stopped and collected before any signal (``freeze``), so no child escapes by being forked or
+    orphaned on the way; then continued, to act on ``sig``.
     """
-    family = descendants(pid)
-    if include_self:
-        try:
-            family.insert(0, psutil.Process(pid))
-        except psutil.Error:
-            pass
-    return signal_all(family, sig)
+    family = freeze([pid])
+    try:
+        return signal_all(family if include_self else [p for p in family if p.pid != pid], sig)
+    finally:
+        signal_all(family, signal.SIGCONT)
 
 
 def _pid(p) -> int:

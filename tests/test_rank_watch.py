@@ -7,11 +7,16 @@ import sys
 import time
 
 import hub_support as hs
+import psutil
 
 
 def _started(argv, executable=None):
+    """The process, once it has exec'd (its command line is ``argv``)."""
     p = subprocess.Popen(argv, executable=executable)
-    time.sleep(0.5)     # exec'd and its command line in place
+    deadline = time.monotonic() + 30
+    while psutil.Process(p.pid).cmdline() != argv:
+        assert time.monotonic() < deadline, f"{argv} never showed its command line"
+        time.sleep(0.005)
     return p
 
 

@@ -1,11 +1,13 @@
 """course_lib.jobs without Slurm: job descriptions, rendered scripts, site profiles, jobs/ drift, the local engine."""
+import os
+import signal
 import subprocess
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, ROOT
+from conftest import PYTHON, ROOT, live_processes
 
 from course_lib import jobs
 from course_lib.core.proc import alive
@@ -338,6 +340,27 @@ def test_local_cancel_stops_every_rank(local):
     job.cancel()
     assert job.state == "CANCELLED"
     assert not any(_alive(p) for p in pids) and job.proc.poll() is not None
+
+
+@pytest.mark.slow   # waits out the 30 s the runner is given
+def test_local_cancel_kills_a_runner_that_does_not_answer_and_all_below_it(local):
+    # the runner is stopped (SIGSTOP): it cannot stop its ranks, so cancel kills it, its ranks and what they started
+    marker = f"course-cancel-{time.monotonic_ns()}"
+    sleeper = local / "sleeper.py"
+    sleeper.write_text("import subprocess, sys, time\n"
+                       f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', '{marker}'], "
+                       "start_new_session=True)\nprint('started', flush=True)\ntime.sleep(300)\n")
+    job = jobs.submit(JobSpec("deaf", str(sleeper), ntasks_per_node=2))
+    deadline = time.monotonic() + 60
+    while job.log().count("started") < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(p) for p in (job.run_dir / "pids").read_text().split()]
+    assert len(pids) == 2 and all(_alive(p) for p in pids), job.log()
+    os.kill(job.proc.pid, signal.SIGSTOP)
+    job.cancel()
+    assert job.state == "CANCELLED" and "runner killed" in job.reason, (job.state, job.reason)
+    assert not any(_alive(p) for p in pids) and job.proc.poll() is not None
+    assert live_processes(marker) == []
 
 
 @pytest.mark.slow   # a multi-process run: make test, not test-fast

@@ -27,7 +27,7 @@ import psutil
 
 from course_lib.core.atomic import write_text
 from course_lib.core.paths import PACKAGE_PARENT
-from course_lib.core.proc import alive, descendants, signal_all, wait_gone
+from course_lib.core.proc import alive, freeze, signal_all, wait_gone
 from course_lib.jobs.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError
 from course_lib.jobs.site import Site
 from course_lib.jobs.spec import JobSpec, render
@@ -88,8 +88,7 @@ class LocalJob(Job):
             self.proc.wait(30)
             return None
         except subprocess.TimeoutExpired:
-            tree = descendants(self.proc.pid)
-            self.proc.kill()
+            tree = freeze([self.proc.pid])   # stopped, then read: nothing it starts meanwhile escapes (proc.freeze)
             signal_all(tree, signal.SIGKILL)
             self.proc.wait(10)
             return tree
@@ -118,7 +117,7 @@ def kill_recorded(run_dir: Path) -> None:
     for pid in alive(pids):
         if _cwd(pid) != str(run_dir):   # pids get reused: only a rank still running in this job's folder
             continue
-        tree = descendants(pid)         # first: a child that left the rank's group is still in its tree
+        tree = freeze([pid], group=pid)   # first: a child that left the rank's group is still in its tree
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)   # each rank leads its own group: an orphan of the tree is in it
         signal_all(tree, signal.SIGKILL)

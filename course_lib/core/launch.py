@@ -91,7 +91,7 @@ def _frozen(popen, family: list) -> list:
     """The family, stopped: the leader (its pid asked only while it is ours, not yet reaped), its group and what
     they started, with the members already known that still live."""
     leader = [popen.pid] if popen.poll() is None else []
-    return proc.freeze([*leader, *family], group=popen.pid)   # the known as psutil objects: a reused pid is not them
+    return proc.freeze([*leader, *(p.pid for p in family)], group=popen.pid)
 
 
 def _signal(popen, family: list, sig) -> None:

@@ -75,16 +75,15 @@ def kill_group(popen: subprocess.Popen, grace: float = 3.0) -> None:
     was being forked, or had just moved to a session of its own (setsid), is found and signalled too.
     """
     family = _frozen(popen, [])
-    try:
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            _signal(popen, family, sig)
-            try:
-                popen.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                family = _frozen(popen, family)   # with what they started in the meantime
-    finally:   # whatever is left of its family or group gets KILL, also when this was interrupted (none stays stopped)
-        _signal(popen, _frozen(popen, family), signal.SIGKILL)
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        _signal(popen, family, sig)
+        try:
+            popen.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            family = _frozen(popen, family)   # with what they started in the meantime
+    # whatever is left of its family or group gets KILL
+    _signal(popen, _frozen(popen, family), signal.SIGKILL)
 
 
 def _frozen(popen, family: list) -> list:

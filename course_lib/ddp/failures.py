@@ -15,6 +15,9 @@ PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|recvBytes
                        re.I)
 STACK_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 SAME_ORDER = "A collective (barrier, all_reduce, ...) must be called by every rank, in the same order"
+# PyTorch's docs of new_group: every process of the job enters it, also one that is not in the new group
+NEW_GROUP = (" dist.new_group is one of them: every rank of the job must call it, also a rank that is not in the new "
+             "group, and make its groups in the same order.")
 NO_CUDA = ("\nWithout GPUs there is no CUDA: ask torch.cuda.is_available() before any torch.cuda call, "
            "and give DDP device_ids only for a GPU model (on CPU: none).")
 
@@ -89,9 +92,16 @@ def _deadlock(run: Run, script: Path, exits: list, stuck: list, crashed: list, d
             parts.append(f"rank {rank} {waited} (no stack trace)")
     if done:
         parts.append(f"{_ranks(done)} had finished")
-    in_init = any((run.rec(r).get("stalled") or {}).get("call") == "init_process_group" for r in stuck)
-    return Failure(1 if in_init else None, "deadlock: " + "; ".join(parts) + f". {SAME_ORDER}; one called on some "
-                   "ranks only waits forever.\n" + tail(run, stuck[0] if stuck else 0))
+    calls = {(run.rec(r).get("stalled") or {}).get("call") for r in stuck}
+    hint = NEW_GROUP + _new_groups(run) if "new_group" in calls else ""
+    return Failure(1 if "init_process_group" in calls else None, "deadlock: " + "; ".join(parts) + f". {SAME_ORDER}; "
+                   f"one called on some ranks only waits forever.{hint}\n" + tail(run, stuck[0] if stuck else 0))
+
+
+def _new_groups(run: Run) -> str:
+    """How many times each rank called new_group, when that differs between ranks."""
+    made = [run.rec(r).get("collectives", {}).get("new_group", 0) for r in range(run.nprocs)]
+    return f" Calls of new_group by rank: {made}." if len(set(made)) > 1 else ""
 
 
 def stack_position(run: Run, rank: int, script: Path):

@@ -18,7 +18,8 @@ from course_lib.core.atomic import atomic_writer, write_text
 
 COLLECTIVES = ("all_reduce", "barrier", "broadcast", "all_gather", "all_gather_into_tensor", "reduce",
                "reduce_scatter", "reduce_scatter_tensor", "gather", "scatter", "all_to_all", "send", "recv",
-               "isend", "irecv", "all_gather_object", "broadcast_object_list", "monitored_barrier")
+               "isend", "irecv", "all_gather_object", "broadcast_object_list", "monitored_barrier",
+               "new_group")   # every rank of the job must call it: one made on some ranks only leaves the next waiting
 STDLIB = sysconfig.get_paths()["stdlib"]
 STEPS = {"init_process_group": 1, "DistributedDataParallel": 2, "DataLoader": 3, "DistributedSampler": 3,
          "set_epoch": 3, "set_device": 4, "save": 5, "destroy_process_group": 6, "spawn": 1, "start_processes": 1}

@@ -218,6 +218,20 @@ CASES = [
            edits=[(SAVE, "        dist.barrier()  # wait until the others are done (but only rank 0 comes here)\n"
                          + SAVE)],
            expect={"Step 2": PASS, "Step 5": ("fail", r"rank 0 .*barrier.*every rank")}),
+    Faulty("new_group_on_rank0_only", options={"stall": 10.0},
+           why="a group for the writer made on rank 0 alone: every rank must call new_group (PyTorch's docs), so "
+               "the group the ranks make next together is not the same group on both, and its all_reduce waits",
+           edits=[("    if args.save_model and rank == 0:",
+                   "    if rank == 0:  # a group of rank 0 alone, for the writer\n"
+                   "        writers = dist.new_group([0])\n"
+                   "    everyone = dist.new_group(list(range(world_size)))  # to average the last test accuracy\n"
+                   "    mean_acc = torch.tensor([float(test_acc)])\n"
+                   "    dist.all_reduce(mean_acc, group=everyone)\n"
+                   "    if args.save_model and rank == 0:")],
+           expect={"Step 2": PASS, "Step 5": ("fail", r"deadlock: rank 0 waited \d+ s at line {line:everyone = }.*"
+                                                      r"dist\.new_group is one of them: every rank of the job must "
+                                                      r"call it, also a rank that is not in the new group.*"
+                                                      r"Calls of new_group by rank: \[2, 1\]")}),
     Faulty("save_on_local_rank_0", options=NODES,
            why="local_rank == 0 where the global rank 0 was meant: one writer per node",
            edits=[("    if args.save_model and rank == 0:", "    if args.save_model and local_rank == 0:")],

@@ -4,8 +4,10 @@ Skipped, with the reason, where the cluster cannot start (not root, no packages 
 """
 import os
 import subprocess
+import textwrap
 import time
 
+import psutil
 import pytest
 from conftest import ROOT
 
@@ -81,6 +83,33 @@ def test_cancel_while_running(runs, tmp_path):
     assert job.state == "CANCELLED"
     r = subprocess.run(["squeue", "-h", "-j", job.id], capture_output=True, text=True)
     assert r.stdout.strip() == ""
+
+
+def test_cancel_waits_for_a_serial_program_that_saves_its_work(runs, tmp_path):
+    """A serial program that catches scancel's SIGTERM to save its work (lesson 08) finishes inside the job: when
+    cancel() returns it has ended, its work saved. The job script execs it; behind a shell, the SIGTERM killed the
+    shell, the job ended at once, and the program (orphaned: this Slurm tracks processes by their parents) went on."""
+    saver = tmp_path / "saver.py"
+    saved = tmp_path / "saved"
+    saver.write_text(textwrap.dedent(f"""
+        import signal, sys, time
+        def save(*_):
+            time.sleep(2)                     # writing a checkpoint
+            open({str(saved)!r}, "w").write("saved")
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, save)
+        print("started", flush=True)
+        time.sleep(300)
+    """))
+    job = jobs.submit(JobSpec("saver", str(saver), launcher="python"))
+    deadline = time.monotonic() + 120
+    while "started" not in job.log() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert job.state == "RUNNING", job.summary()
+    job.cancel()
+    running = [p.pid for p in psutil.process_iter(["cmdline"]) if str(saver) in " ".join(p.info["cmdline"] or [])]
+    assert job.state == "CANCELLED" and not running, f"{job.summary()}; still running: {running}"
+    assert saved.exists(), job.log()
 
 
 def test_gpus_on_a_gpu_less_node_are_refused_with_sbatchs_words(runs):

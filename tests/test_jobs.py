@@ -85,8 +85,10 @@ def test_torchrun_script_has_one_task_per_node_and_a_c10d_rendezvous(tmp_path):
 
 def test_plain_python_runs_without_srun(tmp_path):
     text = script_text(JobSpec("serial", SERIAL, launcher="python"))
-    assert f"\n{PYTHON} {SERIAL}\n" in text and "srun --label" not in text
+    assert f"\nexec {PYTHON} {SERIAL}\n" in text and "srun --label" not in text   # scancel's SIGTERM reaches it
     bash_syntax_ok(text, tmp_path)
+    monitored = script_text(JobSpec("serial", SERIAL, launcher="python", monitor=True))
+    assert f"\n{PYTHON} {SERIAL}\n" in monitored   # not exec'd: the shell's EXIT trap stops the monitors
 
 
 def test_gpu_lines_nccl_and_monitoring_only_when_asked(tmp_path):

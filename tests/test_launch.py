@@ -1,6 +1,7 @@
 """The local launcher: real processes, real gloo, real torchrun; deadlines, failures and no survivors."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -9,10 +10,12 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import live_processes
 
-from course_lib.core.launch import MAX_LINE, launch
+from course_lib.core import proc
+from course_lib.core.launch import MAX_LINE, kill_group, launch
 
 pytestmark = pytest.mark.slow
 
@@ -109,6 +112,48 @@ def test_deadline_kills_what_a_rank_keeps_starting(tmp_path):
     res = launch([script(tmp_path, body)], 2, timeout=3, on_line=None)
     assert res.timed_out and res.stuck_ranks == [0, 1]
     assert live_processes(marker) == []
+
+
+def test_an_interrupted_kill_leaves_nothing_stopped(monkeypatch):
+    # kill_group stops the family before it signals it; Ctrl-C between the two must not leave them stopped
+    marker = f"course-test-{uuid.uuid4()}"
+    child = f"import time; time.sleep(300)  # {marker}"
+    leader = subprocess.Popen([sys.executable, "-c", f"import subprocess, sys, time; subprocess.Popen([sys.executable, "
+                               f"'-c', {child!r}]); time.sleep(300)  # {marker}"], start_new_session=True)
+    real = proc.signal_all
+
+    def interrupted(procs, sig):
+        if sig == signal.SIGTERM:
+            raise KeyboardInterrupt
+        return real(procs, sig)
+    try:
+        deadline = time.monotonic() + 60
+        while len(live_processes(marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(live_processes(marker)) == 2, live_processes(marker)
+        monkeypatch.setattr(proc, "signal_all", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            kill_group(leader)
+        monkeypatch.undo()
+        deadline = time.monotonic() + 10
+        while live_processes(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert live_processes(marker) == [], [p.status() for p in psutil.Process().children(recursive=True)]
+    finally:
+        proc.signal_all(proc.freeze([leader.pid], group=leader.pid), signal.SIGKILL)
+        leader.wait(10)
+
+
+def test_a_known_member_whose_pid_went_to_another_process_is_left_alone():
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        stale = psutil.Process(other.pid)
+        stale._ident = (other.pid, stale._ident[1] - 1.0)   # psutil's identity: as a member that ended, its pid reused
+        assert proc.freeze([stale]) == []
+        assert psutil.Process(other.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        other.kill()
+        other.wait(10)
 
 
 def test_stop_from_another_thread_ends_the_launch_and_its_ranks(tmp_path):

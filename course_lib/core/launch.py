@@ -75,22 +75,23 @@ def kill_group(popen: subprocess.Popen, grace: float = 3.0) -> None:
     was being forked, or had just moved to a session of its own (setsid), is found and signalled too.
     """
     family = _frozen(popen, [])
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        _signal(popen, family, sig)
-        try:
-            popen.wait(wait)
-            break
-        except subprocess.TimeoutExpired:
-            family = _frozen(popen, family)   # with what they started in the meantime
-    # whatever is left of its family or group gets KILL
-    _signal(popen, _frozen(popen, family), signal.SIGKILL)
+    try:
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            _signal(popen, family, sig)
+            try:
+                popen.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                family = _frozen(popen, family)   # with what they started in the meantime
+    finally:   # whatever is left of its family or group gets KILL, also when this was interrupted (none stays stopped)
+        _signal(popen, _frozen(popen, family), signal.SIGKILL)
 
 
 def _frozen(popen, family: list) -> list:
     """The family, stopped: the leader (its pid asked only while it is ours, not yet reaped), its group and what
     they started, with the members already known that still live."""
     leader = [popen.pid] if popen.poll() is None else []
-    return proc.freeze([*leader, *(p.pid for p in family)], group=popen.pid)
+    return proc.freeze([*leader, *family], group=popen.pid)   # the known as psutil objects: a reused pid is not them
 
 
 def _signal(popen, family: list, sig) -> None:

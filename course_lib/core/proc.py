@@ -38,17 +38,20 @@ def signal_all(procs: Iterable[psutil.Process], sig: int) -> int:
     return sent
 
 
-def freeze(roots: Iterable[int], group: int | None = None, tries: int = 50) -> list[psutil.Process]:
-    """SIGSTOP ``roots`` (pids), the process group ``group`` and every descendant of them, again and again until no
+def freeze(roots: Iterable, group: int | None = None, tries: int = 50) -> list[psutil.Process]:
+    """SIGSTOP ``roots`` (pids, or psutil.Process objects: one whose pid went to another process meanwhile is left
+    out), the process group ``group`` and every descendant of them, again and again until no
     new descendant shows: then none of them can fork, leave its group (setsid) or orphan a child any more, so the
     list returned (the roots that live, then their descendants) is all of them. A snapshot taken while they run
     misses what they start meanwhile: a child that was forked after it and moved to a session of its own escaped
     both the snapshot and a signal to the group (tests/test_launch.py, a rank that starts children in a loop).
     Stopped processes act on a signal (TERM) only once continued: ``signal_all(..., SIGCONT)`` after it."""
     family: dict[int, psutil.Process] = {}
-    for pid in roots:
+    for root in roots:
         with contextlib.suppress(psutil.Error):
-            family[pid] = psutil.Process(pid)
+            p = root if isinstance(root, psutil.Process) else psutil.Process(root)
+            if p.is_running():
+                family[p.pid] = p
     new = list(family.values())
     for _ in range(tries):
         if group is not None:

@@ -330,6 +330,7 @@ def test_local_failing_job_gives_exit_code_reason_and_log_tail(local):
     assert "no data here: giving up" in summary and "FAILED" in summary and "exit code 1" in summary
 
 
+@pytest.mark.slow   # a multi-process run (3.4 s): make test, not test-fast
 def test_local_cancel_stops_every_rank(local):
     sleeper = local / "sleeper.py"
     sleeper.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")

@@ -57,6 +57,7 @@ def test_papermill_knows_the_guarded_engine():
         papermill.engines.papermill_engines.get_engine(papermill_guard.ENGINE + "x")
 
 
+@pytest.mark.slow   # starts a kernel (4 s): make test, not test-fast
 def test_the_guarded_engine_watches_each_cell_by_notebook_and_cell(tmp_path, monkeypatch):
     # what a wake-up line names: the notebook papermill ran and the cell (CI's log then says where to look)
     import nbformat

@@ -7,9 +7,8 @@ import subprocess
 import textwrap
 import time
 
-import psutil
 import pytest
-from conftest import ROOT
+from conftest import ROOT, live_processes
 
 from course_lib import jobs
 from course_lib.jobs import JobSpec, SubmitError
@@ -107,7 +106,7 @@ def test_cancel_waits_for_a_serial_program_that_saves_its_work(runs, tmp_path):
         time.sleep(0.3)
     assert job.state == "RUNNING", job.summary()
     job.cancel()
-    running = [p.pid for p in psutil.process_iter(["cmdline"]) if str(saver) in " ".join(p.info["cmdline"] or [])]
+    running = live_processes(str(saver))
     assert job.state == "CANCELLED" and not running, f"{job.summary()}; still running: {running}"
     assert saved.exists(), job.log()
 

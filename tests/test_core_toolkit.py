@@ -41,25 +41,29 @@ def start_tree():
                          stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
     deadline = time.monotonic() + 10
-    while len(family := proc.descendants(p.pid)) < 4 and time.monotonic() < deadline:
+    while len(family := psutil.Process(p.pid).children(recursive=True)) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)   # the grandchild may still be starting
     assert len(family) == 4, family
     return p, family
 
 
-def test_kill_tree_kills_every_descendant_even_one_that_did_setsid():
+def test_freeze_stops_every_descendant_even_one_that_did_setsid_and_kill_ends_them():
     p, family = start_tree()
-    assert proc.kill_tree(p.pid) == 5
+    frozen = proc.freeze([p.pid])
+    try:
+        assert sorted(q.pid for q in frozen) == sorted([p.pid, *(q.pid for q in family)])
+        assert {q.status() for q in frozen} == {psutil.STATUS_STOPPED}
+    finally:
+        assert proc.signal_all(frozen, signal.SIGKILL) == 5
     p.wait(5)
     assert proc.wait_gone(family, 5) == []
     assert proc.alive([p.pid, *family]) == []
-    assert proc.descendants(p.pid) == []
 
 
-def test_kill_tree_can_spare_the_root_and_alive_ignores_zombies():
+def test_signal_all_can_spare_the_root_and_alive_ignores_zombies():
     p, family = start_tree()
     try:
-        assert proc.kill_tree(p.pid, signal.SIGTERM, include_self=False) == 4
+        assert proc.signal_all(family, signal.SIGTERM) == 4
         assert proc.wait_gone([q.pid for q in family], 5) == []
         assert proc.alive([p.pid]) == [p.pid]
     finally:

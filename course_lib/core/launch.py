@@ -259,7 +259,7 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop=None, closed=Non
                 open_streams -= 1
             else:
                 for rank, text in _route(result, result.style, idx, line):
-                    _deliver(result, rank, text, on_line)
+                    result.deliver(rank, text, on_line)
         except queue.Empty:
             pass
         _collect_exit_codes(result, procs, closed)
@@ -274,15 +274,11 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop=None, closed=Non
         if (stop_at and now >= stop_at) or (stop is not None and stop.is_set()):
             break
     for rank, text in sorted(result.partial.items()):   # a last piece whose newline never came
-        _deliver(result, rank, text, on_line)
+        result.deliver(rank, text, on_line)
     result.partial.clear()
     _collect_exit_codes(result, procs, closed, final=True)
     if result.style == "torchrun":
         _torchrun_codes(result, procs[0])
-
-
-def _deliver(result, rank, text, on_line):
-    result.deliver(rank, text, on_line)
 
 
 def _collect_exit_codes(result, procs, closed=None, final=False):

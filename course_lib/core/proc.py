@@ -14,18 +14,6 @@ from typing import Iterable
 import psutil
 
 
-def descendants(pid: int) -> list[psutil.Process]:
-    """Every live process below ``pid`` (children, theirs, ...), found through parent links.
-
-    A child that left the session or process group (setsid) is still found, as long as its parent lives:
-    collect them before killing the parents.
-    """
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
-
-
 def signal_all(procs: Iterable[psutil.Process], sig: int) -> int:
     """Send ``sig`` to each process; those already gone (or not ours) are skipped. How many got it."""
     sent = 0
@@ -93,19 +81,6 @@ def _below(pids) -> dict[int, psutil.Process]:
                 found[c.pid] = c
                 todo.append(c.pid)
     return found
-
-
-def kill_tree(pid: int, sig: int = signal.SIGKILL, include_self: bool = True) -> int:
-    """Signal ``pid``'s descendants (and ``pid`` itself unless ``include_self`` is False): how many got it.
-
-    The tree is stopped and collected before any signal (``freeze``), so no child escapes by being forked or
-    orphaned on the way; then continued, to act on ``sig``.
-    """
-    family = freeze([pid])
-    try:
-        return signal_all(family if include_self else [p for p in family if p.pid != pid], sig)
-    finally:
-        signal_all(family, signal.SIGCONT)
 
 
 def _pid(p) -> int:

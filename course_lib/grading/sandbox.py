@@ -29,7 +29,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,28 +79,23 @@ class BoundedOutput:
     HEAD = 8192
 
     def __init__(self, stream, tail_kb: int):
-        self.head = bytearray()
-        self.tail: deque[bytes] = deque()
-        self.tail_len, self.tail_max, self.total = 0, tail_kb * 1024, 0
+        self.head, self.tail = bytearray(), bytearray()
+        self.tail_max, self.total = tail_kb * 1024, 0
         self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
         self.thread.start()
 
     def _read(self, stream):
         for chunk in iter(lambda: stream.read1(65536), b""):
             self.total += len(chunk)
-            room = self.HEAD - len(self.head)
-            if room > 0:
-                self.head += chunk[:room]
-                chunk = chunk[room:]
-            if chunk:
-                self.tail.append(chunk)
-                self.tail_len += len(chunk)
-                while self.tail_len - len(self.tail[0]) >= self.tail_max:
-                    self.tail_len -= len(self.tail.popleft())
+            room = max(0, self.HEAD - len(self.head))
+            self.head += chunk[:room]
+            self.tail += chunk[room:]
+            if len(self.tail) > 2 * self.tail_max:   # cut in steps: each byte is moved about twice at most
+                del self.tail[:len(self.tail) - self.tail_max]
         stream.close()
 
     def text(self) -> str:
-        tail = b"".join(self.tail)[-self.tail_max:]
+        tail = bytes(self.tail[max(0, len(self.tail) - self.tail_max):])
         cut = self.total - len(self.head) - len(tail)
         middle = f"\n[... {cut} bytes not kept ...]\n".encode() if cut > 0 else b""
         return (bytes(self.head) + middle + tail).decode("utf-8", "replace")

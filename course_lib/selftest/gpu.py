@@ -12,13 +12,14 @@ NOT POSSIBLE HERE or NOT RUN are listed on the last line and in the report); 1 a
 """
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
 import traceback
 from datetime import datetime, timezone
 from pathlib import Path
+
+import psutil
 
 from course_lib.core.paths import out_dir
 from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, NOT_RUN, Context, Outcome
@@ -58,17 +59,16 @@ def _key(p):
 
 
 def _children() -> set:
-    from course_lib.core.proc import descendants
-
-    return {_key(p) for p in descendants(os.getpid())}
+    return {_key(p) for p in psutil.Process().children(recursive=True)}
 
 
 def _stop_leftovers(before: set) -> None:
     """Kill what an item started and left behind (its runs kill their own trees; this is the backstop).
     Processes that were there before the item (a notebook's, a test session's) are left alone."""
-    from course_lib.core.proc import descendants, signal_all
+    from course_lib.core.proc import freeze, signal_all
 
-    signal_all([p for p in descendants(os.getpid()) if _key(p) not in before], signal.SIGKILL)
+    new = [p for p in psutil.Process().children(recursive=True) if _key(p) not in before]
+    signal_all(freeze(new), signal.SIGKILL)   # stopped first: nothing they fork meanwhile escapes
 
 
 def names(text: str | None) -> list[str]:

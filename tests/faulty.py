@@ -53,6 +53,18 @@ class Faulty:
             raise AssertionError(f"{self.name}: no line holds {m.group(1)!r}")
         return LINE.sub(number, self.expect[item][1])
 
+    def assert_reported(self, report, text: str, flags: int = 0) -> None:
+        """``report`` has a verdict for each item ``expect`` names, with its result and a message its regex finds
+        (``text``: the submission, for ``{line:...}``)."""
+        got = {v.item: v for v in report.verdicts}
+        for item, (result, _) in self.expect.items():
+            assert item in got, f"{self.name}: no verdict for {item}:\n{report.text()}"
+            assert got[item].result == result, f"{self.name}: {item} is {got[item].result}, not {result}:\n" \
+                                               f"{report.text()}"
+            pattern = self.pattern(item, text)
+            assert re.search(pattern, got[item].message, flags), \
+                f"{self.name}: {item}: expected /{pattern}/ in the message:\n{report.text()}"
+
 
 def ids(cases) -> list[str]:
     return [c.name for c in cases]

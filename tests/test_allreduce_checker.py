@@ -3,18 +3,16 @@ submission in tests/allreduce_faulty/cases.py fails at the right function for th
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from allreduce_faulty.cases import CASES
-from conftest import live_processes
+from conftest import ROOT, live_processes
 from faulty import ids
 
 from course_lib.allreduce import cases as worker
 from course_lib.allreduce.cases import FUNCTIONS, check
 from course_lib.checking import worker as rank_worker
 
-ROOT = Path(__file__).resolve().parent.parent
 FAULTY = ROOT / "tests" / "allreduce_faulty"
 SOLUTION = ROOT / "solutions" / "05_allreduce" / "allreduce.py"
 STARTER = ROOT / "exercises" / "05_allreduce" / "allreduce.py"

@@ -31,16 +31,6 @@ def verdicts(report) -> dict:
     return {v.item: v for v in report.verdicts}
 
 
-def assert_expected(case, report, text):
-    got = verdicts(report)
-    assert not report.passed, f"{case.name}: passed\n{report.text()}"
-    for item, (result, _) in case.expect.items():
-        assert item in got, f"{case.name}: no verdict {item!r}\n{report.text()}"
-        assert got[item].result == result, f"{case.name}: {item} is {got[item].result}\n{report.text()}"
-        assert re.search(case.pattern(item, text), got[item].message, re.S), \
-            f"{case.name}: {item} does not say /{case.pattern(item, text)}/\n{report.text()}"
-
-
 @pytest.fixture
 def read_only(monkeypatch):
     monkeypatch.setenv("COURSE_ENGINE", "local")     # no Slurm: the script is read, not run
@@ -80,7 +70,8 @@ def test_faulty_read_only(case, tmp_path, read_only):
     path = write(case, tmp_path)
     report = sbatch_check.check(path, site=case.options.get("site", "generic"))
     expect = {k: v for k, v in case.expect.items() if k not in RUN_ONLY}
-    assert_expected(type(case)(case.name, expect, case.edits), report, path.read_text())
+    assert not report.passed, f"{case.name}: passed\n{report.text()}"
+    type(case)(case.name, expect, case.edits).assert_reported(report, path.read_text(), re.S)
 
 
 @pytest.mark.parametrize("case", CORRECT, ids=ids(CORRECT))
@@ -204,7 +195,8 @@ def test_reference_runs_on_slurm(slurm):
 def test_faulty_on_slurm(case, slurm, tmp_path):
     path = write(case, tmp_path)
     report = sbatch_check.check(path, timeout=120)
-    assert_expected(case, report, path.read_text())
+    assert not report.passed, f"{case.name}: passed\n{report.text()}"
+    case.assert_reported(report, path.read_text(), re.S)
     print(f"\n[sbatch check on Slurm] {case.name}: {report.seconds:.1f} s\n{report.text()}")
     empty, queue = _queue_is_empty()
     assert empty, queue

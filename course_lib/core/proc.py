@@ -101,7 +101,8 @@ def alive(pids: Iterable) -> list[int]:
 
 
 def wait_gone(pids: Iterable, timeout: float) -> list[int]:
-    """Wait up to ``timeout`` seconds for all of ``pids`` to be gone; the pids still alive then."""
+    """Wait up to ``timeout`` seconds for all of ``pids`` to be gone; the pids still alive then. Not
+    psutil.wait_procs: it would reap a child of ours, taking its exit code away from its Popen."""
     todo = list(pids)
     deadline = time.monotonic() + timeout
     while True:

@@ -24,6 +24,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slur
 DDP = str(ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py")
 QUICK = ["--dataset", "digits", "--epochs", "1"]
 SCRIPTS = ROOT / "scripts" / "local-slurm"
+EVIDENCE = ROOT / "out" / "two-node"   # Slurm's states after each test, and its logs, kept for a reader
 WAIT = 600   # seconds: a generous bound for one small job on a busy 2-core machine
 
 
@@ -48,6 +49,26 @@ class TwoNodes:
         self.pidfiles = sorted((directory / "run").glob("*.pid")) + [directory / "munge" / "munged.pid"]
         self.pids = [int(p.read_text()) for p in self.pidfiles]
         self.jobs: dict = {}
+
+    def keep_states(self, path: Path) -> None:
+        """The nodes' and jobs' states as Slurm gives them now (after a test: a node that went down, a job left)."""
+        env = dict(os.environ, SLURM_CONF=self.env["SLURM_CONF"])
+        states = []
+        for cmd in (["scontrol", "show", "nodes"], ["squeue", "-t", "all", "-l"]):
+            try:
+                r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
+                states.append(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
+            except (OSError, subprocess.TimeoutExpired) as e:
+                states.append(f"$ {' '.join(cmd)}\n{e}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(states))
+
+    def keep_logs(self, out: Path) -> None:
+        """The daemons' logs and the job completions, kept after the cluster's folder is removed."""
+        out.mkdir(parents=True, exist_ok=True)
+        for log in [*(self.dir / "log").glob("*.log"), self.dir / "log" / "jobcomp.txt"]:
+            if log.is_file():
+                shutil.copyfile(log, out / log.name)
 
     def stop(self) -> str:
         r = subprocess.run(["bash", str(SCRIPTS / "stop.sh"), str(self.dir)], capture_output=True, text=True,
@@ -74,17 +95,19 @@ def cluster():
     two = TwoNodes(directory)
     yield two
     two.stop()
+    two.keep_logs(EVIDENCE)
     shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture
-def on_two_nodes(cluster, monkeypatch, tmp_path):
+def on_two_nodes(cluster, monkeypatch, tmp_path, request):
     for key, value in cluster.env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
     jobs._probe_cache.clear()
     yield cluster
     jobs._probe_cache.clear()
+    cluster.keep_states(EVIDENCE / f"{request.node.name}.txt")
 
 
 def run_once(cluster, key: str, **spec):

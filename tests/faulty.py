@@ -54,8 +54,9 @@ class Faulty:
         return LINE.sub(number, self.expect[item][1])
 
     def assert_reported(self, report, text: str, flags: int = 0) -> None:
-        """``report`` has a verdict for each item ``expect`` names, with its result and a message its regex finds
-        (``text``: the submission, for ``{line:...}``)."""
+        """``report`` did not pass, and has a verdict for each item ``expect`` names, with its result and a message
+        its regex finds (``text``: the submission, for ``{line:...}``)."""
+        assert not report.passed, f"{self.name}: passed\n{report.text()}"
         got = {v.item: v for v in report.verdicts}
         for item, (result, _) in self.expect.items():
             assert item in got, f"{self.name}: no verdict for {item}:\n{report.text()}"

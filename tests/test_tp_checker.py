@@ -47,7 +47,6 @@ def test_starter_fails_every_piece_with_its_message():
 def test_faulty_named_with_reason_and_nothing_survives(tmp_path, case):
     path = case.write(SOLUTION, FOLDER, tmp_path)
     report = tp_check.check(str(path), **case.options)
-    assert not report.passed
     case.assert_reported(report, path.read_text())
     # every worker was stopped (a hang included): no process still runs the learner's file
     left = live_processes(str(path))

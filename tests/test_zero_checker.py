@@ -84,13 +84,7 @@ def test_faulty_named_with_reason_and_nothing_survives(request, tmp_path, case):
     else:
         path, report = request.getfixturevalue("batch")[case.name]
     print(report.text())
-    assert not report.passed
-    got, text = verdicts(report), path.read_text()
-    for piece, (result, _) in case.expect.items():
-        assert piece in got, f"no verdict for {piece}:\n{report.text()}"
-        assert got[piece].result == result, f"{piece} should be {result}:\n{report.text()}"
-        pattern = case.pattern(piece, text)
-        assert re.search(pattern, got[piece].message, re.S), f"{piece}: expected /{pattern}/:\n{report.text()}"
+    case.assert_reported(report, path.read_text(), re.S)
     assert not live_processes(str(path)), "a worker process survived the check"
 
 

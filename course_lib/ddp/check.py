@@ -182,8 +182,9 @@ def judge(report: Report, spec, seen: Seen, general: list) -> None:
         if m and not m[0]:
             judged[1] = (False, f"with {more.nprocs} ranks: {m[1]}")
     _cluster_verdicts(judged, runs, primary, more, sims)
-    if judged[4] and cluster.not_followed(sims.get("gpus"), script):
-        judged[4] = (judged[4][0], judged[4][1] + cluster.not_followed(sims.get("gpus"), script))
+    note = cluster.not_followed(sims.get("gpus"), script, step1_failed=bool(judged[1]) and not judged[1][0])
+    if judged[4] and note:
+        judged[4] = (judged[4][0], judged[4][1] + note)
     failure = describe_failure(primary, script)
     target = _place_failure(judged, failure, primary) if failure is not None else None
     also = ("`srun torchrun`",) if sims.get("srun-torchrun") and works(sims["srun-torchrun"]) else ()

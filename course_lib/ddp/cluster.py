@@ -186,14 +186,18 @@ def devices(run: Run | None):
     return True, (f"on {lay}, each rank put its model on cuda:<local rank> ({', '.join(used)}){note}")
 
 
-def not_followed(run: Run | None, script: Path) -> str:
-    """Why the simulated GPU launch gave no verdict (a note for Step 4's CPU verdict), or ''."""
+def not_followed(run: Run | None, script: Path, step1_failed: bool = False) -> str:
+    """Why the simulated GPU launch gave no verdict (a note for Step 4's CPU verdict), or ''. ``step1_failed``:
+    that launch needs each rank's own rank and a process group, so the note sends the learner to Step 1 first
+    (else a PASS with a crash in its note reads as a second, unexplained problem)."""
     if run is None or devices(run) is not None:
         return ""
     failure = describe_failure(run, script)
     why = failure.message.splitlines()[0] if failure else "it did not reach the first forward"
+    then = (" Step 1 failed, and this launch needs what Step 1 checks: fix Step 1 first, then check again to see "
+            "the GPUs." if step1_failed else "")
     return (f"\n(The launch on {GPU_NODES} simulated nodes of {GPU_PER_NODE} GPUs could not follow the script to its "
-            f"model: {why})")
+            f"model: {why.rstrip('.')}.{then})")
 
 
 def _model_device(picks: list) -> str | None:

@@ -80,6 +80,15 @@ CASES = [
                                       r"over the one the launch gave \(127.0.0.2, node 0's address on 3 nodes of one rank "
                                       r"each\).*on two nodes the ranks of node 1 look for rank 0 at 127.0.0.1"),
                    "Step 2": PASS}),
+    Faulty("local_id_as_rank", options={**NODES, **GPUS},
+           why="the srun branch returns SLURM_LOCALID as the global rank: right on one node, but every node then "
+               "has its own rank 0; Step 4's simulated GPUs cannot get past init either, and it says to fix Step 1 first",
+           edits=[('int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_LOCALID"]),',
+                   'int(os.environ["SLURM_LOCALID"]), int(os.environ["SLURM_LOCALID"]),')],
+           expect={"Step 1": ("fail", r"with 3 ranks: the processes asked for ranks \[0, 0, 0\]"),
+                   "Step 4": ("pass", r"could not follow the script to its model: rank \d crashed: .*Step 1 failed, "
+                                      r"and this launch needs what Step 1 checks: fix Step 1 first"),
+                   "Step 6": ("fail", r"works with 2 ranks but not with 3")}),
     Faulty("init_method_localhost", options=NODES,
            why="init_process_group given tcp://localhost: one node only",
            edits=[(INIT, INIT + "                            init_method=f\"tcp://localhost:{os.environ['MASTER_PORT']}\",\n")],

@@ -155,6 +155,17 @@ def _stop_slurm(directory: Path) -> None:
                    capture_output=True, text=True, timeout=120)
 
 
+def keep_slurm_logs(directory: Path, out: Path) -> None:
+    """The daemons' logs and the job completions of the local Slurm in ``directory``, copied to ``out`` before
+    the folder is removed: a reader of a failed run can see why Slurm refused or ended a job."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    for log in [*(directory / "log").glob("*.log"), directory / "log" / "jobcomp.txt"]:
+        if log.is_file():
+            shutil.copyfile(log, out / log.name)
+
+
 @pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook, which reads the marks into the node ids
 def pytest_collection_modifyitems(items):
     """Under xdist (--dist loadgroup) every test that uses the local Slurm runs on one worker: one cluster (a test of
@@ -235,6 +246,7 @@ def slurm_cluster():
     cluster = _start_slurm()
     yield cluster
     _stop_slurm(cluster.dir)
+    keep_slurm_logs(cluster.dir, ROOT / "out" / "slurm")
     shutil.rmtree(cluster.dir, ignore_errors=True)
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, live_processes
+from conftest import ROOT, keep_slurm_logs, live_processes
 
 from course_lib import jobs
 from course_lib.core.proc import alive
@@ -63,13 +63,6 @@ class TwoNodes:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(states))
 
-    def keep_logs(self, out: Path) -> None:
-        """The daemons' logs and the job completions, kept after the cluster's folder is removed."""
-        out.mkdir(parents=True, exist_ok=True)
-        for log in [*(self.dir / "log").glob("*.log"), self.dir / "log" / "jobcomp.txt"]:
-            if log.is_file():
-                shutil.copyfile(log, out / log.name)
-
     def stop(self) -> str:
         r = subprocess.run(["bash", str(SCRIPTS / "stop.sh"), str(self.dir)], capture_output=True, text=True,
                            timeout=300)
@@ -95,7 +88,7 @@ def cluster():
     two = TwoNodes(directory)
     yield two
     two.stop()
-    two.keep_logs(EVIDENCE)
+    keep_slurm_logs(directory, EVIDENCE)
     shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -6,6 +6,7 @@ verdicts come from what each rank saw, and nothing may be left in the queue.
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import ROOT
@@ -200,6 +201,37 @@ def test_faulty_on_slurm(case, slurm, tmp_path):
     assert empty, queue
 
 
+def _wait_until_usable(seconds: float) -> None:
+    from course_lib.sbatch.run import node_states, usable
+
+    deadline = time.monotonic() + seconds
+    while not all(usable(state) for state in node_states().values()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the nodes did not take jobs again within {seconds:.0f} s: {node_states()}")
+        time.sleep(0.5)
+
+
+@pytest.mark.slurm
+def test_a_drained_node_is_not_the_scripts_fault(slurm):
+    """With the only node drained, sbatch --test-only refuses the reference ("Requested node configuration is not
+    available", as for a job no node could hold): NOT RUN, naming the node, its state and the reason."""
+    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=60).stdout.split()
+    assert len(node) == 1, node
+    drain = ["scontrol", "update", f"nodename={node[0]}"]
+    subprocess.run([*drain, "state=drain", "reason=course test drain"], check=True, timeout=60)
+    try:
+        report = sbatch_check.check(REFERENCE, timeout=60)
+    finally:
+        subprocess.run([*drain, "state=resume"], check=True, timeout=60)
+        _wait_until_usable(60)   # resumed, a node is "idle*" until it answers the controller (a second or two)
+    got = verdicts(report)
+    print(f"\n[sbatch check on Slurm] node drained: {report.seconds:.1f} s\n{report.text()}")
+    assert got["sbatch accepts it"].result == got["ranks"].result == "skipped", report.text()   # NOT RUN
+    assert f"1 of the 1 node(s) of this Slurm take no job now ({node[0]}: drained (course test drain))" \
+        in got["sbatch accepts it"].message, report.text()
+    assert "Requested node configuration is not available" in got["sbatch accepts it"].message
+
+
 TORCHRUN_EDITS = [
     ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH --cpus-per-task=4"),
     ("export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK", "export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / 2 ))"),
@@ -295,6 +327,14 @@ def test_a_job_larger_than_this_slurm_is_not_run():
         in got["sbatch accepts it"][1] and got["ranks"][0] is None
     other = sbatch_check.behaviour(script, Outcome(accepted=False, refusal="Invalid account or account/partition"))
     assert other["sbatch accepts it"] == (False, "sbatch refused it: Invalid account or account/partition")
+    # nodes down or drained now: not the script's fault when too few are left for it; its own when enough are
+    busy = "allocation failure: Requested node configuration is not available"
+    down = Outcome(accepted=False, refusal=busy, nodes=2, unusable={"node2": "drained (Kill task failed)"})
+    got = sbatch_check.behaviour(script, down)
+    assert got["sbatch accepts it"][0] is None and "1 of the 2 node(s) of this Slurm take no job now (node2: " \
+        "drained (Kill task failed)) and the script asks for --nodes=2" in got["sbatch accepts it"][1], got
+    one = sbatch_check.behaviour(parse(REFERENCE.read_text()), down)
+    assert one["sbatch accepts it"] == (False, f"sbatch refused it: {busy}"), one
 
 
 def test_probe_records_survive_interleaved_output():

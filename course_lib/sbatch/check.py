@@ -114,8 +114,11 @@ def behaviour(script, out) -> dict:
 
 
 def _refused(script, out) -> dict:
-    """sbatch refused the job: the script's fault, or a test Slurm smaller than the job (not the script's)."""
-    nodes, why = integer(re.split(r"[-,:]", script.get("nodes", "1"))[0]) or 1, f"--nodes={script.get('nodes')}"
+    """sbatch refused the job: the script's fault, or (not the script's) a Slurm smaller than the job or one
+    whose nodes take no job now (down, drained: ``sbatch --test-only`` then says "Requested node configuration is
+    not available", as for a job no node could ever hold)."""
+    nodes = integer(re.split(r"[-,:]", script.get("nodes", "1"))[0]) or 1
+    why = f"--nodes={script.get('nodes')}" if script.get("nodes") else "one node"
     if nodes > out.nodes if out.nodes else "node count" in out.refusal.lower():
         here = f"this Slurm has {out.nodes} node(s)" if out.nodes else "this Slurm has fewer nodes"
         return {"sbatch accepts it": (None, f"not run: {here} and the script asks for {why} (sbatch: "
@@ -123,6 +126,13 @@ def _refused(script, out) -> dict:
                                             f"{nodes} nodes (a cluster, or the course's two-node Slurm: "
                                             "docs/two-node-slurm.md) the job would run"),
                 "ranks": (None, "not run: the job could not start on this Slurm")}
+    if "node configuration is not available" in out.refusal and out.unusable and nodes > out.nodes - len(out.unusable):
+        down = ", ".join(f"{n}: {state}" for n, state in sorted(out.unusable.items()))
+        return {"sbatch accepts it": (None, f"not run: {len(out.unusable)} of the {out.nodes} node(s) of this Slurm "
+                                            f"take no job now ({down}) and the script asks for {why} (sbatch: "
+                                            f"{out.refusal}). That is the cluster's state, not the script's: check "
+                                            "again when `sinfo` shows the nodes up (an admin resumes a drained one)"),
+                "ranks": (None, "not run: the job could not be placed on this Slurm now")}
     return {"sbatch accepts it": (False, f"sbatch refused it: {out.refusal}"),
             "ranks": (None, "not run: sbatch refused the job")}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -31,6 +32,7 @@ class Outcome:
     exit_code: int | None = None
     seconds: float = 0.0           # from submission to the end
     nodes: int = 0                 # nodes this Slurm has (sinfo), 0 if unknown
+    unusable: dict = field(default_factory=dict)   # node -> its state, for nodes that take no job now (refused)
     records: list = field(default_factory=list)    # the probe's records, in order
     log: str = ""
 
@@ -74,11 +76,12 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
         (folder / "probe").mkdir()
         out.accepted, out.refusal = test_only(path, workdir)
         if not out.accepted:
-            out.nodes = cluster_nodes()
+            states = node_states()
+            out.nodes, out.unusable = len(states), {n: st for n, st in states.items() if not usable(st)}
             return out
         log = folder / "job.out"
-        r = _run_env(["sbatch", "--parsable", f"--chdir={workdir}", f"--output={log}", f"--error={log}",
-                      str(path)], env)
+        r = command(["sbatch", "--parsable", f"--chdir={workdir}", f"--output={log}", f"--error={log}", str(path)],
+                    timeout=60, env=env)
         if r.returncode != 0:
             out.accepted, out.refusal = False, (r.stderr or r.stdout).strip()
             return out
@@ -92,10 +95,22 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
     return out
 
 
-def cluster_nodes() -> int:
-    """How many nodes this Slurm has (0 when sinfo does not say)."""
-    r = command(["sinfo", "-h", "-N", "-o", "%N"])
-    return len(set(r.stdout.split())) if r.returncode == 0 else 0
+def node_states() -> dict[str, str]:
+    """Each node of this Slurm with its state and, where one is set, the reason ("drained (Kill task failed)");
+    {} when sinfo does not say."""
+    r = command(["sinfo", "-h", "-N", "-o", "%N|%T|%E"])
+    states = {}
+    for line in r.stdout.splitlines() if r.returncode == 0 else ():
+        node, state, reason = (line.split("|", 2) + ["", ""])[:3]
+        reason = reason.strip()
+        states[node.strip()] = state.strip() + (f" ({reason})" if reason and reason != "none" else "")
+    return states
+
+
+def usable(state: str) -> bool:
+    """A node in ``state`` (sinfo's %T) takes jobs: idle, busy or finishing, and answering (no "*")."""
+    word = re.match(r"[a-z]*", state).group()
+    return word in ("idle", "mixed", "allocated", "completing", "planned", "reserved") and "*" not in state
 
 
 def records(log: str) -> list[dict]:
@@ -120,12 +135,3 @@ def _wait(out: Outcome, job: SlurmJob, timeout: float) -> None:
     job.cancel()           # scancel, then wait until Slurm says it has ended
     out.state, out.exit_code = f"TIMEOUT (not done in {timeout:.0f} s: cancelled by the check)", job.exit_code
     out.seconds = job.elapsed
-
-
-def _run_env(cmd: list[str], env: dict):
-    import subprocess
-
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(cmd, 124, "", f"{cmd[0]}: no answer in 60 s")

@@ -230,13 +230,15 @@ def marked(marker: str) -> list:
 def jobs_left(root: Path) -> list[str]:
     """Slurm jobs still queued or running whose folder is under ``root`` (the run's workspaces): listed, then
     cancelled. A check's job is in the learner's runs folder (course_lib.check_slurm)."""
-    r = subprocess.run(["squeue", "-h", "-o", "%i|%T|%j|%Z"], capture_output=True, text=True, timeout=60)
+    from course_lib.jobs.slurm import command
+
+    r = command(["squeue", "-h", "-o", "%i|%T|%j|%Z"], timeout=60)
     if r.returncode != 0:
         return [f"squeue failed ({r.returncode}): {r.stderr.strip()[:200]}"]
     found = [line.split("|") for line in r.stdout.splitlines() if line.count("|") == 3]
     found = [(job, state, name) for job, state, name, folder in found if folder.startswith(str(root))]
     if found:
-        subprocess.run(["scancel", *(job for job, _, _ in found)], capture_output=True, timeout=60)
+        command(["scancel", *(job for job, _, _ in found)], timeout=60)
     return [f"job {job} ({name}): {state}" for job, state, name in found]
 
 

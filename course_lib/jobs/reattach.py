@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from course_lib.jobs.job import INFO_NAME, Job, runs_dir
+from course_lib.jobs.slurm import command
 from course_lib.jobs.spec import JobSpec
 
 
@@ -104,11 +105,7 @@ def attach(job_id: str, runs=None) -> Job:
 
 def scheduler_ids() -> list[str]:
     """This user's jobs that Slurm knows now (empty without Slurm)."""
-    try:
-        r = subprocess.run(["squeue", "-h", "-u", getpass.getuser(), "-o", "%i"], capture_output=True,
-                           text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
+    r = command(["squeue", "-h", "-u", getpass.getuser(), "-o", "%i"], timeout=20)
     return r.stdout.split() if r.returncode == 0 else []
 
 

@@ -155,6 +155,19 @@ def _stop_slurm(directory: Path) -> None:
                    capture_output=True, text=True, timeout=120)
 
 
+def nodes_take_jobs_within(seconds: float) -> None:
+    """Wait until every node of the Slurm that SLURM_CONF names takes jobs (not down, drained or "*": not
+    answering, which sbatch --test-only refuses as "Requested node configuration is not available"); else fail,
+    saying their states."""
+    from course_lib.sbatch.run import node_states, usable
+
+    deadline = time.monotonic() + seconds
+    while not all(usable(state) for state in node_states().values()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the nodes did not take jobs within {seconds:.0f} s: {node_states()}")
+        time.sleep(0.5)
+
+
 def keep_slurm_logs(directory: Path, out: Path) -> None:
     """The daemons' logs and the job completions of the local Slurm in ``directory``, copied to ``out`` before
     the folder is removed: a reader of a failed run can see why Slurm refused or ended a job."""

@@ -6,10 +6,9 @@ verdicts come from what each rank saw, and nothing may be left in the queue.
 import re
 import subprocess
 import sys
-import time
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, nodes_take_jobs_within
 from faulty import ids
 
 from course_lib import registry
@@ -201,16 +200,6 @@ def test_faulty_on_slurm(case, slurm, tmp_path):
     assert empty, queue
 
 
-def _wait_until_usable(seconds: float) -> None:
-    from course_lib.sbatch.run import node_states, usable
-
-    deadline = time.monotonic() + seconds
-    while not all(usable(state) for state in node_states().values()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"the nodes did not take jobs again within {seconds:.0f} s: {node_states()}")
-        time.sleep(0.5)
-
-
 @pytest.mark.slurm
 def test_a_drained_node_is_not_the_scripts_fault(slurm):
     """With the only node drained, sbatch --test-only refuses the reference ("Requested node configuration is not
@@ -223,7 +212,7 @@ def test_a_drained_node_is_not_the_scripts_fault(slurm):
         report = sbatch_check.check(REFERENCE, timeout=60)
     finally:
         subprocess.run([*drain, "state=resume"], check=True, timeout=60)
-        _wait_until_usable(60)   # resumed, a node is "idle*" until it answers the controller (a second or two)
+        nodes_take_jobs_within(60)   # resumed, a node is "idle*" until it answers the controller (a second or two)
     got = verdicts(report)
     print(f"\n[sbatch check on Slurm] node drained: {report.seconds:.1f} s\n{report.text()}")
     assert got["sbatch accepts it"].result == got["ranks"].result == "skipped", report.text()   # NOT RUN

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, keep_slurm_logs, live_processes
+from conftest import ROOT, keep_slurm_logs, live_processes, nodes_take_jobs_within
 
 from course_lib import jobs
 from course_lib.core.proc import alive
@@ -98,6 +98,7 @@ def on_two_nodes(cluster, monkeypatch, tmp_path, request):
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
     jobs._probe_cache.clear()
+    nodes_take_jobs_within(120)   # a test starts on two nodes that take jobs (after the last test's jobs ended)
     yield cluster
     jobs._probe_cache.clear()
     cluster.keep_states(EVIDENCE / f"{request.node.name}.txt")

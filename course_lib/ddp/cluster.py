@@ -194,10 +194,9 @@ def not_followed(run: Run | None, script: Path, step1_failed: bool = False) -> s
         return ""
     failure = describe_failure(run, script)
     why = failure.message.splitlines()[0] if failure else "it did not reach the first forward"
-    then = (" Step 1 failed, and this launch needs what Step 1 checks: fix Step 1 first, then check again to see "
-            "the GPUs." if step1_failed else "")
-    return (f"\n(The launch on {GPU_NODES} simulated nodes of {GPU_PER_NODE} GPUs could not follow the script to its "
-            f"model: {why.rstrip('.')}.{then})")
+    launch = f"launch on {GPU_NODES} simulated nodes of {GPU_PER_NODE} GPUs"
+    first = f"Fix Step 1 first: the {launch} needs what Step 1 checks, and it" if step1_failed else f"The {launch}"
+    return f"\n({first} could not follow the script to its model: {why})"
 
 
 def _model_device(picks: list) -> str | None:

@@ -82,12 +82,13 @@ CASES = [
                    "Step 2": PASS}),
     Faulty("local_id_as_rank", options={**NODES, **GPUS},
            why="the srun branch returns SLURM_LOCALID as the global rank: right on one node, but every node then "
-               "has its own rank 0; Step 4's simulated GPUs cannot get past init either, and it says to fix Step 1 first",
+               "has its own rank 0; Step 4's simulated GPUs cannot get past init either: it says to fix Step 1 first",
            edits=[('int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_LOCALID"]),',
                    'int(os.environ["SLURM_LOCALID"]), int(os.environ["SLURM_LOCALID"]),')],
            expect={"Step 1": ("fail", r"with 3 ranks: the processes asked for ranks \[0, 0, 0\]"),
-                   "Step 4": ("pass", r"could not follow the script to its model: rank \d crashed: .*Step 1 failed, "
-                                      r"and this launch needs what Step 1 checks: fix Step 1 first"),
+                   "Step 4": ("pass", r"\(Fix Step 1 first: the launch on 2 simulated nodes of 2 GPUs needs what "
+                                      r"Step 1 checks, and it could not follow the script to its model: rank \d "
+                                      r"crashed: .* at line {line:dist.init_process_group(}"),
                    "Step 6": ("fail", r"works with 2 ranks but not with 3")}),
     Faulty("init_method_localhost", options=NODES,
            why="init_process_group given tcp://localhost: one node only",
@@ -205,7 +206,8 @@ CASES = [
                "what the CPU runs show and says why the simulation stopped",
            edits=[(SET_DEVICE, SET_DEVICE + "        print(torch.cuda.get_device_name(local_rank))\n")],
            expect={**{f"Step {n}": PASS for n in range(1, 4)}, "Step 5": PASS, "Step 6": PASS,
-                   "Step 4": ("pass", r"reads the local rank.*could not follow the script to its model: rank \d "
+                   "Step 4": ("pass", r"reads the local rank.*\(The launch on 2 simulated nodes of 2 GPUs could not "
+                                      r"follow the script to its model: rank \d "
                                       r"crashed: .* at line {line:get_device_name}")}),
     # ---- Step 5: the checkpoint
     Faulty("save_every_rank", why="every rank writes the checkpoint",

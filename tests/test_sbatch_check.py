@@ -201,15 +201,22 @@ def test_faulty_on_slurm(case, slurm, tmp_path):
 
 
 @pytest.mark.slurm
-def test_a_drained_node_is_not_the_scripts_fault(slurm):
+def test_a_drained_node_is_not_the_scripts_fault(slurm, tmp_path, monkeypatch):
     """With the only node drained, sbatch --test-only refuses the reference ("Requested node configuration is not
-    available", as for a job no node could hold): NOT RUN, naming the node, its state and the reason."""
+    available", as for a job no node could hold): NOT RUN, naming the node, its state and the reason; a job of
+    course_lib.jobs (a notebook's run, a check as a job) is refused with the same node named."""
+    from course_lib import jobs
+
+    monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
     node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=60).stdout.split()
     assert len(node) == 1, node
     drain = ["scontrol", "update", f"nodename={node[0]}"]
     subprocess.run([*drain, "state=drain", "reason=course test drain"], check=True, timeout=60)
     try:
         report = sbatch_check.check(REFERENCE, timeout=60)
+        test_only = sbatch_check.check(REFERENCE, timeout=60, run=False)   # as on a site's own Slurm
+        with pytest.raises(jobs.SubmitError) as refused:
+            jobs.submit(jobs.JobSpec("drained", str(ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py")))
     finally:
         subprocess.run([*drain, "state=resume"], check=True, timeout=60)
         nodes_take_jobs_within(60)   # resumed, a node is "idle*" until it answers the controller (a second or two)
@@ -219,6 +226,9 @@ def test_a_drained_node_is_not_the_scripts_fault(slurm):
     assert f"1 of the 1 node(s) of this Slurm take no job now ({node[0]}: drained (course test drain))" \
         in got["sbatch accepts it"].message, report.text()
     assert "Requested node configuration is not available" in got["sbatch accepts it"].message
+    assert verdicts(test_only)["sbatch accepts it"].message == got["sbatch accepts it"].message, test_only.text()
+    assert f"Requested node configuration is not available; {node[0]} takes no job now: drained (course test " \
+        "drain)" in str(refused.value), refused.value
 
 
 TORCHRUN_EDITS = [

@@ -25,6 +25,9 @@ from course_lib.jobs.site import Site
 from course_lib.jobs.spec import JobSpec, render
 
 TIMEOUT = 30    # seconds for one Slurm command (a busy controller can be slow)
+# sbatch --test-only's words for a job that no node of the partition can take now: too big for every node, or
+# every node that could is down, drained or not answering ("*")
+UNPLACEABLE = "Requested node configuration is not available"
 
 
 def command(cmd: list[str], timeout: float = TIMEOUT, cwd=None, env=None) -> subprocess.CompletedProcess:
@@ -162,6 +165,32 @@ def _code(text: str | None) -> int | None:
     return -signal if signal and not code else code
 
 
+def node_states() -> dict[str, str]:
+    """Each node of this Slurm with its state and, where one is set, the reason ("drained (Kill task failed)");
+    {} when sinfo does not say."""
+    r = command(["sinfo", "-h", "-N", "-o", "%N|%T|%E"])
+    states = {}
+    for line in r.stdout.splitlines() if r.returncode == 0 else ():
+        node, state, reason = (line.split("|", 2) + ["", ""])[:3]
+        reason = reason.strip()
+        states[node.strip()] = state.strip() + (f" ({reason})" if reason and reason != "none" else "")
+    return states
+
+
+def usable(state: str) -> bool:
+    """A node in ``state`` (sinfo's %T) takes jobs: idle, busy or finishing, and answering (no "*")."""
+    word = re.match(r"[a-z]*", state).group()
+    return word in ("idle", "mixed", "allocated", "completing", "planned", "reserved") and "*" not in state
+
+
+def refusal(r: subprocess.CompletedProcess) -> str:
+    """What sbatch said when it refused a job; where its words are also those for a job no node could ever hold
+    (UNPLACEABLE), the nodes that take no job now are added, with their states."""
+    text = (r.stderr or r.stdout).strip() or f"exit {r.returncode}"
+    down = {n: state for n, state in node_states().items() if not usable(state)} if UNPLACEABLE in text else {}
+    return text + "".join(f"; {n} takes no job now: {state}" for n, state in sorted(down.items()))
+
+
 def submit(spec: JobSpec, site: Site, runs_dir: Path, tries: int = 20) -> SlurmJob:
     """sbatch ``spec``: held, its folder made, released. An sbatch error is raised as SubmitError, verbatim."""
     runs_dir.mkdir(parents=True, exist_ok=True)
@@ -173,7 +202,7 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path, tries: int = 20) -> SlurmJ
         # a held job skips some of sbatch's checks (e.g. GPUs the nodes do not have): ask Slurm first
         r = command(["sbatch", "--test-only", str(tmp)])
         if r.returncode != 0:
-            raise SubmitError("sbatch refused the job: " + ((r.stderr or r.stdout).strip() or f"exit {r.returncode}"))
+            raise SubmitError("sbatch refused the job: " + refusal(r))
         for _ in range(tries):
             start = time.monotonic()
             r = command(["sbatch", "--parsable", "--hold", str(tmp)])

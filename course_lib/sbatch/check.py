@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from course_lib.core.report import Report
+from course_lib.jobs.slurm import UNPLACEABLE
 from course_lib.sbatch import lint as rules
 from course_lib.sbatch.address import FIRST_NODE, LOOPBACK, rank0_mistakes
 from course_lib.sbatch.script import integer, parse
@@ -40,9 +41,10 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
         verdicts.update(_merged(verdicts, behaviour(script, outcome), script))
     else:
         if mode == "test-only":
-            from course_lib.sbatch.run import test_only
+            from course_lib.sbatch.run import refused, test_only
             ok, msg = test_only(Path(path).resolve(), workspace())
-            verdicts["sbatch accepts it"] = (ok, msg if not ok else f"sbatch --test-only: {msg}")
+            verdicts["sbatch accepts it"] = ((True, f"sbatch --test-only: {msg}") if ok
+                                             else _refused(script, refused(msg))["sbatch accepts it"])
         where = "; run the check where Slurm is" if mode == "read" else ""
         verdicts["ranks"] = (None, f"not run ({why}): whether the ranks start and form one process group is known "
                                    "only from a run; MASTER_ADDR/PORT and OMP_NUM_THREADS were judged from the "
@@ -126,7 +128,7 @@ def _refused(script, out) -> dict:
                                             f"{nodes} nodes (a cluster, or the course's two-node Slurm: "
                                             "docs/two-node-slurm.md) the job would run"),
                 "ranks": (None, "not run: the job could not start on this Slurm")}
-    if "node configuration is not available" in out.refusal and out.unusable and nodes > out.nodes - len(out.unusable):
+    if UNPLACEABLE in out.refusal and out.unusable and nodes > out.nodes - len(out.unusable):
         down = ", ".join(f"{n}: {state}" for n, state in sorted(out.unusable.items()))
         return {"sbatch accepts it": (None, f"not run: {len(out.unusable)} of the {out.nodes} node(s) of this Slurm "
                                             f"take no job now ({down}) and the script asks for {why} (sbatch: "

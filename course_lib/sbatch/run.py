@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import sys
 import tempfile
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.core.paths import PACKAGE_PARENT
-from course_lib.jobs.slurm import SlurmJob, command
+from course_lib.jobs.slurm import SlurmJob, command, node_states, usable
 from course_lib.sbatch.probe import MARK
 
 SHIMS = ("python", "python3", "torchrun")
@@ -76,9 +75,7 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
         (folder / "probe").mkdir()
         out.accepted, out.refusal = test_only(path, workdir)
         if not out.accepted:
-            states = node_states()
-            out.nodes, out.unusable = len(states), {n: st for n, st in states.items() if not usable(st)}
-            return out
+            return refused(out.refusal)
         log = folder / "job.out"
         r = command(["sbatch", "--parsable", f"--chdir={workdir}", f"--output={log}", f"--error={log}", str(path)],
                     timeout=60, env=env)
@@ -95,22 +92,10 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
     return out
 
 
-def node_states() -> dict[str, str]:
-    """Each node of this Slurm with its state and, where one is set, the reason ("drained (Kill task failed)");
-    {} when sinfo does not say."""
-    r = command(["sinfo", "-h", "-N", "-o", "%N|%T|%E"])
-    states = {}
-    for line in r.stdout.splitlines() if r.returncode == 0 else ():
-        node, state, reason = (line.split("|", 2) + ["", ""])[:3]
-        reason = reason.strip()
-        states[node.strip()] = state.strip() + (f" ({reason})" if reason and reason != "none" else "")
-    return states
-
-
-def usable(state: str) -> bool:
-    """A node in ``state`` (sinfo's %T) takes jobs: idle, busy or finishing, and answering (no "*")."""
-    word = re.match(r"[a-z]*", state).group()
-    return word in ("idle", "mixed", "allocated", "completing", "planned", "reserved") and "*" not in state
+def refused(message: str) -> Outcome:
+    """A job sbatch refused with ``message``, with this Slurm's nodes and those of them that take no job now."""
+    states = node_states()
+    return Outcome(refusal=message, nodes=len(states), unusable={n: s for n, s in states.items() if not usable(s)})
 
 
 def records(log: str) -> list[dict]:

@@ -44,7 +44,7 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
             from course_lib.sbatch.run import refused, test_only
             ok, msg = test_only(Path(path).resolve(), workspace())
             verdicts["sbatch accepts it"] = ((True, f"sbatch --test-only: {msg}") if ok
-                                             else _refused(script, refused(msg))["sbatch accepts it"])
+                                             else _nodes_down(script, refused(msg)) or (False, msg))
         where = "; run the check where Slurm is" if mode == "read" else ""
         verdicts["ranks"] = (None, f"not run ({why}): whether the ranks start and form one process group is known "
                                    "only from a run; MASTER_ADDR/PORT and OMP_NUM_THREADS were judged from the "
@@ -115,12 +115,16 @@ def behaviour(script, out) -> dict:
     return found
 
 
-def _refused(script, out) -> dict:
-    """sbatch refused the job: the script's fault, or (not the script's) a Slurm smaller than the job or one
-    whose nodes take no job now (down, drained: ``sbatch --test-only`` then says "Requested node configuration is
-    not available", as for a job no node could ever hold)."""
+def _asked(script) -> tuple[int, str]:
+    """The nodes the script asks for, and how it says so."""
     nodes = integer(re.split(r"[-,:]", script.get("nodes", "1"))[0]) or 1
-    why = f"--nodes={script.get('nodes')}" if script.get("nodes") else "one node"
+    return nodes, (f"--nodes={script.get('nodes')}" if script.get("nodes") else "one node")
+
+
+def _refused(script, out) -> dict:
+    """sbatch refused the job: the script's fault, or (not the script's) a test Slurm smaller than the job, or
+    nodes that take no job now (``_nodes_down``)."""
+    nodes, why = _asked(script)
     if nodes > out.nodes if out.nodes else "node count" in out.refusal.lower():
         here = f"this Slurm has {out.nodes} node(s)" if out.nodes else "this Slurm has fewer nodes"
         return {"sbatch accepts it": (None, f"not run: {here} and the script asks for {why} (sbatch: "
@@ -128,15 +132,24 @@ def _refused(script, out) -> dict:
                                             f"{nodes} nodes (a cluster, or the course's two-node Slurm: "
                                             "docs/two-node-slurm.md) the job would run"),
                 "ranks": (None, "not run: the job could not start on this Slurm")}
-    if UNPLACEABLE in out.refusal and out.unusable and nodes > out.nodes - len(out.unusable):
-        down = ", ".join(f"{n}: {state}" for n, state in sorted(out.unusable.items()))
-        return {"sbatch accepts it": (None, f"not run: {len(out.unusable)} of the {out.nodes} node(s) of this Slurm "
-                                            f"take no job now ({down}) and the script asks for {why} (sbatch: "
-                                            f"{out.refusal}). That is the cluster's state, not the script's: check "
-                                            "again when `sinfo` shows the nodes up (an admin resumes a drained one)"),
-                "ranks": (None, "not run: the job could not be placed on this Slurm now")}
+    down = _nodes_down(script, out)
+    if down:
+        return {"sbatch accepts it": down, "ranks": (None, "not run: the job could not be placed on this Slurm now")}
     return {"sbatch accepts it": (False, f"sbatch refused it: {out.refusal}"),
             "ranks": (None, "not run: sbatch refused the job")}
+
+
+def _nodes_down(script, out) -> tuple | None:
+    """NOT RUN where the refusal is the cluster's state, not the script's: with nodes down, drained or not
+    answering, sbatch --test-only says what it says of a job no node could ever hold (UNPLACEABLE); when fewer
+    nodes take jobs now than the script asks for, that is the reason. None otherwise."""
+    nodes, why = _asked(script)
+    if not (UNPLACEABLE in out.refusal and out.unusable and nodes > out.nodes - len(out.unusable)):
+        return None
+    down = ", ".join(f"{n}: {state}" for n, state in sorted(out.unusable.items()))
+    return None, (f"not run: {len(out.unusable)} of the {out.nodes} node(s) of this Slurm take no job now ({down}) "
+                  f"and the script asks for {why} (sbatch: {out.refusal}). That is the cluster's state, not the "
+                  "script's: check again when `sinfo` shows the nodes up (an admin resumes a drained one)")
 
 
 def _seen_gpus(ranks) -> tuple | None:

@@ -81,9 +81,8 @@ def check_on_slurm(exercise: str, path, site=None, queue_timeout: float = QUEUE_
     try:
         job = submit(exercise, path, options, site)
     except SubmitError as e:
-        raise CheckJobError(f"Slurm did not take the check's job: {e}\nFix the site profile's partition, "
-                            "account, reservation or qos (COURSE_SITE names it), or run the check here: "
-                            "--engine local (in Python: engine=\"local\")") from None
+        here = 'the check here: --engine local (in Python: engine="local")'
+        raise CheckJobError(runner.not_taken("check", e, here)) from None
     wait(job, queue_timeout, say)
     return report_of(job)
 

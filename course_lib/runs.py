@@ -172,9 +172,8 @@ def launch_on_slurm(script_args, nprocs: int, style: str, timeout: float, env: d
     try:
         job = runner.submit(spec, site)
     except SubmitError as e:
-        raise RunJobError(f"Slurm did not take the run's job: {e}\nFix the site profile's partition, account, "
-                          "reservation or qos (COURSE_SITE names it), or run it here: COURSE_RUNS=local "
-                          "(in Python: engine=\"local\")") from None
+        here = 'it here: COURSE_RUNS=local (in Python: engine="local")'
+        raise RunJobError(runner.not_taken("run", e, here)) from None
     start = time.monotonic()
     result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)], job=job.id)
     tail = _Tail(job.run_dir / LINES_NAME, result, on_line)

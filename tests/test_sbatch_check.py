@@ -206,6 +206,7 @@ def test_a_drained_node_is_not_the_scripts_fault(slurm, tmp_path, monkeypatch):
     available", as for a job no node could hold): NOT RUN, naming the node, its state and the reason; a job of
     course_lib.jobs (a notebook's run, a check as a job) is refused with the same node named."""
     from course_lib import jobs
+    from course_lib.jobs import runner
 
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
     node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=60).stdout.split()
@@ -229,6 +230,8 @@ def test_a_drained_node_is_not_the_scripts_fault(slurm, tmp_path, monkeypatch):
     assert verdicts(test_only)["sbatch accepts it"].message == got["sbatch accepts it"].message, test_only.text()
     assert f"Requested node configuration is not available; {node[0]} takes no job now: drained (course test " \
         "drain)" in str(refused.value), refused.value
+    told = runner.not_taken("check", refused.value, "the check here")   # what `course check --engine slurm` says
+    assert told.splitlines()[-1] == "Wait until `sinfo` shows those nodes up, or run the check here", told
 
 
 TORCHRUN_EDITS = [

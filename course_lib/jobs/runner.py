@@ -52,6 +52,16 @@ def submit(spec, site):
     return slurm.submit(spec, site, jobs.runs_dir())
 
 
+def not_taken(what: str, refused: Exception, here: str) -> str:
+    """What to say when Slurm did not take a run's or a check's job: its words, then what to do (wait for the nodes
+    it names as taking no job now, else fix the site profile), or run it ``here``."""
+    from course_lib.jobs.slurm import TAKES_NO_JOB
+
+    fix = ("Wait until `sinfo` shows those nodes up" if TAKES_NO_JOB in str(refused) else
+           "Fix the site profile's partition, account, reservation or qos (COURSE_SITE names it)")
+    return f"Slurm did not take the {what}'s job: {refused}\n{fix}, or run {here}"
+
+
 def become_the_job(request: dict) -> None:
     """In the job: what a process started here would see (no Slurm variables: a learner's script reads SLURM_PROCID
     before RANK; the submitter's JOB_ONLY values), and every run it starts stays here."""

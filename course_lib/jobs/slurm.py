@@ -28,6 +28,7 @@ TIMEOUT = 30    # seconds for one Slurm command (a busy controller can be slow)
 # sbatch --test-only's words for a job that no node of the partition can take now: too big for every node, or
 # every node that could is down, drained or not answering ("*")
 UNPLACEABLE = "Requested node configuration is not available"
+TAKES_NO_JOB = "takes no job now"   # how ``refusal`` names such a node
 
 
 def command(cmd: list[str], timeout: float = TIMEOUT, cwd=None, env=None) -> subprocess.CompletedProcess:
@@ -188,7 +189,7 @@ def refusal(r: subprocess.CompletedProcess) -> str:
     (UNPLACEABLE), the nodes that take no job now are added, with their states."""
     text = (r.stderr or r.stdout).strip() or f"exit {r.returncode}"
     down = {n: state for n, state in node_states().items() if not usable(state)} if UNPLACEABLE in text else {}
-    return text + "".join(f"; {n} takes no job now: {state}" for n, state in sorted(down.items()))
+    return text + "".join(f"; {n} {TAKES_NO_JOB}: {state}" for n, state in sorted(down.items()))
 
 
 def submit(spec: JobSpec, site: Site, runs_dir: Path, tries: int = 20) -> SlurmJob:

@@ -159,12 +159,12 @@ def nodes_take_jobs_within(seconds: float) -> None:
     """Wait until every node of the Slurm that SLURM_CONF names takes jobs (not down, drained or "*": not
     answering, which sbatch --test-only refuses as "Requested node configuration is not available"); else fail,
     saying their states."""
-    from course_lib.sbatch.run import node_states, usable
+    from course_lib.jobs.slurm import node_states, taking_no_jobs
 
     deadline = time.monotonic() + seconds
-    while not all(usable(state) for state in node_states().values()):
+    while taking_no_jobs(states := node_states()):
         if time.monotonic() > deadline:
-            pytest.fail(f"the nodes did not take jobs within {seconds:.0f} s: {node_states()}")
+            pytest.fail(f"the nodes did not take jobs within {seconds:.0f} s: {states}")
         time.sleep(0.5)
 
 

@@ -184,11 +184,16 @@ def usable(state: str) -> bool:
     return word in ("idle", "mixed", "allocated", "completing", "planned", "reserved") and "*" not in state
 
 
+def taking_no_jobs(states: dict[str, str]) -> dict[str, str]:
+    """Of ``node_states()``, the nodes that take no job now, with their states."""
+    return {n: state for n, state in states.items() if not usable(state)}
+
+
 def refusal(r: subprocess.CompletedProcess) -> str:
     """What sbatch said when it refused a job; where its words are also those for a job no node could ever hold
     (UNPLACEABLE), the nodes that take no job now are added, with their states."""
     text = (r.stderr or r.stdout).strip() or f"exit {r.returncode}"
-    down = {n: state for n, state in node_states().items() if not usable(state)} if UNPLACEABLE in text else {}
+    down = taking_no_jobs(node_states()) if UNPLACEABLE in text else {}
     return text + "".join(f"; {n} {TAKES_NO_JOB}: {state}" for n, state in sorted(down.items()))
 
 

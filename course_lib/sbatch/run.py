@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.core.paths import PACKAGE_PARENT
-from course_lib.jobs.slurm import SlurmJob, command, node_states, usable
+from course_lib.jobs.slurm import SlurmJob, command, node_states, taking_no_jobs
 from course_lib.sbatch.probe import MARK
 
 SHIMS = ("python", "python3", "torchrun")
@@ -95,7 +95,7 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
 def refused(message: str) -> Outcome:
     """A job sbatch refused with ``message``, with this Slurm's nodes and those of them that take no job now."""
     states = node_states()
-    return Outcome(refusal=message, nodes=len(states), unusable={n: s for n, s in states.items() if not usable(s)})
+    return Outcome(refusal=message, nodes=len(states), unusable=taking_no_jobs(states))
 
 
 def records(log: str) -> list[dict]:

@@ -207,9 +207,10 @@ def test_a_drained_node_is_not_the_scripts_fault(slurm, tmp_path, monkeypatch):
     course_lib.jobs (a notebook's run, a check as a job) is refused with the same node named."""
     from course_lib import jobs
     from course_lib.jobs import runner
+    from course_lib.jobs.slurm import node_states
 
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
-    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=60).stdout.split()
+    node = list(node_states())
     assert len(node) == 1, node
     drain = ["scontrol", "update", f"nodename={node[0]}"]
     subprocess.run([*drain, "state=drain", "reason=course test drain"], check=True, timeout=60)

@@ -18,6 +18,7 @@ from course_lib import jobs
 from course_lib.core.proc import alive
 from course_lib.jobs import JobSpec
 from course_lib.jobs.multinode import ranks_by_node, slurm_nodes
+from course_lib.jobs.slurm import command
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-two-nodes")]
 
@@ -55,11 +56,8 @@ class TwoNodes:
         env = dict(os.environ, SLURM_CONF=self.env["SLURM_CONF"])
         states = []
         for cmd in (["scontrol", "show", "nodes"], ["squeue", "-t", "all", "-l"]):
-            try:
-                r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=30)
-                states.append(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
-            except (OSError, subprocess.TimeoutExpired) as e:
-                states.append(f"$ {' '.join(cmd)}\n{e}")
+            r = command(cmd, timeout=30, env=env)   # a timeout or a missing command comes back as its result
+            states.append(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(states))
 

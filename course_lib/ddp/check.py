@@ -182,7 +182,8 @@ def judge(report: Report, spec, seen: Seen, general: list) -> None:
         if m and not m[0]:
             judged[1] = (False, f"with {more.nprocs} ranks: {m[1]}")
     _cluster_verdicts(judged, runs, primary, more, sims)
-    note = cluster.not_followed(sims.get("gpus"), script, step1_failed=bool(judged[1]) and not judged[1][0])
+    failed = next((s for s in (1, 2) if judged[s] and not judged[s][0]), None)
+    note = cluster.not_followed(sims.get("gpus"), script, fix_first=failed)
     if judged[4] and note:
         judged[4] = (judged[4][0], judged[4][1] + note)
     failure = describe_failure(primary, script)
@@ -199,6 +200,8 @@ def _cluster_verdicts(judged: dict, runs: dict, primary: Run, more: Run | None, 
     if judged[1] and judged[1][0]:
         judged[1] = (cluster.srun_torchrun(sims.get("srun-torchrun"), runs.get("torchrun"))
                      or cluster.master_addr([r for r in (primary, more) if r is not None]) or judged[1])
+    if judged[2] and judged[2][0]:
+        judged[2] = cluster.subgroup([more, sims.get("gpus")]) or judged[2]
     if judged[5] and judged[5][0]:
         judged[5] = cluster.writers(more, primary) or judged[5]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.ddp.failures import describe_failure
-from course_lib.ddp.messages import short
+from course_lib.ddp.messages import short, where
 from course_lib.ddp.runs import Run, group, group_ok, run_script, works
 from course_lib.ddp.simulate import SETTINGS
 
@@ -145,6 +145,27 @@ def _addr_message(what: str, addr: str) -> str:
             "environment (init_method env://, the default).")
 
 
+# ------------------------------------------------------------------------------------------ Step 2
+def subgroup(runs: list):
+    """DDP given a process_group that leaves ranks out: with 2 ranks a group of ranks [0, 1] is everyone, so
+    only a launch with more ranks shows it."""
+    for run in filter(None, runs):
+        entries = [(r, d) for r in range(run.nprocs) for d in run.rec(r).get("ddp", []) if d.get("group") is not None]
+        members = next((d["group"] for _, d in entries if isinstance(d["group"], list)), None)
+        outside = sorted({r for r, d in entries if d["group"] == "not a member"})
+        if members is None or len(members) == run.nprocs and not outside:
+            continue
+        at = next((where(d.get("where")) for _, d in entries if d.get("where")), "")
+        left = (f"; rank{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside))} got what new_group returns "
+                "on a rank outside the group (GroupMember.NON_GROUP_MEMBER), which DDP fails on") if outside else ""
+        shown = f" ({layout_text(run)})" if run.rec(0).get("layout") else ""
+        return False, (f"with {run.nprocs} ranks{shown}, DDP averages the gradients over ranks {members} only: the "
+                       f"process_group it was given{left}. With 2 ranks that group is every rank, so the 2-rank run "
+                       "could not tell. Leave process_group out: DDP then averages over every rank of the job."
+                       + (f"\nDDP(...) is{at}" if at else ""))
+    return None
+
+
 # ------------------------------------------------------------------------------------------ Step 4
 def devices(run: Run | None):
     """Which device each rank of the simulated 2 x 2 GPUs picked; None when that was not seen."""
@@ -186,16 +207,17 @@ def devices(run: Run | None):
     return True, (f"on {lay}, each rank put its model on cuda:<local rank> ({', '.join(used)}){note}")
 
 
-def not_followed(run: Run | None, script: Path, step1_failed: bool = False) -> str:
-    """Why the simulated GPU launch gave no verdict (a note for Step 4's CPU verdict), or ''. ``step1_failed``:
-    that launch needs each rank's own rank and a process group, so the note sends the learner to Step 1 first
-    (else a PASS with a crash in its note reads as a second, unexplained problem)."""
+def not_followed(run: Run | None, script: Path, fix_first: int | None = None) -> str:
+    """Why the simulated GPU launch gave no verdict (a note for Step 4's CPU verdict), or ''. ``fix_first``: Step 1
+    or 2 failed; that launch needs each rank's own rank, a process group and the DDP model, so the note sends the
+    learner to that step first (else a PASS with a crash in its note reads as a second, unexplained problem)."""
     if run is None or devices(run) is not None:
         return ""
     failure = describe_failure(run, script)
     why = failure.message.splitlines()[0] if failure else "it did not reach the first forward"
     launch = f"launch on {GPU_NODES} simulated nodes of {GPU_PER_NODE} GPUs"
-    first = f"Fix Step 1 first: the {launch} needs what Step 1 checks, and it" if step1_failed else f"The {launch}"
+    first = (f"Fix Step {fix_first} first: the {launch} needs what Step {fix_first} checks, and it" if fix_first
+             else f"The {launch}")
     return f"\n({first} could not follow the script to its model: {why})"
 
 

@@ -13,6 +13,7 @@ rank's record; the learner's calls still run as they would.
 """
 from __future__ import annotations
 
+import linecache
 import os
 import time
 
@@ -176,6 +177,29 @@ def _note_set_device(rec: Recorder):
 
 
 # -------------------------------------------------------------------- Step 2: DDP, optimizer, parameters
+def _group_given(group):
+    """DDP's ``process_group`` argument: None (the default group: every rank), the ranks of the group, or
+    "not a member": what new_group returns on a rank outside the new group (GroupMember.NON_GROUP_MEMBER)."""
+    import torch.distributed as dist
+
+    if group is None:
+        return None
+    if isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER:
+        return "not a member"
+    try:
+        return dist.get_process_group_ranks(group)
+    except Exception:  # noqa: BLE001 - an odd argument must not break the record
+        return repr(group)[:80]
+
+
+def _frame_where(frame) -> dict | None:
+    """File, line and source line of a frame of the learner's code (as the probe records where a rank crashed)."""
+    if frame is None:
+        return None
+    code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    return {"file": frame.f_code.co_filename, "line": frame.f_lineno, "code": code}
+
+
 def install_training(rec: Recorder):
     _wrap_ddp(rec)
     _note_optimizer_steps(rec)
@@ -189,7 +213,9 @@ def _wrap_ddp(rec: Recorder):
         params = list(module.parameters()) if module is not None else []
         rec.data["ddp"].append({"device_ids": repr(device_ids),
                                 "param_device": device_of(params[0]) if params else None,
-                                "module": type(module).__name__})
+                                "module": type(module).__name__,
+                                "group": _group_given(args[4] if len(args) > 4 else kwargs.get("process_group")),
+                                "where": _frame_where(rec.learner_frame(3))})   # 3: past this hook and called()
         rec.write()
 
     def after_ddp(_result, _info, self, *args, **kwargs):

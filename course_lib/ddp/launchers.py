@@ -26,11 +26,10 @@ STRICT_FLAG = "course check ddp --strict-launchers"
 
 def _why_not(run: Run, script: Path, primary: Run | None, failure) -> str:
     """One line on why a launch style did not work."""
-    if run is primary and failure is not None:
-        return first(failure.message, 300)
-    f = describe_failure(run, script)
-    if f is not None:
-        return first(f.message, 300)
+    f = failure if run is primary and failure is not None else describe_failure(run, script)
+    if f is not None:   # its first line: who, what (first sentence) and where
+        line = f.message.splitlines()[0]
+        return line if len(line) <= 300 else line[:297] + "..."
     ok1 = step1(run)
     why = first(ok1[1], 300) if ok1 and not ok1[0] else "the ranks did not form one group"
     return f"{why}" + (" (see Step 1)" if run is primary else "")

@@ -114,6 +114,22 @@ CASES = [
                   (SET_EPOCH, "")],
            expect={"Step 2": ("fail", r"only because every rank trained on the same data.*built but not used: train "
                                       r"through the wrapper \(`model = DDP\(model\)`")}),
+    Faulty("ddp_subgroup", options=NODES,
+           why="DDP given a group of ranks [0, 1] (the two GPUs it was tried on): with 2 ranks that is everyone; with "
+               "3, rank 2 is outside it and gets new_group's non-member marker, which DDP fails on",
+           edits=[(DDP_WRAP, "    pair = dist.new_group(ranks=[0, 1])  # average over the two GPUs I tested on\n"
+                             + DDP_WRAP.replace("None)", "None, process_group=pair)"))],
+           expect={"Step 2": ("fail", r"with 3 ranks \(3 nodes of one rank each\), DDP averages the gradients over "
+                                      r"ranks \[0, 1\] only: the process_group it was given; rank 2 got what new_group "
+                                      r"returns on a rank outside the group.*\nDDP\(\.\.\.\) is at line "
+                                      r"{line:process_group=pair}"),
+                   "Step 6": ("fail", r"works with 2 ranks but not with 3 \(srun\): rank 2 crashed: TypeError: .* at "
+                                      r"line {line:process_group=pair}")}),
+    Faulty("ddp_whole_world_group", options=NODES,
+           why="correct: DDP given a group made of every rank, which is what it uses without one",
+           edits=[(DDP_WRAP, "    everyone = dist.new_group(ranks=list(range(world_size)))\n"
+                             + DDP_WRAP.replace("None)", "None, process_group=everyone)"))],
+           expect={f"Step {n}": PASS for n in range(1, 7)}),
     Faulty("crash_rank1", why="rank 1 crashes in the second epoch",
            edits=[(START, START + "        if rank == 1 and epoch == 2:\n"
                                   '            raise RuntimeError("simulated failure on rank 1")\n')],

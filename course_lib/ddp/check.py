@@ -8,7 +8,8 @@ subset of the data. From the records, one verdict per step:
 
 1. process group: initialised on every rank, the right world size, distinct ranks
 2. gradients averaged: the parameters are the same on every rank after training, and something
-   (DistributedDataParallel, or the learner's own all_reduce) averaged the gradients
+   (DistributedDataParallel over every rank, or the learner's own all_reduce, whose step used the mean of the
+   ranks' gradients, not their sum: ``averaging``) averaged the gradients
 3. data: disjoint shards that cover the data set each epoch, a new order each epoch (set_epoch)
 4. device: the inputs on the model's device; each rank on its own GPU (verifiable only with GPUs)
 5. checkpoint: written by rank 0 only, loads with ``strict=True`` into the plain ``Net``

@@ -17,6 +17,7 @@ import linecache
 import os
 import time
 
+from course_lib.ddp import averaging
 from course_lib.ddp.recorder import COLLECTIVES, ORIGINAL, Recorder, called, device_of
 
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID",
@@ -202,6 +203,7 @@ def _frame_where(frame) -> dict | None:
 
 def install_training(rec: Recorder):
     _wrap_ddp(rec)
+    averaging.install(rec)
     _note_optimizer_steps(rec)
     _note_forward_devices(rec)
 

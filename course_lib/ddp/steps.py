@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from course_lib.ddp import averaging
 from course_lib.ddp.messages import ENV_HELP, first, short
 from course_lib.ddp.runs import EPOCHS, Run, group
 
@@ -135,6 +136,11 @@ def step2(run: Run):
     reduced = [run.rec(r)["collectives"].get("all_reduce:numel", 0)
                + run.rec(r)["collectives"].get("reduce_scatter:numel", 0) for r in range(n)]
     if all(x >= params[0].numel() for x in reduced):
+        if averaging.judge([run.rec(r) for r in range(n)]) == "summed":
+            return False, (f"the parameters are identical on all {n} ranks, but the first step used the sum of the "
+                           f"ranks' gradients, not their mean: all_reduce sums by default, so every step's gradient "
+                           f"is {n} times too large (with plain SGD, a learning rate {n} times larger). Divide the "
+                           "reduced gradients by the world size, or wrap the model in DistributedDataParallel.")
         return True, (f"parameters identical on all {n} ranks after {steps[0]} optimizer steps: "
                       "the gradients were averaged with all_reduce")
     return False, ("the parameters are identical on all ranks only because every rank trained on the same data "

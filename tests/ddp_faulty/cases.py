@@ -38,6 +38,7 @@ SET_EPOCH = ("        train_sampler.set_epoch(epoch)  # Step 3: reshuffle; witho
              "the same order\n")
 START = "        start = time.perf_counter()\n"
 STOP = "        epoch_s = time.perf_counter() - start\n"
+BACKWARD = "        scaler.scale(loss).backward()   # fp16: a scaled loss keeps small gradients from underflowing\n"
 
 CASES = [
     # ---- Step 1: the process group
@@ -129,6 +130,22 @@ CASES = [
            why="correct: DDP given a group made of every rank, which is what it uses without one",
            edits=[(DDP_WRAP, "    everyone = dist.new_group(ranks=list(range(world_size)))\n"
                              + DDP_WRAP.replace("None)", "None, process_group=everyone)"))],
+           expect={f"Step {n}": PASS for n in range(1, 7)}),
+    Faulty("all_reduce_sums", why="no DDP: the script all-reduces each gradient itself, but never divides by the "
+                                  "world size (all_reduce sums), so the ranks agree while every step is W times "
+                                  "too large",
+           edits=[(DDP_WRAP + "  # Step 2: same start, averaged gradients\n", ""),
+                  (SAVE, SAVE.replace("model.module.", "model.")),
+                  (BACKWARD, BACKWARD + "        for p in model.parameters():  # share the gradients\n"
+                                        "            dist.all_reduce(p.grad)\n")],
+           expect={"Step 2": ("fail", r"identical on all 2 ranks, but the first step used the sum of the ranks' "
+                                      r"gradients, not their mean: all_reduce sums by default.*Divide")}),
+    Faulty("all_reduce_averages", why="correct: the same, divided by the world size",
+           edits=[(DDP_WRAP + "  # Step 2: same start, averaged gradients\n", ""),
+                  (SAVE, SAVE.replace("model.module.", "model.")),
+                  (BACKWARD, BACKWARD + "        for p in model.parameters():  # average the gradients\n"
+                                        "            dist.all_reduce(p.grad)\n"
+                                        "            p.grad /= dist.get_world_size()\n")],
            expect={f"Step {n}": PASS for n in range(1, 7)}),
     Faulty("crash_rank1", why="rank 1 crashes in the second epoch",
            edits=[(START, START + "        if rank == 1 and epoch == 2:\n"

@@ -182,6 +182,11 @@ def judge(report: Report, spec, seen: Seen, general: list) -> None:
         m = step1(more)
         if m and not m[0]:
             judged[1] = (False, f"with {more.nprocs} ranks: {m[1]}")
+    gpus = sims.get("gpus")
+    if gpus is not None and judged[1] and judged[1][0]:
+        m = step1(gpus)   # a mistake only a second node with GPUs shows (the world size from the GPU count)
+        if m and not m[0]:
+            judged[1] = (False, f"on {cluster.layout_text(gpus)}: {m[1]}")
     _cluster_verdicts(judged, runs, primary, more, sims)
     failed = next((s for s in (1, 2) if judged[s] and not judged[s][0]), None)
     note = cluster.not_followed(sims.get("gpus"), script, fix_first=failed)

@@ -74,9 +74,13 @@ def _asked_wrong(run: Run, requested: list):
     n = run.nprocs
     sizes = [q.get("world_size") for q in requested if q]
     if sizes and all(isinstance(w, int) and w != n for w in sizes):
+        per_node = (run.rec(0).get("layout") or {}).get("per_node")
+        hint = (" (one node's worth: torch.cuda.device_count() counts the GPUs this process sees on its node, "
+                "LOCAL_WORLD_SIZE the ranks of its node; neither is the job's world size)"
+                if sizes[0] == per_node and per_node > 1
+                else " (hard-coded?)" if sizes[0] not in (1, n) else "")
         return False, (f"{n} processes were started, but they asked init_process_group for world_size={sizes[0]}"
-                       f"{' (hard-coded?)' if sizes[0] not in (1, n) else ''}. Pass the world size the launcher gives "
-                       f"({ENV_HELP}).\nAsked for: {_asked(requested)}")
+                       f"{hint}. Pass the world size the launcher gives ({ENV_HELP}).\nAsked for: {_asked(requested)}")
     ranks = [q.get("rank") for q in requested if q]
     if len(ranks) == n and all(isinstance(r, int) for r in ranks) and sorted(ranks) != list(range(n)):
         return False, (f"the processes asked for ranks {ranks}: each must have its own rank 0..{n - 1}. Take it from "

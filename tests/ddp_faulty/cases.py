@@ -91,6 +91,16 @@ CASES = [
                                       r"Step 1 checks, and it could not follow the script to its model: rank \d "
                                       r"crashed: .* at line {line:dist.init_process_group(}"),
                    "Step 6": ("fail", r"works with 2 ranks but not with 3")}),
+    Faulty("world_size_from_gpu_count", options=GPUS,
+           why="the world size taken from torch.cuda.device_count() on a GPU machine: right on one node (2 ranks, "
+               "2 GPUs), but on 2 nodes of 2 GPUs each rank asks for a world of 2 where the job has 4",
+           edits=[("    rank, local_rank, world_size = distributed_env()  # Step 1\n",
+                   "    rank, local_rank, world_size = distributed_env()  # Step 1\n"
+                   "    if use_cuda:\n        world_size = torch.cuda.device_count()  # one rank per GPU\n")],
+           expect={"Step 1": ("fail", r"on 2 simulated nodes of 2 ranks and 2 GPUs each .*: 4 processes were started, "
+                                      r"but they asked init_process_group for world_size=2 \(one node's worth: "
+                                      r"torch.cuda.device_count\(\) counts"),
+                   "Step 4": ("pass", r"Fix Step 1 first")}),
     Faulty("init_method_localhost", options=NODES,
            why="init_process_group given tcp://localhost: one node only",
            edits=[(INIT, INIT + "                            init_method=f\"tcp://localhost:{os.environ['MASTER_PORT']}\",\n")],

@@ -187,6 +187,13 @@ def devices(run: Run | None):
                            f"its node does not have (cuda:0 to cuda:{GPU_PER_NODE - 1}): the device comes from the "
                            "global rank. cuda:RANK / set_device(rank) is right on one node and wrong on every other: "
                            f"use {LOCAL}.")
+    early = next((r for r in range(run.nprocs) if run.rec(r).get("ddp_before_move")), None)
+    if early is not None:
+        return False, (f"on {lay}, rank {early} ({_where(run, early)}) gave DistributedDataParallel "
+                       f"device_ids={run.rec(early)['ddp_before_move']} while its model was still on the CPU: with "
+                       "GPUs, DDP raises ValueError there (device_ids need a model already on that GPU; on CPU they "
+                       "are not given, so the CPU runs pass). Move the model to cuda:<local rank> first "
+                       "(model.to(device)), then wrap it.")
     if not run.finished():
         return None   # stopped before its first forward for another reason: the full launches report it
     used = [_model_device(ps) for ps in picks]

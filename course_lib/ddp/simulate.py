@@ -21,6 +21,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import weakref
 from pathlib import Path
 
 from course_lib.ddp.recorder import Recorder
@@ -132,12 +133,14 @@ def _virtual_cuda(rec: Recorder, gpus: int):
     torch.cuda.current_device = lambda: state["current"]
     torch.cuda.set_device = set_device
     torch.cuda.synchronize = lambda device=None: None
-    _redirect_to(torch, nn, pick)
-    _constructors_on_cpu(torch, pick)
+    moved = weakref.WeakSet()   # the modules the script sent to a (simulated) GPU
+    _redirect_to(torch, nn, pick, moved)
+    _constructors_on_cpu(torch, pick, moved, rec)
 
 
-def _constructors_on_cpu(torch, pick):
-    """init_process_group(device_id=), DDP(device_ids=) and pinned loaders: the pick recorded, the CPU kept."""
+def _constructors_on_cpu(torch, pick, moved, rec: Recorder):
+    """init_process_group(device_id=), DDP(device_ids=) and pinned loaders: the pick recorded, the CPU kept. DDP
+    given device_ids for a model still on the CPU raises ValueError, as it does with real GPUs."""
     import torch.distributed.distributed_c10d as c10d
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -156,6 +159,13 @@ def _constructors_on_cpu(torch, pick):
     def ddp_on_cpu(self, module, device_ids=None, output_device=None, *args, **kwargs):
         for d in device_ids or []:
             pick("DDP(device_ids=...)", d)
+        if device_ids and module not in moved:
+            rec.data["ddp_before_move"] = repr(device_ids)
+            rec.write()
+            raise ValueError("DistributedDataParallel device_ids and output_device arguments only work with "
+                             "single-device/multiple-device GPU modules or CPU modules, but got device_ids "
+                             f"{device_ids}, output_device {output_device}, and module parameters "
+                             "{device(type='cpu')}.")   # DDP's own words (torch/nn/parallel/distributed.py)
         return ddp_init(self, module, None, None, *args, **kwargs)
 
     DDP.__init__ = ddp_on_cpu
@@ -168,8 +178,9 @@ def _constructors_on_cpu(torch, pick):
     torch.utils.data.DataLoader.__init__ = loader_on_cpu
 
 
-def _redirect_to(torch, nn, pick):
-    """``.to(cuda...)``/``.cuda()`` of tensors and modules: the pick is recorded, the CPU is kept."""
+def _redirect_to(torch, nn, pick, moved):
+    """``.to(cuda...)``/``.cuda()`` of tensors and modules: the pick is recorded, the CPU is kept; a module sent
+    to a GPU joins ``moved``."""
     tensor_to, module_to = torch.Tensor.to, nn.Module.to
 
     def t_to(self, *args, **kwargs):
@@ -177,6 +188,8 @@ def _redirect_to(torch, nn, pick):
         return tensor_to(self, *args, **kwargs)
 
     def m_to(self, *args, **kwargs):
+        if any(_cuda(a) for a in (*args, kwargs.get("device"))):
+            moved.add(self)
         args, kwargs = _cpu_args(pick, "model.to", args, kwargs)
         return module_to(self, *args, **kwargs)
 
@@ -186,9 +199,16 @@ def _redirect_to(torch, nn, pick):
 
     def m_cuda(self, device=None):
         pick("model.cuda", "cuda" if device is None else device)
+        moved.add(self)
         return self
 
     torch.Tensor.to, torch.Tensor.cuda, nn.Module.to, nn.Module.cuda = t_to, t_cuda, m_to, m_cuda
+
+
+def _cuda(x) -> bool:
+    """A CUDA device (``torch.device("cuda", k)`` or ``"cuda:k"``) among ``.to()``'s arguments."""
+    import torch
+    return (isinstance(x, torch.device) and x.type == "cuda") or (isinstance(x, str) and x.split(":")[0] == "cuda")
 
 
 def _cpu_args(pick, how, args, kwargs):

@@ -244,6 +244,16 @@ CASES = [
            expect={"Step 4": ("fail", r"rank 1 \(local rank 1 on node 0\) set CUDA_VISIBLE_DEVICES=1 \(line "
                                       r"{line:# one GPU per rank}\), so it sees only those GPUs.*asked "
                                       r"for cuda:1 \(set_device\)")}),
+    Faulty("ddp_before_to_device", options={**GPUS, **CPU_ONLY},
+           why="DDP(model, device_ids=[local_rank]) before model.to(device): on CPU no device_ids are given and all "
+               "runs pass, but with GPUs DDP refuses a model still on the CPU",
+           edits=[("    model = Net().to(device)\n", "    model = Net()\n"),
+                  (DDP_WRAP + "  # Step 2: same start, averaged gradients\n",
+                   DDP_WRAP + "  # Step 2: same start, averaged gradients\n    model = model.to(device)\n")],
+           expect={"Step 4": ("fail", r"on 2 simulated nodes .* rank 0 \(local rank 0 on node 0\) gave "
+                                      r"DistributedDataParallel device_ids=\[0\] while its model was still on the "
+                                      r"CPU: with GPUs, DDP raises ValueError"),
+                   "Step 2": PASS}),
     Faulty("cuda_call_not_simulated", options=GPUS,
            why="correct, but it asks CUDA for the GPU's name, which the simulated GPUs cannot answer: Step 4 keeps "
                "what the CPU runs show and says why the simulation stopped",

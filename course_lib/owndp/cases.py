@@ -5,7 +5,8 @@ Each rank wraps a float64 model that starts from a seed of its own (so that a mi
 learner's class, trains it ``STEPS`` SGD steps on its slice of a global batch, and compares the parameters
 after every step with a single-process run of rank 0's initial model on the whole global batch. Two models:
 ``plain`` (three linear layers of different sizes) and ``tied`` (an embedding tied to the output layer, a frozen
-layer and one that forward never uses). Seen on the way (``Recorder``): the all-reduces each step issues, with
+layer, one that forward never uses and a random buffer that forward multiplies by, so that a broadcast of the
+parameters alone shows). Seen on the way (``Recorder``): the all-reduces each step issues, with
 their sizes and whether async, their waits, and when backward produced each gradient (naive: one per gradient;
 flat: one; overlapped: one per gradient; bucketed: one per bucket, for bucket sizes that make 1, 2 and 3 buckets;
 the overlapped variants start communicating during backward and do not wait there).
@@ -89,9 +90,10 @@ def tied_model(seed):
             self.unused = torch.nn.Linear(6, 3)          # forward never calls it: no gradient on any rank
             self.out = torch.nn.Linear(6, 11, bias=False)
             self.out.weight = self.embed.weight          # tied: one parameter, used twice
+            self.register_buffer("scale", torch.rand(6, dtype=torch.float64) + 0.5)   # random: a rank's own
 
         def forward(self, tokens):
-            return self.out(self.frozen(torch.tanh(self.hidden(self.embed(tokens)))))
+            return self.out(self.frozen(torch.tanh(self.hidden(self.embed(tokens))) * self.scale))
 
     torch.manual_seed(seed)
     return Tied().double()
@@ -268,10 +270,13 @@ def train(c, variant, kind, cap):
 
 
 def _broadcast_problem(c, variant, kind, model, ref):
-    wrong = params_differ(c, model, ref)
+    import torch
+    wrong = params_differ(c, model, ref) + [f"the buffer {n}" for (n, b), q in zip(model.named_buffers(), ref.buffers())
+                                            if not torch.allclose(b, q, rtol=0, atol=ATOL)]
     if not wrong or c.r == 0:
         return None
-    return (f"{kind} model, rank {c.r}: right after wrapping it, {', '.join(wrong)} differ from rank 0's: broadcast "
+    differ = "differs" if len(wrong) == 1 else "differ"
+    return (f"{kind} model, rank {c.r}: right after wrapping it, {', '.join(wrong)} {differ} from rank 0's: broadcast "
             "every parameter and buffer from rank 0 in NaiveDDP.__init__ (frozen ones too), so that every rank "
             "starts from the same model")
 
@@ -358,4 +363,4 @@ def case_variant(c, variant):
             "overlapped": "one async all-reduce per gradient, the first during backward",
             "bucketed": "one async all-reduce per bucket (1, 2, 3 buckets as sized), the first during backward"}
     return (f"equals one process on the whole batch for {STEPS} steps (plain model; tied weights, frozen "
-            f"and unused parameters); {what[variant]}")
+            f"and unused parameters, a buffer); {what[variant]}")

@@ -54,8 +54,14 @@ CASES = [
                    for v in ("naive", "flat", "overlapped", "bucketed")}),
     Faulty("broadcast_trainable_only", options=W2, why="only the parameters that require grad are broadcast",
            edits=[(BROADCAST, "        for t in self.params:\n            dist.broadcast(t.data, src=0)\n")],
-           expect={"naive": ("fail", r"tied model, rank 1: right after wrapping it, frozen\.weight, frozen\.bias "
-                                     r"differ from rank 0's.*\(frozen ones too\)")}),
+           expect={"naive": ("fail", r"tied model, rank 1: right after wrapping it, frozen\.weight, frozen\.bias, "
+                                     r"the buffer scale differ from rank 0's.*\(frozen ones too\)")}),
+    Faulty("broadcast_parameters_only", options=W2,
+           why="the parameters are broadcast but not the buffers: a random buffer stays each rank's own",
+           edits=[(BROADCAST, BROADCAST.replace("[*module.parameters(), *module.buffers()]", "module.parameters()"))],
+           expect={v: ("fail", r"tied model, rank 1: right after wrapping it, the buffer scale differs from rank 0's: "
+                               r"broadcast every parameter and buffer")
+                   for v in ("naive", "flat", "overlapped", "bucketed")}),
     # the checker's own case deadline: the deadlock is reported by the ranks (every rank waits on another) within
     # seconds, well before it; "a deadlock" is said only then, not when a deadline fired
     Faulty("rank0_only_reduce", options={"world_sizes": (2,)},

@@ -56,6 +56,14 @@ CASES = [
            edits=[(BROADCAST, "        for t in self.params:\n            dist.broadcast(t.data, src=0)\n")],
            expect={"naive": ("fail", r"tied model, rank 1: right after wrapping it, frozen\.weight, frozen\.bias, "
                                      r"the buffer scale differ from rank 0's.*\(frozen ones too\)")}),
+    Faulty("bucket_counts_not_reset", options=W2,
+           why="bucketed: the count of ready gradients per bucket is never reset: from the second step on no bucket "
+               "fills up in backward, and finish_gradient_synchronization sends them all (right, but no overlap)",
+           edits=[("        self.ready = [0] * len(self.buckets)\n        self.pending = {}\n",
+                   "        self.pending = {}\n")],
+           expect={"bucketed": ("fail", r"plain model, W=2: the all-reduces overlapped backward in step 1 but not in "
+                                        r"step 3: .*not reset once the step is done"),
+                   "naive": PASS, "overlapped": PASS}),
     Faulty("broadcast_parameters_only", options=W2,
            why="the parameters are broadcast but not the buffers: a random buffer stays each rank's own",
            edits=[(BROADCAST, BROADCAST.replace("[*module.parameters(), *module.buffers()]", "module.parameters()"))],

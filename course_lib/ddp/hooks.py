@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import sys
 import time
 
 from course_lib.ddp import averaging
@@ -193,8 +194,12 @@ def _group_given(group):
         return repr(group)[:80]
 
 
-def _frame_where(frame) -> dict | None:
-    """File, line and source line of a frame of the learner's code (as the probe records where a rank crashed)."""
+def _caller_where(rec: Recorder) -> dict | None:
+    """File, line and source line of the nearest frame of the learner's code up the stack (past this hook,
+    ``called`` and a simulation's own wrapper), as the probe records where a rank crashed."""
+    frame = sys._getframe(1)
+    while frame is not None and not rec.is_learner_file(frame.f_code.co_filename):
+        frame = frame.f_back
     if frame is None:
         return None
     code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
@@ -217,7 +222,7 @@ def _wrap_ddp(rec: Recorder):
                                 "param_device": device_of(params[0]) if params else None,
                                 "module": type(module).__name__,
                                 "group": _group_given(args[4] if len(args) > 4 else kwargs.get("process_group")),
-                                "where": _frame_where(rec.learner_frame(3))})   # 3: past this hook and called()
+                                "where": _caller_where(rec)})
         rec.write()
 
     def after_ddp(_result, _info, self, *args, **kwargs):

@@ -43,7 +43,7 @@ from course_lib.ddp.cluster import launch_all, launch_one
 from course_lib.ddp.failures import describe_failure, waiting_in_init
 from course_lib.ddp.launchers import step6
 from course_lib.ddp.runs import Run, local_gpus, prepare_data, start_env, works
-from course_lib.ddp.steps import step1, step2, step3, step4, step5
+from course_lib.ddp.steps import asked_wrong, step1, step2, step3, step4, step5
 
 GPU_RANKS = cluster.GPU_NODES * cluster.GPU_PER_NODE
 STEP_NAMES = {1: "Step 1", 2: "Step 2", 3: "Step 3", 4: "Step 4", 5: "Step 5", 6: "Step 6"}
@@ -182,11 +182,9 @@ def judge(report: Report, spec, seen: Seen, general: list) -> None:
         m = step1(more)
         if m and not m[0]:
             judged[1] = (False, f"with {more.nprocs} ranks: {m[1]}")
-    gpus = sims.get("gpus")
-    if gpus is not None and judged[1] and judged[1][0]:
-        m = step1(gpus)   # a mistake only a second node with GPUs shows (the world size from the GPU count)
-        if m and not m[0]:
-            judged[1] = (False, f"on {cluster.layout_text(gpus)}: {m[1]}")
+    wrong = asked_wrong(sims.get("gpus"))   # what only a second node with GPUs shows (world size = GPU count)
+    if wrong and judged[1] and judged[1][0]:
+        judged[1] = (False, f"on {cluster.layout_text(sims['gpus'])}: {wrong[1]}")
     _cluster_verdicts(judged, runs, primary, more, sims)
     failed = next((s for s in (1, 2) if judged[s] and not judged[s][0]), None)
     note = cluster.not_followed(sims.get("gpus"), script, fix_first=failed)

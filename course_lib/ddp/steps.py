@@ -69,6 +69,14 @@ def _asked(requested: list) -> str:
                      for q in requested)
 
 
+def asked_wrong(run: Run | None):
+    """A world size or ranks that every rank of ``run`` asked init_process_group for and that do not fit the launch
+    (None also when some rank did not get as far as asking: a crash before init is another step's to report)."""
+    recs = [run.rec(r) for r in range(run.nprocs)] if run is not None and all(run.records) else []
+    requested = [rec["init"][-1]["requested"] if rec.get("init") else None for rec in recs]
+    return _asked_wrong(run, requested) if requested and all(requested) else None
+
+
 def _asked_wrong(run: Run, requested: list):
     """init_process_group was given a world size or ranks that do not fit the launch."""
     n = run.nprocs

@@ -70,11 +70,12 @@ def _asked(requested: list) -> str:
 
 
 def asked_wrong(run: Run | None):
-    """A world size or ranks that every rank of ``run`` asked init_process_group for and that do not fit the launch
-    (None also when some rank did not get as far as asking: a crash before init is another step's to report)."""
-    recs = [run.rec(r) for r in range(run.nprocs)] if run is not None and all(run.records) else []
+    """A world size or ranks that the ranks of ``run`` asked init_process_group for and that do not fit the launch;
+    None where they fit or none asked. A rank that did not get as far as asking (it crashed before init, or was
+    stopped when another did) is left out: what the others asked is still theirs."""
+    recs = [run.rec(r) for r in range(run.nprocs)] if run is not None else []
     requested = [rec["init"][-1]["requested"] if rec.get("init") else None for rec in recs]
-    return _asked_wrong(run, requested) if requested and all(requested) else None
+    return _asked_wrong(run, requested) if any(requested) else None
 
 
 def _asked_wrong(run: Run, requested: list):

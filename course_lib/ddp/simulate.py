@@ -206,18 +206,18 @@ def _redirect_to(torch, nn, pick, moved):
 
 
 def _cuda(x) -> bool:
-    """A CUDA device (``torch.device("cuda", k)`` or ``"cuda:k"``) among ``.to()``'s arguments."""
+    """A CUDA device among ``.to()``'s arguments: ``torch.device("cuda", k)``, ``"cuda:k"`` or an ordinal ``k``
+    (``.to(local_rank)``: an int there is a device index)."""
     import torch
-    return (isinstance(x, torch.device) and x.type == "cuda") or (isinstance(x, str) and x.split(":")[0] == "cuda")
+    return ((isinstance(x, torch.device) and x.type == "cuda") or (isinstance(x, str) and x.split(":")[0] == "cuda")
+            or (isinstance(x, int) and not isinstance(x, bool)))
 
 
 def _cpu_args(pick, how, args, kwargs):
     import torch
 
     def cpu(x):
-        if isinstance(x, torch.device) or (isinstance(x, str) and x.split(":")[0] == "cuda"):
-            return pick(how, x)
-        return x
+        return pick(how, x) if _cuda(x) or isinstance(x, torch.device) else x
     if "device" in kwargs:
         kwargs = {**kwargs, "device": cpu(kwargs["device"])}
     return tuple(cpu(a) for a in args), kwargs

@@ -254,6 +254,15 @@ CASES = [
                                       r"DistributedDataParallel device_ids=\[0\] while its model was still on the "
                                       r"CPU: with GPUs, DDP raises ValueError"),
                    "Step 2": PASS}),
+    Faulty("device_ordinal_from_global_rank", options={**GPUS, **CPU_ONLY},
+           why="model.to(rank): an int is a CUDA ordinal, the global rank's; right on one node, cuda:2 on the second",
+           edits=[("    model = Net().to(device)\n", "    model = Net().to(rank if use_cuda else device)\n")],
+           expect={"Step 4": ("fail", r"rank 2 \(local rank 0 on node 1\) asked for cuda:2 \(model.to\), which its "
+                                      r"node does not have")}),
+    Faulty("device_ordinal_local_rank", options={**GPUS, **CPU_ONLY},
+           why="correct: model.to(local_rank), the ordinal of this rank's GPU on its node",
+           edits=[("    model = Net().to(device)\n", "    model = Net().to(local_rank if use_cuda else device)\n")],
+           expect={f"Step {n}": PASS for n in range(1, 7)}),
     Faulty("cuda_call_not_simulated", options=GPUS,
            why="correct, but it asks CUDA for the GPU's name, which the simulated GPUs cannot answer: Step 4 keeps "
                "what the CPU runs show and says why the simulation stopped",

@@ -59,11 +59,6 @@ def submit(exercise: str, path, options: dict, site=None):
     return runner.submit(spec_for(exercise, str(path), options, site, math.ceil((deadline + 180) / 60)), site)
 
 
-def wait(job, queue_timeout: float, say=say_on_stderr) -> None:
-    """Until the job ends; at the queue deadline, or past its time limit, it is cancelled (CheckJobError)."""
-    runner.wait(job, queue_timeout, say, error=CheckJobError)
-
-
 def report_of(job) -> Report:
     """The Report the job wrote; CheckJobError with the job's state and last log lines when there is none."""
     try:
@@ -83,7 +78,7 @@ def check_on_slurm(exercise: str, path, site=None, queue_timeout: float = QUEUE_
     except SubmitError as e:
         here = 'the check here: --engine local (in Python: engine="local")'
         raise CheckJobError(runner.not_taken("check", e, here)) from None
-    wait(job, queue_timeout, say)
+    runner.wait(job, queue_timeout, say, error=CheckJobError)   # cancelled at the queue deadline or past its limit
     return report_of(job)
 
 

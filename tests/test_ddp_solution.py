@@ -1,17 +1,18 @@
 """The DDP solution of notebook 02: the diff is the lesson, the exercise is generated and runs, the
 solution shuts down cleanly every time, and W ranks with batch b train exactly like serial with batch W*b."""
 import ast
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 
+import psutil
 import pytest
 from conftest import ROOT
 
 from course_lib.core import warm
+from course_lib.core.forkserver import EXIT_VAR
 from course_lib.core.launch import launch
 from course_lib.ddp import stepdiff
 from course_lib.instructor import release
@@ -155,52 +156,50 @@ def test_solution_trains_and_prints_epoch_lines(tmp_path):
 def test_solution_shuts_down_cleanly_20_times(tmp_path):
     # the Gloo + DDP exit abort ("terminate called without an active exception") shows in a few percent
     # of runs when the DDP model outlives destroy_process_group(); the solution drops it first.
-    # 20 real 2-rank runs, judged one by one. Their ranks are forked from one interpreter that imported torch
-    # (forked_runs.py): a cold start costs 2.5x the CPU of the whole run, and each rank still leaves the way
-    # `python script.py` does, where the abort happens.
-    runs, per_run = 20, 120
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, str(ROOT / "tests" / "forked_runs.py"), str(runs), "2", str(per_run), str(tmp_path),
-           str(SOLUTION), "--dataset", "digits", "--epochs", "1", "--dry-run", "--test-batch-size", "400"]
-    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=runs * per_run + 120)
-    finally:
-        if proc.returncode != 0:   # killed at the deadline or crashed: its ranks share its process group
-            _kill_group(proc)
-    results = [json.loads(line) for line in out.splitlines() if line.startswith('{"run"')]
-    assert proc.returncode == 0 and len(results) == runs, f"exit {proc.returncode}:\n{out[-3000:]}"
-    failures = [f"run {r['run']}, rank {rank}: exit {code}\n{r['logs'][rank][-1500:]}"
-                for r in results for rank, code in r["codes"].items()
-                if code != 0 or "terminate called" in r["logs"][rank]]
+    # 20 real 2-rank runs, judged one by one. Their ranks are forked from a server that imported torch once (a cold
+    # start costs 2.5x the CPU of the whole run) and leave the way `python script.py` does, where the abort happens
+    # (COURSE_WARM_EXIT=python: course_lib.core.forkserver).
+    args = [str(SOLUTION), "--dataset", "digits", "--epochs", "1", "--dry-run", "--test-batch-size", "400"]
+    failures = []
+    with warm.session({EXIT_VAR: "python"}, warm.DDP_IMPORTS) as server:
+        assert server is not None and server.ready(), "no warm server: the runs would not be the ones meant here"
+        for run in range(20):
+            res, out = _run(SOLUTION, 2, args[1:], tmp_path, env={EXIT_VAR: "python"}, timeout=120)
+            if not res.ok or "terminate called" in out:
+                failures.append(f"run {run}: {res.summary()}\n{out[-1500:]}")
     assert not failures, "\n".join(failures)
 
 
+TEARDOWN_ABORT = """import os, time
+class Last:
+    def __del__(self):   # runs in the interpreter's teardown, which os._exit skips
+        os.write(2, b"terminate called at teardown\\n")
+        os.abort()
+last = Last()
+if os.environ["SLURM_PROCID"] == "1":
+    time.sleep(600)
+"""
+
+
 @pytest.mark.slow
-def test_forked_runs_exit_as_python_does_and_are_killed_at_their_deadline(tmp_path):
-    # what the 20 runs rely on: a forked rank leaves through the interpreter's exit (atexit here, where an
-    # abort shows), and a rank that hangs is killed at the run's deadline and shown as None
+@pytest.mark.parametrize("leave", ["python", "fast"])
+def test_a_warm_rank_leaves_through_the_interpreters_teardown_only_when_asked(tmp_path, leave):
+    # what the 20 runs rely on: with COURSE_WARM_EXIT=python a forked rank's __main__ is torn down as python's own
+    # is (an abort there shows); by default it ends with os._exit and nothing is torn down. A rank that hangs is
+    # stopped either way.
     script = tmp_path / "ends_badly.py"
-    script.write_text("import atexit, os, time\n"
-                      "if os.environ['SLURM_PROCID'] == '1':\n    time.sleep(600)\n"
-                      "atexit.register(lambda: os.write(2, b'terminate called at exit\\n') and os.abort())\n")
-    out = subprocess.run([sys.executable, str(ROOT / "tests" / "forked_runs.py"), "1", "2", "5", str(tmp_path),
-                          str(script)], env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                         timeout=300).stdout
-    run = json.loads(out)
-    assert run["codes"] == {"0": -signal.SIGABRT, "1": None}, out
-    assert "terminate called at exit" in run["logs"]["0"]
-
-
-def _kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
+    script.write_text(TEARDOWN_ABORT)
+    env = {EXIT_VAR: "python"} if leave == "python" else {}
+    parents = []
+    res = launch([str(script)], nprocs=2, timeout=30, cwd=tmp_path, env=env, on_line=None, warm=True,
+                 on_start=lambda pid: parents.append(psutil.Process(pid).ppid()))
+    assert len(parents) == 2 and os.getpid() not in parents, "the ranks were not forked by a server"
+    if leave == "python":
+        assert [r.returncode for r in res.ranks] == [-signal.SIGABRT, None], res.summary()
+        assert "terminate called at teardown" in res.output(0), res.summary()
+    else:
+        assert res.timed_out and res.ranks[0].returncode == 0 and res.ranks[1].returncode is None, res.summary()
+        assert "terminate called" not in res.output(0), res.summary()
 def _params(path):
     import torch
     return torch.load(path, weights_only=True)

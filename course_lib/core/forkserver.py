@@ -1,6 +1,11 @@
 """The fork server of ``course_lib.core.warm`` (runs in its own process; imports only the standard library,
 torch and setproctitle, so it has no thread to lose at fork). ``serve(path)``: see warm's docstring for the
-protocol."""
+protocol.
+
+A rank ends with ``os._exit`` after atexit and a flush: an interpreter with torch loaded takes most of a second
+to tear down. With ``COURSE_WARM_EXIT=python`` in its environment it leaves as ``python script.py`` does instead
+(module teardown, garbage collection, atexit, then C's ``exit()`` with its static destructors), which is where
+an exit abort ("terminate called without an active exception") shows. The tests run the DDP solution so."""
 from __future__ import annotations
 
 import atexit
@@ -17,8 +22,10 @@ import socket
 import sys
 import threading
 import types
+from contextlib import suppress
 
 MAX_MSG = 1 << 20
+EXIT_VAR = "COURSE_WARM_EXIT"
 
 
 def serve(path: str | None = None, preload=None) -> int:
@@ -46,13 +53,15 @@ def serve(path: str | None = None, preload=None) -> int:
     print("ready", flush=True)
     conns: dict = {}      # connection -> its child's pid (None until forked)
     children: dict = {}   # pid -> connection to report its exit code on (None: the launcher left)
+    server = os.getpid()
     try:
         _loop(listener, conns, children)
     finally:
-        for pid in children:   # the launcher is gone: nothing of ours stays
-            _kill(pid)
-        _reap(children)
-        shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # the private dir the launcher made for us
+        if os.getpid() == server:   # not a rank leaving through the interpreter's exit (EXIT_VAR)
+            for pid in children:   # the launcher is gone: nothing of ours stays
+                _kill(pid)
+            _reap(children)
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # the private dir the launcher made for us
     return 0
 
 
@@ -87,7 +96,7 @@ def _request(conn, listener, conns, children) -> None:
         for fd in fds:
             os.close(fd)
         conns.pop(conn)
-        with _quiet():
+        with suppress(OSError):
             conn.send(json.dumps({"error": str(e)}).encode())
         conn.close()
         return
@@ -102,16 +111,14 @@ def _request(conn, listener, conns, children) -> None:
     os.read(started_r, 1)   # EOF once the child leads its own session: the launcher may kill its group now
     os.close(started_r)
     conns[conn], children[pid] = pid, conn
-    with _quiet():
+    with suppress(OSError):
         conn.send(json.dumps({"pid": pid}).encode())
 
 
 def _kill(pid: int) -> None:
     for kill in (os.killpg, os.kill):
-        try:
+        with suppress(OSError):
             kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def _reap(children) -> None:
@@ -124,23 +131,15 @@ def _reap(children) -> None:
             return
         conn = children.pop(pid, None)
         if conn is not None:
-            with _quiet():
+            with suppress(OSError):
                 conn.send(json.dumps({"code": os.waitstatus_to_exitcode(status)}).encode())
-
-
-class _quiet:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, *_):
-        return kind is not None and issubclass(kind, OSError)
 
 
 # ----- in the forked child -----
 
 def _child(req: dict, fds: list, started: int) -> None:
-    """``fds``: the rank's stdout and stderr, or one descriptor for both."""
-    code = 1
+    """``fds``: the rank's stdout and stderr, or one descriptor for both. Ends the process (module docstring)."""
+    code, python_exit = 1, False
     try:
         os.setsid()
         os.close(started)
@@ -159,9 +158,12 @@ def _child(req: dict, fds: list, started: int) -> None:
         sys.stdout = sys.__stdout__ = _stream(1, unbuffered, "strict")
         sys.stderr = sys.__stderr__ = _stream(2, True, "backslashreplace")
         code = _run(req["argv"])
-        code = _finish(code)
+        python_exit = req["env"].get(EXIT_VAR) == "python" and code >= 0
+        code = code if python_exit else _finish(code)
     finally:
-        os._exit(code)
+        if not python_exit:
+            os._exit(code)
+    sys.exit(code)   # unwinds through serve(), which leaves the server's cleanup to the server
 
 
 def _title(argv: list) -> None:
@@ -187,17 +189,17 @@ def _run(argv: list) -> int:
             sys.argv = [argv[1], *argv[2:]]     # runpy puts the module's file in argv[0]
             sys.path[0] = os.getcwd()
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        elif argv[0] == "-c":
-            sys.argv = ["-c", *argv[2:]]
-            sys.path[0] = ""
-            main = types.ModuleType("__main__")
-            main.__builtins__ = builtins
-            sys.modules["__main__"] = main
-            exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+            return 0
+        # a script or -c: in a __main__ that lives until the process ends, as python's own does
+        main = sys.modules["__main__"] = types.ModuleType("__main__")
+        main.__builtins__ = builtins
+        if argv[0] == "-c":
+            sys.argv, sys.path[0], code = ["-c", *argv[2:]], "", compile(argv[1], "<string>", "exec")
         else:
-            sys.argv = list(argv)
-            sys.path[0] = os.path.dirname(os.path.realpath(argv[0]))
-            runpy.run_path(argv[0], run_name="__main__")
+            sys.argv, sys.path[0], main.__file__ = list(argv), os.path.dirname(os.path.realpath(argv[0])), argv[0]
+            with open(argv[0], "rb") as f:
+                code = compile(f.read(), argv[0], "exec")
+        exec(code, main.__dict__)
         return 0
     except SystemExit as e:
         return _exit_code(e.code)

@@ -15,6 +15,7 @@ Guarantees, because a stuck collective otherwise hangs a notebook forever:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -58,13 +59,12 @@ def reserve_port() -> socket.socket:
     return s
 
 
-def _reader(stream, rank, q, closed=None):
+def _reader(stream, rank, q, closed):
     """Forward lines of one pipe to the queue; cuts very long lines instead of buffering them. ``closed``: rank ->
     when its pipe closed (as its process ended), which tells the first rank to fail from one that followed."""
     for raw in iter(lambda: stream.readline(MAX_LINE), b""):
         q.put((rank, raw.decode("utf-8", "replace").rstrip("\r\n")))
-    if closed is not None:
-        closed[rank] = time.monotonic()
+    closed[rank] = time.monotonic()
     q.put((rank, None))
 
 
@@ -95,18 +95,12 @@ def _frozen(popen, family: list) -> list:
 
 
 def _signal(popen, family: list, sig) -> None:
-    proc.signal_all(family, sig)
-    _killpg(popen.pid, sig)
-    if sig != signal.SIGKILL:   # stopped by _frozen: they act on it once continued
-        proc.signal_all(family, signal.SIGCONT)
-        _killpg(popen.pid, signal.SIGCONT)
-
-
-def _killpg(pgid: int, sig) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """``sig`` to the family and its group, then SIGCONT (not needed after SIGKILL): stopped by _frozen, they act
+    on ``sig`` once continued."""
+    for each in (sig,) if sig == signal.SIGKILL else (sig, signal.SIGCONT):
+        proc.signal_all(family, each)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(popen.pid, each)
 
 
 def default_printer(rank: int, line: str) -> None:
@@ -133,11 +127,11 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     """
     _validate(style, torchrun_args)
     timeout, cutting = bounded(timeout)
-    if timeout <= 0:      # the enclosing check's deadline has passed: start nothing
-        return _cut(LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)], timed_out=True), cutting)
+    result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)], timed_out=timeout <= 0)
+    if result.timed_out:      # the enclosing check's deadline has passed: start nothing
+        return _cut(result, cutting)
     base = base_env(env)
     q: queue.Queue = queue.Queue()
-    result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)])
     procs: list[subprocess.Popen] = []
     popen = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                  start_new_session=True)
@@ -155,12 +149,11 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
             args = ["--standalone", f"--nproc_per_node={nprocs}", "--tee=3", f"--log-dir={log_dir.name}",
                     *torchrun_args]
             procs.append(_start_torchrun(args, script_args, base, popen, server))
-        _tell(on_start, procs)
+        for p in procs if on_start else ():
+            on_start(p.pid)
         closed: dict = {}
-        threads = [threading.Thread(target=_reader, args=(p.stdout, i, q, closed), daemon=True)
-                   for i, p in enumerate(procs)]
-        for t in threads:
-            t.start()
+        for i, p in enumerate(procs):
+            threading.Thread(target=_reader, args=(p.stdout, i, q, closed), daemon=True).start()
         _supervise(result, procs, q, start + timeout, grace, on_line, stop, closed)
     finally:
         for p in procs:
@@ -173,11 +166,6 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
         if log_dir is not None:
             log_dir.cleanup()
     return _cut(result, cutting)
-
-
-def _tell(on_start, procs) -> None:
-    for p in procs if on_start else ():
-        on_start(p.pid)
 
 
 def _validate(style: str, torchrun_args: Sequence[str]) -> None:
@@ -198,10 +186,8 @@ def _cut(result: LaunchResult, cutting: list) -> LaunchResult:
 def _start_rank(script_args, env: dict, popen: dict, server):
     """One srun-style rank: forked by the warm server if there is one (cold if it fails), else Popen."""
     if server is not None and not server.broken:
-        try:
+        with contextlib.suppress(OSError):   # the server says why it cannot: this rank and the next start cold
             return server.spawn(script_args, env, popen["cwd"])
-        except OSError:
-            pass   # the server says why it cannot: this rank and the next start cold
     return subprocess.Popen([sys.executable, *script_args], env=env, **popen)
 
 
@@ -210,11 +196,9 @@ def _start_torchrun(args: list, script_args, env: dict, popen: dict, server):
     rank is ``course_lib.core.warm_rank``, which has the server fork the rank (cold if the server cannot)."""
     if server is not None and not server.broken:
         from course_lib.core.warm_rank import SOCKET_VAR
-        try:
+        with contextlib.suppress(OSError):
             return server.spawn(["-m", "torch.distributed.run", *args, "-m", "course_lib.core.warm_rank",
                                  *script_args], {**env, SOCKET_VAR: server.path}, popen["cwd"])
-        except OSError:
-            pass
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args, *script_args], env=env, **popen)
 
 
@@ -247,7 +231,7 @@ def rejoin_tee(line: str, partial: dict, key=lambda rank: rank) -> list[tuple[in
     return whole
 
 
-def _supervise(result, procs, q, deadline, grace, on_line, stop=None, closed=None):
+def _supervise(result, procs, q, deadline, grace, on_line, stop, closed):
     open_streams = len(procs)
     stop_at = None   # set when a rank failed: the others get `grace` seconds
     while True:
@@ -281,7 +265,7 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop=None, closed=Non
         _torchrun_codes(result, procs[0])
 
 
-def _collect_exit_codes(result, procs, closed=None, final=False):
+def _collect_exit_codes(result, procs, closed, final=False):
     """Exit codes of the ranks that ended. The first to fail, of those seen failed in one look, is the one whose
     pipe closed first (``closed``), not the lowest rank: under load the supervisor looks late, and rank 1 that ran
     out of memory and rank 0 that lost its connection to it are both gone by then."""
@@ -293,9 +277,8 @@ def _collect_exit_codes(result, procs, closed=None, final=False):
             result.ranks[rank].returncode = code
     failed = _failed(result)
     # wait (a few ms) for the pipes of the failed ranks to close, unless this is the last look
-    if failed and result.failed_rank is None and (closed is None or final or all(r in closed for r in failed)):
-        when = closed or {}
-        result.failed_rank = min(failed, key=lambda r: (when.get(r, float("inf")), r))
+    if failed and result.failed_rank is None and (final or all(r in closed for r in failed)):
+        result.failed_rank = min(failed, key=lambda r: (closed.get(r, float("inf")), r))
 
 
 def _failed(result) -> list[int]:

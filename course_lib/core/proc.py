@@ -47,7 +47,7 @@ def freeze(roots: Iterable, group: int | None = None, tries: int = 50) -> list[p
                 os.killpg(group, signal.SIGSTOP)
         signal_all(new, signal.SIGSTOP)
         _stopped(new)
-        new = [c for pid, c in _below(family).items() if pid not in family]
+        new = [c for pid, c in below(family).items() if pid not in family]
         if not new:
             break
         family.update((c.pid, c) for c in new)
@@ -68,11 +68,11 @@ def _stopped(procs: list, timeout: float = 2.0) -> None:
             time.sleep(0.001)
 
 
-def _below(pids) -> dict[int, psutil.Process]:
+def below(pids, procs=None) -> dict[int, psutil.Process]:
     """Every process below ``pids``, from one look at all parent links (not one per pid: a family can be
-    thousands)."""
+    thousands): those of ``procs`` (psutil processes whose ``.info`` has "ppid"), or of every process now."""
     children: dict[int, list] = {}
-    for p in psutil.process_iter(["ppid"]):
+    for p in psutil.process_iter(["ppid"]) if procs is None else procs:
         children.setdefault(p.info["ppid"], []).append(p)
     found, todo = {}, list(pids)
     while todo:

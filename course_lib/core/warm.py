@@ -119,12 +119,10 @@ class WarmProcess:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        end = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            self._read(left)
+        if self.returncode is None:
+            self._read(timeout)   # one message: the exit code, or the server's end
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
         return self.returncode
 
 
@@ -158,9 +156,6 @@ class Server:
     def starts_like(self, env: dict) -> bool:
         """A process with ``env`` would import torch as this server did (the same IMPORT_TIME variables)."""
         return _import_env(env) == _import_env(self.env)
-
-    def usable(self, env: dict, argv) -> bool:
-        return supported(argv) and self.starts_like(env) and self.ready()
 
     def alive(self) -> bool:
         """Running, and its socket still there once it listens (a test or sandbox may have removed TMPDIR)."""
@@ -220,7 +215,7 @@ def session(env: dict | None = None, preload=()):
         if server is not None:
             with _lock:
                 _active = None
-            _put_idle(server)
+            keep(server)
 
 
 def _take_idle(env: dict, preload: tuple) -> Server | None:
@@ -233,8 +228,9 @@ def _take_idle(env: dict, preload: tuple) -> Server | None:
     return None
 
 
-def _put_idle(server: Server) -> None:
-    """Keep the server for the next session (ended after ``_keep_s()`` idle seconds), or end it now."""
+def keep(server: Server) -> None:
+    """Keep the server (a session's, or a launch's own) for the next session (ended after ``_keep_s()`` idle
+    seconds), or end it now."""
     keep = _keep_s()
     if keep <= 0 or not server.alive():
         server.close()
@@ -275,18 +271,12 @@ def for_launch(warm: bool | None, base: dict, argv) -> tuple[Server | None, bool
     server, else a new one) and hands it on (``keep``); none for False or COURSE_WARM=0."""
     if warm is False or not enabled() or not supported(argv):
         return None, False
-    server, own = _active, False
-    if server is None and warm:
+    server, own = _active, _active is None and bool(warm)
+    if own:
         with _lock:
-            server = _take_idle(base, ())
-        server, own = server or Server(base), True
-    if server is not None and server.usable(base, argv):
+            server = _take_idle(base, ()) or Server(base)
+    if server is not None and server.starts_like(base) and server.ready():
         return server, own
     if own:
         server.close()
     return None, False
-
-
-def keep(server: Server) -> None:
-    """A launch's own server, after the launch: kept for the next one, as a session's is (``_put_idle``)."""
-    _put_idle(server)

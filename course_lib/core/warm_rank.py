@@ -11,6 +11,7 @@ fork, it becomes the rank itself (exec of a fresh ``python -u ARGS``, what torch
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -36,10 +37,8 @@ def main(argv: list[str]) -> int:
         os.execv(sys.executable, [sys.executable, "-u", *argv])   # no server: the cold rank, as torchrun does
 
     def forward(sig, _frame):
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pid, sig)
-        except OSError:
-            pass
 
     for sig in FORWARDED:
         signal.signal(sig, forward)

@@ -15,6 +15,7 @@ In order of preference, the first this machine allows:
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -156,10 +157,8 @@ class Cgroups:
             files.update({"memory.max": str(limits.memory_mb * 2**20)})
         if _mkdir_with(parent / name, files):
             self.dirs.append(parent / name)
-            try:
+            with contextlib.suppress(OSError):
                 (parent / name / "memory.swap.max").write_text("0")   # a hog must not swap its way on
-            except OSError:
-                pass
         return bool(self.dirs)
 
     def _v1(self, host: Host, name: str, limits) -> bool:

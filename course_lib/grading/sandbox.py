@@ -19,6 +19,7 @@ whatever that user can outside the copy. Grade as an unprivileged user, or in a 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -162,10 +163,8 @@ class _Check:
     def kill(self) -> None:
         """Stop the check at once (Ctrl-C in the grader)."""
         self.stopped.set()
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def wait(self) -> tuple[bool, int]:
         """Wait for the worker until the deadline: (timed out, processes left running when it ended)."""

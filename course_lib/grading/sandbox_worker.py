@@ -22,12 +22,8 @@ from course_lib.grading.sandbox import CGROUPS_VAR
 
 def _processes_of(uid: int) -> int:
     """How many processes ``uid`` has now, zombies included (RLIMIT_NPROC counts them too)."""
-    n = 0
-    for p in psutil.process_iter(["uids"], ad_value=None):
-        uids = p.info["uids"]
-        if uids is not None and uids.real == uid:
-            n += 1
-    return n
+    return sum(1 for p in psutil.process_iter(["uids"], ad_value=None)
+               if p.info["uids"] is not None and p.info["uids"].real == uid)
 
 
 def _enter_limits(max_processes: int, max_file_mb: int) -> None:

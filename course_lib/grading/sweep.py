@@ -3,7 +3,7 @@
 A check's processes are found three ways, since each alone misses some: they carry the check's token in
 their environment, or work in its folder (one that cleared its environment), or descend from one of them
 or from the check's worker (found through parent links, whatever session or process group they joined).
-Where the check has cgroups, their members are added.
+Where the check has cgroups, their members are added, with what descends from them.
 """
 from __future__ import annotations
 
@@ -23,39 +23,12 @@ def _marked(p: psutil.Process, token: str, folder: str) -> bool:
 
 
 def scan(token: str, roots: set[int], folder: str = "\0") -> dict[int, psutil.Process]:
-    """Live processes that carry ``token`` in their environment, work in ``folder`` or descend from ``roots``
-    (the roots themselves are not included)."""
-    me = os.getpid()
-    every: dict[int, psutil.Process] = {}
-    children: dict[int, list[int]] = {}
-    found = set()
-    for p in proc.live(("ppid", "environ", "cwd")):
-        if p.pid == me:
-            continue
-        every[p.pid] = p
-        children.setdefault(p.info["ppid"], []).append(p.pid)
-        if _marked(p, token, folder):
-            found.add(p.pid)
-    todo = list(found | roots)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
+    """Live processes that carry ``token`` in their environment, work in ``folder``, are one of ``roots`` or
+    descend from one of those (this process left out)."""
+    every = {p.pid: p for p in proc.live(("ppid", "environ", "cwd")) if p.pid != os.getpid()}
+    found = {pid for pid, p in every.items() if pid in roots or _marked(p, token, folder)}
+    found |= proc.below(found, every.values()).keys()
     return {pid: every[pid] for pid in found}
-
-
-def _members(cgroups) -> dict[int, psutil.Process]:
-    """The live members of the check's cgroups (none where it has none)."""
-    found = {}
-    for pid in cgroups.pids() - {os.getpid()}:
-        try:
-            p = psutil.Process(pid)
-            if p.status() != psutil.STATUS_ZOMBIE:
-                found[pid] = p
-        except psutil.Error:
-            pass
-    return found
 
 
 def sweep(token: str, roots: set[int], cgroups, folder: str = "\0", rounds: int = 20, grace: float = 0.0) -> int:
@@ -68,7 +41,7 @@ def sweep(token: str, roots: set[int], cgroups, folder: str = "\0", rounds: int 
     seen: set[int] = set()
     found_alive = 0
     for n in range(rounds):
-        live = {**scan(token, roots | seen, folder), **_members(cgroups)}
+        live = scan(token, roots | seen | cgroups.pids(), folder)   # the cgroups' members and their children
         if n == 0 and grace and live:
             still = set(proc.wait_gone(live.values(), grace))
             live = {pid: p for pid, p in live.items() if pid in still}

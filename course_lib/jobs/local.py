@@ -74,13 +74,9 @@ class LocalJob(Job):
             if state in ("PENDING", "RUNNING"):
                 return ("FAILED", f"the local runner exited ({self.proc.returncode}) without an end state; "
                         "see runner.log", None)
-        if state not in ("PENDING", "RUNNING"):
-            self._reap()
+        if state not in ("PENDING", "RUNNING"):   # written just before the runner exits: a caller told
+            self._wait_or_kill()                    # "COMPLETED" must find it gone
         return state, info.get("reason", ""), info.get("exit_code")
-
-    def _reap(self) -> None:
-        # the runner writes its end state just before it exits: a caller told "COMPLETED" must find it gone
-        self._wait_or_kill()
 
     def _wait_or_kill(self) -> list | None:
         """Give the runner 30 s to exit; then KILL it and everything below it. The killed tree, or None."""
@@ -115,19 +111,15 @@ def kill_recorded(run_dir: Path) -> None:
     except (OSError, ValueError):
         return
     for pid in alive(pids):
-        if _cwd(pid) != str(run_dir):   # pids get reused: only a rank still running in this job's folder
+        try:   # pids get reused: only a rank still running in this job's folder
+            if psutil.Process(pid).cwd() != str(run_dir):
+                continue
+        except psutil.Error:
             continue
         tree = freeze([pid], group=pid)   # first: a child that left the rank's group is still in its tree
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)   # each rank leads its own group: an orphan of the tree is in it
         signal_all(tree, signal.SIGKILL)
-
-
-def _cwd(pid: int) -> str | None:
-    try:
-        return psutil.Process(pid).cwd()
-    except psutil.Error:
-        return None
 
 
 def _with_course_on_path(pythonpath: str | None) -> str:

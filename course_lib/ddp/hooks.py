@@ -200,10 +200,8 @@ def _caller_where(rec: Recorder) -> dict | None:
     frame = sys._getframe(1)
     while frame is not None and not rec.is_learner_file(frame.f_code.co_filename):
         frame = frame.f_back
-    if frame is None:
-        return None
-    code = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    return {"file": frame.f_code.co_filename, "line": frame.f_lineno, "code": code}
+    return None if frame is None else {"file": frame.f_code.co_filename, "line": frame.f_lineno,
+                                       "code": linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()}
 
 
 def install_training(rec: Recorder):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from course_lib.ddp.cluster import layout_text
 from course_lib.ddp.failures import describe_failure
-from course_lib.ddp.messages import ENV_HELP, first
+from course_lib.ddp.messages import ENV_HELP, cut, first
 from course_lib.ddp.runs import Run, works
 from course_lib.ddp.steps import step1
 
@@ -28,8 +28,7 @@ def _why_not(run: Run, script: Path, primary: Run | None, failure) -> str:
     """One line on why a launch style did not work."""
     f = failure if run is primary and failure is not None else describe_failure(run, script)
     if f is not None:   # its first line: who, what (first sentence) and where
-        line = f.message.splitlines()[0]
-        return line if len(line) <= 300 else line[:297] + "..."
+        return cut(f.message.splitlines()[0], 300)
     ok1 = step1(run)
     why = first(ok1[1], 300) if ok1 and not ok1[0] else "the ranks did not form one group"
     return f"{why}" + (" (see Step 1)" if run is primary else "")

@@ -27,7 +27,11 @@ def first(text: str, limit: int = 220) -> str:
     """The first sentence of a (long, library-made) error message."""
     text = re.sub(r"\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", text.strip().splitlines()[0] if text.strip() else "")
     m = re.match(r"(.{20,}?[.!])(\s|$)", text)
-    text = m.group(1) if m else text
+    return cut(m.group(1) if m else text, limit)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters ending in "..." when it is longer."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -41,10 +41,9 @@ def _group_formed(run: Run, g: list):
 
 def _no_group(run: Run):
     """Some rank never got a group: it never asked, asked for the wrong thing, or init failed."""
-    recs = [run.rec(r) for r in range(run.nprocs)]
-    requested = [rec["init"][-1]["requested"] if rec.get("init") else None for rec in recs]
+    requested = _requested(run)
     if not any(requested):
-        return _never_asked(run, recs)
+        return _never_asked(run, [run.rec(r) for r in range(run.nprocs)])
     verdict = _asked_wrong(run, requested) or _init_failed(run, requested)
     if verdict is None and all(run.exited_normally(r) for r in range(run.nprocs)):
         return False, f"not every rank joined the process group (asked for: {_asked(requested)})"
@@ -73,9 +72,14 @@ def asked_wrong(run: Run | None):
     """A world size or ranks that the ranks of ``run`` asked init_process_group for and that do not fit the launch;
     None where they fit or none asked. A rank that did not get as far as asking (it crashed before init, or was
     stopped when another did) is left out: what the others asked is still theirs."""
-    recs = [run.rec(r) for r in range(run.nprocs)] if run is not None else []
-    requested = [rec["init"][-1]["requested"] if rec.get("init") else None for rec in recs]
+    requested = _requested(run) if run is not None else []
     return _asked_wrong(run, requested) if any(requested) else None
+
+
+def _requested(run: Run) -> list:
+    """What each rank asked init_process_group for (at its last call); None for a rank that did not ask."""
+    recs = [run.rec(r) for r in range(run.nprocs)]
+    return [rec["init"][-1]["requested"] if rec.get("init") else None for rec in recs]
 
 
 def _asked_wrong(run: Run, requested: list):

@@ -209,11 +209,14 @@ def wrap(c, variant, model, cap):
         raise
 
 
-def params_differ(c, ddp_model, ref):
-    """Names of the parameters of the learner's model that differ from the single-process run's."""
+def params_differ(c, ddp_model, ref, buffers=False):
+    """Names of the parameters (with ``buffers``, and "the buffer NAME" of the buffers) of the learner's model that
+    differ from ``ref``'s."""
     import torch
-    return [n for (n, p), q in zip(ddp_model.named_parameters(), ref.parameters())
-            if not torch.allclose(p.detach(), q.detach(), rtol=0, atol=ATOL)]
+    pairs = [(n, p, q) for (n, p), q in zip(ddp_model.named_parameters(), ref.parameters())]
+    if buffers:
+        pairs += [(f"the buffer {n}", b, q) for (n, b), q in zip(ddp_model.named_buffers(), ref.buffers())]
+    return [n for n, p, q in pairs if not torch.allclose(p.detach(), q.detach(), rtol=0, atol=ATOL)]
 
 
 def update_ratio(before, after, ref_before, ref_after):
@@ -271,9 +274,7 @@ def train(c, variant, kind, cap):
 
 
 def _broadcast_problem(c, variant, kind, model, ref):
-    import torch
-    wrong = params_differ(c, model, ref) + [f"the buffer {n}" for (n, b), q in zip(model.named_buffers(), ref.buffers())
-                                            if not torch.allclose(b, q, rtol=0, atol=ATOL)]
+    wrong = params_differ(c, model, ref, buffers=True)
     if not wrong or c.r == 0:
         return None
     differ = "differs" if len(wrong) == 1 else "differ"

@@ -16,8 +16,9 @@ subset of the data. From the records, one verdict per step:
 6. launch: which launch styles work (srun's SLURM_* variables, torchrun's RANK/...), a clean shutdown;
    a script for one launcher passes under the launcher it reads (``strict_launchers=True``: both required)
 
-The extra ranks run as that many nodes of one rank each, and two short launches simulate a cluster on CPU
-(``cluster``): 2 nodes x 2 GPUs that record each rank's device (Step 4), and ``srun torchrun`` (Step 1).
+The extra ranks run as that many nodes of one rank each, and three short launches simulate a cluster on CPU
+(``cluster``): 2 nodes x 2 GPUs that record each rank's device (Step 4), ``srun torchrun``, and torchrun on 2 nodes
+of 2 ranks, where LOCAL_RANK and LOCAL_WORLD_SIZE are not RANK and WORLD_SIZE (Step 1).
 
 A crash, a deadlock or a syntax error gets a verdict at the step it stops, naming the rank, where it
 was in the learner's file and the last lines it printed; every process is gone when ``check`` returns.
@@ -62,8 +63,8 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
     with that many ranks (None: no). A repeated call on an unchanged file returns the cached verdicts
     (``cache=False``: run again). ``strict_launchers``: Step 6 requires every launch style in ``styles`` to work
     (default: a script written for one launcher passes under the launcher it reads). ``simulate``: also the
-    launches that simulate 2 nodes x 2 GPUs and ``srun torchrun`` (``cluster``; the extra ranks always run as
-    that many nodes).
+    launches that simulate 2 nodes x 2 GPUs, ``srun torchrun`` and torchrun on 2 nodes (``cluster``; the extra
+    ranks always run as that many nodes).
     """
     script = Path(path).resolve()
     key = None
@@ -147,7 +148,8 @@ def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks,
     primary = next((runs[s] for s in runs if works(runs[s])), None)
     # the simulated launches ran with the first style, which usually works; else again with the one that did
     style = primary.style if primary is not None else styles[0]
-    sims = {"srun-torchrun": done.get((cluster.SRUN_TORCHRUN, "torchrun", 2))}
+    sims = {"srun-torchrun": done.get((cluster.SRUN_TORCHRUN, "torchrun", 2)),
+            "torchrun-nodes": done.get((cluster.TORCHRUN_NODES, "torchrun", GPU_RANKS))}
     wanted = ([(cluster.nodes(more_ranks), more_ranks)] if more_ranks and more_ranks != 2 else []) + (
         [(cluster.GPUS, GPU_RANKS)] if simulate else [])
     for sim, n in wanted:
@@ -161,14 +163,14 @@ def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks,
 
 def _jobs(styles: tuple, more_ranks, simulate: bool) -> list:
     """The launches to start at once: 2 ranks under each style, the extra ranks as that many nodes, and (``simulate``)
-    the GPU layout and ``srun torchrun``."""
+    the GPU layout, ``srun torchrun`` and torchrun on 2 nodes."""
     jobs = [(cluster.PLAIN, style, 2) for style in styles]
     if more_ranks and more_ranks != 2:
         jobs.append((cluster.nodes(more_ranks), styles[0], more_ranks))
     if simulate:
         jobs.append((cluster.GPUS, styles[0], GPU_RANKS))
         if "torchrun" in styles:
-            jobs.append((cluster.SRUN_TORCHRUN, "torchrun", 2))
+            jobs += [(cluster.SRUN_TORCHRUN, "torchrun", 2), (cluster.TORCHRUN_NODES, "torchrun", GPU_RANKS)]
     return jobs
 
 
@@ -182,9 +184,10 @@ def judge(report: Report, spec, seen: Seen, general: list) -> None:
         m = step1(more)
         if m and not m[0]:
             judged[1] = (False, f"with {more.nprocs} ranks: {m[1]}")
-    wrong = asked_wrong(sims.get("gpus"))   # what only a second node with GPUs shows (world size = GPU count)
-    if wrong and judged[1] and judged[1][0]:
-        judged[1] = (False, f"on {cluster.layout_text(sims['gpus'])}: {wrong[1]}")
+    for name in ("gpus", "torchrun-nodes"):   # what only a second node shows (world size = GPU count, LOCAL_*)
+        wrong = asked_wrong(sims.get(name))
+        if wrong and judged[1] and judged[1][0]:
+            judged[1] = (False, f"on {cluster.layout_text(sims[name])}: {wrong[1]}")
     _cluster_verdicts(judged, runs, primary, more, sims)
     failed = next((s for s in (1, 2) if judged[s] and not judged[s][0]), None)
     note = cluster.not_followed(sims.get("gpus"), script, fix_first=failed)

@@ -35,7 +35,7 @@ ONE_TASK_STEP = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "1",
 
 @dataclass(frozen=True)
 class Sim:
-    name: str                      # "nodes", "gpus", "srun-torchrun"; "" for a plain launch
+    name: str                      # "nodes", "gpus", "srun-torchrun", "torchrun-nodes"; "" for a plain launch
     layout: tuple | None = None    # (nodes, ranks per node)
     gpus: int = 0                  # simulated GPUs per node
     env: dict = field(default_factory=dict, hash=False, compare=False)
@@ -51,6 +51,9 @@ def nodes(n: int) -> Sim:
 
 GPUS = Sim("gpus", layout=(GPU_NODES, GPU_PER_NODE), gpus=GPU_PER_NODE, stop_at_forward=True)
 SRUN_TORCHRUN = Sim("srun-torchrun", env=ONE_TASK_STEP, stop_at_forward=True)
+# torchrun on 2 nodes of 2 ranks: LOCAL_RANK and LOCAL_WORLD_SIZE differ from RANK and WORLD_SIZE (on one node they
+# are equal)
+TORCHRUN_NODES = Sim("torchrun-nodes", layout=(GPU_NODES, GPU_PER_NODE), stop_at_forward=True)
 
 
 def launch_all(jobs: list, script: Path, root: Path, data: Path, timeout: float, echo: bool, stall) -> dict:

@@ -101,6 +101,20 @@ CASES = [
                                       r"but they asked init_process_group for world_size=2 \(one node's worth: "
                                       r"torch.cuda.device_count\(\) counts"),
                    "Step 4": ("pass", r"Fix Step 1 first")}),
+    Faulty("world_size_from_local_world_size", options=SRUN_TORCHRUN,
+           why="under torchrun the world size taken from LOCAL_WORLD_SIZE: the same as WORLD_SIZE on one node, but on "
+               "2 nodes of 2 ranks each rank asks for a world of 2 where the job has 4",
+           edits=[('int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])',
+                   'int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])')],
+           expect={"Step 1": ("fail", r"on 2 simulated nodes of 2 ranks each .*: 4 processes were started, but they "
+                                      r"asked init_process_group for world_size=2 \(one node's worth: .*LOCAL_WORLD_SIZE")}),
+    Faulty("rank_from_local_rank_torchrun", options=SRUN_TORCHRUN,
+           why="under torchrun the rank taken from LOCAL_RANK: the same as RANK on one node, but on 2 nodes two ranks "
+               "ask for each of ranks 0 and 1",
+           edits=[('return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])',
+                   'return int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_RANK"])')],
+           expect={"Step 1": ("fail", r"on 2 simulated nodes of 2 ranks each .*asked for ranks \[0, 1, 0, 1\]: each must "
+                                      r"have its own rank 0..3")}),
     Faulty("init_method_localhost", options=NODES,
            why="init_process_group given tcp://localhost: one node only",
            edits=[(INIT, INIT + "                            init_method=f\"tcp://localhost:{os.environ['MASTER_PORT']}\",\n")],

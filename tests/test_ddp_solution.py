@@ -159,12 +159,12 @@ def test_solution_shuts_down_cleanly_20_times(tmp_path):
     # 20 real 2-rank runs, judged one by one. Their ranks are forked from a server that imported torch once (a cold
     # start costs 2.5x the CPU of the whole run) and leave the way `python script.py` does, where the abort happens
     # (COURSE_WARM_EXIT=python: course_lib.core.forkserver).
-    args = [str(SOLUTION), "--dataset", "digits", "--epochs", "1", "--dry-run", "--test-batch-size", "400"]
+    args = ["--dataset", "digits", "--epochs", "1", "--dry-run", "--test-batch-size", "400"]
     failures = []
     with warm.session({EXIT_VAR: "python"}, warm.DDP_IMPORTS) as server:
         assert server is not None and server.ready(), "no warm server: the runs would not be the ones meant here"
         for run in range(20):
-            res, out = _run(SOLUTION, 2, args[1:], tmp_path, env={EXIT_VAR: "python"}, timeout=120)
+            res, out = _run(SOLUTION, 2, args, tmp_path, env={EXIT_VAR: "python"}, timeout=120)
             if not res.ok or "terminate called" in out:
                 failures.append(f"run {run}: {res.summary()}\n{out[-1500:]}")
     assert not failures, "\n".join(failures)
@@ -200,6 +200,8 @@ def test_a_warm_rank_leaves_through_the_interpreters_teardown_only_when_asked(tm
     else:
         assert res.timed_out and res.ranks[0].returncode == 0 and res.ranks[1].returncode is None, res.summary()
         assert "terminate called" not in res.output(0), res.summary()
+
+
 def _params(path):
     import torch
     return torch.load(path, weights_only=True)

@@ -74,8 +74,9 @@ class LocalJob(Job):
             if state in ("PENDING", "RUNNING"):
                 return ("FAILED", f"the local runner exited ({self.proc.returncode}) without an end state; "
                         "see runner.log", None)
-        if state not in ("PENDING", "RUNNING"):   # written just before the runner exits: a caller told
-            self._wait_or_kill()                    # "COMPLETED" must find it gone
+        if state not in ("PENDING", "RUNNING"):
+            # the runner writes its end state just before it exits: a caller told "COMPLETED" must find it gone
+            self._wait_or_kill()
         return state, info.get("reason", ""), info.get("exit_code")
 
     def _wait_or_kill(self) -> list | None:

@@ -6,6 +6,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import PYTHON, ROOT, live_processes
 
@@ -359,11 +360,14 @@ def test_local_cancel_kills_a_runner_that_does_not_answer_and_all_below_it(local
         time.sleep(0.2)
     pids = [int(p) for p in (job.run_dir / "pids").read_text().split()]
     assert len(pids) == 2 and all(_alive(p) for p in pids), job.log()
+    servers = [p.cwd() for p in psutil.Process(job.proc.pid).children() if "forkserver" in " ".join(p.cmdline())]
+    assert len(servers) == 1 and os.path.isdir(servers[0]), servers   # the ranks' fork server, in its socket folder
     os.kill(job.proc.pid, signal.SIGSTOP)
     job.cancel()
     assert job.state == "CANCELLED" and "runner killed" in job.reason, (job.state, job.reason)
     assert not any(_alive(p) for p in pids) and job.proc.poll() is not None
     assert live_processes(marker) == []
+    assert not os.path.exists(servers[0]), f"the killed server's folder {servers[0]} is left behind"
 
 
 @pytest.mark.slow   # a multi-process run: make test, not test-fast

@@ -53,6 +53,7 @@ SOCKET_PATH_MAX = 107     # bytes of a Unix socket's path (sun_path holds 108 wi
 # (1.5-2 s of CPU per rank on this machine's cores)
 DDP_IMPORTS = ("torch._dynamo",)
 KEEP_DEFAULT = 120.0     # seconds an idle server waits for the next session (COURSE_WARM_KEEP)
+SERVE = "import os; from course_lib.core.forkserver import serve; os._exit(serve())"
 MAX_IDLE = 4             # idle servers kept at most (one per kind of check: a few hundred MB each)
 _active: Server | None = None
 _idle: list[Server] = []
@@ -140,8 +141,7 @@ class Server:
         # os._exit: an orderly shutdown of an interpreter with torch loaded takes most of a second, and the
         # check waits for the server to be gone (it has flushed all it says)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "import os; from course_lib.core.forkserver import serve; os._exit(serve())",
-             self.path, *preload],
+            [sys.executable, "-c", SERVE, self.path, *preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.dir,
             env=self.env, start_new_session=True)
 
@@ -263,6 +263,19 @@ def close_idle() -> None:
         _idle.clear()
     for server in servers:
         server.close()
+
+
+def socket_dirs(procs) -> list[str]:
+    """The folders of the fork servers among ``procs`` (psutil processes, read while they live). A server removes its
+    own on the way out; one killed outright cannot: its killer removes them after the kill."""
+    dirs = []
+    for p in procs:
+        with contextlib.suppress(Exception):   # psutil.Error: gone, or not ours to read
+            argv = p.cmdline()
+            folder = os.path.dirname(argv[argv.index(SERVE) + 1])
+            if os.path.basename(folder).startswith("course-warm-"):
+                dirs.append(folder)
+    return dirs
 
 
 def for_launch(warm: bool | None, base: dict, argv) -> tuple[Server | None, bool]:

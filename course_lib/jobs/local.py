@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,9 +86,14 @@ class LocalJob(Job):
             self.proc.wait(30)
             return None
         except subprocess.TimeoutExpired:
+            from course_lib.core.warm import socket_dirs
+
             tree = freeze([self.proc.pid])   # stopped, then read: nothing it starts meanwhile escapes (proc.freeze)
+            servers = socket_dirs(tree)      # a killed fork server cannot remove its socket's folder
             signal_all(tree, signal.SIGKILL)
             self.proc.wait(10)
+            for folder in servers:
+                shutil.rmtree(folder, ignore_errors=True)
             return tree
 
     def _cancel(self) -> None:

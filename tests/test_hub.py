@@ -707,7 +707,9 @@ def test_terminal_finds_course(hub):
     term = hs.server_api(hub, name, "terminals", token, "POST")
     try:
         said = _terminal_says(f"ws://127.0.0.1:{hub.port}/user/{name}/terminals/websocket/{term['name']}", token,
-                              "command -v course; echo PATH=$PATH")
+                              "command -v course; echo PATH=$PATH; echo WAIT=$OMP_WAIT_POLICY")
     finally:
         hs.server_api(hub, name, f"terminals/{term['name']}", token, "DELETE")
     assert f"{hs.HUB_PREFIX}/venv/bin/course" in said, said[-2000:]
+    # set for the hub (here by conftest), so for the learners' servers and what they start (env_keep)
+    assert f"WAIT={os.environ['OMP_WAIT_POLICY']}" in said, said[-2000:]

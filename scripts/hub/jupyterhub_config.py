@@ -130,7 +130,8 @@ c.Spawner.default_url = "/lab"
 c.Spawner.environment = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
                          "JUPYTERHUB_ACTIVITY_INTERVAL": os.environ.get("COURSE_HUB_ACTIVITY_INTERVAL", "60")}
 # (not COURSE_RUNS_DIR: one folder for every learner's runs; each learner's are in their own workspace)
+# OMP_WAIT_POLICY: a shared node's choice; PASSIVE makes OpenMP's idle threads sleep, not spin on a core (OpenMP spec)
 c.Spawner.env_keep = ["LANG", "LC_ALL", "COURSE_QUICK", "COURSE_ENGINE", "COURSE_SITE", "COURSE_CHECKS", "COURSE_RUNS",
-                      "SLURM_CONF"]
+                      "SLURM_CONF", "OMP_WAIT_POLICY"]
 c.Spawner.http_timeout = 120     # a first login copies the workspace and imports JupyterLab on a busy node
 c.Spawner.start_timeout = 120

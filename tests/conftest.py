@@ -5,6 +5,7 @@ import sys
 import time
 from pathlib import Path
 
+import cpu_time
 import pytest
 from stall_dump import pytest_runtest_call, pytest_terminal_summary  # noqa: F401 - a stalled test keeps its evidence
 
@@ -177,6 +178,10 @@ def keep_slurm_logs(directory: Path, out: Path) -> None:
     for log in [*(directory / "log").glob("*.log"), directory / "log" / "jobcomp.txt"]:
         if log.is_file():
             shutil.copyfile(log, out / log.name)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(cpu_time, "course_cpu_time")   # each test's CPU time, printed at the end
 
 
 @pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook, which reads the marks into the node ids

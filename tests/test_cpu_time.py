@@ -17,6 +17,7 @@ def test_sleeps():
 """
 
 
+@pytest.mark.slow   # a pytest run of its own: make test, not test-fast
 def test_a_childs_cpu_counts_for_its_test_and_a_sleep_for_nothing(tmp_path):
     if not os.access(cpu_time.MOUNT, os.W_OK):
         pytest.skip(f"cpu_time {cpu_time._why_not or 'cannot measure here'}")

@@ -270,7 +270,7 @@ def socket_dirs(procs) -> list[str]:
     own on the way out; one killed outright cannot: its killer removes them after the kill."""
     dirs = []
     for p in procs:
-        with contextlib.suppress(Exception):   # psutil.Error: gone, or not ours to read
+        with contextlib.suppress(Exception):   # psutil.Error (gone, not ours to read); ValueError: not a server
             argv = p.cmdline()
             folder = os.path.dirname(argv[argv.index(SERVE) + 1])
             if os.path.basename(folder).startswith("course-warm-"):

@@ -135,6 +135,7 @@ def check(items, out: Path, scale: float = 1.0, budget: float | None = None, req
     from course_lib.selftest.items import plan_seconds
     from course_lib.selftest.probe import probe
 
+    out = Path(out).resolve()   # the items' folders: a child started elsewhere (the warm server) finds them
     started, start = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.monotonic()
     machine = probe()
     print(f"GPU self-check: {machine.summary()}; plan ~{plan_seconds(items, machine):.0f} s (estimates for one H100)"

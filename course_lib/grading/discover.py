@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from course_lib import registry
+from course_lib.grading.starters import NOT_STARTED, is_starter
 from course_lib.registry import EXERCISES
 
 JUNK = {"__MACOSX", ".DS_Store", "Thumbs.db", "desktop.ini", ".git", ".ipynb_checkpoints", "__pycache__"}
@@ -108,7 +109,14 @@ def locate(folder: Path, exercise: str, files=None) -> Found:
     note = f"`{rel}`" + ("" if how == "at its place" else f" ({how})")
     if len(ranked) > 1:
         note += "; also there, not graded: " + ", ".join(f"`{r[1]}`" for r in ranked[1:4])
-    return _usable(Found(path=path, seen=path, note=note), folder, rel)
+    return _started(_usable(Found(path=path, seen=path, note=note), folder, rel), exercise)
+
+
+def _started(found: Found, exercise: str) -> Found:
+    """A released starter, unchanged, is not run: the learner did nothing that earns a mark (grading.starters)."""
+    if found.path is not None and is_starter(found.path, exercise):
+        found.problem, found.path = ("fail", NOT_STARTED), None
+    return found
 
 
 def _usable(found: Found, folder: Path, rel) -> Found:
@@ -247,8 +255,8 @@ def _file_learner(path: Path, exercises: list[str], name: str) -> Learner:
         learner.notes.append(f"{where}, graded as {exercise} (by {how})")
     for ex in exercises:
         if ex == exercise:
-            learner.found[ex] = _usable(Found(path=path, seen=path, note=f"`{path.name}` (a single file)"),
-                                        path.parent, path.name)
+            learner.found[ex] = _started(_usable(Found(path=path, seen=path, note=f"`{path.name}` (a single file)"),
+                                                 path.parent, path.name), ex)
         else:
             learner.found[ex] = Found(problem=("missing", f"not handed in (only the single file {path.name})"))
     return learner

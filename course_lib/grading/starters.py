@@ -1,0 +1,53 @@
+"""An exercise nobody started: a learner's file that is a released starter, unchanged, scores 0 without a run.
+
+A starter runs (a learner starts from something that works), so a checker can find items that the starter's own
+code earns: the sbatch starter's one-rank job passes "ranks", and three learners who never opened the file got
+3/7. Grades are for the learner's work, so a file that is a starter (line endings, trailing blanks and blank
+lines at the end aside) is not run: every item fails with "not started". The starters are the course's
+exercises/ as shipped and, where solutions/ can be read (an instructor grading), the harder ones that
+``course release --no-hints`` writes from it.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from course_lib.core.paths import course_root
+from course_lib.registry import EXERCISES
+
+NOT_STARTED = ("not started: the file is the released starter, unchanged (nothing of it is the learner's work, "
+               "so it is not run and every item scores 0)")
+
+
+def normalised(text: str) -> str:
+    """What an unchanged starter still is after an editor saved it: no CR, no trailing blanks, one final newline."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    return "\n".join(lines).strip("\n")
+
+
+@lru_cache(maxsize=None)
+def starters(exercise: str) -> frozenset[str]:
+    """The normalised texts of ``exercise``'s starters that this user can read (none: an empty set)."""
+    from course_lib.instructor.release import MarkerError, exercise_view
+
+    ex, root = EXERCISES[exercise], course_root()
+    texts = set()
+    try:
+        texts.add(normalised((root / "exercises" / ex.file).read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError):
+        pass
+    try:
+        source = (root / "solutions" / ex.file).read_text(encoding="utf-8")
+        texts.update(normalised(exercise_view(source, ex.file, hints=hints)) for hints in (True, False))
+    except (OSError, UnicodeDecodeError, MarkerError):   # solutions withheld from this user: exercises/ only
+        pass
+    return frozenset(texts)
+
+
+def is_starter(path: Path, exercise: str) -> bool:
+    """Whether the file at ``path`` is one of ``exercise``'s starters, unchanged."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return normalised(text) in starters(exercise)

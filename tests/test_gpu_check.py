@@ -92,10 +92,9 @@ def test_a_cpu_machine_can_run_nothing_and_says_why():
 
 def test_one_gpu_runs_all_but_the_multi_gpu_items():
     reasons = not_possible(machine(1))
-    assert set(reasons) == {"check-ddp-gpu", "nccl-algo", "tp-nccl", "ddp-nccl", "allreduce-nccl"}
+    assert set(reasons) == {"check-ddp-gpu", "nccl-algo", "tp-nccl", "allreduce-nccl"}
     assert all(why.startswith("1 GPU(s) here; this needs 2") for why in reasons.values())
     assert "with W=1 nothing crosses between GPUs" in reasons["allreduce-nccl"]
-    assert "NCCL carries no traffic" in reasons["ddp-nccl"]
     assert not_possible(machine(2)) == {}
     assert not_possible(machine(8)) == {}
 
@@ -104,7 +103,8 @@ def test_missing_bf16_nvidia_smi_or_nccl_is_named():
     assert not_possible(machine(1, bf16=False)).get("serial-bf16", "").startswith("this GPU has no bf16")
     assert "nvidia-smi is not on PATH" in not_possible(machine(2, nvidia_smi=""))["job-monitor"]
     no_nccl = not_possible(machine(2, nccl=False))
-    assert {"ddp-nccl", "allreduce-nccl", "nccl-algo", "tp-nccl", "check-ddp-gpu"} <= set(no_nccl)
+    assert {"nccl-1rank", "ddp-nccl", "allreduce-nccl", "nccl-algo", "tp-nccl", "check-ddp-gpu"} <= set(no_nccl)
+    assert no_nccl["nccl-1rank"] == no_nccl["ddp-nccl"] == "this torch has no NCCL"
     assert "serial-fp32" not in no_nccl
 
 
@@ -344,7 +344,7 @@ def test_budget_skips_what_would_not_fit_and_cuts_deadlines(tmp_path, capsys):
     assert gpu.check(items, tmp_path / "r", budget=60, required=["too-big"]) == 3
 
 
-def test_the_default_plan_fits_six_minutes_on_one_h100():
+def test_the_default_plan_fits_seven_minutes_on_one_h100():
     plan = gpu.select(None)
     assert plan == [i for i in ITEMS if i.default] and not any(i.name.startswith("notebook") for i in plan)
     assert gpu.select(None, everything=True) == ITEMS

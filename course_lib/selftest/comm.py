@@ -12,6 +12,7 @@ SIZES = ("1M", "16M", "256M")
 # (the algorithm may have spaces; with W=1 the line ends "busbw n/a (...)")
 RESULT = re.compile(r"NCCL_ALGO=(.+?) W=(\d+)\s+(\d+ \w+):\s+([\d.]+) us\s+busbw\s+(?:([\d.]+) GB/s|n/a)")
 BUSBW_NEEDS = "bus bandwidth needs 2+ ranks: with W=1 nothing crosses between GPUs (algbw x 2(W-1)/W = 0)"
+ONE_RANK = "one rank: no traffic between GPUs (bandwidth and a hang between ranks untested)"
 
 
 def parse_results(text: str) -> dict:
@@ -73,4 +74,14 @@ def tp_nccl(ctx: Context) -> Outcome:
     line = next((x for x in res.output(0).splitlines() if x.startswith("tp_nccl ")), "")
     if res.ok and " ok " in line:
         return Outcome(PASS, line, {"ranks": w})
+    return Outcome(FAIL, line or res.summary())
+
+
+def nccl_one_rank(ctx: Context) -> Outcome:
+    """The item: NCCL's group, all-reduce, broadcast and barrier with one rank (course_lib.selftest.nccl_one);
+    NCCL_DEBUG=INFO, its lines in ranks.log (the NCCL version and transport it chose)."""
+    res = launch_logged(ctx, ["-m", "course_lib.selftest.nccl_one"], 1, {"NCCL_DEBUG": "INFO"})
+    line = next((x for x in res.output(0).splitlines() if x.startswith("nccl_one ")), "")
+    if res.ok and line.startswith("nccl_one ok "):
+        return Outcome(PASS, f"{line[len('nccl_one ok '):]}; {ONE_RANK}", {"ranks": 1})
     return Outcome(FAIL, line or res.summary())

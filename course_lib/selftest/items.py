@@ -14,7 +14,7 @@ from typing import Callable
 from course_lib.selftest import comm, forkcheck, jobnb, speed, train
 from course_lib.selftest.probe import Probe, cuda_torch
 
-ONE_GPU_PLAN_S = 360      # the default plan on one H100 fits 6 minutes (estimates)
+ONE_GPU_PLAN_S = 420      # the default plan on one H100 fits 7 minutes (estimates)
 
 # What "fp32" means on an NVIDIA GPU since Ampere: PyTorch runs cuDNN convolutions in TF32 by default
 # (torch.backends.cudnn.allow_tf32 = True) and matmuls in full fp32 (torch.backends.cuda.matmul.allow_tf32 = False).
@@ -50,6 +50,11 @@ def gpus(n: int, why: str = "") -> Callable[[Probe], str]:
     return need
 
 
+def nccl(p: Probe) -> str:
+    """Needs one GPU and NCCL (the one-rank NCCL items)."""
+    return gpus(1)(p) or ("" if p.nccl else "this torch has no NCCL")
+
+
 def bf16(p: Probe) -> str:
     return gpus(1)(p) or ("" if p.bf16 else "this GPU has no bf16 (Ampere or newer has)")
 
@@ -63,13 +68,16 @@ def smi_only(p: Probe) -> str:
     return "" if p.nvidia_smi else "nvidia-smi is not on PATH (no NVIDIA driver here)"
 
 
-TWO_RANKS = "one rank per GPU; with W=1 DDP has nothing to all-reduce, so NCCL carries no traffic"
 NB = {"00": ("00_welcome", 60), "01": ("01_serial_mnist", 120), "02": ("02_ddp_six_steps", 180)}
 ITEMS = [
     Item("cuda-torch", "nvidia-smi -L against torch.cuda: this python's torch sees the GPUs the driver sees",
          smi_only, cuda_torch, 60, 5),
     Item("warm-fork-cuda", "ranks forked by the warm fork server use CUDA; a fork after CUDA init is detected",
          gpus(1), forkcheck.warm_fork_cuda, 120, 20),
+    Item("nccl-1rank", f"NCCL group bound to cuda:0 (device_id), all-reduce, broadcast, barrier; {comm.ONE_RANK}",
+         nccl, comm.nccl_one_rank, 120, 15),
+    Item("ddp-nccl", "DDP solution, NCCL, one rank per GPU (W = GPU count; with one GPU W=1: DDP's all-reduce has "
+         "no peer, no traffic between GPUs)", nccl, train.ddp_nccl, 240, 40, precision=TF32_DEFAULT),
     Item("throughput", "the course CNN on 60,000 synthetic 28x28 images made on the GPU: fp32 strict, fp32, "
          "TF32, bf16, fp16, compiled; images/s and speedups vs fp32 strict (compile time apart)",
          gpus(1), speed.throughput, 240, 90, precision="each variant named in its figures"),
@@ -83,8 +91,6 @@ ITEMS = [
          train.serial(["--amp", "fp16"]), 180, 25, precision="fp16 autocast + GradScaler; the rest as serial-fp32"),
     Item("serial-compile", "serial solution on cuda, torch.compile", gpus(1), train.serial(["--compile"]), 300, 70,
          precision=TF32_DEFAULT),
-    Item("ddp-nccl", "DDP solution, NCCL, one rank per GPU (W = GPU count >= 2)", gpus(2, TWO_RANKS),
-         train.ddp_nccl, 240, 40, precision=TF32_DEFAULT),
     Item("ddp-gloo-cuda", "DDP with gloo on CUDA tensors, 2 ranks sharing GPU 0", gpus(1), train.gloo_cuda, 180, 30,
          precision=TF32_DEFAULT),
     Item("check-ddp-gpu", "course check ddp on the solution, Step 4 in GPU mode",

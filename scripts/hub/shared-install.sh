@@ -6,7 +6,9 @@
 # Re-running it refreshes the sources and is fast when pyproject.toml has not changed.
 # SITE (a profile name or .toml path, default generic) renders the job scripts that every new workspace copies
 # (PREFIX/course/jobs/*.sbatch) for that site: its partition, modules and GPUs, and this install's python.
-# usage: [SITE=mysite] scripts/hub/shared-install.sh PREFIX
+# SOLUTIONS_GROUP (an existing Unix group of instructors): solutions/ readable by that group only
+# (withhold-solutions.sh), the install mode of a graded workshop.
+# usage: [SITE=mysite] [SOLUTIONS_GROUP=instructors] scripts/hub/shared-install.sh PREFIX
 set -euo pipefail
 PREFIX=${1:?usage: shared-install.sh PREFIX}
 KERNEL_PREFIX=${KERNEL_PREFIX:-/usr/local}
@@ -55,4 +57,10 @@ if [ "${HUB_PROXY:-0}" = 1 ] && [ ! -x "$PREFIX/proxy/node_modules/.bin/configur
 fi
 chown -R 0:0 "$PREFIX" 2>/dev/null || true
 chmod -R a+rX,go-w "$PREFIX"
+# a graded workshop: the solutions (and the tests' faulty submissions) for the instructors' group only
+if [ -n "${SOLUTIONS_GROUP:-}" ]; then
+    bash "$SRC/scripts/hub/withhold-solutions.sh" "$PREFIX/course" "$SOLUTIONS_GROUP"
+else
+    say "every user can read $PREFIX/course/solutions: for a graded workshop set SOLUTIONS_GROUP (docs/jupyterhub.md)"
+fi
 say "ready: $PREFIX (course $PREFIX/course, python $PREFIX/venv/bin/python, kernel multigpu-course)"

@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from course_lib.core import gpus
 from course_lib.core import launch as local
 from course_lib.core.result import LINES_NAME, RESULT_NAME, LaunchResult, RankResult, parse_record
 from course_lib.core.scope import scoped_engine
@@ -68,6 +69,7 @@ def launch(script_args, nprocs: int = 2, style: str = "srun", timeout: float = 1
             raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
         return launch_on_slurm(script_args, nprocs, style, timeout, env, cwd, on_line, grace, torchrun_args, stop,
                                warm)
+    env = gpus.placed(nprocs, env)   # fewer GPUs than ranks: all on CPU with gloo, said (course_lib.core.gpus)
     return local.launch(script_args, nprocs, style, timeout, env, cwd, on_line, grace,
                         torchrun_args=torchrun_args, stop=stop, warm=warm)
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import ROOT, live_processes
 from faulty import ids
-from zero_faulty.cases import CASES
+from zero_faulty.cases import CASES, HONEST
 
 from course_lib.zero import cases as zero_check
 from course_lib.zero.cases import range_problem, reference_range
@@ -38,15 +38,20 @@ def test_solution_passes_with_state_about_one_over_w(request, world):
     assert [v.item for v in report.verdicts] == list(zero_check.ITEMS)
     for stage in ("ZeRO-1", "ZeRO-2"):
         msg = verdicts(report)[stage].message
-        assert "your own collectives" in msg, msg
-        ratios = {int(w): float(r) for w, r in re.findall(r"W=(\d): ([\d.]+)", msg)}
+        assert "on your own collectives: no torch collective ran in step()" in msg, msg
+        state = re.search(r"AdamW state on rank 0 / DDP's: (.*?); held", msg).group(1)
+        ratios = {int(w): float(r) for w, r in re.findall(r"W=(\d): ([\d.]+)", state)}
         assert set(ratios) == {world}, msg     # 101 parameters: rank 0 owns floor(101 / W) of them
         assert abs(ratios[world] - (101 // world) / 101) < 0.01, msg
+        # measured: what rank 0 holds beyond the parameters, and sends, within ZeRO's counts
+        assert re.search(rf"held on rank 0 after step\(\) beyond the parameters: W={world}: [\d,]+ B; sent by rank 0 "
+                         rf"in one step\(\): W={world}: [\d,]+ B", msg), msg
+        assert ("only W=2 ran: see reduce_scatter" in msg) == (world == 2), msg
 
 
 # Checked alone: a hang stops its launch (check relaunches after it); a load error ends check early.
 ALONE = {"all_gather_blocking_send", "syntax_error"}
-BATCH = [c for c in CASES if c.name not in ALONE]
+BATCH = [c for c in CASES if c.name not in ALONE] + HONEST
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +93,27 @@ def test_faulty_named_with_reason_and_nothing_survives(request, tmp_path, case):
     assert not live_processes(str(path)), "a worker process survived the check"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("case", HONEST, ids=ids(HONEST))
+def test_right_values_pass_with_a_verdict_that_says_what_ran(batch, case):
+    """Not faulty in its values: the verdict must not claim what did not happen (own collectives, W=4)."""
+    path, report = batch[case.name]
+    got = verdicts(report)
+    for item, (result, pattern) in case.expect.items():
+        assert got[item].result == result and re.search(pattern, got[item].message, re.S), report.text()
+
+
+@pytest.mark.slow
+def test_wrong_direction_ring_fails_at_w4(tmp_path):
+    case = next(c for c in HONEST if c.name == "all_gather_wrong_direction")
+    report = zero_check.check(str(case.write(SOLUTION, FOLDER, tmp_path)), world_sizes=(4,))
+    got = verdicts(report)
+    assert got["all_gather"].result == "fail" and "only W=" not in got["all_gather"].message, report.text()
+    assert got["reduce_scatter"].result == "pass", report.text()
+
+
 def test_every_case_applies():
-    for case in CASES:
+    for case in CASES + HONEST:
         case.source(SOLUTION, FOLDER)   # each edit's old text occurs exactly once in the solution
 
 

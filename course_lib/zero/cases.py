@@ -63,13 +63,26 @@ class Ctx(harness.Ctx):
         return "mine" if self.passed.get("reduce_scatter") and self.passed.get("all_gather") else "torch"
 
 
+FULL_WORLD = 4     # the smallest W where a ring's right and left neighbours differ
+ONLY_SMALL = (" (only W={worlds} ran: at W=2 a rank's right and left neighbours are the same rank, so a ring that "
+              "turns the wrong way gives the same result; W=4 would show it: check without quick mode)")
+
+
 def pass_text(item: str, recs) -> str:
     recs = sorted(recs, key=lambda r: r.world)
     worlds = ", ".join(str(r.world) for r in recs)
+    note = ONLY_SMALL.format(worlds=worlds) if recs[-1].world < FULL_WORLD and item != "shard_range" else ""
     if not item.startswith("ZeRO"):
-        return f"W={worlds}: {recs[0].verdicts[0]['message']}"
-    ratios = "; ".join(f"W={r.world}: {r.verdicts[0]['figures']['ratio']:.2f}" for r in recs)
-    return f"{recs[-1].verdicts[0]['message'].split(';')[0]}; AdamW state on rank 0 / DDP's: {ratios}"
+        return f"W={worlds}: {recs[0].verdicts[0]['message']}{note}"
+    figures = {r.world: r.verdicts[0]["figures"] for r in recs}
+    own = not any(f.get("ran") for f in figures.values())     # the rings ran: they are what W=2 cannot judge
+    note = f" (only W={worlds} ran: see reduce_scatter)" if note and own else ""
+    ratios = "; ".join(f"W={w}: {f['ratio']:.2f}" for w, f in figures.items())
+    held = "; ".join(f"W={w}: {f['held']:,} B" for w, f in figures.items())
+    sent = "; ".join(f"W={w}: {f['sent']:,} B" for w, f in figures.items() if f.get("sent") is not None)
+    return (f"{recs[-1].verdicts[0]['message'].split(';')[0]}; AdamW state on rank 0 / DDP's: {ratios}; "
+            f"held on rank 0 after step() beyond the parameters: {held}"
+            + (f"; sent by rank 0 in one step(): {sent}" if sent else "") + note)
 
 
 def need(mod, name):

@@ -10,6 +10,7 @@ gradients left after ``step`` (none) and whether it all-reduced the whole gradie
 from __future__ import annotations
 
 from course_lib.checking.case import Fail, Missing
+from course_lib.zero import measure
 
 STEPS = 3
 ATOL = 1e-9
@@ -88,7 +89,8 @@ def _zero(c, stage, opt_cls, kw, collectives, model):
 
 
 def _one_step(c, ref, ref_opt, mine, zero, step):
-    """One step of both; returns (learner's collective counts, full-size gradient bytes left after step)."""
+    """One step of both; returns (learner's collective counts, full-size gradient bytes left after step, what the
+    learner's side holds after step (measure.held), bytes it handed to point-to-point sends)."""
     import torch.nn.functional as F
     x, y = batch(step, c.rank)
     F.mse_loss(ref(x), y).backward()
@@ -96,11 +98,13 @@ def _one_step(c, ref, ref_opt, mine, zero, step):
     ref_opt.zero_grad()
     F.mse_loss(mine(x), y).backward()
     c.take_counts()
-    zero.step()
+    with measure.SendMeter() as sent:
+        zero.step()
     counts = c.take_counts()
     left = sum(p.grad.numel() * p.grad.element_size() for p in mine.parameters() if p.grad is not None)
+    held = measure.held({"zero": zero, "model": mine}, list(mine.parameters()))
     zero.zero_grad()
-    return counts, left
+    return counts, left, held, sent.bytes
 
 
 def _stage2_problem(counts, left, total_bytes):
@@ -113,8 +117,40 @@ def _stage2_problem(counts, left, total_bytes):
     return None
 
 
+def held_problem(c, stage, held, n, elem, ddp_state):
+    """Bytes held after step() beyond the parameters against ZeRO's count (Rajbhandari et al., 2020, sec. 5):
+    stage 1: the full gradient (n), this rank's shard and its gradient (2 n/W) and the optimizer state of the shard
+    (DDP's state / W); stage 2 the same without the full gradient. None when within it."""
+    per = -(-n // c.world)
+    allowed = (n * elem if stage == 1 else 0) + 2 * per * elem + ddp_state * per // n + SLACK
+    total = sum(b for b, _, _ in held.values())
+    if total <= allowed:
+        return None, total
+    grads = "the full gradient (n), " if stage == 1 else ""
+    return (f"ZeRO-{stage} on rank {c.r} holds {total:,} B of tensors beyond the parameters after step(); its "
+            f"count is {allowed:,} B ({grads}this rank's shard and its gradient (2 n/W), the shard's optimizer "
+            f"state (DDP's / W), n = {n} elements of {elem} B, W = {c.world}). The largest: {measure.largest(held)}: "
+            "a full-size tensor kept in an attribute is memory ZeRO exists to free; keep only the shard's"), total
+
+
+def state_over(zero, ref_opt, n, world) -> bool:
+    return state_bytes(zero.optimizer) > state_bytes(ref_opt) * -(-n // world) / n + SLACK
+
+
+def sent_problem(c, sent, n, elem):
+    """Bytes handed to sends in one step against the rings' count: reduce-scatter and all-gather each send W-1
+    chunks of at most ceil(n/W) elements, 2 (W-1)/W n in all, what DDP's ring all-reduce sends."""
+    allowed = 2 * (c.world - 1) * -(-n // c.world) * elem
+    if sent <= allowed:
+        return None
+    return (f"rank {c.r} sent {sent:,} B in one step(); a reduce-scatter and an all-gather of the {n} "
+            f"elements send at most {allowed:,} B (2 (W-1)/W n elements of {elem} B, W = {c.world}): the same as "
+            f"DDP's all-reduce, and ZeRO-1/2 must not send more ({sent / allowed:.1f}x here)")
+
+
 def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
-    """Train DDP and the learner's ZeroOptimizer side by side; returns (state bytes mine, DDP's)."""
+    """Train DDP and the learner's ZeroOptimizer side by side; returns (state bytes mine, DDP's, figures of what
+    was measured: the collectives that ran, the bytes held and sent at most in one step)."""
     import copy
 
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -122,27 +158,49 @@ def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
     ref = DDP(copy.deepcopy(model))
     ref_opt = opt_cls(ref.parameters(), **kw)
     mine = copy.deepcopy(model)
+    seen = {"ran": {}, "held": 0, "sent": 0}
     try:
         zero = _zero(c, stage, opt_cls, kw, collectives, mine)
         n = sum(p.numel() for p in mine.parameters())
+        elem = next(mine.parameters()).element_size()
         shards = c.shards(n)
         for step in range(STEPS):
             before = flat_params(mine)
-            counts, left = _one_step(c, ref, ref_opt, mine, zero, step)
+            counts, left, held, sent = _one_step(c, ref, ref_opt, mine, zero, step)
+            for name, k in counts.items():
+                seen["ran"][name] = seen["ran"].get(name, 0) + k
             problem = diagnose(c, before, flat_params(mine), flat_params(ref.module), shards, step, opt_name)
             if problem is None and stage == 2:
-                problem = _stage2_problem(counts, left, 8 * n)
+                problem = _stage2_problem(counts, left, elem * n)
+            if problem is None and not state_over(zero, ref_opt, n, c.world):   # that has its own message
+                problem, total = held_problem(c, stage, held, n, elem, state_bytes(ref_opt))
+                seen["held"] = max(seen["held"], total)
+                if problem is None and not counts:      # the bytes of the library's collectives are not seen
+                    problem = sent_problem(c, sent, n, elem)
+                    seen["sent"] = max(seen["sent"], sent)
             c.agree_or_fail(problem)
-        return state_bytes(zero.optimizer), state_bytes(ref_opt)
+        return state_bytes(zero.optimizer), state_bytes(ref_opt), seen
     finally:
         del ref   # drop the DDP model before the process group goes (gloo: a live DDP model can abort the exit)
 
 
+def ran_text(collectives, ran: dict) -> str:
+    """Which collectives the learner's ZeroOptimizer really used: counted while its step() ran, not assumed from
+    the ``collectives`` it was given."""
+    if not ran:
+        return "on your own collectives: no torch collective ran in step()"
+    names = ", ".join(f"dist.{name}" for name in sorted(ran))
+    if collectives == "mine":
+        return (f"on {names}, which step() called directly although it was given collectives=\"mine\": "
+                "not on your own reduce_scatter and all_gather")
+    return f"on the library's collectives ({names})"
+
+
 def case_zero(c, stage):
     collectives = c.collectives()
-    figures = []
+    figures, ran, held, sent = [], {}, 0, 0
     for opt_name, opt_cls, kw in optimizers():
-        mine, ddp = run_optimizer(c, stage, opt_name, opt_cls, kw, collectives)
+        mine, ddp, seen = run_optimizer(c, stage, opt_name, opt_cls, kw, collectives)
         n = 101
         allowed = ddp * -(-n // c.world) / n + SLACK
         problem = None
@@ -152,8 +210,12 @@ def case_zero(c, stage):
                        "over this rank's shard only, not over the whole model")
         c.agree_or_fail(problem)
         figures.append((opt_name, mine, ddp))
-    which = "your own" if collectives == "mine" else "the library's"
+        ran.update(seen["ran"])
+        held, sent = max(held, seen["held"]), max(sent, seen["sent"])
     ratios = ", ".join(f"{name.split('(')[0]} {m}/{d} B = {m / d:.2f}" for name, m, d in figures)
-    return (f"equals DDP within {ATOL:g} for {STEPS} steps with SGD(momentum) and AdamW (on {which} collectives); "
-            f"optimizer state on rank {c.r}: {ratios} of DDP's"), {"ratio": figures[-1][1] / figures[-1][2],
-                                                                   "collectives": collectives}
+    measured = f"held after step() beyond the parameters: at most {held:,} B"
+    measured += f"; sent in one step(): at most {sent:,} B" if not ran else ""
+    return (f"equals DDP within {ATOL:g} for {STEPS} steps with SGD(momentum) and AdamW ({ran_text(collectives, ran)})"
+            f"; optimizer state on rank {c.r}: {ratios} of DDP's; {measured}"), {
+                "ratio": figures[-1][1] / figures[-1][2], "collectives": collectives, "ran": sorted(ran),
+                "held": held, "sent": None if ran else sent}

@@ -91,3 +91,42 @@ CASES = [
            edits=[("def shard_range(n, rank, world):", "def shard_range(n, rank, world)")],
            expect={"zero.py": ("fail", "does not load: SyntaxError")}),
 ]
+
+# Mistakes the values cannot show: measured (memory held, bytes sent) or counted (which collectives ran).
+CASES += [
+    Faulty("stage2_grads_in_attribute", options=W2,
+           why="stage 2 frees p.grad but keeps the full-size gradient in an attribute of another name",
+           edits=[("        del grads\n", "        self.full_grads = grads\n")],
+           expect={"ZeRO-2": ("fail", r"ZeRO-2 on rank \d holds [\d,]+ B of tensors beyond the parameters after "
+                                      r"step\(\); its count is [\d,]+ B.*zero\.full_grads \(101 elements, 808 B\)"),
+                   "ZeRO-1": ("fail", r"zero\.full_grads \(101 elements"), "reduce_scatter": PASS}),
+    Faulty("all_reduce_by_own_ring", options=W2,
+           why="the gradient is reduce-scattered, then all-gathered whole (an all-reduce, as DDP's) and sliced",
+           edits=[("        grad = self.reduce_scatter(grads, self.group)\n",
+                   "        grad = self.reduce_scatter(grads, self.group)\n"
+                   "        whole = torch.zeros_like(grads)\n"
+                   "        self.all_gather(grad, whole, self.group)\n"
+                   "        grad = whole[self.start:self.stop].clone()\n")],
+           expect={"ZeRO-1": ("fail", r"rank \d sent [\d,]+ B in one step\(\).*must not send more \(1\.5x here\)"),
+                   "ZeRO-2": ("fail", r"\(1\.5x here\)"), "reduce_scatter": PASS, "all_gather": PASS}),
+]
+
+# Right values, but a claim the check must not make: these pass, and the verdict says what really ran.
+HONEST = [
+    Faulty("calls_torch_collectives", options=W2,
+           why="ZeroOptimizer ignores collectives=\"mine\" and calls the library's collectives",
+           edits=[('                                                "torch": (torch_reduce_scatter, torch_all_gather)}'
+                   '[collectives]',
+                   '                                                "torch": (torch_reduce_scatter, torch_all_gather)}'
+                   '["torch"]')],
+           expect={"ZeRO-1": ("pass", r"\(on dist\.\w+, dist\.\w+, which step\(\) called directly although it was "
+                                      r"given collectives=\"mine\""),
+                   "ZeRO-2": ("pass", "called directly although")}),
+    Faulty("all_gather_wrong_direction", options=W2,
+           why="the all-gather ring sends left and receives from the right: right at W=2 only",
+           edits=[("        sendrecv(chunks[send_i], right, chunks[recv_i], left, group)\n",
+                   "        sendrecv(chunks[send_i], left, chunks[recv_i], right, group)\n")],
+           expect={"all_gather": ("pass", r"only W=2 ran: .*a ring that turns the wrong way gives the same result; "
+                                          r"W=4 would show it"),
+                   "reduce_scatter": ("pass", "only W=2 ran")}),
+]

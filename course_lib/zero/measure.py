@@ -1,0 +1,84 @@
+"""What a ZeroOptimizer holds and sends, measured rather than inferred from its values (the ZeRO case, zerocase.py).
+
+``held(roots, params)``: every tensor reachable from the optimizer object and the model (attributes, dicts, lists,
+the inner optimizer's state, each tensor's ``.grad``), counted once per storage, less the parameters' own storage,
+with the path it was reached by: a full-size gradient kept in an attribute of any name is seen. ``SendMeter``: the
+bytes this rank hands to point-to-point sends (``ProcessGroup.send``, which dist.send, dist.isend and
+batch_isend_irecv all reach with gloo) while it is active; the library's collectives move their bytes inside gloo,
+where they are not seen (the verdict says so).
+"""
+from __future__ import annotations
+
+import types
+
+DEPTH = 8      # attribute hops from a root: far more than any optimizer object nests
+
+
+def _nbytes(t) -> int:
+    return t.untyped_storage().nbytes()
+
+
+def _children(obj):
+    """(name, child) of a container or a plain object's attributes; nothing for modules, functions, classes."""
+    if isinstance(obj, dict):
+        return [(f"[{k!r}]", v) for k, v in obj.items()] + [(f"[key {i}]", k) for i, k in enumerate(obj)]
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [(f"[{i}]", v) for i, v in enumerate(obj)]
+    if isinstance(obj, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type, str, bytes)):
+        return []
+    if isinstance(obj, types.MethodType):
+        return [(".__self__", obj.__self__)]
+    attrs = getattr(obj, "__dict__", None)
+    return [(f".{k}", v) for k, v in attrs.items()] if isinstance(attrs, dict) else []
+
+
+def held(roots: dict, params) -> dict:
+    """{storage key: (bytes, elements, path)} of every tensor reachable from ``roots`` (name -> object) that is not
+    one of ``params``' storages; the parameters' ``.grad`` are reached through the model."""
+    import torch
+    skip = {p.untyped_storage().data_ptr() for p in params}
+    found, seen = {}, set()
+    stack = [(name, obj, 0) for name, obj in roots.items()]
+    while stack:
+        path, obj, depth = stack.pop()
+        if id(obj) in seen or depth > DEPTH:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            key = obj.untyped_storage().data_ptr()
+            if key not in skip and key not in found and _nbytes(obj):
+                found[key] = (_nbytes(obj), obj.numel(), path)
+            if obj.grad is not None:
+                stack.append((f"{path}.grad", obj.grad, depth + 1))
+            continue
+        if "torch.distributed" in type(obj).__module__ or "torch._C._distributed" in type(obj).__module__:
+            continue     # process groups, works: gloo's own buffers are not the optimizer's
+        stack.extend((path + name, child, depth + 1) for name, child in _children(obj))
+    return found
+
+
+def largest(found: dict, count: int = 2) -> str:
+    """The biggest held tensors, in words: 'zero.grads (101 elements, 808 B)'."""
+    top = sorted(found.values(), key=lambda v: -v[0])[:count]
+    return ", ".join(f"{path} ({n:,} elements, {b:,} B)" for b, n, path in top)
+
+
+class SendMeter:
+    """``with SendMeter() as m: ...`` -> ``m.bytes``: bytes given to point-to-point sends on this rank."""
+
+    def __enter__(self) -> SendMeter:
+        import torch.distributed.distributed_c10d as c10d
+        self.bytes = 0
+        self._cls, self._real = c10d.ProcessGroup, vars(c10d.ProcessGroup)["send"]
+        real = self._real
+
+        def send(pg, tensors, *args, **kwargs):
+            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+            return real(pg, tensors, *args, **kwargs)
+
+        self._cls.send = send
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._cls.send = self._real
+        return False

@@ -112,6 +112,43 @@ def as_user(name: str, command: str) -> subprocess.CompletedProcess:
     return subprocess.run(["su", "-s", "/bin/sh", name, "-c", command], capture_output=True, text=True, timeout=60)
 
 
+SYSTEM_PYTHON = "/usr/bin/python3"      # what every account can run (the tests' venv's python lives under /root)
+
+
+def account(name: str, group: str | None = None) -> pwd.struct_passwd:
+    """The account ``name`` (made if missing), a member of ``group`` when given (the group made if missing)."""
+    if group and subprocess.run(["getent", "group", group], capture_output=True).returncode != 0:
+        subprocess.run(["groupadd", group], check=True, capture_output=True, timeout=60)
+    if subprocess.run(["id", name], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True, capture_output=True, timeout=60)
+    if group:
+        subprocess.run(["usermod", "-a", "-G", group, name], check=True, capture_output=True, timeout=60)
+    return pwd.getpwnam(name)
+
+
+def run_as(name: str, argv: list, env: dict | None = None, cwd: str = "/tmp") -> subprocess.CompletedProcess:
+    """``argv`` as ``name`` in ``cwd``, with a clean environment: PATH, the account's HOME, and ``env``."""
+    sets = [f"{k}={v}" for k, v in {"HOME": pwd.getpwnam(name).pw_dir, **(env or {})}.items()]
+    return subprocess.run(["runuser", "-u", name, "--", "env", "-i", "PATH=/usr/bin:/bin", *sets, *map(str, argv)],
+                          capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def course_as_others() -> dict | str:
+    """The environment in which another account runs this checkout's course_lib with SYSTEM_PYTHON (the tests'
+    packages on PYTHONPATH), or why that cannot be done here."""
+    import sys
+    import sysconfig
+    if os.geteuid() != 0:
+        return "not root: the test runs commands as other accounts"
+    if shutil.which("runuser") is None or not Path(SYSTEM_PYTHON).exists():
+        return f"no runuser or no {SYSTEM_PYTHON}"
+    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                             text=True, timeout=60).stdout.strip()
+    if version != str(sys.version_info[:2]):
+        return f"{SYSTEM_PYTHON} is Python {version}: the tests' packages are for {sys.version_info[:2]}"
+    return {"PYTHONPATH": f"{ROOT}:{sysconfig.get_paths()['purelib']}"}
+
+
 def free_port() -> int:
     from course_lib.core.launch import free_port as fp
 

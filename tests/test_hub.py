@@ -707,9 +707,14 @@ def test_terminal_finds_course(hub):
     term = hs.server_api(hub, name, "terminals", token, "POST")
     try:
         said = _terminal_says(f"ws://127.0.0.1:{hub.port}/user/{name}/terminals/websocket/{term['name']}", token,
-                              "command -v course; echo PATH=$PATH; echo WAIT=$OMP_WAIT_POLICY")
+                              "command -v course; echo PATH=$PATH; echo WAIT=$OMP_WAIT_POLICY; echo HERE=$PWD; "
+                              "course workspace update")
     finally:
         hs.server_api(hub, name, f"terminals/{term['name']}", token, "DELETE")
     assert f"{hs.HUB_PREFIX}/venv/bin/course" in said, said[-2000:]
+    # it opens in the learner's course folder, where the course's `course check ... exercises/...` lines work, and
+    # `course workspace update` there updates it (issue 55: it opened in ~ and was told to init the install)
+    home = Path(pwd.getpwnam(name).pw_dir)
+    assert f"HERE={home / 'course'}" in said and f"updating {home / 'course'}" in said, said[-2000:]
     # set for the hub (here by conftest), so for the learners' servers and what they start (env_keep)
     assert f"WAIT={os.environ['OMP_WAIT_POLICY']}" in said, said[-2000:]

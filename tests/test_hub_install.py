@@ -11,48 +11,26 @@ import sys
 import tempfile
 from pathlib import Path
 
+import hub_support as hs
 import pytest
 from conftest import ROOT
 
-if os.geteuid() != 0:
-    pytest.skip("not root: the test makes learner and instructor accounts", allow_module_level=True)
-
+ENV = hs.course_as_others()
+if isinstance(ENV, str):
+    pytest.skip(ENV, allow_module_level=True)
 # one worker makes the accounts (two at once would race in useradd); a few seconds: slow
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hub_install")]
 LEARNERS = ("hubwithheld1", "hubwithheld2")
 TEACHER, STAFF = "hubteacher1", "hubstaff"
-SYSTEM_PYTHON = "/usr/bin/python3"      # what every account can run (the tests' venv lives under /root)
 READABLE = {"answers", "01_serial"}      # what every learner's kernel reads: quiz keys, the serial script
-
-
-def _account(name: str, group: str | None = None) -> None:
-    if subprocess.run(["id", name], capture_output=True).returncode != 0:
-        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True, capture_output=True, timeout=60)
-    if group:
-        subprocess.run(["usermod", "-a", "-G", group, name], check=True, capture_output=True, timeout=60)
-
-
-def _as(name: str, argv: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
-    """``argv`` as ``name`` with a clean environment (``env`` added), from /tmp."""
-    sets = [f"{k}={v}" for k, v in (env or {}).items()]
-    return subprocess.run(["runuser", "-u", name, "--", "env", "-i", "PATH=/usr/bin:/bin", "HOME=/tmp", *sets, *argv],
-                          capture_output=True, text=True, timeout=300, cwd="/tmp")
 
 
 @pytest.fixture(scope="module")
 def course():
     """A course folder as shared-install.sh leaves it (root's, a+rX, go-w), with the solutions withheld."""
-    if shutil.which("runuser") is None or not Path(SYSTEM_PYTHON).exists():
-        pytest.skip(f"no runuser or no {SYSTEM_PYTHON}")
-    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
-                             text=True, timeout=60).stdout.strip()
-    if version != str(sys.version_info[:2]):
-        pytest.skip(f"{SYSTEM_PYTHON} is Python {version}: the tests' packages are for {sys.version_info[:2]}")
-    if subprocess.run(["getent", "group", STAFF], capture_output=True).returncode != 0:
-        subprocess.run(["groupadd", STAFF], check=True, capture_output=True, timeout=60)
     for name in LEARNERS:
-        _account(name)
-    _account(TEACHER, STAFF)
+        hs.account(name)
+    hs.account(TEACHER, STAFF)
     prefix = Path(tempfile.mkdtemp(prefix="course-withheld-", dir="/tmp"))
     try:
         junk = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints", "*.pyc")
@@ -85,7 +63,7 @@ print("\\n".join(["R " + p for p in readable] + ["X " + p for p in refused]))
 
 def _reads(name: str, *folders: Path) -> tuple[set, set]:
     """The files ``name`` can read under ``folders``, and the paths refused to them."""
-    p = _as(name, [SYSTEM_PYTHON, "-c", READ_ALL, *map(str, folders)])
+    p = hs.run_as(name, [hs.SYSTEM_PYTHON, "-c", READ_ALL, *folders])
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     return {x[2:] for x in lines if x[:2] == "R "}, {x[2:] for x in lines if x[:2] == "X "}
@@ -104,7 +82,7 @@ def test_learners_cannot_read_a_solution(course):
         assert str(course / "exercises" / "05_allreduce" / "allreduce.py") in readable
         assert str(solutions / "answers" / "02.toml") in readable
         # nor by a path learned elsewhere (the folder cannot be listed, the file still cannot be opened)
-        got = _as(name, ["cat", str(solutions / "05_allreduce" / "allreduce.py")])
+        got = hs.run_as(name, ["cat", solutions / "05_allreduce" / "allreduce.py"])
         assert got.returncode != 0 and "Permission denied" in got.stderr, got
 
 
@@ -112,20 +90,15 @@ def test_instructors_and_the_grading_tools_still_read_them(course):
     readable, refused = _reads(TEACHER, course / "solutions", course / "tests")
     assert not refused and str(course / "solutions" / "05_allreduce" / "allreduce.py") in readable
     # the tools, as the instructor: `course release --check` reads every solution, the grader's starters too
-    env = {"COURSE_HOME": str(course), "PYTHONPATH": f"{ROOT}:{site_packages()}"}
+    env = {"COURSE_HOME": str(course), **ENV}
     as_root = subprocess.run([sys.executable, "-m", "course_lib.cli", "release", "--check"], capture_output=True,
                              text=True, timeout=300, cwd="/tmp", env=dict(os.environ, COURSE_HOME=str(course)))
-    teacher = _as(TEACHER, [SYSTEM_PYTHON, "-m", "course_lib.cli", "release", "--check"], env)
+    teacher = hs.run_as(TEACHER, [hs.SYSTEM_PYTHON, "-m", "course_lib.cli", "release", "--check"], env)
     assert "exercise files up to date" in teacher.stdout and "Error" not in teacher.stderr, teacher
     assert (teacher.returncode, teacher.stdout) == (as_root.returncode, as_root.stdout)
-    count = [SYSTEM_PYTHON, "-c", "from course_lib.grading.starters import starters; print(len(starters('allreduce')))"]
+    count = [hs.SYSTEM_PYTHON, "-c",
+             "from course_lib.grading.starters import starters; print(len(starters('allreduce')))"]
     # the instructor's grader knows the --no-hints starter (read from solutions/); a learner's only exercises/'s
-    assert _as(TEACHER, count, env).stdout.strip() == "2"
-    assert _as(LEARNERS[0], count, env).stdout.strip() == "1"
+    assert hs.run_as(TEACHER, count, env).stdout.strip() == "2"
+    assert hs.run_as(LEARNERS[0], count, env).stdout.strip() == "1"
 
-
-def site_packages() -> str:
-    """The tests' venv's packages, for the system Python of the same minor version (the venv's own python is
-    under /root, which other accounts cannot enter)."""
-    import sysconfig
-    return sysconfig.get_paths()["purelib"]

@@ -268,3 +268,34 @@ def test_course_out_dir_names_where_outputs_go(tmp_path, monkeypatch):
     assert paths.out_dir() == paths.workspace() / "out"
     monkeypatch.setenv("COURSE_OUT_DIR", str(tmp_path / "mine"))
     assert paths.out_dir() == tmp_path / "mine"
+
+
+@pytest.mark.slow
+def test_update_from_anywhere_as_a_learner_never_points_at_the_install():
+    """As a learner account (the install, this checkout, is root's and read-only to them): `course workspace
+    update` works from inside the workspace's sub-folders and from the home folder a hub terminal could open in,
+    and where there is no workspace it says to give one, never to make one in the install (issue 55)."""
+    import hub_support as hs
+
+    env = hs.course_as_others()
+    if isinstance(env, str):
+        pytest.skip(env)
+    learner, other = hs.account("hubwslearner1"), hs.account("hubwslearner2")
+    home = Path(learner.pw_dir)
+    shutil.rmtree(home / "course", ignore_errors=True)
+    shutil.rmtree(Path(other.pw_dir) / "course", ignore_errors=True)
+    course = [hs.SYSTEM_PYTHON, "-m", "course_lib.cli", "workspace"]
+    made = hs.run_as(learner.pw_name, [*course, "init", home / "course"], env)
+    assert made.returncode == 0, made.stderr
+    try:
+        for cwd in (home / "course" / "exercises" / "05_allreduce", home / "course", home):
+            p = hs.run_as(learner.pw_name, [*course, "update"], env, cwd=str(cwd))
+            assert p.returncode == 0, (cwd, p.stdout, p.stderr)
+            assert f"updating {home / 'course'} from {ROOT}" in p.stdout, (cwd, p.stdout)
+        for argv, cwd in (([*course, "update"], "/tmp"), ([*course, "update", ROOT], "/tmp"),
+                          ([*course, "update"], str(ROOT / "exercises"))):
+            p = hs.run_as(other.pw_name, argv, env, cwd=cwd)
+            assert p.returncode == 2 and "course workspace update ~/course" in p.stderr, (argv, cwd, p.stderr)
+            assert "init" not in p.stderr, (argv, cwd, p.stderr)
+    finally:
+        shutil.rmtree(home / "course", ignore_errors=True)

@@ -83,8 +83,28 @@ def read_marker(folder: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as e:
+        root = course_root()
+        if folder == root or root in folder.parents:   # never tell a learner to write into the install
+            raise WorkspaceError(f"{folder} is the course install, not a workspace: give your own "
+                                 f"(`course workspace update ~/course`)") from e
         raise WorkspaceError(f"{folder} is not a course workspace ({path}: {e}); "
                              f"make one with `course workspace init {folder}`") from e
+
+
+def to_update(folder: str | Path | None = None) -> Path:
+    """The workspace that ``update`` merges into: ``folder``, else the one the current folder is in, else
+    ``~/course`` (the hub's, for a terminal opened outside it)."""
+    if folder:
+        return Path(folder).expanduser().resolve()
+    here = find_workspace()
+    if (here / MARKER).is_file():
+        return here
+    mine = Path.home() / "course"
+    if (mine / MARKER).is_file():
+        return mine.resolve()
+    raise WorkspaceError("this folder is not inside a course workspace (a folder with .course-workspace.json): run "
+                         "`course workspace update` inside yours, or give its path (`course workspace update "
+                         "~/course`); a clone of the course's repository is updated with git pull")
 
 
 class WorkspaceError(RuntimeError):
@@ -119,7 +139,7 @@ def init(folder: str | Path, with_solutions: bool = False, exist_ok: bool = Fals
 
 def update(folder: str | Path | None = None) -> dict[str, list[str]]:
     """Merge the installed course into a workspace; returns ``{"added", "refreshed", "kept", "deleted_kept"}``."""
-    folder = Path(folder).expanduser().resolve() if folder else find_workspace()
+    folder = to_update(folder)
     marker = read_marker(folder)
     recorded = marker.get("files", {})
     trees = tuple(marker.get("trees", TREES))
@@ -195,7 +215,9 @@ def run(args) -> int:
             print(f"course workspace: {target} is the course's version again"
                   + (f"; your version is in {kept}" if kept else ""))
             return 0
-        result = update(args.dir)
+        folder = to_update(args.dir)
+        print(f"course workspace: updating {folder} from {course_root()}")
+        result = update(folder)
     except WorkspaceError as e:
         print(f"course workspace: {e}", file=sys.stderr)
         return 2

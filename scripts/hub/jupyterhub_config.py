@@ -105,11 +105,19 @@ if os.environ.get("COURSE_HUB_TOKEN"):
     roles.append({"name": "course-admin", "services": ["course-admin"],
                   "scopes": ["admin:users", "admin:servers", "list:users", "read:users", "tokens"]})
 cull_timeout = int(os.environ.get("COURSE_HUB_CULL_TIMEOUT", "3600"))
+activity_every = int(os.environ.get("COURSE_HUB_ACTIVITY_INTERVAL") or 60)
 if cull_timeout > 0:
     if importlib.util.find_spec("jupyterhub_idle_culler") is None:
         _stop(f"no jupyterhub-idle-culler in {sys.prefix}: install the course's hub extra (make shared-install), "
               "or set COURSE_HUB_CULL_TIMEOUT=0 to run without culling")
     cull_every = int(os.environ.get("COURSE_HUB_CULL_EVERY", str(max(10, cull_timeout // 10))))
+    # a server's activity reaches the hub every interval; at the timeout or above it, a server busy with a job
+    # looks idle to the culler between two reports: a third of the timeout at most, by default
+    activity_every = int(os.environ.get("COURSE_HUB_ACTIVITY_INTERVAL") or min(60, max(1, cull_timeout // 3)))
+    if activity_every * 2 > cull_timeout:
+        _stop(f"COURSE_HUB_ACTIVITY_INTERVAL={activity_every} s with COURSE_HUB_CULL_TIMEOUT={cull_timeout} s: a "
+              "server that is busy would be culled between two reports of its activity; keep the interval under "
+              "half the timeout (unset, it is a third of it, at most 60 s)")
     services.append({"name": "idle-culler", "command": [sys.executable, "-m", "jupyterhub_idle_culler",
                                                         f"--timeout={cull_timeout}", f"--cull-every={cull_every}"]})
     # the scopes jupyterhub-idle-culler's documentation gives for culling servers (not users)
@@ -122,13 +130,15 @@ c.JupyterHub.load_roles = roles
 c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"
 c.Spawner.cmd = ["/bin/sh", "-c",
                  f'"{bin_dir}/course" workspace init --exist-ok "$HOME/course" >/dev/null '
-                 f'&& exec "{bin_dir}/jupyterhub-singleuser" "$@"', "course-singleuser"]
+                 f'&& cd "$HOME/course" && exec "{bin_dir}/jupyterhub-singleuser" "$@"', "course-singleuser"]
+# the server works in ~/course: a terminal that JupyterLab opens without a folder starts where the server runs
+# (terminado's cwd), so the course's own `course check ... exercises/...` lines work there as printed
 c.Spawner.notebook_dir = "~/course"
 c.Spawner.default_url = "/lab"
 # how often a server tells the hub its last activity (jupyterhub-singleuser's default is 300 s); the course's
 # server extension (course_lib.instructor.activity) keeps that time fresh while a kernel is busy or a job lives
 c.Spawner.environment = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
-                         "JUPYTERHUB_ACTIVITY_INTERVAL": os.environ.get("COURSE_HUB_ACTIVITY_INTERVAL", "60")}
+                         "JUPYTERHUB_ACTIVITY_INTERVAL": str(activity_every)}
 # (not COURSE_RUNS_DIR: one folder for every learner's runs; each learner's are in their own workspace)
 # OMP_WAIT_POLICY: a shared node's choice; PASSIVE makes OpenMP's idle threads sleep, not spin on a core (OpenMP spec)
 c.Spawner.env_keep = ["LANG", "LC_ALL", "COURSE_QUICK", "COURSE_ENGINE", "COURSE_SITE", "COURSE_CHECKS", "COURSE_RUNS",

@@ -97,5 +97,7 @@ set -eu
 unset SLURM_EXPORT_ENV
 # the first start makes the learner's workspace, as in jupyterhub_config.py
 "{bin_dir}/course" workspace init --exist-ok "$HOME/course" >/dev/null
+# ... and works in it: a terminal opened without a folder starts there
+cd "$HOME/course"
 exec {{{{cmd}}}}
 """

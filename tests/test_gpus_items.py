@@ -2,10 +2,12 @@
 GPU cannot show; its worker's logic runs on CPU (gloo) as one real rank."""
 from __future__ import annotations
 
+import time
+
 from course_lib.selftest.comm import ONE_RANK, nccl_one_rank
 from course_lib.selftest.items import BY_NAME
 from course_lib.selftest.probe import Probe
-from course_lib.selftest.runs import PASS, Context
+from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, NOT_RUN, PASS, Context, Outcome
 
 
 def machine(gpus=1, **kw) -> Probe:
@@ -34,3 +36,56 @@ def test_the_one_rank_nccl_worker_runs_as_one_rank(tmp_path, monkeypatch):
 
 def test_without_nccl_the_one_rank_items_say_so():
     assert BY_NAME["nccl-1rank"].needs(machine(1, nccl=False)) == "this torch has no NCCL"
+
+
+# ------------------------------------------------------------------------------------------- on a GPU machine
+def test_on_a_gpu_machine_an_item_one_gpu_can_run_is_a_fail_when_not_possible(tmp_path):
+    from course_lib.selftest.gpu import run_item
+
+    r = run_item(BY_NAME["serial-bf16"], machine(1, bf16=False), tmp_path)
+    assert r["status"] == FAIL and "not possible on this machine with 1 GPU(s): this GPU has no bf16" in r["detail"]
+    assert run_item(BY_NAME["job-monitor"], machine(1, nvidia_smi=""), tmp_path)["status"] == FAIL
+    assert run_item(BY_NAME["allreduce-nccl"], machine(1), tmp_path)["status"] == NOT_POSSIBLE   # needs 2 GPUs
+    assert run_item(BY_NAME["serial-bf16"], machine(0), tmp_path)["status"] == NOT_POSSIBLE     # no GPU here
+
+
+def test_a_gpu_machine_with_an_item_not_possible_exits_non_zero(tmp_path, monkeypatch):
+    from course_lib.selftest import gpu
+    from course_lib.selftest.items import Item, nvidia_smi
+
+    monkeypatch.setattr("course_lib.selftest.probe.probe", lambda: machine(1, nvidia_smi=""))
+    passes = Item("passes", "passes", lambda p: "", lambda ctx: Outcome(PASS, "ok"))
+    smi = Item("smi", "needs nvidia-smi", nvidia_smi, lambda ctx: Outcome(PASS, "ok"))
+    assert gpu.check([passes], tmp_path / "a") == 0
+    assert gpu.check([passes, smi], tmp_path / "b") == 1
+    monkeypatch.setattr("course_lib.selftest.probe.probe", lambda: machine(0, nvidia_smi=""))
+    assert gpu.check([passes, smi], tmp_path / "c") == 0      # no GPU: NOT POSSIBLE HERE, as before
+
+
+# ------------------------------------------------------------------------------------------- the budget
+def _runs_to_its_deadline(ctx):
+    time.sleep(ctx.timeout)
+    return Outcome(FAIL, f"deadline of {ctx.timeout:.0f} s reached (killed)")
+
+
+def test_a_budget_cut_is_not_run_and_a_deadline_of_its_own_is_a_fail(tmp_path):
+    from course_lib.selftest.gpu import run_item
+    from course_lib.selftest.items import Item
+
+    slow = Item("slow", "runs to its deadline", lambda p: "", _runs_to_its_deadline, timeout=300, estimate=1)
+    r = run_item(slow, machine(1), tmp_path, left=1.5)
+    assert r["status"] == NOT_RUN and "budget: stopped at its deadline of 2 s, cut by --budget from 300 s" in \
+        r["detail"], r
+    own = Item("own", "runs to its deadline", lambda p: "", _runs_to_its_deadline, timeout=1.5, estimate=1)
+    assert run_item(own, machine(1), tmp_path, left=100)["status"] == FAIL
+    assert run_item(own, machine(1), tmp_path)["status"] == FAIL
+
+
+def test_an_item_that_needs_more_than_the_budget_left_is_not_started(tmp_path):
+    """job-monitor with 40 s left: its job needs about 30 s and the monitor 30 s more; it was cancelled and FAILed."""
+    from course_lib.selftest.gpu import run_item
+
+    start = time.monotonic()
+    r = run_item(BY_NAME["job-monitor"], machine(1), tmp_path, left=40)
+    assert r["status"] == NOT_RUN and "a deadline of at least 60 s, 40 s left" in r["detail"], r
+    assert time.monotonic() - start < 1 and not (tmp_path / "job-monitor").exists()

@@ -26,18 +26,21 @@ from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, NOT_RUN, Context, Outco
 
 
 def run_item(item, probe, folder: Path, scale: float = 1.0, left: float | None = None) -> dict:
-    """One item: NOT POSSIBLE from its needs, NOT RUN when its estimate exceeds ``left`` seconds (the budget),
-    else its outcome (an exception is a FAIL) within its deadline, cut to ``left``; nothing left running."""
+    """One item: NOT POSSIBLE from its needs (a FAIL on a GPU machine when one GPU would do), NOT RUN when its
+    estimate or its least deadline exceeds ``left`` seconds (the budget), else its outcome (an exception is a
+    FAIL) within its deadline, cut to ``left`` (a FAIL at a deadline the budget cut is NOT RUN); nothing left
+    running."""
     start = time.monotonic()
-    why = item.needs(probe)
+    why, full = item.needs(probe), item.timeout * scale
     if why:
-        outcome = Outcome(NOT_POSSIBLE, why)
-    elif left is not None and item.estimate > left:
-        outcome = Outcome(NOT_RUN, f"budget: estimated {item.estimate:.0f} s on one H100, {max(left, 0):.0f} s "
-                                   "left (--budget)")
+        outcome = _not_possible(item, why, probe)
+    elif left is not None and max(item.estimate, item.floor) > left:
+        least = f", a deadline of at least {item.floor:.0f} s" if item.floor > item.estimate else ""
+        outcome = Outcome(NOT_RUN, f"budget: estimated {item.estimate:.0f} s on one H100{least}, "
+                                   f"{max(left, 0):.0f} s left (--budget)")
     else:
         before = _children()
-        deadline = item.timeout * scale if left is None else min(item.timeout * scale, left)
+        deadline = full if left is None else min(full, left)
         try:
             outcome = item.run(Context(probe, folder / item.name, deadline))
         except Exception as e:  # noqa: BLE001 - an item that breaks is that item's FAIL, the others still run
@@ -45,9 +48,30 @@ def run_item(item, probe, folder: Path, scale: float = 1.0, left: float | None =
             outcome = Outcome(FAIL, f"{type(e).__name__}: {e} (at {Path(where.filename).name}:{where.lineno})")
         finally:
             _stop_leftovers(before)
+        outcome = _budget_cut(outcome, deadline, full, time.monotonic() - start)
     return {"name": item.name, "what": item.what, "precision": item.precision, "status": outcome.status,
             "detail": outcome.detail, "figures": outcome.figures, "seconds": round(time.monotonic() - start, 1),
             "estimate_s": item.estimate}
+
+
+def _not_possible(item, why: str, probe) -> Outcome:
+    """NOT POSSIBLE HERE, except on a machine with a GPU for an item that one GPU can run: there the check
+    exists to run it, and a green report without it would have tested nothing (a FAIL, saying why)."""
+    from course_lib.selftest.items import runs_on_one_gpu
+
+    if probe.gpus and runs_on_one_gpu(item):
+        return Outcome(FAIL, f"not possible on this machine with {probe.gpus} GPU(s): {why}. It runs on one GPU: "
+                             "where there is a GPU it must run")
+    return Outcome(NOT_POSSIBLE, why)
+
+
+def _budget_cut(outcome: Outcome, deadline: float, full: float, seconds: float) -> Outcome:
+    """A FAIL that came when a deadline the budget had cut ran out is NOT RUN: the budget stopped it."""
+    if outcome.status != FAIL or deadline >= full or seconds < deadline - 1:
+        return outcome
+    first = outcome.detail.splitlines()[0][:200] if outcome.detail else ""
+    return Outcome(NOT_RUN, f"budget: stopped at its deadline of {deadline:.0f} s, cut by --budget from "
+                            f"{full:.0f} s; it had: {first}", outcome.figures)
 
 
 def _key(p):
@@ -150,7 +174,7 @@ def check(items, out: Path, scale: float = 1.0, budget: float | None = None, req
     for n, item in enumerate(items):
         save([i.name for i in items[n + 1:]], running=item.name)
         left = None if budget is None else budget - (time.monotonic() - start)
-        if not item.needs(machine) and (left is None or item.estimate <= left):
+        if not item.needs(machine) and (left is None or max(item.estimate, item.floor) <= left):
             deadline = item.timeout * scale if left is None else min(item.timeout * scale, left)
             print(f"{item.name:<19} running (estimate {item.estimate:.0f} s, deadline {deadline:.0f} s)", flush=True)
         r = run_item(item, machine, out, scale, left)

@@ -33,6 +33,7 @@ class Item:
     estimate: float = 30.0     # seconds on one H100 (a guess until measured); --budget plans with it
     default: bool = True       # in the plan run without --only / --all
     precision: str = ""        # the numeric formats the GPU computes in ("" where no training is timed)
+    floor: float = 0.0         # the least deadline in which it can judge anything (--budget: else NOT RUN)
 
 
 def gpus(n: int, why: str = "") -> Callable[[Probe], str]:
@@ -53,6 +54,15 @@ def gpus(n: int, why: str = "") -> Callable[[Probe], str]:
 def nccl(p: Probe) -> str:
     """Needs one GPU and NCCL (the one-rank NCCL items)."""
     return gpus(1)(p) or ("" if p.nccl else "this torch has no NCCL")
+
+
+# a machine with one GPU and everything else an item may need: what "runs on one GPU" is judged against
+ONE_GPU = Probe(torch="any", cuda=True, cuda_version="any", gpus=1, names=["any"], bf16=True, nccl=True,
+                nccl_version="any", nvidia_smi="nvidia-smi")
+
+
+def runs_on_one_gpu(item: Item) -> bool:
+    return not item.needs(ONE_GPU)
 
 
 def bf16(p: Probe) -> str:
@@ -103,7 +113,8 @@ ITEMS = [
     Item("tp-nccl", "tensor-parallel MLP of the solution over NCCL vs the serial MLP",
          gpus(2, "tensor parallelism splits over 2+ GPUs"), comm.tp_nccl, 180, 30),
     Item("job-monitor", "local-engine GPU job with the template's nvidia-smi dmon lines: SM use > 0 while the job "
-         "trains on cuda", nvidia_smi, jobnb.job_monitor, 240, 40, precision=TF32_DEFAULT),
+         "trains on cuda", nvidia_smi, jobnb.job_monitor, 240, 40, precision=TF32_DEFAULT,
+         floor=jobnb.LEAST_S),
     *[Item(f"notebook-{n}", f"notebooks/{stem}.ipynb via papermill on solutions/ (QUICK)", gpus(1),
            jobnb.notebook(stem), 600, est, default=False) for n, (stem, est) in NB.items()],
 ]

@@ -17,6 +17,7 @@ MONITOR_S = 30     # of the item's deadline, for dmon's samples before and after
 # the job: the throughput worker's fp32 epoch repeated for 20 s, several of dmon's 5-second samples (the serial
 # solution on digits keeps an H100 busy for well under a second per epoch: samples could all read 0 % SM)
 JOB_ARGS = ["--variants", "fp32", "--min-seconds", "20"]
+LEAST_S = MONITOR_S + 30   # the item's least deadline: the job's 20 s and its start, with the monitor's reserve
 
 
 def _start_monitor(block: str, folder, job_id: str) -> subprocess.Popen:

@@ -52,12 +52,16 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
              ("allreduce",), r"def\s+ring_allreduce", cases=True),
     Exercise("tp", "06_tensor_parallel/tp.py", "course_lib.tp.cases", "06_tensor_parallelism",
              ("tp", "tensor"), r"class\s+ColumnParallelLinear", cases=True),
+    Exercise("cp", "11_context_parallel/cp.py", "course_lib.cp.cases", "11_context_parallelism",
+             ("cp", "context"), r"def\s+ring_attention", cases=True),
     Exercise("ownddp", "10_own_ddp/own_ddp.py", "course_lib.owndp.cases", "10_write_ddp_yourself",
              ("ownddp", "own_ddp"), r"class\s+BucketedDDP", cases=True),
     Exercise("ckpt", "08_checkpoint/snapshot.py", "course_lib.ckpt.cases", "08_checkpoint_restart",
              ("ckpt", "checkpoint", "snapshot"), r"def\s+save_snapshot\s*\(", cases=True),
     Exercise("zero", "09_zero/zero.py", "course_lib.zero.cases", "09_sharded_data_parallel",
              ("zero",), r"class\s+ZeroOptimizer", cases=True),
+    Exercise("pp", "12_pipeline/pp.py", "course_lib.pp.cases", "12_pipeline_parallelism",
+             ("pp", "pipeline"), r"def\s+one_f_one_b\s*\(", cases=True),
 )}
 
 

@@ -1,0 +1,145 @@
+"""Distributed cases: ``unshard_sequence``, ``gather_sequence``, ``cp_attention``, ``ring_attention``.
+
+Each gets a ``Setting`` (cases.py). The whole sequence is made in every rank from the setting's seed; rank r of
+the cp group takes its shard at the checker's own positions, so a case never builds on the learner's split.
+"""
+from __future__ import annotations
+
+from course_lib.checking.case import Fail, need
+from course_lib.cp import reference
+from course_lib.tp.numerics import as_tensor, close, diff, rand
+
+B, F = 2, 4
+
+
+def _mode(balanced):
+    return "balanced split" if balanced else "plain split"
+
+
+def case_unshard(c, balanced):
+    fn = need(c.mod, "unshard_sequence", "cp.py")
+    seq_len = 4 * c.cp + 1                        # divisible by neither cp (> 1) nor 2*cp
+    full = rand(c.seed + 1, B, seq_len, F)
+    pos = reference.positions(seq_len, c.cp, c.r, balanced)
+    got = as_tensor(fn(full[:, pos].clone(), pos.clone(), seq_len, **c.kw), "unshard_sequence")
+    if close(got, full):
+        return None
+    where = f"seq_len={seq_len}, cp={c.cp}, {_mode(balanced)}"
+    if got.shape == full.shape:
+        per_token = (got - full).abs().amax(dim=(0, 2))
+        zero = [t for t in range(seq_len) if per_token[t] > 1e-10 and float(got[:, t].abs().max()) == 0]
+        if zero:
+            raise Fail(f"{where}: tokens {zero} are lost (zeros): each rank's shard goes at its own `positions`, "
+                       f"and shards need not have the same size")
+        twice = [t for t in range(seq_len) if close(got[:, t], 2 * full[:, t]) and per_token[t] > 1e-10]
+        if twice:
+            raise Fail(f"{where}: tokens {twice} are counted twice (twice their value)")
+    raise Fail(f"{where}: the result differs from the whole sequence; {diff(got, full)}")
+
+
+def case_gather(c):
+    import torch
+    fn = need(c.mod, "gather_sequence", "cp.py")
+    s = 3
+    parts = [rand(c.seed + 10 + r, B, s, F) for r in range(c.cp)]
+    t = parts[c.r].clone().requires_grad_()
+    got = as_tensor(fn(t, **c.kw), "gather_sequence")
+    want = torch.cat(parts, dim=1)
+    c.agree_or_fail(None if close(got.detach(), want) else
+                    f"forward of gather_sequence must concatenate every rank's shard along dim 1 in rank order "
+                    f"([B, cp*s, F]); {diff(got.detach(), want)}")
+    if not got.requires_grad:
+        raise Fail("gather_sequence's output does not require grad: a plain dist.all_gather has no backward, so the "
+                   "keys' and values' gradients never reach the other ranks; write a torch.autograd.Function (call "
+                   "it with .apply) whose backward reduce-scatters")
+    grads = [rand(c.seed + 100 + r, B, c.cp * s, F) for r in range(c.cp)]   # rank r's upstream gradient
+    (got * grads[c.r]).sum().backward()
+    mine = slice(c.r * s, (c.r + 1) * s)
+    want_grad = sum(g[:, mine] for g in grads)
+    if close(t.grad, want_grad):
+        return None
+    if t.grad is None:
+        raise Fail("backward of gather_sequence: no gradient reached the input")
+    if c.cp > 1 and close(t.grad, grads[c.r][:, mine]):
+        raise Fail("gather without its backward: the input's gradient is only this rank's own slice of its "
+                   "gradient; every rank's queries used these keys, so backward must sum the slice over the group "
+                   "(reduce-scatter: dist.reduce_scatter of grad_output's cp chunks)")
+    if c.cp > 1 and close(t.grad, want_grad / c.cp):
+        raise Fail("backward of gather_sequence averages over the group; it must sum (the gradient of a copy used "
+                   "on cp ranks is the sum of the cp gradients)")
+    raise Fail(f"backward of gather_sequence must return the sum over the group of this rank's slice; "
+               f"{diff(t.grad, want_grad)}")
+
+
+def _inputs(c, balanced):
+    seq_len = 4 * c.cp                              # divisible by 2*cp: equal shards in both splits
+    full = [rand(c.seed + 20 + i, B, seq_len, F) for i in range(3)]
+    pos = reference.positions(seq_len, c.cp, c.r, balanced)
+    return seq_len, full, pos
+
+
+def case_attention(c, balanced):
+    fn = need(c.mod, "cp_attention", "cp.py")
+    seq_len, full, pos = _inputs(c, balanced)
+    q, k, v = (t[:, pos].clone().requires_grad_() for t in full)
+    out = as_tensor(fn(q, k, v, pos.clone(), **c.kw), "cp_attention")
+    serial_in = [t.clone().requires_grad_() for t in full]
+    serial = reference.serial(*serial_in)
+    where = f"seq_len={seq_len}, cp={c.cp}, {_mode(balanced)}, this rank's positions {pos.tolist()}"
+    c.agree_or_fail(_forward_problem(c, out, serial, full, pos, where, balanced))
+    upstream = rand(c.seed + 30, B, seq_len, F)
+    (out * upstream[:, pos]).sum().backward()
+    (serial * upstream).sum().backward()
+    local_loss = [t.clone().requires_grad_() for t in full]
+    (reference.serial(*local_loss)[:, pos] * upstream[:, pos]).sum().backward()
+    for name, got, want, own in zip("qkv", (q.grad, k.grad, v.grad), serial_in, local_loss):
+        if close(got, want.grad[:, pos]):
+            continue
+        if got is None:
+            raise Fail(f"{where}: {name}.grad is None: the gather of k and v must be differentiable "
+                       f"(gather_sequence, not a bare dist.all_gather)")
+        if c.cp > 1 and close(got, own.grad[:, pos]):
+            raise Fail(f"{where}: gather without its backward: {name}.grad holds only what this rank's queries "
+                       f"contributed; the other ranks' queries used these keys and values too, so the gather's "
+                       f"backward must reduce-scatter")
+        raise Fail(f"{where}: {name}.grad differs from one process; {diff(got, want.grad[:, pos])}")
+    return None
+
+
+def _forward_problem(c, out, serial, full, pos, where, balanced):
+    """What is wrong with cp_attention's output on this rank, or None."""
+    import torch
+    seq_len = serial.shape[1]
+    if close(out.detach(), serial.detach()[:, pos]):
+        return None
+    gathered = [torch.cat([t[:, reference.positions(seq_len, c.cp, r, balanced)] for r in range(c.cp)], 1)
+                for t in full[1:]]
+    local = reference.attention(full[0][:, pos], *gathered, torch.arange(pos.numel()), torch.arange(seq_len))
+    if close(out.detach(), local):
+        return (f"{where}: the causal mask is taken at local indices (query i of the shard against key j of the "
+                f"gathered keys): the query at global position p sees the keys at global positions <= p; compare "
+                f"`positions` with the gathered keys' positions (all-gather them too)")
+    return f"{where}: the output differs from causal attention in one process; {diff(out.detach(), serial[:, pos])}"
+
+
+def case_ring(c, balanced):
+    import torch
+    fn = need(c.mod, "ring_attention", "cp.py")
+    seq_len, full, pos = _inputs(c, balanced)
+    with torch.no_grad():
+        blocks = [[t[:, reference.positions(seq_len, c.cp, r, balanced)] for t in full[1:]]
+                  + [reference.positions(seq_len, c.cp, r, balanced)] for r in range(c.cp)]
+        c.take_counts()
+        out = as_tensor(fn(*(t[:, pos].clone() for t in full), pos.clone(), **c.kw), "ring_attention")
+        used = {k: n for k, n in c.take_counts().items() if n}
+        want = reference.serial(*full)[:, pos]
+        where = f"seq_len={seq_len}, cp={c.cp}, {_mode(balanced)}"
+        if used:
+            raise Fail(f"{where}: ring_attention called {', '.join(f'{n} x {k}' for k, n in used.items())}: pass the "
+                       f"key/value blocks around the ring with send/recv (isend/irecv), no collective")
+        if close(out, want):
+            return None
+        if c.cp > 1 and close(out, reference.ring_order(full[0][:, pos], blocks, c.r, reference.average)):
+            raise Fail(f"{where}: ring attention without the log-sum-exp correction: the partial results are averaged; "
+                       f"merge them with merge_partials (weights exp(lse_x - lse))")
+        raise Fail(f"{where}: the output differs from causal attention in one process; {diff(out, want)}")

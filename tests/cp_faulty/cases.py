@@ -1,0 +1,97 @@
+"""Faulty context-parallel submissions that `course check cp` must catch, at the right function and with the right
+reason (tests/faulty.py says how a case is declared; tests/test_cp_checker.py runs them). ``("pass", "")``: that
+function must still pass. ``world_sizes`` keeps each run short: the one-process cases always run first.
+"""
+from faulty import Faulty
+
+CP2, GRID = {"world_sizes": (2,)}, {"world_sizes": (4,)}
+PASS = ("pass", "")
+ALL_REDUCE_CP = "        dist.all_reduce(p.grad, group=cp_group)   # the weights are replicated over cp too\n"
+RING_STEP = ("        ops = [dist.P2POp(dist.isend, t, nxt, group) for t in block]\n"
+             "        ops += [dist.P2POp(dist.irecv, t, prev, group) for t in incoming]\n"
+             "        for request in dist.batch_isend_irecv(ops):\n"
+             "            request.wait()\n")
+
+CASES = [
+    Faulty("mask_at_local_indices", options=CP2,
+           why="the causal mask built from the shard's own indices, as in one process",
+           edits=[("    future = key_positions[None, :] > positions[:, None]\n",
+                   "    future = torch.ones(q.shape[1], keys.shape[1], dtype=torch.bool).triu(1)\n")],
+           expect={"cp_attention": ("fail", r"cp=2, plain split, this rank's positions \[4, 5, 6, 7\]: the causal mask "
+                                            r"is taken at local indices"),
+                   "gather_sequence": PASS, "ring_attention": PASS}),
+    Faulty("gather_without_backward", options=CP2,
+           why="the gather's backward keeps this rank's own slice of the gradient (no reduce-scatter)",
+           edits=[("        dist.reduce_scatter(grad, parts, group=ctx.group)   # sum over ranks of each "
+                   "rank's slice\n",
+                   "        grad = parts[dist.get_rank(ctx.group)]\n")],
+           expect={"gather_sequence": ("fail", "gather without its backward: .*reduce-scatter"),
+                   "cp_attention": ("fail", r"gather without its backward: k\.grad holds only what this rank's queries "
+                                            r"contributed.*\n\(cp_attention is built on gather_sequence"),
+                   "unshard_sequence": PASS, "ring_attention": PASS}),
+    Faulty("gather_plain_all_gather", options=CP2,
+           why="gather_sequence a plain function around dist.all_gather: no autograd at all",
+           edits=[("    return _GatherSequence.apply(t, group)",
+                   "    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]\n"
+                   "    dist.all_gather(parts, t.detach().contiguous(), group=group)\n"
+                   "    return torch.cat(parts, dim=1)")],
+           expect={"gather_sequence": ("fail", "does not require grad: a plain dist.all_gather has no backward"),
+                   "cp_attention": ("fail", r"q\.grad is None|\.grad is None: the gather of k and v must be "
+                                            r"differentiable"),
+                   "reduce_shared_grads": PASS}),
+    Faulty("grads_over_dp_only", options=GRID, why="the shared weights' grads averaged over the dp group alone",
+           edits=[(ALL_REDUCE_CP, ""),
+                  ("    ranks = dist.get_world_size(dp_group) * dist.get_world_size(cp_group)",
+                   "    ranks = dist.get_world_size(dp_group)")],
+           expect={"reduce_shared_grads": ("fail", r"4 ranks, dp=2 x cp=2, group= given: .*the gradients are "
+                                                   r"averaged over dp only"),
+                   "cp_attention": PASS}),
+    Faulty("grads_over_dp_only_cp2", options=CP2, why="the same mistake where dp = 1: nothing is reduced",
+           edits=[(ALL_REDUCE_CP, ""),
+                  ("    ranks = dist.get_world_size(dp_group) * dist.get_world_size(cp_group)",
+                   "    ranks = dist.get_world_size(dp_group)")],
+           expect={"reduce_shared_grads": ("fail", r"cp=2: .*the gradients are not reduced over cp")}),
+    Faulty("grads_not_reduced", options=GRID, why="reduce_shared_grads does nothing",
+           edits=[("        dist.all_reduce(p.grad, group=dp_group)\n" + ALL_REDUCE_CP + "        p.grad /= ranks\n",
+                   "        pass\n")],
+           expect={"reduce_shared_grads": ("fail", "not reduced at all")}),
+    Faulty("grads_summed", options=CP2, why="the grads summed over dp x cp, not averaged",
+           edits=[("        p.grad /= ranks\n", "")],
+           expect={"reduce_shared_grads": ("fail", r"summed, not averaged: divide by dp \* cp = 2")}),
+    Faulty("ring_without_lse", options=CP2, why="partial softmaxes averaged: no log-sum-exp correction",
+           edits=[("    lse = torch.logaddexp(lse_a, lse_b)\n",
+                   "    return (out_a + out_b) / 2, torch.maximum(lse_a, lse_b)\n"
+                   "    lse = torch.logaddexp(lse_a, lse_b)\n")],
+           expect={"merge_partials": ("fail", "averages the two partial outputs.*log-sum-exp correction"),
+                   "ring_attention": ("fail", r"ring attention without the log-sum-exp correction.*\n"
+                                              r"\(ring_attention is built on merge_partials"),
+                   "cp_attention": PASS}),
+    Faulty("ring_send_then_recv", options=CP2,
+           why="every rank sends its block to the next with a blocking send before it receives: a deadlock",
+           edits=[(RING_STEP, "        for t in block:\n            dist.send(t, nxt, group)\n"
+                              "        for t in incoming:\n            dist.recv(t, prev, group)\n")],
+           expect={"ring_attention": ("fail", r"did not finish: a deadlock.*\nrank 0 was waiting at cp\.py:"
+                                              r"{line:            dist.send(t, nxt, group)}[\s\S]*\nhint: with gloo a send "
+                                              r"waits for its matching recv"),
+                   "reduce_shared_grads": PASS}),
+    Faulty("split_loses_tokens+unshard_equal_shards", options=CP2,
+           why="split_positions cuts S // cp tokens per rank; unshard_sequence assumes equal, contiguous shards",
+           edits=[("        return positions.tensor_split(cp)[rank]        # the first seq_len % cp ranks get one "
+                   "token more\n",
+                   "        n = seq_len // cp\n        return positions[rank * n:(rank + 1) * n]\n"),
+                  ("    full[:, positions] = local\n",
+                   "    s = local.shape[1]\n    rank = dist.get_rank(group)\n"
+                   "    full[:, rank * s:(rank + 1) * s] = local\n")],
+           expect={"split_positions": ("fail", r"seq_len=3, cp=2, plain: the split loses tokens \[2\]"),
+                   "unshard_sequence": ("fail", r"cp=2: rank[s]? .*tokens \[.*\] are lost"),
+                   "gather_sequence": PASS}),
+    Faulty("split_duplicates_tokens", options={"world_sizes": ()},
+           why="equal shard sizes kept by moving the last shard back: its first tokens are on two ranks",
+           edits=[("        return positions.tensor_split(cp)[rank]        # the first seq_len % cp ranks get one "
+                   "token more\n",
+                   "        size = -(-seq_len // cp)\n        start = min(rank * size, seq_len - size)\n"
+                   "        return positions[start:start + size]\n")],
+           expect={"split_positions": ("fail", r"seq_len=3, cp=2, plain: the split duplicates tokens \[1\] "
+                                               r"\(token 1 is on ranks \[0, 1\]\)"),
+                   "merge_partials": PASS}),
+]

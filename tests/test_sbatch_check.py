@@ -42,7 +42,7 @@ def test_reference_passes_read_only(read_only):
     ranks = verdicts(report)["ranks"]
     assert ranks.result == "skipped" and "not run (no Slurm here" in ranks.message, report.text()
     assert re.search(r"(?m)^  NOT RUN +ranks ", report.text()), report.text()
-    assert report.tally() == "6/6 passed, 1 not run", report.text()
+    assert report.tally() == "7/7 passed, 1 not run", report.text()
 
 
 def test_starter_fails_with_its_todos(read_only):
@@ -52,7 +52,8 @@ def test_starter_fails_with_its_todos(read_only):
     assert got["directives"].result == "fail" and "--nodes" in got["directives"].message
     assert got["MASTER_ADDR/PORT"].result == "fail" and got["OMP_NUM_THREADS"].result == "fail"
     assert got["launch"].result == "fail" and "srun python SCRIPT" in got["launch"].message
-    assert report.tally() == "2/6 passed, 1 not run", report.text()      # site profile, ranks and GPUs: right as given
+    # site profile, training script (the starter's python line), ranks and GPUs: right as given
+    assert report.tally() == "3/7 passed, 1 not run", report.text()
 
 
 def write(case, tmp_path):
@@ -259,14 +260,15 @@ def test_torchrun_variant_runs_on_slurm(slurm, tmp_path):
 
 
 def test_course_grade_takes_job_scripts(tmp_path):
-    """`course grade --exercise sbatch`: the reference at its place passes, a renamed starter fails (no Slurm)."""
+    """`course grade --exercise sbatch`: the reference at its place passes, a renamed, edited starter fails (no
+    Slurm)."""
     import csv
 
     subs = tmp_path / "subs"
     (subs / "alice" / "exercises" / "03_jobs").mkdir(parents=True)
     (subs / "bob").mkdir()
     (subs / "alice" / "exercises" / "03_jobs" / "ddp.sbatch").write_text(REFERENCE.read_text())
-    (subs / "bob" / "ddp (1).sbatch").write_text(STARTER.read_text())
+    (subs / "bob" / "ddp (1).sbatch").write_text(STARTER.read_text() + "# started\n")   # an unchanged one: 0
     env = {"COURSE_ENGINE": "local", "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     p = subprocess.run([sys.executable, "-m", "course_lib", "grade", str(subs), "--exercise", "sbatch",
                         "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=300)
@@ -347,3 +349,45 @@ def test_probe_records_survive_interleaved_output():
     log = (f'0: {MARK}{{"kind": "rank", "rank": 0}}1: [default1]:{MARK}{{"kind": "rank", "rank": 1}}\n'
            f'0: {MARK}{{"kind": "gro\n1: noise\n')
     assert records(log) == [{"kind": "rank", "rank": 0}, {"kind": "rank", "rank": 1}]
+
+
+GPU_EDITS = [("#SBATCH --nodes=1\n", "#SBATCH --nodes=1\n#SBATCH --gpus-per-task=1\n"),
+             ("${SCRIPT:-exercises/02_ddp", "${SCRIPT:-solutions/02_ddp")]
+
+
+def test_gpus_per_task_fixed_either_way_is_no_fail(tmp_path, read_only):
+    """Bug 5's fixes (notebook 07): --gpu-bind=none passes; --gpus-per-task kept with a script that picks cuda:0
+    is NOT RUN (the device is known only from a run on GPUs), never a FAIL; the course's DDP file, which picks
+    cuda:LOCAL_RANK, fails (tests/sbatch_faulty: gpus_per_task)."""
+    unbound = type(CASES[0])("gpu_bind_none", {}, GPU_EDITS + [("--gpus-per-task=1\n",
+                                                                  "--gpus-per-task=1\n#SBATCH --gpu-bind=none\n")])
+    own = tmp_path / "own"
+    (own / "train").mkdir(parents=True)
+    (own / "train" / "mnist_classify_ddp.py").write_text('import torch\ndevice = torch.device("cuda:0")\n')
+    cuda0 = type(CASES[0])("cuda0", {}, GPU_EDITS[:1] + [
+        ("${SCRIPT:-exercises/02_ddp/mnist_classify_ddp.py}", "train/mnist_classify_ddp.py"),
+        ("#SBATCH --nodes=1\n", f"#SBATCH --nodes=1\n#SBATCH --chdir={own}\n")])
+    got = {}
+    for case in (unbound, cuda0):
+        path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path / case.name)
+        got[case.name] = verdicts(sbatch_check.check(path, site="example-gpu-cluster"))["ranks and GPUs"]
+    assert got["gpu_bind_none"].result == "pass", got
+    assert got["cuda0"].result == "skipped" and "picks no GPU by the local rank" in got["cuda0"].message, got
+
+
+def test_launchers_the_check_does_not_judge_are_not_run(tmp_path, read_only):
+    """mpirun starts one process per task: NOT RUN with why (its rank variables are the Python's business), never
+    the message for python without srun."""
+    case = type(CASES[0])("mpirun", {}, [("srun --label python", "mpirun python")])
+    path = case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path)
+    launch = verdicts(sbatch_check.check(path, site="generic"))["launch"]
+    assert launch.result == "skipped" and "OMPI_COMM_WORLD_RANK" in launch.message, launch
+
+
+def test_what_the_ranks_were_given_is_judged():
+    """The probe's record says which script a rank was given and whether it was a file there."""
+    from course_lib.sbatch import training
+
+    rank = {"kind": "rank", "rank": 1, "script": "x.py", "cwd": "/w", "found": False, "args": []}
+    ok, msg = training.seen([dict(rank, rank=0, found=True), rank])
+    assert ok is False and "rank 1 was given x.py, which is not a file in its working directory /w" in msg

@@ -17,6 +17,7 @@ from pathlib import Path
 from course_lib.core.report import Report
 from course_lib.jobs.slurm import UNPLACEABLE
 from course_lib.sbatch import lint as rules
+from course_lib.sbatch import training
 from course_lib.sbatch.address import FIRST_NODE, LOOPBACK, rank0_mistakes
 from course_lib.sbatch.script import integer, parse
 
@@ -33,7 +34,7 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
     report = Report("sbatch", str(path))
     site = load_site(site) if not hasattr(site, "cpus_per_node") else site
     script = parse(Path(path).read_text(errors="replace"))
-    verdicts = {item: (ok, msg) for item, ok, msg in rules.lint(script, site)}
+    verdicts = {item: (ok, msg) for item, ok, msg in rules.lint(script, site, workspace())}
     mode, why = ("read", "read only, as asked") if read_only else _mode(site, run)
     if mode == "run":
         from course_lib.sbatch.run import submit_and_wait
@@ -57,7 +58,11 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
 
 def _merged(static: dict, seen: dict, script) -> dict:
     """The run's verdicts, except where the script's text is wrong in a way one node hides (a loopback or a node
-    list as MASTER_ADDR): that verdict stands, whatever the ranks of this run managed."""
+    list as MASTER_ADDR), or runs the wrong file or options (the probe runs whatever it is given): that verdict
+    stands, whatever the ranks of this run managed."""
+    item = training.ITEM
+    if item in static and item in seen and (static[item][0] is False or seen[item][0] is None):
+        seen[item] = static[item]
     if static["MASTER_ADDR/PORT"][0] is False and rank0_mistakes(script) and "MASTER_ADDR/PORT" in seen:
         ok, msg = seen["MASTER_ADDR/PORT"]
         seen["MASTER_ADDR/PORT"] = (False, static["MASTER_ADDR/PORT"][1] + ("\n(this run: " + msg + ")" if ok else
@@ -106,6 +111,7 @@ def behaviour(script, out) -> dict:
         found["process group"] = (None, "no rank seen, so no process group")
         return found
     found["ranks"] = _ranks(script, ranks)
+    found[training.ITEM] = training.seen(ranks)
     found["process group"] = _group(ranks, groups, out)
     found["MASTER_ADDR/PORT"] = _seen_master(ranks)
     found["OMP_NUM_THREADS"] = _seen_threads(ranks, out.of("torchrun"))

@@ -10,9 +10,10 @@ import difflib
 import re
 
 from course_lib.jobs.site import Site
-from course_lib.sbatch import site_lines
+from course_lib.sbatch import site_lines, values
 from course_lib.sbatch.address import launch_env, rank0_mistakes, torchrun_options
-from course_lib.sbatch.script import KNOWN, Script, command_words, gpu_count, integer
+from course_lib.sbatch.script import KNOWN, Script, gpu_count, integer
+from course_lib.sbatch.training import PYTHONS, gpu_bind_none, local_rank_gpu, words_run
 
 LAUNCHERS = {"srun", "torchrun", "python", "python3", "mpirun", "mpiexec"}
 
@@ -37,13 +38,16 @@ def gpus_per_node(s: Script) -> int:
 
 
 def launcher(s: Script) -> str:
-    """"torchrun", "srun" (srun starts python), "srun-without-script", "python" (no srun) or "none"."""
+    """"torchrun", "srun" (srun starts python, also through ``bash -c '...'``), "srun-without-script", "mpirun",
+    "python" (no srun) or "none"."""
     if s.launches("torchrun") or any("torch.distributed.run" in c for _, c in s.commands):
         return "torchrun"
-    if s.launches("srun"):
-        return "srun" if any({"python", "python3"} & set(command_words(c)) for _, c in s.launches("srun")) \
-            else "srun-without-script"
-    return "python" if s.launches("python") or s.launches("python3") else "none"
+    runs = [(c.name, {w.rsplit("/", 1)[-1] for w in words_run(c)}) for c in s.simple]
+    if any(name == "srun" for name, _ in runs):
+        return "srun" if any(name == "srun" and PYTHONS & words for name, words in runs) else "srun-without-script"
+    if any(name in ("mpirun", "mpiexec") and PYTHONS & words for name, words in runs):
+        return "mpirun"
+    return "python" if any(PYTHONS & words for _, words in runs) else "none"
 
 
 def directives(s: Script) -> tuple:
@@ -88,13 +92,21 @@ def site_profile(s: Script, site: Site) -> tuple:
     return "site profile", not msgs, "\n".join(msgs) or fits
 
 
-def ranks_and_gpus(s: Script, site: Site) -> tuple:
+def ranks_and_gpus(s: Script, site: Site, workdir=None) -> tuple:
     how, tasks, gpus = launcher(s), tasks_per_node(s), gpus_per_node(s)
-    if s.get("gpus-per-task") and how == "srun":
-        return ("ranks and GPUs", False,
-                f"--gpus-per-task={s.get('gpus-per-task')} binds each task to its own GPU (sbatch(1): it implies "
-                "--gpu-bind=per_task), so every rank sees one GPU, cuda:0; a script that picks "
-                "cuda:LOCAL_RANK fails on local rank 1 with 'invalid device ordinal'. Ask --gpus-per-node instead")
+    if s.get("gpus-per-task") and how == "srun" and not gpu_bind_none(s):
+        bound = (f"--gpus-per-task={s.get('gpus-per-task')} binds each task to its own GPU (sbatch(1): it implies "
+                 "--gpu-bind=per_task), so every rank sees one GPU, cuda:0; a script that picks cuda:LOCAL_RANK "
+                 "fails on local rank 1 with 'invalid device ordinal'")
+        picks = local_rank_gpu(s, workdir)
+        if picks:
+            return ("ranks and GPUs", False, f"{bound}, and the training script does:\n  " + "\n  ".join(picks[:3])
+                    + "\nAsk --gpus-per-node instead, or add --gpu-bind=none (sbatch(1): none turns that binding "
+                    "off), or pick cuda:0, the one GPU a rank sees")
+        return ("ranks and GPUs", None, f"{bound}; one that picks cuda:0 works. "
+                + ("The training script picks no GPU by the local rank that the check could find; which device "
+                   "it uses is known only from a run on GPUs (not looked at)" if picks == [] else
+                   "The check could not read the training script (not looked at)"))
     if not gpus and site.gpus_per_node:
         return ("ranks and GPUs", False, f"no GPUs asked for, on site '{site.name}' whose nodes have "
                 f"{site.gpus_per_node}: the ranks would use the CPU (gloo) and the GPUs stay idle; ask for them "
@@ -176,6 +188,11 @@ def launch(s: Script) -> tuple:
     if how == "srun-without-script":
         return "launch", False, ("srun runs a command on every task: give it the training script "
                                  "(srun python SCRIPT ...), not a bare srun")
+    if how == "mpirun":
+        return "launch", None, ("mpirun starts one process per task, as srun does, but numbers them in its own "
+                                "variables (OMPI_COMM_WORLD_RANK, PMI_RANK), not in SLURM_PROCID or RANK, which the "
+                                "course's DDP script and the check's probe read: whether your training script reads "
+                                "mpirun's is in the Python (not looked at). The course teaches srun python SCRIPT")
     if how == "python" and ((tasks or 1) > 1 or nodes > 1):
         return "launch", False, (f"python runs once, in the batch step on the first node, not once per task: "
                                  f"the other {max(tasks or 1, 1) * nodes - 1} task(s) never start; "
@@ -215,6 +232,7 @@ def master(s: Script) -> tuple:
     wrong = rank0_mistakes(s)
     line = " ".join(c for _, c in s.commands if "torchrun" in c or "torch.distributed.run" in c)
     if launcher(s) == "torchrun" and ("--standalone" in line or "MASTER" not in line):
+        wrong += torchrun_port(s)
         return "MASTER_ADDR/PORT", not wrong, "\n".join(wrong) or "torchrun sets them for its ranks"
     msgs = []
     for name, hint in (("MASTER_ADDR", 'the first node of the job: $(scontrol show hostnames "$SLURM_JOB_NODELIST" '
@@ -225,8 +243,22 @@ def master(s: Script) -> tuple:
             continue
         msgs.append(f"{name} is set but not exported: the ranks do not see it; export {name}=..." if name in s.assigned
                     else f"no export {name}=...: the ranks must know where rank 0 waits; {name} is {hint}")
-    msgs = wrong + msgs
-    return "MASTER_ADDR/PORT", not msgs, "\n".join(msgs) or "both exported; rank 0's node is one every node reaches"
+    port = launch_env(s, "MASTER_PORT")
+    where = "MASTER_PORT on the launch line" if port is not None else f"line {s.exports.get('MASTER_PORT', (0,))[0]}"
+    port = port if port is not None else s.exports.get("MASTER_PORT", (0, None))[1]
+    msgs = wrong + msgs + (values.port_mistakes(s, port, where) if port is not None else []) + torchrun_port(s)
+    note = f" ({values.port_note(s, port)})" if port is not None else ""
+    return ("MASTER_ADDR/PORT", not msgs, "\n".join(msgs)
+            or f"both exported; rank 0's node is one every node reaches{note}")
+
+
+def torchrun_port(s: Script) -> list[str]:
+    """A fixed port in torchrun's --rdzv_endpoint or --master_port (one node's rendezvous, two jobs collide)."""
+    options = torchrun_options(s)
+    port = options.get("master_port") or (options.get("rdzv_endpoint", "").rpartition(":")[2] or None)
+    if not port or "MASTER_PORT" in port:
+        return []
+    return values.port_mistakes(s, port, "torchrun's rendezvous port")
 
 
 def threads(s: Script) -> tuple:
@@ -237,12 +269,38 @@ def threads(s: Script) -> tuple:
                 f"line {line}: OMP_NUM_THREADS={value}, but the script asks no #SBATCH --cpus-per-task, and Slurm "
                 "sets SLURM_CPUS_PER_TASK only when it is asked for (sbatch(1)), so OMP_NUM_THREADS is empty; "
                 "ask --cpus-per-task=N")
-        return "OMP_NUM_THREADS", True, f"exported (line {line})"
+        return fitting(s, line, value)
     return "OMP_NUM_THREADS", False, ("not exported: each rank's PyTorch starts one thread per core of the node, "
                                       "and the ranks fight for the cores; export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK "
                                       "(torchrun: CPUs per task / ranks per node)")
 
 
-def lint(s: Script, site: Site) -> list[tuple]:
-    """Every rule's (item, ok, message), in the order a learner fixes them."""
-    return [directives(s), site_profile(s, site), launch(s), ranks_and_gpus(s, site), master(s), threads(s)]
+def fitting(s: Script, line: int, value: str) -> tuple:
+    """OMP_NUM_THREADS against the CPUs a task gets (notebook 03: one thread per CPU Slurm gave the rank)."""
+    cpus = integer(s.get("cpus-per-task", "1")) or 1
+    sharing = (torchrun_nproc(s) or 1) if launcher(s) == "torchrun" else 1
+    ranks = f"{sharing} rank(s) sharing the task's" if sharing > 1 else "each rank's task has"
+    n, how = values.threads(s, value, cpus, sharing)
+    if how == "node" and ((tasks_per_node(s) or 1) > 1 or sharing > 1):
+        return "OMP_NUM_THREADS", False, (
+            f"line {line}: OMP_NUM_THREADS={value} counts the CPUs of every task of the job on the node, not the "
+            f"{cpus} of one task: each rank starts that many threads and the ranks fight for the cores; export "
+            "OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK" + (f" / {sharing}" if sharing > 1 else ""))
+    if n is not None and (n < 1 or n * sharing > cpus):
+        return "OMP_NUM_THREADS", False, (
+            f"line {line}: OMP_NUM_THREADS={value} is {n} thread(s) per rank; {ranks} {cpus} CPU(s) "
+            f"(--cpus-per-task={cpus}): " + ("no thread is not a setting OpenMP takes" if n < 1 else
+                                             "more threads than CPUs, so they take turns on the cores")
+            + "; one thread per CPU of the task: $SLURM_CPUS_PER_TASK" + (f" / {sharing}" if sharing > 1 else ""))
+    told = (f"{n} thread(s) per rank, {ranks} {cpus} CPU(s)" if n is not None
+            else "its value was not worked out (not looked at)")
+    return "OMP_NUM_THREADS", True, f"exported (line {line}): {told}"
+
+
+def lint(s: Script, site: Site, workdir=None) -> list[tuple]:
+    """Every rule's (item, ok or None where not looked at, message), in the order a learner fixes them;
+    ``workdir``: the job's working directory, where the training script must be."""
+    from course_lib.sbatch import training
+    script = [training.judge(s, workdir)] if workdir is not None else []
+    return [directives(s), site_profile(s, site), launch(s), *script, ranks_and_gpus(s, site, workdir), master(s),
+            threads(s)]

@@ -2,6 +2,7 @@
 
 ``course check sbatch`` puts a folder first on the job's PATH whose ``python``, ``python3`` and ``torchrun`` run
 this module. A rank prints one ``@@probe {json}`` line: its rank and world size as its launcher gave them,
+the training script it was given (whether that file is in its working directory) and its arguments,
 MASTER_ADDR/PORT, OMP_NUM_THREADS, its CPUs, its visible GPUs; then it joins a gloo process group through
 ``env://`` (no defaults: a missing MASTER_PORT is an error, as on a real job) and all-reduces a one, with a
 deadline. A torchrun line is run by the real torchrun, with this module as the training script.
@@ -43,7 +44,7 @@ def _identity() -> tuple[str, int, int, int]:
     return "none", 0, 1, 0
 
 
-def as_rank(script: str, timeout: float) -> int:
+def as_rank(script: str, timeout: float, args: list[str] = ()) -> int:
     import datetime
 
     import torch
@@ -51,7 +52,8 @@ def as_rank(script: str, timeout: float) -> int:
 
     how, rank, world, local = _identity()
     say(kind="rank", launcher=how, rank=rank, world=world, local_rank=local, host=socket.gethostname(),
-        script=script, cpus=len(os.sched_getaffinity(0)), env={k: os.environ.get(k) for k in WATCHED})
+        script=script, cwd=os.getcwd(), found=os.path.isfile(script), args=args,
+        cpus=len(os.sched_getaffinity(0)), env={k: os.environ.get(k) for k in WATCHED})
     start = time.monotonic()
     try:
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
@@ -85,7 +87,7 @@ def as_torchrun(args: list[str]) -> int:
 def main(argv: list[str]) -> int:
     timeout = float(os.environ.get("COURSE_PROBE_TIMEOUT", "30"))
     if argv[:1] == ["--rank-of"]:                       # under torchrun
-        return as_rank(argv[1], timeout)
+        return as_rank(argv[1], timeout, argv[2:])
     role, args = argv[0], argv[1:]
     if role == "python" and args[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
         role, args = "torchrun", args[2:]
@@ -94,7 +96,7 @@ def main(argv: list[str]) -> int:
     script = next((a for a in args if not a.startswith("-")), None)
     if args[:1] in (["-c"], ["-m"]) or script is None:   # not a training script: the real python does it
         os.execv(sys.executable, [sys.executable, *args])
-    return as_rank(script, timeout)
+    return as_rank(script, timeout, args[args.index(script) + 1:])
 
 
 if __name__ == "__main__":

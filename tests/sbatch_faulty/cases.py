@@ -40,8 +40,10 @@ CASES = [
            expect={"ranks and GPUs": ("fail", "2 task\\(s\\) per node but 4 GPU"),
                    "site profile": ("fail", "--partition=gpu")}),
     Faulty("gpus_per_task", why="--gpus-per-task binds each rank to one GPU: cuda:LOCAL_RANK fails on rank 1",
-           edits=[("#SBATCH --nodes=1\n", "#SBATCH --nodes=1\n#SBATCH --gpus-per-task=1\n")], options=GPU_SITE,
-           expect={"ranks and GPUs": ("fail", "invalid device ordinal")}),
+           edits=[("#SBATCH --nodes=1\n", "#SBATCH --nodes=1\n#SBATCH --gpus-per-task=1\n"),
+                  ("${SCRIPT:-exercises/02_ddp", "${SCRIPT:-solutions/02_ddp")], options=GPU_SITE,
+           expect={"ranks and GPUs": ("fail", "invalid device ordinal.*and the training script does:\n  "
+                                              "solutions/02_ddp/mnist_classify_ddp.py:\\d+: .*local_rank")}),
     Faulty("torchrun_per_task", why="srun torchrun with 2 tasks per node: two torchruns, each starting 2 ranks",
            edits=[(SRUN, TORCHRUN)], options={"slurm": True},
            expect={"launch": ("fail", "torchrun with 2 tasks per node.*--ntasks-per-node=1"),
@@ -142,7 +144,48 @@ CASES = [
            options=GPU_SITE,
            expect={"site profile": ("fail", "written for site 'generic'.*#SBATCH --partition=gpu"),
                    "ranks and GPUs": ("fail", "CPU \\(gloo\\)")}),
-
+    # what the probe stands in for: the command line it replaced (the file, in the job's folder, and its options)
+    Faulty("training_script_missing", why="a path typed wrong: every rank stops with python's can't open file",
+           edits=[("exercises/02_ddp/mnist_classify_ddp.py", "exercises/02_ddp/mnist_ddp.py")], options={"slurm": True},
+           expect={"training script": ("fail", "no such file in the job's working directory"),
+                   "ranks": PASS}),
+    Faulty("training_script_other_file", why="the serial script of notebook 01: no process group, each rank alone",
+           edits=[("exercises/02_ddp/mnist_classify_ddp.py", "solutions/01_serial/mnist_classify.py")],
+           expect={"training script": ("fail", "not the exercise's training file")}),
+    Faulty("training_option_unknown", why="--num-epochs: argparse stops every rank with unrecognized arguments",
+           edits=[("--epochs 1", "--num-epochs 1")],
+           expect={"training script": ("fail", "has no option --num-epochs.*unrecognized arguments")}),
+    # rules notebook 03 teaches: the port from the job id, below the ephemeral range; threads that fit the task
+    Faulty("fixed_master_port", why="MASTER_PORT=29500: a second job on the node collides",
+           edits=[(PORT, "export MASTER_PORT=29500\n")], options={"slurm": True},
+           expect={"MASTER_ADDR/PORT": ("fail", "MASTER_PORT=29500 is not derived from the job id"),
+                   "ranks": PASS}),
+    Faulty("random_master_port", why="a random port: two jobs can still draw the same one",
+           edits=[(PORT, "export MASTER_PORT=$(( 10000 + RANDOM % 20000 ))\n")],
+           expect={"MASTER_ADDR/PORT": ("fail", "not derived from the job id")}),
+    Faulty("port_in_ephemeral_range", why="20000 + id % 20000 reaches 39999, into Linux's 32768-60999",
+           edits=[(PORT, "export MASTER_PORT=$(( 20000 + SLURM_JOB_ID % 20000 ))\n")],
+           expect={"MASTER_ADDR/PORT": ("fail", "reaches 32768-39999, inside Linux's ephemeral range")}),
+    Faulty("port_is_the_job_id", why="the job id itself: past 65535 on a cluster with many jobs",
+           edits=[(PORT, "export MASTER_PORT=$SLURM_JOB_ID\n")],
+           expect={"MASTER_ADDR/PORT": ("fail", "can be \\d+ for some job ids, not a port")}),
+    Faulty("torchrun_fixed_port", why="torchrun's endpoint on a fixed port",
+           edits=[TWO_NODES, ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH "
+                                                                              "--cpus-per-task=4"),
+                  (OMP, "export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / 2 ))\n"),
+                  (SRUN, TORCHRUN.replace("$MASTER_ADDR:$MASTER_PORT", "$MASTER_ADDR:29500"))],
+           expect={"MASTER_ADDR/PORT": ("fail", "torchrun's rendezvous port: MASTER_PORT=29500 is not derived")}),
+    Faulty("omp_more_than_cpus", why="8 threads per rank on 2 CPUs per task",
+           edits=[(OMP, "export OMP_NUM_THREADS=8\n")], options={"slurm": True},
+           expect={"OMP_NUM_THREADS": ("fail", "is 8 thread\\(s\\) per rank; each rank's task has 2 CPU\\(s\\).*more "
+                                               "threads than CPUs")}),
+    Faulty("omp_from_nproc", why="$(nproc) in the batch script: the CPUs of every task on the node",
+           edits=[(OMP, "export OMP_NUM_THREADS=$(nproc)\n")],
+           expect={"OMP_NUM_THREADS": ("fail", "counts the CPUs of every task of the job on the node")}),
+    Faulty("omp_torchrun_not_shared", why="torchrun's 2 ranks share one task's CPUs: each may have half",
+           edits=[("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH --cpus-per-task=4"),
+                  (SRUN, TORCHRUN)],
+           expect={"OMP_NUM_THREADS": ("fail", "2 rank\\(s\\) sharing the task's 4 CPU\\(s\\).*/ 2")}),
 ]
 
 # Right ways that must pass (read only): the rules may not fail what works on a cluster.
@@ -157,6 +200,11 @@ CORRECT = [
     Faulty("set_then_export", {}, [TWO_NODES, (MASTER, 'head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" '
                                                        '| head -n 1)\nMASTER_ADDR=$head_node\nexport MASTER_ADDR')]),
     Faulty("srun_one_torchrun_per_node", {}, [
-        TWO_NODES, (SRUN, TORCHRUN.replace("srun --label torchrun", "srun --label --ntasks-per-node=1 torchrun"))]),
+        TWO_NODES, (OMP, "export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / 2 ))\n"),
+        (SRUN, TORCHRUN.replace("srun --label torchrun", "srun --label --ntasks-per-node=1 torchrun"))]),
     Faulty("background_then_wait", {}, [('--epochs 1 "$@"', '--epochs 1 "$@" &\nwait')]),
+    Faulty("srun_bash_c", {}, [(SRUN, "srun --label bash -c 'python exercises/02_ddp/mnist_classify_ddp.py")
+                               , ('--epochs 1 "$@"', "--epochs 1'")]),
+    Faulty("port_variable", {}, [(PORT, "BASE=10000\nexport MASTER_PORT=$(( BASE + SLURM_JOB_ID % 20000 ))\n")]),
+    Faulty("omp_prefix_option", {}, [("--epochs 1", "--epoch 1")]),
 ]

@@ -1,0 +1,178 @@
+"""The command line the probe replaces: which training script the ranks would run, and with what arguments.
+
+The run-time check puts a probe in place of ``python`` and ``torchrun``, so a rank "runs" whatever it is given;
+this module judges what it was given instead: the script exists in the job's working directory (``--chdir``, else
+the folder the learner submits from, the course folder), it is the exercise's training file
+(``02_ddp/mnist_classify_ddp.py``), and every ``--option`` after it is one that file's argparse parser defines
+(read from its source, not run: argparse also takes an unambiguous prefix, ``--epoch`` for ``--epochs``).
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from course_lib.sbatch.script import Script, Simple
+
+TRAINING = "02_ddp/mnist_classify_ddp.py"      # what exercise 03 starts (notebook 02's DDP program)
+ITEM = "training script"
+PYTHONS = {"python", "python3"}
+# torchrun's options that take no value (torch.distributed.run's parser); every other --option takes one
+TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "--run_path", "-m", "--module",
+                  "--virtual-local-rank", "--virtual_local_rank"}
+DEFAULT = re.compile(r"^\$\{(\w+):?-([^}]*)\}$")     # ${SCRIPT:-exercises/...}
+PLAIN = re.compile(r"^\$\{?(\w+)\}?$")              # $SCRIPT, ${SCRIPT}
+
+
+def words_run(c: Simple) -> list[str]:
+    """The words of ``c`` with a ``bash -c 'CMD'`` (``sh -c``) opened up: srun bash -c 'python x.py' runs python."""
+    words = c.words
+    for i, w in enumerate(words[:-1]):
+        if w.rsplit("/", 1)[-1] in ("bash", "sh") and words[i + 1] == "-c" and i + 2 < len(words):
+            from course_lib.sbatch.script import simple_commands
+            inner = [x for s in simple_commands(c.line, words[i + 2]) for x in s.words]
+            return words[:i] + inner
+    return words
+
+
+def command_line(s: Script) -> tuple[int, str, list[str]] | None:
+    """(line, the script as written, the words after it) of the first launch that runs python or torchrun."""
+    for c in s.simple:
+        words = words_run(c)
+        base = [w.rsplit("/", 1)[-1] for w in words]
+        for i, name in enumerate(base):
+            if name in PYTHONS:
+                rest = words[i + 1:]
+                if rest[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+                    return _after_torchrun(c.line, rest[2:])
+                j = next((k for k, w in enumerate(rest) if not w.startswith("-") or w == "-"), None)
+                if j is None or "-c" in rest[:j] or "-m" in rest[:j]:
+                    return None if j is None else (c.line, "-m " + rest[j] if "-m" in rest[:j] else "-c", [])
+                return c.line, rest[j], rest[j + 1:]
+            if name == "torchrun":
+                return _after_torchrun(c.line, words[i + 1:])
+    return None
+
+
+def _after_torchrun(line: int, words: list[str]):
+    i = 0
+    while i < len(words) and words[i].startswith("-"):
+        i += 1 if ("=" in words[i] or words[i] in TORCHRUN_FLAGS) else 2
+    return (line, words[i], words[i + 1:]) if i < len(words) else None
+
+
+def resolve(s: Script, written: str) -> tuple[str | None, str]:
+    """(the path the job would run, how the script gives it); None where it comes from outside the script."""
+    m = DEFAULT.match(written)
+    if m:
+        name, default = m.groups()
+        if name in s.values:
+            return resolve(s, s.values[name][1].strip("\"'"))[0], f"${name}, set in the script"
+        return default, f"{written}: ${name} unset, so {default}"
+    m = PLAIN.match(written)
+    if m:
+        if m.group(1) in s.values:
+            return resolve(s, s.values[m.group(1)][1].strip("\"'"))[0], f"${m.group(1)}, set in the script"
+        return None, f"${m.group(1)} is not set in the script"
+    return (None, written) if "$" in written or "`" in written else (written, written)
+
+
+def options_of(path: Path) -> list[str] | None:
+    """The --options that ``path``'s argparse parser defines (None: it cannot be read)."""
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+            found += [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
+    return found
+
+
+def unknown_options(args: list[str], known: list[str]) -> list[str]:
+    """The --options in ``args`` that the parser does not define (argparse accepts an unambiguous prefix)."""
+    bad = []
+    for a in args:
+        if not a.startswith("--") or "$" in a:
+            continue
+        key = a.split("=", 1)[0]
+        if key not in known and len([k for k in known if k.startswith(key)]) != 1:
+            bad.append(key)
+    return bad
+
+
+def judge(s: Script, workdir: Path) -> tuple[str, bool | None, str]:
+    """(ITEM, ok or None where the check cannot see it, message). The exercise's training file is asked for
+    where the script is exercise 03's (it has the exercise's site block); any other job script (the course's
+    jobs/*.sbatch) only has to run a file that exists, with options it takes."""
+    from course_lib.sbatch.site_lines import written_for
+    found = command_line(s)
+    if found is None:
+        return ITEM, None, "no python or torchrun line with a script: nothing to look at (see launch)"
+    line, written, args = found
+    if written.startswith("-"):
+        return ITEM, None, f"line {line}: python {written} runs code the check does not read (not looked at)"
+    path, how = resolve(s, written)
+    if path is None:
+        return ITEM, None, (f"line {line}: the script is {how}, so the check cannot know which file the job runs "
+                            "(not looked at)")
+    chdir = s.get("chdir")
+    where = Path(chdir) if chdir and Path(chdir).is_absolute() else workdir
+    full = where / path
+    if not full.is_file():
+        return ITEM, False, (f"line {line}: {how}: no such file in the job's working directory {where} (the folder "
+                             "you submit from, unless --chdir says otherwise): every rank would stop with python's "
+                             f"\"can't open file\". The exercise's training file is exercises/{TRAINING}")
+    if written_for(s.text) is not None and not full.as_posix().endswith(TRAINING):
+        return ITEM, False, (f"line {line}: {how}: the job would run {path}, not the exercise's training file "
+                             f"(exercises/{TRAINING}, notebook 02's DDP program)")
+    known = options_of(full)
+    bad = unknown_options(args, known or [])
+    if known is not None and bad:
+        return ITEM, False, (f"line {line}: {path} has no option {', '.join(bad)}: argparse stops every rank with "
+                             f"'unrecognized arguments'. Its options: {' '.join(sorted(known))}")
+    told = " ".join(args) or "no arguments"
+    return ITEM, True, f"line {line}: {path} exists in {where}; arguments: {told}"
+
+
+LOCAL_GPU = re.compile(r"cuda:\{\s*local\w*|[\"']cuda[\"'],\s*local\w*|set_device\(\s*local\w*", re.I)
+
+
+def local_rank_gpu(s: Script, workdir: Path | None) -> list[str] | None:
+    """The lines of the training script that pick the GPU by the local rank (``cuda:{local_rank}``,
+    ``set_device(local_rank)``); None where the file cannot be read."""
+    found = command_line(s)
+    path = resolve(s, found[1])[0] if found and not found[1].startswith("-") else None
+    chdir = s.get("chdir")
+    where = Path(chdir) if chdir and Path(chdir).is_absolute() else workdir
+    if not path or where is None:
+        return None
+    try:
+        lines = (where / path).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    return [f"{path}:{n}: {text.strip()}" for n, text in enumerate(lines, 1)
+            if LOCAL_GPU.search(text.split("#", 1)[0])]
+
+
+def gpu_bind_none(s: Script) -> bool:
+    """``--gpu-bind=none`` (sbatch(1): turns off the per-task binding that --gpus-per-task implies), as a
+    directive or on the srun line."""
+    bind = [s.get("gpu-bind") or ""] + [w.partition("=")[2] for c in s.simple if c.name == "srun"
+                                         for w in c.words if w.startswith("--gpu-bind=")]
+    return any("none" in b.split(",") for b in bind)
+
+
+def seen(ranks) -> tuple:
+    """The training script as the ranks were given it: there in their working directory, and which file."""
+    for r in ranks:
+        if "found" not in r:
+            continue
+        if not r["found"]:
+            return False, (f"rank {r['rank']} was given {r['script']}, which is not a file in its working directory "
+                           f"{r['cwd']}: python would stop with \"can't open file\" on every rank")
+    r = ranks[0]
+    if "found" not in r:
+        return None, "the ranks did not say which script they were given"
+    return True, f"the ranks were given {r['script']} (in {r['cwd']}) with: {' '.join(r['args']) or 'no arguments'}"

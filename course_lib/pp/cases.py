@@ -44,13 +44,23 @@ def check(path, **options):
 
 
 def cases(world: int) -> list[Case]:
-    out = [Case("communicate", "communicate", case_communicate, f"p={world}"),
+    out = [Case("communicate:chain", "communicate", functools.partial(case_communicate, "chain"),
+                f"p={world}, activations forward and gradients back along the chain"),
+           Case("communicate:steady", "communicate", functools.partial(case_communicate, "steady"),
+                f"p={world}, 1F1B's steady state: stage s sends forward while stage s+1 sends back"),
            Case("forward_step", "forward_step", case_forward, f"p={world}, m=3"),
            Case("backward_step", "backward_step", case_backward, f"p={world}, m=2")]
     for name in ("afab", "one_f_one_b"):
         for m in micro_batches(world):
             out.append(Case(f"{name}:m{m}", name, functools.partial(case_schedule, name, m), f"p={world}, m={m}"))
     return out
+
+
+def pass_text(item: str, recs) -> str:
+    worlds = ", ".join(str(w) for w in dict.fromkeys(r.world for r in recs))
+    if item == "communicate":
+        return f"p={worlds}: along the chain both ways, and 1F1B's steady-state exchange (both directions at once)"
+    return f"p={worlds}: " + next((v["message"] for r in recs for v in r.verdicts.values() if v["message"]), "")
 
 
 def micro_batches(world: int) -> tuple:
@@ -72,8 +82,8 @@ def pattern(sender: int, tag: int):
     return torch.arange(WIDTH * MICRO, dtype=torch.float64).reshape(MICRO, WIDTH) + 100 * sender + 1000 * tag
 
 
-def case_communicate(ctx):
-    _, pipe, _, _, _ = setting(ctx, 1)
+def case_communicate(part: str, ctx):
+    _, pipe, _, _, _ = setting(ctx, 3)
     fn = need(ctx.mod, "communicate", FILE)
     s = ctx.rank
     # 1: activations forward along the chain; 2: gradients backward; 3: 1F1B's steady state, pairs (s, s+1) with
@@ -89,10 +99,13 @@ def case_communicate(ctx):
             kw = {}
         steps.append((f"steady state (stage s sends forward while s+1 sends back{', odd s' if parity else ''})", kw))
     for tag, (what, kw) in enumerate(steps, 1):
+        if (part == "chain") != (tag <= 2):
+            continue
         got = fn(pipe, **kw)
         problem = judge_exchange(got, kw, s, tag, what, pipe)
         ctx.agree_or_fail(problem)
-    return "forward and backward along the chain, and 1F1B's steady-state exchange posted together"
+    return ("forward and backward along the chain" if part == "chain"
+            else "1F1B's steady-state exchange: both directions at once")
 
 
 def judge_exchange(got, kw, s, tag, what, pipe) -> str | None:

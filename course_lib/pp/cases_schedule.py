@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from course_lib.checking.case import Fail, need
 from course_lib.checking.learner import error_where
+from course_lib.checking.worker import peer_gone
 
 WATCHED = ("forward_step", "backward_step", "communicate")
 
@@ -26,6 +27,7 @@ class Watcher:
         self.in_flight = self.peak = 0
         self.first_backward_after = None   # forwards run before the first backward
         self.problem: str | None = None
+        self.inside: str | None = None     # the watched call running now
         self.originals = {name: getattr(mod, name) for name in WATCHED}
 
     def note(self, text: str) -> None:
@@ -58,7 +60,9 @@ class Watcher:
         elif i != done:
             self.note(f"stage {s} received micro-batch {i} for its forward number {done}: every stage runs the "
                       f"micro-batches in order 0..m-1 (the wrong micro-batch reached it)")
+        self.inside = "forward_step"          # left set if it raises: a crash in it is not a schedule's
         y = self.originals["forward_step"](pipe, x, target)
+        self.inside = None
         self.events.append(("F", done if i is None else i))
         self.by_output[id(y)] = (done if i is None else i, y)
         self.in_flight += 1
@@ -79,6 +83,9 @@ class Watcher:
             if grad is None:
                 self.note(f"stage {s}'s backward of micro-batch {i} got grad=None: the gradient of y comes from "
                           f"the next stage (communicate(pipe, recv_next=True))")
+            elif j is None and self.which(grad / self.pipe.m, self.ref.out_grads[s][i:i + 1]) == 0:
+                self.note(f"the gradient of micro-batch {i} that stage {s} received is m = {self.pipe.m} times one "
+                          f"process's: each micro-batch's loss must be divided by the number of micro-batches m")
             elif j is None:
                 self.note(f"stage {s}'s backward of micro-batch {i} got a gradient that is no micro-batch's "
                           f"(shape {tuple(grad.shape)}; expected {tuple(self.ref.out_grads[s][i].shape)})")
@@ -86,7 +93,9 @@ class Watcher:
                 self.note(f"stage {s} applied the gradient of micro-batch {j} (received from stage {s + 1}) to the "
                           f"activations of micro-batch {i}: it received the wrong micro-batch; backwards go in the "
                           f"order the forwards went, the oldest kept (x, y) first")
+        self.inside = "backward_step"
         dx = self.originals["backward_step"](pipe, x, y, grad)
+        self.inside = None
         self.events.append(("B", i))
         self.in_flight -= 1
         return dx
@@ -105,6 +114,8 @@ def case_schedule(name: str, m: int, ctx):
         except NotImplementedError:
             raise
         except Exception as e:
+            if peer_gone(e):     # a neighbour's process ended first: the harness reports the neighbour
+                raise
             raise Fail(crash_text(name, watcher, e, ctx.path), kind="error", where=error_where(e, ctx.path)) from e
     problem = watcher.problem or order_problem(name, watcher, m) or result_problem(pipe, ref, loss, TOL, m)
     if problem:
@@ -125,11 +136,21 @@ def figures(w: Watcher) -> dict:
 def crash_text(name, w: Watcher, e, path) -> str:
     from course_lib.checking.learner import explain
     text = explain(e, path, FILE_NAME)
+    if w.problem:                 # what the watcher saw first explains the crash
+        return f"{w.problem}\n(then {text})"
+    if w.inside:
+        return f"stage {w.pipe.stage}: {text}"
     if w.pipe.last and name == "one_f_one_b" and w.in_flight == 0 and len(w.events) < 2 * w.pipe.m:
         return (f"last stage: {text}: it tried a backward with no micro-batch in flight; its backward started "
                 f"before its loss. On the last stage 1F1B's warm-up is p - stage - 1 = 0: each steady step runs the "
                 f"forward (which computes the loss) first, then that micro-batch's backward")
-    return f"stage {w.pipe.stage}: {text}"
+    p, s = w.pipe.stages, w.pipe.stage
+    forwards = sum(e[0] == "F" for e in w.events)
+    if name == "one_f_one_b" and w.first_backward_after is None and forwards > min(p - s - 1, w.pipe.m):
+        return (f"stage {s}: {text}, after {forwards} forwards and no backward: more than 1F1B's warm-up of "
+                f"p - stage - 1 = {p - s - 1} forwards before its first backward (the last stage has no warm-up "
+                f"and sends nothing on)")
+    return f"stage {s}: {text}"
 
 
 def order_problem(name: str, w: Watcher, m: int) -> str | None:

@@ -299,3 +299,40 @@ def test_update_from_anywhere_as_a_learner_never_points_at_the_install():
             assert "init" not in p.stderr, (argv, cwd, p.stderr)
     finally:
         shutil.rmtree(home / "course", ignore_errors=True)
+
+
+def test_a_notebook_the_learner_only_ran_is_updated(home, fake_install):
+    """Outputs and execution counts are no edit: such a notebook takes the course's new version; one whose cells
+    the learner changed is kept, and the course's version beside it opens as a notebook (NAME.course-new.ipynb)."""
+    ws = workspace.init(home / "ws")
+    ran, edited = ws / "notebooks/00_welcome.ipynb", ws / "notebooks/01_serial_mnist.ipynb"
+    for path, edit in ((ran, False), (edited, True)):
+        nb = json.loads(path.read_text())
+        code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+        code["execution_count"], code["outputs"] = 1, [{"output_type": "stream", "name": "stdout", "text": ["ran\n"]}]
+        nb["metadata"]["widgets"] = {"state": {}}
+        if edit:
+            code["source"] = "x = 1  # mine\n"
+        path.write_text(json.dumps(nb))
+    for name in ("00_welcome", "01_serial_mnist"):   # the course changes both notebooks
+        path = fake_install / "notebooks" / f"{name}.ipynb"
+        nb = json.loads(path.read_text())
+        nb["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "newer"})
+        path.write_text(json.dumps(nb))
+    result = workspace.update(ws)
+    assert result["ran"] == ["notebooks/00_welcome.ipynb"], result
+    assert json.loads(ran.read_text())["cells"][-1]["source"] == "newer"
+    assert result["kept"] == ["notebooks/01_serial_mnist.ipynb"]
+    assert result["beside"] == ["notebooks/01_serial_mnist.course-new.ipynb"]
+    assert "x = 1  # mine" in edited.read_text()
+    assert json.loads((ws / result["beside"][0]).read_text())["cells"][-1]["source"] == "newer"
+    # run again after the update: still no edit, and the next course's version comes in as well
+    nb = json.loads(ran.read_text())
+    nb["cells"][0]["outputs"] = []
+    nb["cells"][0]["execution_count"] = 7
+    ran.write_text(json.dumps(nb))
+    path = fake_install / "notebooks/00_welcome.ipynb"
+    newest = json.loads(path.read_text())
+    newest["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "newest"})
+    path.write_text(json.dumps(newest))
+    assert workspace.update(ws)["ran"] == ["notebooks/00_welcome.ipynb"]

@@ -6,7 +6,9 @@ course version and the digest of every file as it was copied. Inside it every le
 (course_lib.core.paths); the install is only read. ``update`` merges a newer course the way nbgitpuller
 does: a file the learner never changed is refreshed, a new file is added, a file the learner changed (or
 deleted) is kept and reported. Where the course changed a file the learner changed too, the course's new version
-is written beside it (``NAME.course-new``) so that nothing is lost on either side. ``restore`` brings back the
+is written beside it (``NAME.course-new``; a notebook's ``NAME.course-new.ipynb``) so that nothing is lost on either
+side. A notebook the learner only ran (outputs, execution counts: its cells as copied) is no edit: it is
+refreshed like an untouched file. ``restore`` brings back the
 course's version of one file (a deleted one, or an edit the learner gives up; the edit is kept as ``NAME.mine``).
 """
 from __future__ import annotations
@@ -31,6 +33,17 @@ MINE_SUFFIX = ".mine"        # the learner's version, kept by ``restore``
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cells_digest(data: bytes) -> str | None:
+    """A notebook's cells as written (types and sources), without what running it adds: outputs, execution
+    counts, metadata. Running a notebook is not an edit. None: not a notebook that can be read."""
+    try:
+        cells = json.loads(data).get("cells", [])
+        text = json.dumps([(c.get("cell_type"), "".join(c.get("source", ""))) for c in cells])
+    except (ValueError, AttributeError, TypeError):
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def course_bytes(src: Path) -> bytes:
@@ -72,9 +85,11 @@ def _version() -> str:
         return "unknown"
 
 
-def _write_marker(folder: Path, trees, digests: dict[str, str]) -> None:
+def _write_marker(folder: Path, trees, digests: dict[str, str], cells: dict[str, str] | None = None) -> None:
+    """The record: each file's digest as copied and, for notebooks, the digest of its cells (``cells_digest``)."""
     record = {"course_version": _version(), "install": str(course_root()), "trees": list(trees),
-              "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": digests}
+              "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": digests,
+              "cells": cells or {}}
     atomic.write_text(folder / MARKER, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
@@ -125,25 +140,27 @@ def init(folder: str | Path, with_solutions: bool = False, exist_ok: bool = Fals
     if folder == root or root in folder.parents:
         raise WorkspaceError(f"{folder} is inside the course install {root}: choose a folder of your own")
     trees = TREES + (("solutions",) if with_solutions else ())
-    digests = {}
+    digests, cells = {}, {}
     for rel, src in source_files(root, trees).items():
         dest = folder / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         digests[rel] = _copy(src, dest)   # contents only: the learner owns the copy, whatever the install's modes
+        _record_cells(cells, rel, dest)
     (folder / "jobs" / "runs").mkdir(parents=True, exist_ok=True)
     (folder / "out").mkdir(exist_ok=True)
-    _write_marker(folder, trees, digests)
+    _write_marker(folder, trees, digests, cells)
     folder.chmod(0o700)   # a learner's work is theirs: others on the login node cannot read it
     return folder
 
 
 def update(folder: str | Path | None = None) -> dict[str, list[str]]:
-    """Merge the installed course into a workspace; returns ``{"added", "refreshed", "kept", "deleted_kept"}``."""
+    """Merge the installed course into a workspace; returns ``{"added", "refreshed", "ran", "kept", "beside",
+    "deleted_kept"}`` (``ran``: notebooks the learner had only run, which are refreshed: outputs are no edit)."""
     folder = to_update(folder)
     marker = read_marker(folder)
-    recorded = marker.get("files", {})
+    recorded, cells = marker.get("files", {}), dict(marker.get("cells", {}))
     trees = tuple(marker.get("trees", TREES))
-    result = {"added": [], "refreshed": [], "kept": [], "beside": [], "deleted_kept": []}
+    result = {"added": [], "refreshed": [], "ran": [], "kept": [], "beside": [], "deleted_kept": []}
     digests = dict(recorded)
     for rel, src in source_files(course_root(), trees).items():
         dest, new = folder / rel, hashlib.sha256(course_bytes(src)).hexdigest()
@@ -159,15 +176,35 @@ def update(folder: str | Path | None = None) -> dict[str, list[str]]:
         elif _digest(dest) == recorded.get(rel):
             _copy(src, dest)              # untouched by the learner: take the new version
             result["refreshed"].append(rel)
+        elif new != recorded.get(rel) and rel in cells and cells_digest(dest.read_bytes()) == cells[rel]:
+            _copy(src, dest)              # a notebook the learner only ran: a run is no edit, take the new one
+            result["ran"].append(rel)
         else:
             result["kept"].append(rel)    # the learner's edit wins; the record keeps the old digest
             if new != recorded.get(rel):  # ... and the course changed it too: its version goes beside it
-                _copy(src, dest.with_name(dest.name + NEW_SUFFIX))
-                result["beside"].append(rel + NEW_SUFFIX)
+                beside = beside_name(dest)
+                _copy(src, beside)
+                result["beside"].append(beside.relative_to(folder).as_posix())
             continue
         digests[rel] = new
-    _write_marker(folder, trees, digests)
+        _record_cells(cells, rel, dest)
+    _write_marker(folder, trees, digests, cells)
     return result
+
+
+def beside_name(path: Path) -> Path:
+    """Where the course's version of a file both sides changed goes: NAME.course-new, and a notebook's
+    NAME.course-new.ipynb, which JupyterLab opens as a notebook (NAME.ipynb.course-new it opens as text)."""
+    if path.suffix == ".ipynb":
+        return path.with_name(path.stem + NEW_SUFFIX + path.suffix)
+    return path.with_name(path.name + NEW_SUFFIX)
+
+
+def _record_cells(cells: dict[str, str], rel: str, path: Path) -> None:
+    """Record the cells of the course's notebook as copied (``update`` then tells a learner's run from an edit)."""
+    digest = cells_digest(path.read_bytes()) if rel.endswith(".ipynb") else None
+    if digest:
+        cells[rel] = digest
 
 
 def restore(path: str | Path) -> tuple[Path, Path | None]:
@@ -188,7 +225,9 @@ def restore(path: str | Path) -> tuple[Path, Path | None]:
     target.parent.mkdir(parents=True, exist_ok=True)
     marker = read_marker(folder)
     marker.setdefault("files", {})[rel] = _copy(sources[rel], target)
-    _write_marker(folder, tuple(marker.get("trees", TREES)), marker["files"])
+    cells = dict(marker.get("cells", {}))
+    _record_cells(cells, rel, target)
+    _write_marker(folder, tuple(marker.get("trees", TREES)), marker["files"], cells)
     return target, kept
 
 
@@ -221,13 +260,15 @@ def run(args) -> int:
     except WorkspaceError as e:
         print(f"course workspace: {e}", file=sys.stderr)
         return 2
-    for label, key in (("added", "added"), ("updated", "refreshed"), ("kept (you changed it)", "kept"),
+    for label, key in (("added", "added"), ("updated", "refreshed"), ("updated (you had only run it)", "ran"),
+                       ("kept (you changed it)", "kept"),
                        ("the course's new version", "beside"), ("not restored (you deleted it)", "deleted_kept")):
         for rel in result[key]:
             print(f"{label:32s}{rel}")
-    changed = sum(len(result[k]) for k in ("added", "refreshed", "kept", "deleted_kept"))
+    changed = sum(len(result[k]) for k in ("added", "refreshed", "ran", "kept", "deleted_kept"))
     print(f"course workspace: {changed} file(s) differ from before; nothing of yours was overwritten")
     if result["beside"]:
         print("course workspace: the course changed files you changed too: compare each with its .course-new "
-              "copy; `course workspace restore PATH` takes the course's version (yours is kept as PATH.mine)")
+              "copy (a notebook's opens as a notebook); `course workspace restore PATH` takes the course's version "
+              "(yours is kept as PATH.mine)")
     return 0

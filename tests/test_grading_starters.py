@@ -75,6 +75,20 @@ def test_a_started_file_is_graded(tmp_path):
         assert f.path is None and f.problem[0] == "fail" and f.problem[1].startswith("not started"), (learner, f)
 
 
+def test_a_job_script_starter_written_for_another_site_is_still_the_starter(tmp_path, monkeypatch):
+    """A hub's workspace (and nbgrader's release) writes the job script's site block for its site: still a starter."""
+    from course_lib.grading.starters import is_starter
+    from course_lib.instructor.workspace import course_bytes
+
+    monkeypatch.setenv("COURSE_SITE", "example-gpu-cluster")
+    copy = tmp_path / "ddp.sbatch"
+    copy.write_bytes(course_bytes(ROOT / "exercises" / EXERCISES["sbatch"].file))
+    assert "#SBATCH --partition=gpu" in copy.read_text()
+    assert is_starter(copy, "sbatch")
+    copy.write_text(copy.read_text().replace("# TODO: #SBATCH lines", "#SBATCH --nodes=1\n# TODO: #SBATCH lines"))
+    assert not is_starter(copy, "sbatch")
+
+
 def test_normalised_keeps_what_a_learner_typed():
     assert normalised("a = 1\r\nb = 2  \r\n\r\n") == normalised("a = 1\nb = 2\n") == "a = 1\nb = 2"
     assert normalised("a = 1\n    b = 2\n") != normalised("a = 1\nb = 2\n")

@@ -174,6 +174,17 @@ def test_release_for_nbgrader_writes_starters_and_never_overwrites(tmp_path, cap
     assert (source / "allreduce.py").read_text() == "# the instructor's own edit\n"
 
 
+def test_release_for_nbgrader_writes_the_sites_lines_into_the_job_script(tmp_path, monkeypatch):
+    """The job-script exercise released for nbgrader carries the site profile's lines, as a hub workspace's copy
+    does (it said site 'generic', no partition or account: issue 55)."""
+    monkeypatch.setenv("COURSE_SITE", "example-gpu-cluster")
+    args = ["--solutions", str(ROOT / "solutions"), "--nbgrader", str(tmp_path / "c"), "--exercise", "sbatch"]
+    assert release.run(_parser().parse_args(args)) == 0
+    text = (tmp_path / "c" / "source" / "03_jobs" / "ddp.sbatch").read_text()
+    assert "# >>> site 'example-gpu-cluster'" in text and "#SBATCH --partition=gpu" in text, text[:1500]
+    assert "#SBATCH --account=my-project" in text
+
+
 def test_release_for_gradescope_refuses_a_folder_with_files(tmp_path, capsys):
     (tmp_path / "ag").mkdir()
     (tmp_path / "ag" / "mine.txt").write_text("the instructor's\n")

@@ -9,6 +9,7 @@ exercises/ as shipped and, where solutions/ can be read (an instructor grading),
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,10 +20,15 @@ NOT_STARTED = ("not started: the file is the released starter, unchanged (nothin
                "so it is not run and every item scores 0)")
 
 
+# a job script's site block (course_lib.sbatch.site_lines): written for whichever site the learner's copy came from
+SITE_BLOCK = re.compile(r"(?ms)^# >>> site '[^']*'.*?^# <<< site[^\n]*$")
+
+
 def normalised(text: str) -> str:
-    """What an unchanged starter still is after an editor saved it: no CR, no trailing blanks, one final newline."""
+    """What an unchanged starter still is after an editor saved it: no CR, no trailing blanks, one final newline;
+    a job script's site block, written for the hub's site, is left out."""
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-    return "\n".join(lines).strip("\n")
+    return SITE_BLOCK.sub("# (site block)", "\n".join(lines)).strip("\n")
 
 
 @lru_cache(maxsize=None)

@@ -182,9 +182,13 @@ def _guide(folder: str, files: list[str]) -> str:
 
 def nbgrader_plan(solutions: Path, course: Path, exercises: list[str] | None = None) -> dict[Path, str]:
     """{path: content} of nbgrader's ``course/source/<folder>/``: one assignment per exercise folder (those of
-    ``exercises`` only, when given), the starter files as exercises/ holds them, and a guide notebook."""
+    ``exercises`` only, when given), the starter files as exercises/ holds them (a job script's site lines written
+    for ``$COURSE_SITE``, as in a hub workspace), and a guide notebook."""
+    from course_lib.instructor.workspace import site_text
+
     folders: dict[str, dict[str, str]] = {}
-    for rel, text in plan(solutions, Path()).items():
+    for rel, text in plan(solutions, Path()).items():   # a job script with the site's lines, as a workspace's
+        text = site_text(text) if rel.suffix == ".sbatch" else text
         folders.setdefault(rel.parts[0], {})[str(Path(*rel.parts[1:]))] = text
     wanted = {EXERCISES[e].folder for e in exercises} if exercises else set(folders)
     files = {}

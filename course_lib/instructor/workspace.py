@@ -50,14 +50,15 @@ def course_bytes(src: Path) -> bytes:
     """The course's file as a learner's copy holds it: a job-script exercise gets the site's own lines (partition,
     account, ... from ``$COURSE_SITE``: course_lib.sbatch.site_lines), everything else as it is."""
     data = src.read_bytes()
-    if src.suffix == ".sbatch":
-        from course_lib.jobs.site import load_site
-        from course_lib.sbatch import site_lines
+    return site_text(data.decode()).encode() if src.suffix == ".sbatch" else data
 
-        text = data.decode()
-        if site_lines.written_for(text) is not None:
-            return site_lines.render(text, load_site()).encode()
-    return data
+
+def site_text(text: str) -> str:
+    """A job-script exercise's text with its site block written for ``$COURSE_SITE`` (workspaces, nbgrader)."""
+    from course_lib.jobs.site import load_site
+    from course_lib.sbatch import site_lines
+
+    return site_lines.render(text, load_site()) if site_lines.written_for(text) is not None else text
 
 
 def _copy(src: Path, dest: Path) -> str:

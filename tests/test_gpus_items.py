@@ -89,3 +89,27 @@ def test_an_item_that_needs_more_than_the_budget_left_is_not_started(tmp_path):
     r = run_item(BY_NAME["job-monitor"], machine(1), tmp_path, left=40)
     assert r["status"] == NOT_RUN and "a deadline of at least 60 s, 40 s left" in r["detail"], r
     assert time.monotonic() - start < 1 and not (tmp_path / "job-monitor").exists()
+
+
+# ------------------------------------------------------------------------------------------- AMP and compile engaged
+def test_autocast_and_compile_must_show_they_engaged():
+    """bf16 runs for real on CPU (autocast on CPU takes bf16): its Linear computes in bfloat16; a line where
+    autocast left fp32, or where compile made no graph, is a FAIL."""
+    import torch
+
+    from course_lib.selftest import speed
+
+    x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+    lines = [speed._one(v, x, y, torch.device("cpu"), 16, warmup=1) for v in ("fp32-strict", "bf16")]
+    assert "out_dtype=float32 graphs=0" in lines[0] and "out_dtype=bfloat16 graphs=0" in lines[1], lines
+    out = speed.judge("\n".join(lines), "cpu", ("fp32-strict", "bf16"))
+    assert out.status == PASS and "bf16 autocast computed in bfloat16" in out.detail, out.detail
+    eager = lines[1].replace("out_dtype=bfloat16", "out_dtype=float32")
+    assert "autocast did not do what the variant says: bf16 computed in float32" in \
+        speed.judge("\n".join([lines[0], eager]), "cpu", ("fp32-strict", "bf16")).detail
+    compiled = lines[0].replace("variant=fp32-strict", "variant=compile")
+    assert "torch.compile made no graph" in speed.judge("\n".join([lines[0], compiled]), "cpu",
+                                                        ("fp32-strict", "compile")).detail
+    made = compiled.replace("graphs=0", "graphs=2")
+    judged = speed.judge("\n".join([lines[0], made]), "cpu", ("fp32-strict", "compile"))
+    assert judged.status == PASS and judged.figures["compile_graphs"] == 2, judged.detail

@@ -33,12 +33,16 @@ DEFAULT_TF32 = (True, False)
 IMAGES, BATCH, WARMUP = 60_000, 256, 10
 CPU_FLAG = "COURSE_SELFTEST_CPU"
 LINE = re.compile(r"speed variant=(\S+) device=(\S+) images_per_s=([\d.]+) epoch_s=([\d.]+) "
-                  r"compile_s=([\d.]+) tf32_conv=(\d) tf32_matmul=(\d) loss=(\S+)")
+                  r"compile_s=([\d.]+) tf32_conv=(\d) tf32_matmul=(\d) loss=(\S+) out_dtype=(\w+) graphs=(\d+)")
+# what shows that autocast engaged: the dtype a Linear layer computes in (the model's own output is fp32 either
+# way: autocast runs log_softmax in fp32)
+DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 
 
 def _one(variant: str, x, y, device, batch: int, warmup: int = WARMUP, min_seconds: float = 0.0) -> str:
     import torch
     import torch.nn.functional as F
+    from torch._dynamo.utils import counters
 
     from course_lib.model import Net
 
@@ -66,6 +70,7 @@ def _one(variant: str, x, y, device, batch: int, warmup: int = WARMUP, min_secon
             torch.cuda.synchronize()
 
     steps = len(x) // batch
+    graphs_before = counters["stats"]["unique_graphs"]
     start = time.perf_counter()
     for i in range(warmup):              # the first steps: cuDNN autotuning, and for compile the compilation
         step(i % steps)
@@ -78,9 +83,25 @@ def _one(variant: str, x, y, device, batch: int, warmup: int = WARMUP, min_secon
         sync()
         epochs += 1
     epoch_s = (time.perf_counter() - start) / epochs
+    graphs = counters["stats"]["unique_graphs"] - graphs_before     # the graphs torch.compile made
     return (f"speed variant={variant} device={device} images_per_s={steps * batch / epoch_s:.1f} "
             f"epoch_s={epoch_s:.3f} compile_s={warm_s if variant == 'compile' else 0:.2f} tf32_conv={int(conv)} "
-            f"tf32_matmul={int(matmul)} loss={loss.item():.4f}")
+            f"tf32_matmul={int(matmul)} loss={loss.item():.4f} out_dtype={_linear_dtype(model, x[:8], amp)} "
+            f"graphs={graphs}")
+
+
+def _linear_dtype(model, xb, amp) -> str:
+    """The dtype the model's last Linear computes in, one eager forward under the variant's autocast."""
+    import torch
+
+    seen = []
+    hook = model.fc2.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    try:
+        with torch.no_grad(), torch.autocast(xb.device.type, dtype=amp, enabled=amp is not None):
+            model(xb)
+    finally:
+        hook.remove()
+    return str(seen[0]).removeprefix("torch.")
 
 
 def main(argv=None) -> int:
@@ -118,14 +139,22 @@ def judge(text: str, want: str = "cuda", variants=VARIANTS) -> Outcome:
     bad = [v for v, m in rows.items() if m.group(8) in ("nan", "inf", "-inf")]
     if bad:
         return Outcome(FAIL, f"the loss is not finite for {', '.join(bad)}")
+    off = [f"{v} computed in {m.group(9)}" for v, m in rows.items() if m.group(9) != DTYPE.get(v, "float32")]
+    if off:
+        return Outcome(FAIL, f"autocast did not do what the variant says: {', '.join(off)} (the last Linear)")
+    if "compile" in rows and int(rows["compile"].group(10)) < 1:
+        return Outcome(FAIL, "compile: torch.compile made no graph (it ran eager)")
     base = float(rows["fp32-strict"].group(3))
     figures = {f"{v}_images_per_s": float(m.group(3)) for v, m in rows.items()}
     figures.update({f"{v}_speedup": round(float(m.group(3)) / base, 2) for v, m in rows.items() if v != "fp32-strict"})
     if "compile" in rows:
         figures["compile_s"] = float(rows["compile"].group(5))
+        figures["compile_graphs"] = int(rows["compile"].group(10))
     shown = ", ".join(f"{v} {float(m.group(3)):.0f}/s"
                       + ("" if v == "fp32-strict" else f" (x{figures[v + '_speedup']})") for v, m in rows.items())
-    extra = f"; compilation {figures['compile_s']:.1f} s apart" if "compile_s" in figures else ""
+    extra = "".join(f"; {v} autocast computed in {DTYPE[v]}" for v in rows if v in DTYPE)
+    extra += (f"; compilation {figures['compile_s']:.1f} s apart, {figures['compile_graphs']} graph(s)"
+              if "compile_s" in figures else "")
     return Outcome(PASS, f"{IMAGES:,} synthetic images on {rows['fp32-strict'].group(2)}: {shown}{extra}", figures)
 
 

@@ -1,0 +1,118 @@
+"""dp x pp training with the learner's 1F1B: ``python -m course_lib.pp.train --pp-file PATH --dp 2 --pp 2`` as
+dp * pp ranks (notebook 12 starts them with ``course_lib.runs.launch``); ``--serial``: one process, the whole batch.
+
+The ranks are laid out as Megatron-core does by default (``order="tp-cp-dp-pp"``, the first name fastest, with
+``course_lib.tp.grid.reference_rank_groups``): a dp group is neighbouring ranks (one node), the pipeline stages
+vary slowest (across nodes: a stage sends its neighbour one activation per micro-batch, point to point). Each
+pipeline trains on its dp replica's share of the batch in ``--m`` micro-batches; each stage then averages its
+gradients over its dp group and takes an SGD step. In float64 the loss curve equals the serial one to rounding.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+
+ORDER = "tp-cp-dp-pp"
+
+
+def data(steps: int, batch: int, width: int):
+    """A regression task: inputs and the outputs of a fixed 'teacher' network, one batch per step."""
+    import torch
+
+    from course_lib.pp import pipe as pp
+    teacher = pp.make_model(2, width, seed=123)
+    g = torch.Generator().manual_seed(7)
+    xs = [torch.randn(batch, width, generator=g, dtype=torch.float64) for _ in range(steps)]
+    with torch.no_grad():
+        return [(x, teacher(x)) for x in xs]
+
+
+def train_serial(a) -> list[float]:
+    import torch
+
+    from course_lib.pp import pipe as pp
+    model = pp.make_model(a.layers, a.width)
+    losses = []
+    for x, y in data(a.steps, a.batch, a.width):
+        model.zero_grad()
+        loss = pp.mse(model(x), y)
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= a.lr * p.grad
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def train_parallel(a) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from course_lib.core.loader import import_path
+    from course_lib.core.rankkit import rank_env
+    from course_lib.pp import pipe as pp
+    from course_lib.tp.grid import reference_rank_groups
+    env = rank_env()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size, timeout=datetime.timedelta(seconds=60))
+    grid = reference_rank_groups(env.world_size, dp=a.dp, pp=a.pp, order=ORDER)
+    mine = {}
+    for kind in ("pp", "dp"):
+        for ranks in grid[kind]:
+            group = dist.new_group(ranks)     # every rank makes every group, in the same order
+            if env.rank in ranks:
+                mine[kind] = (ranks, group)
+    (pp_ranks, pp_group), (dp_ranks, dp_group) = mine["pp"], mine["dp"]
+    stage, replica = pp_ranks.index(env.rank), dp_ranks.index(env.rank)
+    print(f"rank {env.rank}: stage {stage} of pp group {pp_ranks}, dp replica {replica} of dp group {dp_ranks}",
+          flush=True)
+    mod = import_path(a.pp_file, "learner_pp")
+    model = pp.make_model(a.layers, a.width)
+    share = a.batch // a.dp
+    pipe = pp.make_pipe(model, a.pp, stage, a.m, share // a.m, ranks=pp_ranks, group=pp_group)
+    for step, (x, y) in enumerate(data(a.steps, a.batch, a.width), 1):
+        pipe.module.zero_grad()        # once per step, never between micro-batches
+        rows = slice(replica * share, (replica + 1) * share)
+        loss = mod.one_f_one_b(pipe, list(x[rows].chunk(a.m)), list(y[rows].chunk(a.m)))
+        with torch.no_grad():
+            for p in pipe.module.parameters():
+                dist.all_reduce(p.grad, group=dp_group)
+                p -= a.lr * p.grad / a.dp
+        if pipe.last:
+            total = torch.tensor([loss], dtype=torch.float64)
+            dist.all_reduce(total, group=dp_group)
+            if replica == 0:
+                print(f"step={step} loss={float(total) / a.dp!r}", flush=True)
+    dist.destroy_process_group()
+
+
+def parse_losses(text: str) -> list[float]:
+    return [float(line.split("loss=")[1]) for line in text.splitlines() if line.startswith("step=")]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--pp-file")
+    p.add_argument("--serial", action="store_true")
+    p.add_argument("--dp", type=int, default=2)
+    p.add_argument("--pp", type=int, default=2)
+    p.add_argument("--m", type=int, default=4)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--width", type=int, default=8)
+    p.add_argument("--lr", type=float, default=0.2)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    a = parse_args(argv)
+    if a.serial:
+        for step, loss in enumerate(train_serial(a), 1):
+            print(f"step={step} loss={loss!r}", flush=True)
+    else:
+        train_parallel(a)
+
+
+if __name__ == "__main__":
+    main()

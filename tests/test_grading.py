@@ -295,6 +295,8 @@ def test_a_made_up_class(tmp_path):
     for learner in ("mallory", "forky"):
         assert by[learner, "allreduce"] and "pass" not in results(learner, "allreduce"), learner
         assert all(r["message"] for r in by[learner, "allreduce"])
+    # the fork bomb is judged on the exercise's three functions, whichever limit stopped it (reports.fold_general)
+    assert [r["item"] for r in by["forky", "allreduce"]] == ["naive_allreduce", "ring_allreduce", "tree_allreduce"]
 
     # the Markdown report: one table for the class, one section per learner with what was found
     for line in ("| alice | pass ", "| henry | **fail** 0/1 | missing |", "| empty | missing | missing |",

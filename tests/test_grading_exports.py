@@ -225,3 +225,27 @@ def test_a_skipped_verdict_is_stored_as_skipped_and_resume_keeps_the_time(tmp_pa
     assert p.returncode == 0 and "0 checks to run" in p.stdout, p.stdout + p.stderr
     with open(tmp_path / "out" / "scores.csv", newline="") as f:
         assert list(csv.DictReader(f)) == [first]
+
+
+def test_a_check_broken_as_a_whole_counts_the_exercises_items_in_every_isolation():
+    """The fork bomb of the made-up class, graded as root under a cgroup's pids limit (the three functions fail)
+    and as a non-root user under RLIMIT_NPROC (the same, and the one-rank run fails as a whole: a fourth row). The
+    rows of the check as a whole go into the items' messages: 0/3 both ways (issue 55: 0/5 against 0/3)."""
+    from course_lib.grading.reports import fold_general
+    from course_lib.grading.scores import item_points
+
+    limit = "Stopped by the grader's process limit: a check may have at most 256 processes"
+    items = [row("forky", "allreduce", f, "fail", f"{limit}\nWhat the check saw: not written yet")
+             for f in ("naive_allreduce", "ring_allreduce", "tree_allreduce")]
+    whole = row("forky", "allreduce", "check run", "fail", f"{limit}\nWhat the check saw: the check run on 1 ranks "
+                "failed: rank 0 failed first (exit codes: rank 0: 1)")
+    as_root, as_user = fold_general(items, "allreduce"), fold_general(items + [whole], "allreduce")
+    assert [r["item"] for r in as_user] == [r["item"] for r in as_root] == [r["item"] for r in items]
+    assert item_points(as_user) == item_points(as_root)
+    assert all("the check as a whole: check run: What the check saw: the check run on 1 ranks failed" in r["message"]
+               for r in as_user)
+    # where every item passed, a failure of the check as a whole stays a row of its own (it is the only failure)
+    passed = [{**r, "result": "pass", "message": "ok"} for r in items]
+    assert fold_general(passed + [whole], "allreduce") == passed + [whole]
+    # an exercise without declared items (its own checker) is left as it is
+    assert fold_general(items + [whole], "sbatch") == items + [whole]

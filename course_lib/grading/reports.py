@@ -124,6 +124,21 @@ def read_rows(path: Path) -> list[dict]:
         return list(reader)
 
 
+def fold_general(rows: list[dict], exercise: str) -> list[dict]:
+    """An exercise with declared items (a cases module's ITEMS) is scored on them: where an item failed, a failing
+    row of the check as a whole ("check run": a launch the limits broke) goes into each failing item's message
+    instead of counting as one item more. So the count does not depend on the isolation in force (a fork bomb
+    was 0/4 where RLIMIT_NPROC stops it, which also broke the one-rank run, and 0/3 under a cgroup's pids limit)."""
+    ex = EXERCISES.get(exercise)
+    items = set(getattr(ex.cases_module(), "ITEMS", ())) if ex is not None and ex.cases else set()
+    general = [r for r in rows if r["item"] not in items and r["result"] == "fail"]
+    failed = [r for r in rows if r["item"] in items and r["result"] == "fail"]
+    if not items or not general or not failed:
+        return rows
+    also = "\n".join(f"(the check as a whole: {r['item']}: {r['message'].strip().splitlines()[-1]})" for r in general)
+    return [{**r, "message": f"{r['message']}\n{also}"} if r in failed else r for r in rows if r not in general]
+
+
 def outcome_rows(outcome, limits) -> list[dict]:
     """The rows of one check: the checker's verdicts, or why there are none; a limit that stopped it is named
     (course_lib.grading.causes)."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from course_lib.core.report import PASS, SKIPPED
 from course_lib.grading.discover import Learner, discover
 from course_lib.grading.feedback import slug
-from course_lib.grading.reports import Outputs, outcome_rows, write_reports
+from course_lib.grading.reports import Outputs, fold_general, outcome_rows, write_reports
 from course_lib.grading.sandbox import Limits, run_check
 from course_lib.registry import EXERCISES
 
@@ -41,7 +41,7 @@ def check_one(learner: Learner, ex: str, limits: Limits, out: Path, on_start=Non
     log = out / "logs" / slug(learner.name) / f"{ex}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(outcome.output, encoding="utf-8", errors="replace")
-    return outcome_rows(outcome, limits), outcome
+    return fold_general(outcome_rows(outcome, limits), ex), outcome
 
 
 class _Grading:

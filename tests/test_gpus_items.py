@@ -53,12 +53,12 @@ def test_a_gpu_machine_with_an_item_not_possible_exits_non_zero(tmp_path, monkey
     from course_lib.selftest import gpu
     from course_lib.selftest.items import Item, nvidia_smi
 
-    monkeypatch.setattr("course_lib.selftest.probe.probe", lambda: machine(1, nvidia_smi=""))
+    monkeypatch.setattr("course_lib.selftest.probe.probe_within", lambda: machine(1, nvidia_smi=""))
     passes = Item("passes", "passes", lambda p: "", lambda ctx: Outcome(PASS, "ok"))
     smi = Item("smi", "needs nvidia-smi", nvidia_smi, lambda ctx: Outcome(PASS, "ok"))
     assert gpu.check([passes], tmp_path / "a") == 0
     assert gpu.check([passes, smi], tmp_path / "b") == 1
-    monkeypatch.setattr("course_lib.selftest.probe.probe", lambda: machine(0, nvidia_smi=""))
+    monkeypatch.setattr("course_lib.selftest.probe.probe_within", lambda: machine(0, nvidia_smi=""))
     assert gpu.check([passes, smi], tmp_path / "c") == 0      # no GPU: NOT POSSIBLE HERE, as before
 
 
@@ -113,3 +113,17 @@ def test_autocast_and_compile_must_show_they_engaged():
     made = compiled.replace("graphs=0", "graphs=2")
     judged = speed.judge("\n".join([lines[0], made]), "cpu", ("fp32-strict", "compile"))
     assert judged.status == PASS and judged.figures["compile_graphs"] == 2, judged.detail
+
+
+def test_the_probe_has_a_deadline(monkeypatch):
+    """A driver that hangs on the first CUDA call must not hang the check: the probe answers within its deadline."""
+    from course_lib.selftest import probe
+
+    monkeypatch.setattr(probe, "probe", lambda: time.sleep(30))
+    start = time.monotonic()
+    hung = probe.probe_within(0.5)
+    assert time.monotonic() - start < 5
+    assert hung.torch == "" and "no answer from torch (import torch, torch.cuda) within 0.5 s" in hung.error
+    assert BY_NAME["serial-fp32"].needs(hung) == hung.error and hung.summary() == hung.error
+    monkeypatch.setattr(probe, "probe", lambda: 1 / 0)
+    assert probe.probe_within(5).error == "probe failed: ZeroDivisionError: division by zero"

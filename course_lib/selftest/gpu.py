@@ -157,11 +157,11 @@ def check(items, out: Path, scale: float = 1.0, budget: float | None = None, req
     """Run ``items`` in order, the report rewritten before the first and after each; the exit code (module doc)."""
     from course_lib.selftest import report
     from course_lib.selftest.items import plan_seconds
-    from course_lib.selftest.probe import probe
+    from course_lib.selftest.probe import probe_within
 
     out = Path(out).resolve()   # the items' folders: a child started elsewhere (the warm server) finds them
     started, start = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.monotonic()
-    machine = probe()
+    machine = probe_within()
     print(f"GPU self-check: {machine.summary()}; plan ~{plan_seconds(items, machine):.0f} s (estimates for one H100)"
           + (f", budget {budget:.0f} s" if budget else ""), flush=True)
     results = []

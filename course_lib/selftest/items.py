@@ -40,7 +40,7 @@ def gpus(n: int, why: str = "") -> Callable[[Probe], str]:
     """Needs CUDA and at least ``n`` GPUs (and NCCL for n >= 2)."""
     def need(p: Probe) -> str:
         if not p.torch:
-            return "torch does not import"
+            return p.error or "torch does not import"
         if not p.cuda:
             return f"no CUDA GPU (torch {p.torch}, CUDA build: {p.cuda_version or 'no'})"
         if p.gpus < n:

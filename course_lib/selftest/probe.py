@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import platform
 import shutil
+import threading
 from dataclasses import asdict, dataclass, field
 
 
@@ -23,13 +24,14 @@ class Probe:
     nvidia_smi: str = ""             # its path, "" when not on PATH
     sbatch: str = ""                 # its path, "" when not on PATH
     python: str = platform.python_version()
+    error: str = ""                  # why torch could not be asked (it raised, or did not answer in time)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def summary(self) -> str:
         if not self.torch:
-            return "torch does not import"
+            return self.error or "torch does not import"
         gpus = f"{self.gpus} GPU(s): {', '.join(self.names)}" if self.gpus else "no CUDA GPU"
         return (f"torch {self.torch} (CUDA {self.cuda_version or 'none'}), {gpus}; NCCL "
                 f"{self.nccl_version or 'no'}; nvidia-smi {'yes' if self.nvidia_smi else 'no'}; "
@@ -55,6 +57,31 @@ def probe() -> Probe:
     if p.nccl and p.cuda:
         p.nccl_version = ".".join(map(str, torch.cuda.nccl.version()))
     return p
+
+
+PROBE_S = 120.0      # seconds for import torch and the CUDA queries (a loaded machine imports torch in tens)
+
+
+def probe_within(timeout: float = PROBE_S) -> Probe:
+    """``probe()`` within ``timeout`` seconds: a driver that hangs on the first CUDA call must not hang the check.
+    Without an answer (or when it raises), a Probe without torch that says why: every item is then NOT POSSIBLE
+    with that reason, and cuda-torch FAILs where nvidia-smi lists GPUs."""
+    box: list = []
+
+    def ask():
+        try:
+            box.append(probe())
+        except Exception as e:  # noqa: BLE001 - the error is the finding
+            box.append(f"{type(e).__name__}: {e}")
+
+    asking = threading.Thread(target=ask, daemon=True, name="selftest-probe")   # daemon: a hung one does not
+    asking.start()                                                                # keep the check alive
+    asking.join(timeout)
+    found = box[0] if box else f"no answer from torch (import torch, torch.cuda) within {timeout:g} s"
+    if isinstance(found, Probe):
+        return found
+    return Probe(nvidia_smi=shutil.which("nvidia-smi") or "", sbatch=shutil.which("sbatch") or "",
+                 error=f"probe failed: {found}")
 
 
 def cuda_torch(ctx):

@@ -1,8 +1,11 @@
-"""What a rank writes, and a crash in the middle of a write: the two tools of the checkpoint checker's worker.
+"""What a rank writes, and a crash in the middle of a write: the tools of the checkpoint checker's worker.
 
 ``WriteAudit`` records every file this process opens for writing (``open``, ``io.open``, ``os.open``), every
 ``torch.save`` and every rename (``os.replace``, ``os.rename``) while it is active, so the checker can say
-which ranks wrote the snapshot. ``CrashingSave`` replaces ``torch.save``: it writes the first half of the bytes
+which ranks wrote the snapshot; for each rename also where the file came from and whether it had been fsynced
+(``os.fsync``), so that the write can be judged for a cluster's file system, not only for this disk.
+``LoadAudit`` records how ``torch.load`` was called (``weights_only``).
+``CrashingSave`` replaces ``torch.save``: it writes the first half of the bytes
 to wherever it was asked to, then the process dies at once (``os._exit``), as it would if the node went down
 mid-write; what is left on disk shows whether the write was atomic.
 
@@ -67,8 +70,22 @@ class WriteAudit(_Patch):
         import torch
         import torch.serialization as ser
         self.writes: list[tuple[str, str]] = []
+        self.renames: list[tuple[str, str, bool]] = []     # (from, to, fsynced before the rename)
+        synced: set[str] = set()
         real_open, real_os_open, real_save = builtins.open, os.open, torch.save
-        real_replace, real_rename = os.replace, os.rename
+        real_replace, real_rename, real_fsync = os.replace, os.rename, os.fsync
+
+        def renamed(src, dst) -> None:
+            src = os.path.realpath(_target(src))
+            self.renames.append((src, os.path.realpath(_target(dst)), src in synced))
+
+        def audited_fsync(fd):
+            fd = fd if isinstance(fd, int) else fd.fileno()
+            try:
+                synced.add(os.path.realpath(os.readlink(f"/proc/self/fd/{fd}")))
+            except OSError:            # no /proc (not Linux): a rename then counts as not fsynced
+                pass
+            return real_fsync(fd)
 
         def audited_open(file, mode="r", *args, **kwargs):
             if any(c in mode for c in "wax+") and not isinstance(file, int):
@@ -87,17 +104,39 @@ class WriteAudit(_Patch):
 
         def audited_replace(src, dst, *args, **kwargs):
             self.writes.append(("os.replace", _target(dst)))
+            renamed(src, dst)
             return real_replace(src, dst, *args, **kwargs)
 
         def audited_rename(src, dst, *args, **kwargs):
             self.writes.append(("os.rename", _target(dst)))
+            renamed(src, dst)
             return real_rename(src, dst, *args, **kwargs)
 
         for module, name, fn in ((builtins, "open", audited_open), (io, "open", audited_open),
                                  (os, "open", audited_os_open), (torch, "save", audited_save),
                                  (ser, "save", audited_save), (os, "replace", audited_replace),
-                                 (os, "rename", audited_rename)):
+                                 (os, "rename", audited_rename), (os, "fsync", audited_fsync)):
             self._set(module, name, fn)
+        return self
+
+
+class LoadAudit(_Patch):
+    """``with LoadAudit(learner) as audit: ...`` -> ``audit.weights_only``: the ``weights_only`` of each torch.load
+    (None where it was left to torch's default, True since torch 2.6)."""
+
+    def __enter__(self) -> LoadAudit:
+        import torch
+        import torch.serialization as ser
+        self.weights_only: list = []
+        real_load = torch.load
+
+        def audited_load(f, *args, **kwargs):
+            if is_file(f):
+                self.weights_only.append(kwargs.get("weights_only"))
+            return real_load(f, *args, **kwargs)
+
+        self._set(torch, "load", audited_load)
+        self._set(ser, "load", audited_load)
         return self
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from course_lib import checking
 from course_lib.checking.case import Case, Fail, need
 from course_lib.checking.learner import error_where
-from course_lib.ckpt import audit
+from course_lib.ckpt import audit, snapfile
 from course_lib.ckpt.compare import file_hash
 from course_lib.ckpt.curves import RANK_ENV
 from course_lib.core.rankkit import exit_now
@@ -39,6 +39,7 @@ ENV = RANK_ENV
 STOP_AT_FAILURE = True
 SNAPSHOT = "snapshot.pt"   # in the folder the ranks run in
 POSITION = (2, 5)          # saved mid-epoch: epoch 2, 5 batches done
+SEE_ABOVE = "not tested: the error above (under model) stopped the check before this piece"
 SPEC = sys.modules[__name__]   # this module, as the harness's runner takes a cases module
 
 
@@ -80,8 +81,23 @@ def learner_call(ctx, phase: str, name: str, *args):
         traceback.print_exc()
         where = error_where(exc, ctx.path)
         at = f" at {where}" if where else ""
-        raise Fail(f"{phase}_snapshot raised on rank {ctx.rank}{at}: " + f"{type(exc).__name__}: {exc}"[:400],
+        raise Fail(f"{phase}_snapshot raised on rank {ctx.rank}{at}: {type(exc).__name__}: {error_text(exc)}",
                    where=where) from None
+
+
+def error_text(exc: Exception, limit: int = 500) -> str:
+    """The exception's text without terminal colour codes or repeated lines; when long, its first line and the
+    lines that name the cause (torch's weights_only error names the refused type in a line of its own)."""
+    lines = list(dict.fromkeys(line.rstrip() for line in snapfile.ANSI.sub("", str(exc)).splitlines() if line.strip()))
+    text = "\n".join(lines)
+    if len(text) <= limit:
+        return text
+    named = [line.strip() for line in lines[1:] if "Unsupported global" in line or "WeightsUnpickler error" in line]
+    text = "\n".join([lines[0][:300], *named[:2]]) + " [...]"
+    if named and "numpy" in text:
+        text += ("\nweights_only=True reads tensors and plain values only: put NumPy's key array in as an int64 "
+                 "tensor, torch.from_numpy(keys.astype(np.int64)), not as an array (and not weights_only=False)")
+    return text
 
 
 def save(ctx):
@@ -97,7 +113,8 @@ def save(ctx):
         except Fail as e:
             problem = e
     everyone = ctx.agree(problem is None)      # every rank's save is over before rank 0 reads the file
-    figures = {"writes": writes.writes, "sha": file_hash(SNAPSHOT) if ctx.rank == 0 else None}
+    figures = {"writes": writes.writes, "sha": file_hash(SNAPSHOT) if ctx.rank == 0 else None,
+               "how": snapfile.write_problem(writes.renames, SNAPSHOT) if ctx.rank == 0 and writes.writes else None}
     if problem is not None:
         problem.figures = figures
         raise problem
@@ -112,11 +129,18 @@ def load(ctx):
     from course_lib.ckpt import compare
     fresh = training_objects(seed=999)
     set_generators(999)
-    position = learner_call(ctx, "load", "load_snapshot", SNAPSHOT, *fresh)
+    with audit.LoadAudit(ctx.mod) as loads:
+        position = learner_call(ctx, "load", "load_snapshot", SNAPSHOT, *fresh)
     rngs = [None] * ctx.world
     dist.all_gather_object(rngs, ctx.cache["rng"], group=ctx.sync)
-    return "", {"restored": compare.restored(ctx.cache["truth"], ctx.cache["rng"], snapshot_of(*fresh), generators(),
-                                             position, POSITION, rngs, ctx.rank)}
+    got = compare.restored(ctx.cache["truth"], ctx.cache["rng"], snapshot_of(*fresh), generators(), position,
+                           POSITION, rngs, ctx.rank)
+    # the file itself, as a run that is not this one reads it (rank 0: one reader is enough)
+    elsewhere = snapfile.load_problem(loads.weights_only) or (snapfile.model_problem(SNAPSHOT) if ctx.rank == 0
+                                                              else None)
+    if got["model"][0] and elsewhere:
+        got["model"] = [False, elsewhere]
+    return "", {"restored": got}
 
 
 def crash(ctx):
@@ -231,7 +255,8 @@ def restored_verdicts(report: Report, by: dict, tail: str) -> None:
     per_rank = {r: f["restored"] for r, f in figures(by, "load").items() if "restored" in f}
     for item in RESTORED:
         if problem or len(per_rank) < WORLD:
-            report.add(item, False, problem or f"not every rank got this far:\n{tail}")
+            said = report.verdicts and report.verdicts[-1].item in RESTORED
+            report.add(item, False, SEE_ABOVE if said else problem or f"not every rank got this far:\n{tail}")
             continue
         bad = [(r, v[item][1]) for r, v in sorted(per_rank.items()) if not v[item][0]]
         if bad:
@@ -253,7 +278,8 @@ def writes_verdict(report: Report, by: dict, tail: str) -> None:
                    "gathering what only the other ranks have (their random generators)")
         return
     if len(saved) < WORLD or failure(by, "save"):
-        report.add("rank 0 writes", False, failure(by, "save") or f"save_snapshot did not finish:\n{tail}")
+        report.add("rank 0 writes", False,
+                   SEE_ABOVE if failure(by, "save") else f"save_snapshot did not finish:\n{tail}")
         return
     if not saved[0].get("writes") or not saved[0].get("sha"):
         report.add("rank 0 writes", False, f"after save_snapshot there is no file at the path it was given "
@@ -266,7 +292,7 @@ def atomic_verdict(report: Report, by: dict, snapshot: Path) -> None:
     problem = failure(by, "save") or failure(by, "load") or failure(by, "crash")
     before = figures(by, "save").get(0, {}).get("sha")
     if problem or not before:
-        report.add("atomic write", False, "not tested: " + (problem or "no first snapshot was written"))
+        report.add("atomic write", False, SEE_ABOVE if problem else "not tested: no first snapshot was written")
         return
     crashed = [(r, f["crash"]) for r, f in sorted(figures(by, "crash").items()) if f.get("crash")]
     if not crashed:
@@ -275,9 +301,15 @@ def atomic_verdict(report: Report, by: dict, snapshot: Path) -> None:
         return
     crash_rank, target = crashed[0][0], os.path.basename(crashed[0][1])
     after, name = file_hash(snapshot), SNAPSHOT
+    how = figures(by, "save").get(0, {}).get("how")
+    if after == before and how:
+        report.add("atomic write", False, f"rank {crash_rank} died halfway through writing {target} and the previous "
+                   f"{name} survived on this disk, but not on a cluster's: {how}")
+        return
     if after == before:
         report.add("atomic write", True, f"rank {crash_rank} died halfway through writing {target}; the previous "
-                   f"{name} was still there, whole")
+                   f"{name} was still there, whole; it came into place by a rename of a fsynced file from its own "
+                   "folder, atomic on a shared file system too")
         return
     state = ("is gone" if after is None else
              f"is now half a file ({os.path.getsize(snapshot):,} bytes) that does not load")

@@ -79,3 +79,46 @@ CASES = [
            options=QUICK,
            expect={"snapshot.py": ("fail", r"does not load at snapshot.py:\d+")}),
 ]
+
+# What the curve and the restored values cannot show: the file as another run reads it, and the write judged for a
+# cluster's file system (a shared one for the snapshot, the node's own disk for /tmp).
+SYNC = "        f.flush()\n        os.fsync(f.fileno())"
+CASES += [
+    Faulty("ddp_keys", why="the DDP-wrapped model's state_dict (module.conv1.weight, ...), loaded back into DDP",
+           edits=[('{"model": model.module.state_dict(),', '{"model": model.state_dict(),'),
+                  ('model.module.load_state_dict(snapshot["model"])', 'model.load_state_dict(snapshot["model"])')],
+           options=QUICK,
+           expect={"model": ("fail", r"^rank 0: the snapshot's model has DDP's names \(module\.conv1\.weight.*"
+                                     r"model\.module\.state_dict\(\)"),
+                   "optimizer": PASS, "atomic write": PASS}),
+    Faulty("weights_only_false", why="load_snapshot reads the file with weights_only=False",
+           edits=[('    snapshot = torch.load(path, map_location="cpu", weights_only=True)',
+                   '    snapshot = torch.load(path, map_location="cpu", weights_only=False)')],
+           options=QUICK,
+           expect={"model": ("fail", r"torch\.load\(\.\.\., weights_only=False\): unpickling runs any code"),
+                   "optimizer": PASS}),
+    Faulty("numpy_array_in_snapshot", why="NumPy's key array saved as an array: weights_only=True refuses it",
+           edits=[('torch.from_numpy(keys.astype(np.int64))', 'keys'),
+                  ('keys.numpy().astype(np.uint32)', 'keys')],
+           options=QUICK,
+           expect={"model": ("fail", r"load_snapshot raised on rank \d at snapshot\.py:\d+[^\x1b]*UnpicklingError: "
+                                     r"[^\x1b]*Unsupported global: GLOBAL numpy[^\x1b]*as an int64 tensor"),
+                   "optimizer": ("fail", r"^not tested: the error above \(under model\)"),
+                   "atomic write": ("fail", "^not tested")}),
+    Faulty("tmp_in_tmp_then_move", why="the temporary file in /tmp, moved over the snapshot with shutil.move",
+           edits=[('    tmp = f"{path}.tmp"', '    tmp = f"/tmp/snapshot-{os.getpid()}.tmp"'),
+                  (REPLACE, "    import shutil\n    shutil.move(tmp, path)")],
+           options=QUICK,
+           expect={"atomic write": ("fail", r"survived on this disk, but not on a cluster's: the temporary file was "
+                                            r"/tmp/snapshot-\d+\.tmp, in another folder than snapshot\.pt.*EXDEV"),
+                   "rank 0 writes": PASS, "model": PASS}),
+    Faulty("no_fsync", why="the temporary file is renamed without fsync",
+           edits=[(SYNC, "        pass")],
+           options=QUICK,
+           expect={"atomic write": ("fail", r"renamed without os\.fsync\(\) first"), "model": PASS}),
+    Faulty("copied_into_place", why="a temporary file next to the snapshot, then copied over it",
+           edits=[(REPLACE, "    import shutil\n    shutil.copyfile(tmp, path)")],
+           options=QUICK,
+           expect={"atomic write": ("fail", r"snapshot\.pt was written in place, not renamed into place"),
+                   "rank 0 writes": PASS}),
+]

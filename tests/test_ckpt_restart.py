@@ -2,6 +2,7 @@
 real `torchrun --max-restarts 1` restarts both ranks, they resume from the solution's snapshot, and the loss curve
 equals an uninterrupted run's, step for step (course_lib.ckpt.curves.TOLERANCE; it comes out bit for bit here).
 """
+import re
 
 import pytest
 from conftest import ROOT, live_processes
@@ -21,6 +22,10 @@ def test_killed_rank_resumes_under_torchrun_and_the_curve_equals_the_uninterrupt
     first, second = run.attempts
     assert (first.number, second.number) == (0, 1)
     assert first.killed == (1, 14), "\n".join(run.lines[-30:])
+    # the kill is real: torchrun's agent saw rank 1's process end by signal 9, not exit with an error of its own
+    agent = [line for line in run.lines if line.startswith("[torchrun]")]
+    assert any(re.search(r"local_rank: 1 .*failed \(exitcode: -9\)|exitcode *: -9", line) for line in agent), \
+        "rank 1 did not die by SIGKILL; torchrun said:\n" + "\n".join(agent[-15:])
     assert first.snapshots[-1] == (2, 3) and second.resumed == (2, 3)      # after step 11 of 24
     assert sorted(second.losses) == list(range(12, 25))                     # steps 12, 13 done twice
     assert all(first.losses[s] == second.losses[s] for s in (12, 13))

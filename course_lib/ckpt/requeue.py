@@ -8,6 +8,7 @@ a learner on a shared cluster just waits. Whatever happens, a job that ``follow`
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
@@ -23,6 +24,24 @@ FIELD = re.compile(r"(\w+)=(\S*)")
 
 class RequeueError(RuntimeError):
     """sbatch refused the job, or it did not end in time (it has been cancelled)."""
+
+
+def should_run(setting, quick: bool) -> tuple[bool, str]:
+    """Whether notebook 08 runs the requeue job, and why not: ``setting`` is its SLURM parameter (None: where a
+    controller answers, outside a quick run and the local engine). Slurm's client without a controller (a laptop
+    with the client installed) is a reason not to, said in words; with SLURM = True it stops, saying what to set."""
+    if setting is False:
+        return False, "SLURM = False"
+    if setting is None and quick:
+        return False, "a quick run"
+    if setting is None and os.environ.get("COURSE_ENGINE") == "local":
+        return False, "COURSE_ENGINE=local"
+    ok, why = slurm.available()
+    if ok:
+        return True, ""
+    if setting:
+        raise RequeueError(f"SLURM = True, but {why}: set SLURM = False in the parameters cell to go on without it")
+    return False, why
 
 
 def prepare(folder, tree: str = "solutions") -> Path:

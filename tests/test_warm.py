@@ -84,6 +84,28 @@ def test_uncaught_exception_prints_the_traceback_and_exits_1(server, tmp_path):
         assert not any("forkserver" in line or "runpy" in line for line in out)   # as python s.py prints it
 
 
+LEAVING = {   # what a learner can observe of a rank's exit; each as `python script.py` shows it
+    "atexit": "import atexit\natexit.register(print, 'atexit handler ran')\nprint('body')\n",
+    "teardown abort": "import os\nclass Last:\n    def __del__(self):   # in the interpreter's teardown\n"
+                      "        os.write(2, b'terminate called at teardown\\n')\n        os.abort()\nlast = Last()\n",
+    "non-daemon thread": "import threading, time\n"
+                         "threading.Thread(target=lambda: (time.sleep(0.5), print('thread done'))).start()\n",
+    "KeyboardInterrupt": "raise KeyboardInterrupt\n",
+    "exit message": "import sys\nsys.exit('bye')\n",
+}
+
+
+@pytest.mark.parametrize("case", LEAVING)
+def test_a_rank_leaves_as_python_script_does(server, tmp_path, case):
+    # the same script started cold (a fresh `python s.py` per rank) and forked warm: the same exit codes and output
+    path = script(tmp_path, LEAVING[case])
+    cold, warm_ = (launch([path], 2, timeout=60, on_line=None, warm=w) for w in (False, True))
+    assert [r.returncode for r in warm_.ranks] == [r.returncode for r in cold.ranks], warm_.summary()
+    for rank in (0, 1):
+        assert warm_.ranks[rank].lines == cold.ranks[rank].lines, (warm_.output(rank), cold.output(rank))
+    assert case != "teardown abort" or warm_.ranks[0].returncode == -signal.SIGABRT
+
+
 def test_real_gloo_all_reduce(server, tmp_path):
     body = """
     import os, torch, torch.distributed as dist
@@ -267,6 +289,14 @@ def test_stopping_a_warm_torchrun_stops_its_ranks(server, tmp_path):
     assert sorted(pids) == [0, 1] and res.stuck_ranks == [0, 1], res.summary()
     assert proc.wait_gone(list(pids.values()), 30) == []
     assert server.proc.poll() is None
+
+
+def test_a_torchrun_rank_killed_by_sigkill_dies_of_it(server, tmp_path):
+    # torchrun's worker dies of the signal its rank died of; SIGKILL's handler cannot be set (it raised EINVAL)
+    body = "import os, signal\nif os.environ['RANK'] == '1':\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    res = launch([script(tmp_path, body)], 2, style="torchrun", timeout=120, on_line=None)
+    assert res.failed_rank == 1 and res.ranks[1].returncode == -signal.SIGKILL, res.summary()
+    assert "OSError" not in res.output(), res.output()
 
 
 def test_torchruns_worker_passes_signals_on_and_its_rank_dies_with_it(server):

@@ -1,14 +1,15 @@
 """The fork server of ``course_lib.core.warm`` (runs in its own process; imports only the standard library,
 torch and setproctitle, so it has no thread to lose at fork). ``serve(path)``: see warm's docstring for the
-protocol.
+protocol. Not multiprocessing's forkserver: that one runs a Python function in a child it owns, not a learner's
+script with its own argv, environment, cwd, output and exit status.
 
-A rank ends with ``os._exit`` after atexit and a flush: an interpreter with torch loaded takes most of a second
-to tear down. With ``COURSE_WARM_EXIT=python`` in its environment it leaves as ``python script.py`` does instead
-(module teardown, garbage collection, atexit, then C's ``exit()`` with its static destructors), which is where
-an exit abort ("terminate called without an active exception") shows. The tests run the DDP solution so."""
+A forked rank leaves as ``python script.py`` does, through the interpreter's own exit: ``serve()`` returns in the
+child, and the server's ``-c`` code (``warm.SERVE``) runs the script at its top level with ``run()``. What the
+script raises leaves the process as from a script (``script_frames`` takes the server's frames off the traceback),
+so Python itself prints it, joins non-daemon threads, runs atexit, tears the modules down (where an exit abort,
+"terminate called without an active exception", shows), dies of SIGINT after a KeyboardInterrupt, and exits."""
 from __future__ import annotations
 
-import atexit
 import builtins
 import gc
 import io
@@ -20,16 +21,17 @@ import shutil
 import signal
 import socket
 import sys
-import threading
 import types
 from contextlib import suppress
 
 MAX_MSG = 1 << 20
-EXIT_VAR = "COURSE_WARM_EXIT"
+EXIT_VAR = "COURSE_WARM_EXIT"   # read by nothing now; goes once tests/test_ddp_solution.py stops importing it
 
 
-def serve(path: str | None = None, preload=None) -> int:
-    """``preload``: more modules to import before the first fork (``python -c ... PATH MODULE...``)."""
+def serve(path: str | None = None, preload=None):
+    """Serve until stdin's EOF, then end the server (``os._exit``: no teardown of torch, most of a second).
+    Returns only in a forked rank: what ``run()`` needs. ``preload``: more modules to import before the first
+    fork (``python -c ... PATH MODULE...``)."""
     import importlib
 
     import torch  # noqa: F401  the point of the server: imported once, before any fork
@@ -55,27 +57,32 @@ def serve(path: str | None = None, preload=None) -> int:
     children: dict = {}   # pid -> connection to report its exit code on (None: the launcher left)
     server = os.getpid()
     try:
-        _loop(listener, conns, children)
+        rank = _loop(listener, conns, children)
     finally:
-        if os.getpid() == server:   # not a rank leaving through the interpreter's exit (EXIT_VAR)
+        if os.getpid() == server:   # not a forked rank on its way to run()
             for pid in children:   # the launcher is gone: nothing of ours stays
                 _kill(pid)
             _reap(children)
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # the private dir the launcher made for us
-    return 0
+    if rank is None:
+        os._exit(0)
+    return rank
 
 
-def _loop(listener, conns, children) -> None:
+def _loop(listener, conns, children):
+    """None when the server is to end; in a forked rank, its request (``run()``)."""
     while True:
         ready, _, _ = select.select([0, listener, *conns], [], [], 0.05)
         if 0 in ready and not os.read(0, 4096):
-            return
+            return None
         if listener in ready:
             conn, _ = listener.accept()
             conns[conn] = None
         for conn in [c for c in ready if c in conns]:
             if conns[conn] is None:
-                _request(conn, listener, conns, children)
+                rank = _request(conn, listener, conns, children)
+                if rank is not None:
+                    return rank
             elif not conn.recv(16):   # the launcher left: a child still running must not outlive it
                 pid = conns.pop(conn)
                 conn.close()
@@ -85,7 +92,8 @@ def _loop(listener, conns, children) -> None:
         _reap(children)
 
 
-def _request(conn, listener, conns, children) -> None:
+def _request(conn, listener, conns, children):
+    """Fork the rank a request asks for; returns only in the child: (request, its fds, the started pipe)."""
     fds: list = []
     try:
         msg, fds, _, _ = socket.recv_fds(conn, MAX_MSG, 2)
@@ -99,12 +107,12 @@ def _request(conn, listener, conns, children) -> None:
         with suppress(OSError):
             conn.send(json.dumps({"error": str(e)}).encode())
         conn.close()
-        return
+        return None
     if pid == 0:
         for c in (listener, *conns):
             c.close()
         os.close(started_r)
-        _child(req, fds, started_w)   # never returns
+        return req, fds, started_w
     for fd in fds:
         os.close(fd)
     os.close(started_w)
@@ -113,6 +121,7 @@ def _request(conn, listener, conns, children) -> None:
     conns[conn], children[pid] = pid, conn
     with suppress(OSError):
         conn.send(json.dumps({"pid": pid}).encode())
+    return None
 
 
 def _kill(pid: int) -> None:
@@ -137,33 +146,36 @@ def _reap(children) -> None:
 
 # ----- in the forked child -----
 
-def _child(req: dict, fds: list, started: int) -> None:
-    """``fds``: the rank's stdout and stderr, or one descriptor for both. Ends the process (module docstring)."""
-    code, python_exit = 1, False
-    try:
-        os.setsid()
-        os.close(started)
-        _title(req["argv"])
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        os.dup2(fds[0], 1)
-        os.dup2(fds[-1], 2)
-        for fd in set(fds) - {1, 2}:
-            os.close(fd)
-        os.environ.clear()
-        os.environ.update(req["env"])
-        os.chdir(req["cwd"])
-        unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
-        sys.stdout = sys.__stdout__ = _stream(1, unbuffered, "strict")
-        sys.stderr = sys.__stderr__ = _stream(2, True, "backslashreplace")
-        code = _run(req["argv"])
-        python_exit = req["env"].get(EXIT_VAR) == "python" and code >= 0
-        code = code if python_exit else _finish(code)
-    finally:
-        if not python_exit:
-            os._exit(code)
-    sys.exit(code)   # unwinds through serve(), which leaves the server's cleanup to the server
+def run(rank) -> None:
+    """Set the process up as ``python *argv`` would be, then run the script (``rank``: what ``serve()`` returned).
+    ``fds``: the rank's stdout and stderr, or one descriptor for both."""
+    req, fds, started = rank
+    os.setsid()
+    os.close(started)   # the launcher may kill the rank's group now
+    _title(req["argv"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(fds[0], 1)
+    os.dup2(fds[-1], 2)
+    for fd in set(fds) - {1, 2}:
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(req["env"])
+    os.chdir(req["cwd"])
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.stdout = sys.__stdout__ = _stream(1, unbuffered, "strict")
+    sys.stderr = sys.__stderr__ = _stream(2, True, "backslashreplace")
+    _run(req["argv"])
+
+
+def script_frames(tb):
+    """The traceback of what a rank raised as ``python script.py`` prints it: from the script's first frame (not
+    the server's ``-c`` code, this module or runpy)."""
+    tb = tb and tb.tb_next   # the -c code's own frame
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
+        tb = tb.tb_next
+    return tb
 
 
 def _title(argv: list) -> None:
@@ -182,57 +194,19 @@ def _stream(fd: int, line_buffered: bool, errors: str):
                             line_buffering=line_buffered, write_through=line_buffered)
 
 
-def _run(argv: list) -> int:
-    """Run the script as ``python *argv`` would; its exit code (SystemExit's, or 1 after a traceback)."""
-    try:
-        if argv[0] == "-m":
-            sys.argv = [argv[1], *argv[2:]]     # runpy puts the module's file in argv[0]
-            sys.path[0] = os.getcwd()
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-            return 0
-        # a script or -c: in a __main__ that lives until the process ends, as python's own does
-        main = sys.modules["__main__"] = types.ModuleType("__main__")
-        main.__builtins__ = builtins
-        if argv[0] == "-c":
-            sys.argv, sys.path[0], code = ["-c", *argv[2:]], "", compile(argv[1], "<string>", "exec")
-        else:
-            sys.argv, sys.path[0], main.__file__ = list(argv), os.path.dirname(os.path.realpath(argv[0])), argv[0]
-            with open(argv[0], "rb") as f:
-                code = compile(f.read(), argv[0], "exec")
-        exec(code, main.__dict__)
-        return 0
-    except SystemExit as e:
-        return _exit_code(e.code)
-    except BaseException as e:
-        tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
-            tb = tb.tb_next     # Python's own traceback starts at the script
-        sys.excepthook(type(e), e.with_traceback(tb), tb)
-        return -signal.SIGINT if isinstance(e, KeyboardInterrupt) else 1
-
-
-def _exit_code(code) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _finish(code: int) -> int:
-    """What the interpreter does on the way out: wait for non-daemon threads, atexit, flush."""
-    try:
-        threading._shutdown()
-    except BaseException:
-        pass
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            code = code or 120
-    if code == -signal.SIGINT:   # as Python does: die of SIGINT after the traceback
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    return code
+def _run(argv: list) -> None:
+    """Run the script as ``python *argv`` would, in a fresh ``__main__``; what it raises goes up to the server's
+    ``-c`` code."""
+    main = sys.modules["__main__"] = types.ModuleType("__main__")
+    main.__builtins__ = builtins
+    if argv[0] == "-m":
+        sys.argv, sys.path[0] = list(argv[1:]), os.getcwd()
+        runpy._run_module_as_main(argv[1])   # what ``python -m`` itself calls (Modules/main.c)
+        return
+    if argv[0] == "-c":
+        sys.argv, sys.path[0], code = ["-c", *argv[2:]], "", compile(argv[1], "<string>", "exec")
+    else:
+        sys.argv, sys.path[0], main.__file__ = list(argv), os.path.dirname(os.path.realpath(argv[0])), argv[0]
+        with open(argv[0], "rb") as f:
+            code = compile(f.read(), argv[0], "exec")
+    exec(code, main.__dict__)

@@ -7,9 +7,10 @@ neither torch nor numpy's OpenBLAS starts one at import). It listens on a Unix s
 A request carries argv, env, cwd and the write end of the rank's output pipe (SCM_RIGHTS); the server forks a
 child that does what ``python script.py`` / ``python -m module`` would after start-up: its own session,
 stdin from /dev/null, stdout and stderr into the pipe, exactly the rank's environment, cwd, ``sys.argv`` and
-``sys.path[0]``, then runs the script with runpy. The server reaps its children and sends each exit code back
-on the request's connection (a forked rank is not the launcher's child); ``WarmProcess`` gives launch() the
-part of Popen it uses (pid, stdout, poll, wait), so deadlines and kills work as for a cold rank.
+``sys.path[0]``, then runs the script and leaves through the interpreter's own exit (``forkserver``). The server
+reaps its children and sends each exit code back on the request's connection (a forked rank is not the launcher's
+child); ``WarmProcess`` gives launch() the part of Popen it uses (pid, stdout, poll, wait), so deadlines and kills
+work as for a cold rank.
 
 Under torchrun (``launch(style="torchrun")``) the server forks torchrun's agent, and the worker torchrun starts
 for each rank is ``course_lib.core.warm_rank``, which sends its own environment, working directory, stdout and
@@ -53,7 +54,10 @@ SOCKET_PATH_MAX = 107     # bytes of a Unix socket's path (sun_path holds 108 wi
 # (1.5-2 s of CPU per rank on this machine's cores)
 DDP_IMPORTS = ("torch._dynamo",)
 KEEP_DEFAULT = 120.0     # seconds an idle server waits for the next session (COURSE_WARM_KEEP)
-SERVE = "import os; from course_lib.core.forkserver import serve; os._exit(serve())"
+# the server's code: serve() returns only in a forked rank, which then runs the script here, at the top, and leaves
+# through the interpreter's own exit (course_lib.core.forkserver)
+SERVE = ("from course_lib.core import forkserver\nrank = forkserver.serve()\ntry:\n    forkserver.run(rank)\n"
+         "except BaseException as e:\n    e.__traceback__ = forkserver.script_frames(e.__traceback__)\n    raise\n")
 MAX_IDLE = 4             # idle servers kept at most (one per kind of check: a few hundred MB each)
 _active: Server | None = None
 _idle: list[Server] = []

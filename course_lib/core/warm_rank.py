@@ -45,7 +45,8 @@ def main(argv: list[str]) -> int:
     msg = conn.recv(4096)    # the rank's exit code, once the server has reaped it
     code = json.loads(msg)["code"] if msg else -signal.SIGKILL
     if code < 0:             # the rank died of a signal: so does this process, for torchrun to report
-        signal.signal(-code, signal.SIG_DFL)
+        if -code != signal.SIGKILL:   # whose handler cannot be set (EINVAL), nor needs resetting
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
     return code
 

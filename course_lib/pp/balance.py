@@ -1,0 +1,56 @@
+"""Cut a model into p stages of consecutive layers: by layer count (GPipe's simple partition), or by measured time
+so that the slowest stage, which sets the pipeline's pace, is as fast as it can be."""
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+
+
+def time_layers(layers, x, reps: int = 5) -> list[float]:
+    """Each layer's forward + backward in seconds (the median of ``reps``), fed the previous layer's output."""
+    import torch
+    out = []
+    for layer in layers:
+        runs = []
+        for _ in range(reps + 1):   # the first run (allocations, first touch of the weights) is not timed
+            inp = x.detach().requires_grad_()
+            t0 = time.perf_counter()
+            y = layer(inp)
+            y.backward(torch.ones_like(y))
+            runs.append(time.perf_counter() - t0)
+        out.append(statistics.median(runs[1:]))
+        x = y.detach()
+    return out
+
+
+def by_count(n: int, p: int) -> list[range]:
+    """Consecutive layers, as even in number as possible (the first stages one more)."""
+    from course_lib.pp.pipe import split_layers
+    return split_layers(n, p)
+
+
+def by_time(times: list[float], p: int) -> list[range]:
+    """Consecutive layers whose largest stage time is the smallest possible (exact, by dynamic programming)."""
+    n = len(times)
+    prefix = [0.0]
+    for t in times:
+        prefix.append(prefix[-1] + t)
+
+    @functools.lru_cache(maxsize=None)
+    def best(start: int, parts: int) -> tuple[float, tuple]:
+        if parts == 1:
+            return prefix[n] - prefix[start], (n,)
+        options = []
+        for end in range(start + 1, n - parts + 2):
+            rest, cuts = best(end, parts - 1)
+            options.append((max(prefix[end] - prefix[start], rest), (end, *cuts)))
+        return min(options)
+
+    _, cuts = best(0, p)
+    starts = (0, *cuts[:-1])
+    return [range(a, b) for a, b in zip(starts, cuts)]
+
+
+def stage_times(times: list[float], stages: list[range]) -> list[float]:
+    return [sum(times[i] for i in r) for r in stages]

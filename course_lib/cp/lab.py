@@ -1,0 +1,163 @@
+"""Notebook 11's measurements, on real gloo ranks: per-rank activation memory, bytes per step, causal work per rank.
+
+    (4 ranks)  python -m course_lib.cp.lab --seq-lens 64,128,256
+
+All with the course's reference context-parallel attention (course_lib.cp.reference: K, V and the positions
+all-gathered, backward reduce-scatter), so the figures do not depend on how far a learner's cp.py is. For cp = 1,
+2 and 4 (groups [0], [0, 1], [0, 1, 2, 3]: every rank creates every group; ranks outside one wait) and each
+sequence length, one forward and backward of the model of course_lib.cp.train (float32) on the load-balanced split:
+
+- memory: the bytes of the tensors autograd saves for backward (``torch.autograd.graph.saved_tensors_hooks``),
+  each storage counted once, parameters left out: what a rank holds between forward and backward;
+- communication: the payload each rank's calls hand to torch.distributed, counted per call (all-gather: what the
+  rank receives, the gathered size less its own part; reduce-scatter: what it sends, the input less its own part;
+  all-reduce: 2 (n-1)/n of the tensor, the ring's bound, notebook 05);
+- work: the (query, key) pairs the causal mask leaves in each rank's scores, plain and balanced split.
+
+Rank 0 prints one ``@cp {json}`` line per measurement.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+
+BATCH, FEATURES = 2, 16
+
+
+def formula_memory(seq_len: int, cp: int, batch: int = BATCH, features: int = FEATURES) -> dict:
+    """Bytes autograd saves per rank (float32, s = S / cp tokens here): per token x, the q|k|v output, the attention
+    output (5 B s F); the gathered K and V (2 B S F: whole, whatever cp); the softmax probabilities (B s S floats)
+    and the causal mask (s S bools)."""
+    s = seq_len // cp
+    return {"tokens": 4 * 5 * batch * s * features, "gathered": 4 * 2 * batch * seq_len * features,
+            "scores": 4 * batch * s * seq_len + s * seq_len}
+
+
+def formula_bytes(seq_len: int, cp: int, params: int, batch: int = BATCH, features: int = FEATURES) -> dict:
+    """Payload per rank and step: K and V gathered forward and reduce-scattered backward (4 (cp-1) B s F floats), the
+    positions gathered ((cp-1) s int64), the weights' gradients all-reduced over cp (2 (cp-1)/cp of them)."""
+    s = seq_len // cp
+    return {"activations": 4 * 4 * (cp - 1) * batch * s * features + 8 * (cp - 1) * s,
+            "gradients": round(4 * 2 * (cp - 1) / cp * params)}
+
+
+def causal_pairs(seq_len: int, cp: int, balanced: bool) -> list[int]:
+    """Per rank, the (query, key) pairs a causal mask keeps: sum over its positions p of p + 1."""
+    from course_lib.cp import reference
+    return [int((reference.positions(seq_len, cp, r, balanced) + 1).sum()) for r in range(cp)]
+
+
+@contextlib.contextmanager
+def saved_bytes(exclude):
+    """{"bytes": ...} filled with the bytes of every storage autograd saves inside, each once."""
+    import torch
+    seen, out = set(), {"bytes": 0}
+    skip = {p.untyped_storage().data_ptr() for p in exclude}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in seen and ptr not in skip:
+            seen.add(ptr)
+            out["bytes"] += t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield out
+
+
+@contextlib.contextmanager
+def counted_payload():
+    """{"activations": bytes, "gradients": bytes} handed to torch.distributed inside (see the module docstring)."""
+    import torch.distributed as dist
+    out = {"activations": 0, "gradients": 0}
+    real = {name: getattr(dist, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
+    size = lambda t: t.numel() * t.element_size()   # noqa: E731
+
+    def all_gather(parts, t, group=None, **kw):
+        out["activations"] += sum(size(p) for p in parts) - size(t)
+        return real["all_gather"](parts, t, group=group, **kw)
+
+    def reduce_scatter(t, parts, group=None, **kw):
+        out["activations"] += sum(size(p) for p in parts) - size(t)
+        return real["reduce_scatter"](t, parts, group=group, **kw)
+
+    def all_reduce(t, group=None, **kw):
+        n = dist.get_world_size(group)
+        out["gradients"] += round(2 * (n - 1) / n * size(t))
+        return real["all_reduce"](t, group=group, **kw)
+    for name, fn in (("all_gather", all_gather), ("reduce_scatter", reduce_scatter), ("all_reduce", all_reduce)):
+        setattr(dist, name, fn)
+    try:
+        yield out
+    finally:
+        for name, fn in real.items():
+            setattr(dist, name, fn)
+
+
+def one_step(net, x, y, pos, group):
+    """Forward and backward on this rank's tokens; the grads averaged over the cp group. (saved, payload) bytes."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from course_lib.cp import reference
+    from course_lib.cp.train import forward
+    params = list(net.parameters())
+    with counted_payload() as payload:
+        with saved_bytes(params) as saved:
+            out = forward(net, x[:, pos], lambda q, k, v: reference.cp_attention(q, k, v, pos, group))
+        F.mse_loss(out, y[:, pos]).backward()
+        cp = dist.get_world_size(group)
+        for p in params:
+            dist.all_reduce(p.grad, group=group)
+            p.grad /= cp
+    return saved["bytes"], payload
+
+
+def measure(seq_lens) -> list[dict]:
+    import torch
+    import torch.distributed as dist
+
+    from course_lib.cp import reference
+    from course_lib.cp.train import model
+    rank, rows = dist.get_rank(), []
+    for cp in (1, 2, 4):
+        group = dist.new_group(list(range(cp)))
+        if rank >= cp:
+            continue
+        for seq_len in seq_lens:
+            net = model(FEATURES, 1).float()
+            g = torch.Generator().manual_seed(seq_len)
+            x, y = (torch.randn(BATCH, seq_len, FEATURES, generator=g) for _ in range(2))
+            pos = reference.positions(seq_len, cp, rank, balanced=True)
+            saved, payload = one_step(net, x, y, pos, group)
+            params = sum(p.numel() for p in net.parameters())
+            rows.append({"cp": cp, "seq_len": seq_len, "rank": rank, "saved": saved, "payload": payload,
+                         "formula_memory": formula_memory(seq_len, cp), "formula_bytes": formula_bytes(
+                             seq_len, cp, params)})
+    return rows
+
+
+def main(argv=None):
+    import torch.distributed as dist
+
+    from course_lib.core.rankkit import rank_env
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seq-lens", default="64,128,256")
+    a = p.parse_args(argv)
+    env = rank_env()
+    dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size)
+    rows = measure([int(s) for s in a.seq_lens.split(",")])
+    everyone = [None] * env.world_size
+    dist.all_gather_object(everyone, rows)
+    if env.rank == 0:
+        for row in sorted((r for rs in everyone for r in rs), key=lambda r: (r["cp"], r["seq_len"], r["rank"])):
+            print("@cp " + json.dumps(row), flush=True)
+    dist.destroy_process_group()
+
+
+def parse_output(lines) -> list[dict]:
+    return [json.loads(line[4:]) for line in lines if line.startswith("@cp ")]
+
+
+if __name__ == "__main__":
+    main()

@@ -71,8 +71,8 @@ CASES = [
            edits=[(RING_STEP, "        for t in block:\n            dist.send(t, nxt, group)\n"
                               "        for t in incoming:\n            dist.recv(t, prev, group)\n")],
            expect={"ring_attention": ("fail", r"did not finish: a deadlock.*\nrank 0 was waiting at cp\.py:"
-                                              r"{line:            dist.send(t, nxt, group)}[\s\S]*\nhint: with gloo a send "
-                                              r"waits for its matching recv"),
+                                              r"{line:            dist.send(t, nxt, group)}[\s\S]*\nhint: "
+                                              r"with gloo a send waits for its matching recv"),
                    "reduce_shared_grads": PASS}),
     Faulty("split_loses_tokens+unshard_equal_shards", options=CP2,
            why="split_positions cuts S // cp tokens per rank; unshard_sequence assumes equal, contiguous shards",

@@ -1,6 +1,6 @@
 """What notebook 07's bug-hunt scripts (exercises/07_bughunt/) share: the rank as srun or torchrun gave it,
 a process group with a deadline, and a stack dump of every thread after a while (what ``py-spy dump`` shows,
-from the rank itself).
+from the rank itself); and ``summary``, the notebook's account of a run: which rank's failure is the cause.
 
 ``python -m course_lib.bughunt`` is bug 5 where GPUs are: each rank sees only its own GPU, as
 ``--gpus-per-task=1`` arranges it (``BUG_GPUS_PER_TASK=1``), and picks ``cuda:LOCAL_RANK`` as the course's
@@ -9,6 +9,7 @@ DDP script does.
 import datetime
 import faulthandler
 import os
+import re
 
 import torch
 import torch.distributed as dist
@@ -38,6 +39,46 @@ def setup(backend: str = os.environ.get("BUG_BACKEND", "gloo")) -> tuple[int, in
 def teardown() -> None:
     faulthandler.cancel_dump_traceback_later()
     dist.destroy_process_group()
+
+
+# errors that only say a rank waited for, or lost, another rank: a consequence, not a cause
+WAITED = re.compile(r"waiting for clients|Connection closed by peer|Connection reset by peer|[Tt]imed out.*"
+                    r"(?:waiting|[Ww]ait|collective|barrier|all_?reduce)|ProcessGroup.*[Tt]imeout|Broken pipe")
+ERROR = re.compile(r"(?:\w+Error|Exception|error):|Timed out|timed out")
+
+
+def summary(result, tail: int = 3) -> str:
+    """The run's outcome with the rank whose failure is the cause: a rank whose only error is having waited for,
+    or lost, another rank reports that other's failure; where every failed rank only waited, the errors cannot
+    tell which rank is at fault, and the summary says so (the launcher's "first to exit" is a matter of timing)."""
+    if result.ok:
+        return result.summary(tail)
+    own, waited = [], []
+    for r in result.ranks:
+        errors = [line.strip() for line in r.lines if ERROR.search(line)]
+        if r.returncode not in (0, None) or errors:
+            (waited if errors and all(WAITED.search(e) for e in errors) else own).append((r.rank, errors))
+    codes = ", ".join(f"rank {r.rank}: {'stopped' if r.returncode is None else r.returncode}" for r in result.ranks)
+    if own and all(any("Detected mismatch" in e for e in errors) for _, errors in own):
+        head = (f"the ranks called different collectives (exit codes: {codes}): TORCH_DISTRIBUTED_DEBUG=DETAIL's "
+                "check stopped every rank at once, so no rank failed first; each rank's own 'Rank N is running' "
+                "names the collective it called")
+    elif own:
+        rank, errors = own[0]
+        head = (f"rank {rank} failed on its own (exit codes: {codes}): " + (errors[-1][:200] if errors else
+                "it exited with an error"))
+        if waited:
+            head += f"; rank(s) {[w for w, _ in waited]} only report(s) waiting for or losing another rank"
+    else:
+        head = (f"every rank that failed only waited for another (exit codes: {codes}): the errors cannot tell "
+                "which rank is at fault, and which one exited first is a matter of timing; read where each rank "
+                "waited (a stack dump) and what it waited in")
+    parts = [head]
+    for r in result.ranks:
+        if r.returncode != 0 and r.lines:
+            parts.append(f"--- last lines of rank {r.rank}:")
+            parts.extend("    " + line for line in r.tail(tail))
+    return "\n".join(parts)
 
 
 def device_demo() -> None:

@@ -18,7 +18,7 @@ from course_lib.core.report import Report
 from course_lib.jobs.slurm import UNPLACEABLE
 from course_lib.sbatch import lint as rules
 from course_lib.sbatch import training
-from course_lib.sbatch.address import FIRST_NODE, LOOPBACK, rank0_mistakes
+from course_lib.sbatch.address import FIRST_NODE, LOOPBACK
 from course_lib.sbatch.script import integer, parse
 
 TIMEOUT = 180.0     # seconds for the whole job (a busy CI machine starts Slurm steps slowly)
@@ -44,8 +44,9 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
         if mode == "test-only":
             from course_lib.sbatch.run import refused, test_only
             ok, msg = test_only(Path(path).resolve(), workspace())
+            # a job larger than this Slurm, or nodes down: NOT RUN, as when the job is run (_refused)
             verdicts["sbatch accepts it"] = ((True, f"sbatch --test-only: {msg}") if ok
-                                             else _nodes_down(script, refused(msg)) or (False, msg))
+                                             else _refused(script, refused(msg))["sbatch accepts it"])
         where = "; run the check where Slurm is" if mode == "read" else ""
         verdicts["ranks"] = (None, f"not run ({why}): whether the ranks start and form one process group is known "
                                    "only from a run; MASTER_ADDR/PORT and OMP_NUM_THREADS were judged from the "
@@ -57,16 +58,19 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
 
 
 def _merged(static: dict, seen: dict, script) -> dict:
-    """The run's verdicts, except where the script's text is wrong in a way one node hides (a loopback or a node
-    list as MASTER_ADDR), or runs the wrong file or options (the probe runs whatever it is given): that verdict
-    stands, whatever the ranks of this run managed."""
-    item = training.ITEM
-    if item in static and item in seen and (static[item][0] is False or seen[item][0] is None):
-        seen[item] = static[item]
-    if static["MASTER_ADDR/PORT"][0] is False and rank0_mistakes(script) and "MASTER_ADDR/PORT" in seen:
-        ok, msg = seen["MASTER_ADDR/PORT"]
-        seen["MASTER_ADDR/PORT"] = (False, static["MASTER_ADDR/PORT"][1] + ("\n(this run: " + msg + ")" if ok else
-                                                                              "\n" + msg))
+    """The run's verdicts, except where the script's text is wrong in a way this run hides (a loopback or a node
+    list as MASTER_ADDR on one node, a fixed port with no other job beside it, more threads than CPUs on a machine
+    that does not bind them, a wrong file or option: the probe runs whatever it is given): the text's FAIL stands,
+    with what the run saw; where the run could not tell (NOT RUN), the text's verdict stands."""
+    for item, (ok, msg) in static.items():
+        if item not in seen:
+            continue
+        if ok is False and seen[item][0] is not False:
+            seen[item] = (False, msg + (f"\n(this run: {seen[item][1]})" if seen[item][1] else ""))
+        elif ok is False:
+            seen[item] = (False, msg + "\n" + seen[item][1])
+        elif seen[item][0] is None:
+            seen[item] = (ok, msg)
     return seen
 
 
@@ -82,8 +86,20 @@ def _mode(site, run: bool | None) -> tuple[str, str]:
     if engine != "slurm":
         return "read", f"no Slurm here: {why}"
     if run is None:
-        run = site.name in ("local", "local-2nodes") or os.environ.get("COURSE_SBATCH_RUN") == "1"
-    return ("run", "") if run else ("test-only", "a real cluster: only sbatch --test-only; COURSE_SBATCH_RUN=1 runs it")
+        run = (site.name in ("local", "local-2nodes") or os.environ.get("COURSE_SBATCH_RUN") == "1"
+               or on_test_slurm())
+    return ("run", "") if run else ("test-only", "a Slurm that is not the course's test Slurm: only sbatch "
+                                                 "--test-only, nothing queued; COURSE_SBATCH_RUN=1 runs it there")
+
+
+def on_test_slurm() -> bool:
+    """This Slurm is the course's own test cluster (scripts/local-slurm writes ClusterName=localslurm), where the
+    job is run whatever COURSE_SITE says."""
+    conf = os.environ.get("SLURM_CONF")
+    try:
+        return bool(conf) and bool(re.search(r"(?mi)^\s*ClusterName\s*=\s*localslurm\s*$", Path(conf).read_text()))
+    except OSError:
+        return False
 
 
 def expected_ranks(script) -> int | None:

@@ -17,7 +17,7 @@ import time
 
 MARK = "@@probe "
 WATCHED = ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK", "CUDA_VISIBLE_DEVICES",
-           "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+           "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS", "RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
 def say(**fields) -> None:
@@ -54,6 +54,13 @@ def as_rank(script: str, timeout: float, args: list[str] = ()) -> int:
     say(kind="rank", launcher=how, rank=rank, world=world, local_rank=local, host=socket.gethostname(),
         script=script, cwd=os.getcwd(), found=os.path.isfile(script), args=args,
         cpus=len(os.sched_getaffinity(0)), env={k: os.environ.get(k) for k in WATCHED})
+    if how == "srun" and world > 1 and "SLURM_STEP_NUM_TASKS" not in os.environ:
+        # srun sets SLURM_STEP_NUM_TASKS for its tasks; the batch step has only the job's SLURM_NTASKS, so this
+        # process was not started by srun and its peers never will be: joining would wait for them until timeout
+        say(kind="group", rank=rank, ok=False, error=f"not started by srun: this process runs in the job's batch "
+            f"step, where SLURM_NTASKS={world} counts the job's tasks, not processes that exist; the other "
+            f"{world - 1} never start, so init_process_group would wait for them until its timeout")
+        return 1
     start = time.monotonic()
     try:
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,

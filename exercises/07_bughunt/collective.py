@@ -6,9 +6,9 @@ from course_lib.bughunt import setup, teardown
 rank, world, _ = setup()
 device = "cuda" if dist.get_backend() == "nccl" else "cpu"
 loss = torch.tensor([1.0 + rank], device=device)
-if rank == 0:                    # only rank 0 logs, so only rank 0 averages the loss ...
+if rank == 0:                    # the mean loss, for the log
     dist.all_reduce(loss)
     print(f"mean loss {loss.item() / world:.2f}", flush=True)
-dist.barrier()                         # ... and every rank goes on to the next step's collectives
+dist.barrier()                         # (stands for the next step's collectives)
 print(f"rank {rank}: step done", flush=True)
 teardown()

@@ -15,8 +15,8 @@ rank, world, _ = setup()
 budget = int(os.environ.get("BUG_MEMORY_MB", "256")) * 2**20
 used = psutil.Process().memory_info().vms
 resource.setrlimit(resource.RLIMIT_AS, (used + budget, resource.RLIM_INFINITY))
-rows = 1000 if rank == 0 else 1_000_000    # the last rank is given "the rest": all of it, in one batch
-x = torch.ones(rows, 784)                        # rows x 784 floats: 3 MB on rank 0, 3 GB for a million rows
+rows = 1000 if rank == 0 else 1_000_000    # this rank's share
+x = torch.ones(rows, 784)                        # this rank's inputs
 acc = torch.tensor([x.mean().item()])
 dist.all_reduce(acc)
 print(f"rank {rank}: mean accuracy {acc.item() / world:.2f}", flush=True)

@@ -8,6 +8,6 @@ data = TensorDataset(torch.arange(8))
 sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
 loader = DataLoader(data, batch_size=4, sampler=sampler)
 for epoch in range(2):
-    pass                  # (nothing tells the sampler which epoch this is)
+    # this epoch's batches
     seen = [int(i) for (batch,) in loader for i in batch]
     print(f"rank {rank} epoch {epoch}: {seen}", flush=True)

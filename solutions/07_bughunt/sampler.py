@@ -9,7 +9,7 @@ sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, 
 loader = DataLoader(data, batch_size=4, sampler=sampler)
 for epoch in range(2):
     ### BEGIN SOLUTION
-    # STUB: pass                  # (nothing tells the sampler which epoch this is)
+    # STUB: # this epoch's batches
     sampler.set_epoch(epoch)    # the shuffle is seeded with seed + epoch: a new order every epoch
     ### END SOLUTION
     seen = [int(i) for (batch,) in loader for i in batch]

@@ -34,7 +34,11 @@ HANG_HINTS = {None: "with gloo a send waits for its matching receive. In 1F1B's 
                     "activation to s+1 while s+1 sends a gradient back to s: if both send first, each waits for the "
                     "other's receive. In communicate post every send and receive at once (dist.P2POp + "
                     "dist.batch_isend_irecv, then wait on each request), and check that every send has a receive "
-                    "on the stage it names"}
+                    "on the stage it names",
+              "one_f_one_b": "in the steady state stage s sends y forward while stage s+1 sends a gradient back: "
+                             "send y and receive its gradient in ONE communicate(pipe, send_next=y, recv_next=True), "
+                             "and check that each stage runs as many forwards (and backwards) as its neighbours "
+                             "expect: warm-up p - stage - 1, then m - warm-up steady steps, then the cool-down"}
 TOL = dict(rtol=1e-9, atol=1e-12)
 
 

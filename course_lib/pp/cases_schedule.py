@@ -198,6 +198,10 @@ def result_problem(pipe, ref, loss, tol, m) -> str | None:
         if m > 1 and torch.allclose(p.grad, want * m, **tol):
             return (f"every gradient is m = {m} times one process's: each micro-batch's loss must be divided by "
                     f"the number of micro-batches m")
+        if m > 1 and torch.allclose(p.grad, ref.last_share[pipe.stage][k], **tol):
+            return (f"parameter {k}'s gradient is the last micro-batch's share alone: the gradients were zeroed "
+                    f"between micro-batches (zero_grad or .grad = None inside the schedule or backward_step). The m "
+                    f"micro-batches' gradients must add up in .grad; zero them once per step, before the schedule")
         return (f"parameter {k}'s gradient differs from one process with the whole batch (max |difference| "
                 f"{float((p.grad - want).abs().max()):.3g}): the gradients of the m micro-batches must add up in "
                 f".grad (zeroed once per step, never between micro-batches)")

@@ -94,6 +94,7 @@ class Reference:
     grads: list              # [stage] -> [gradient per parameter]
     inputs: list             # [stage][i] -> activation entering stage (stage 0: the micro-batch's input)
     out_grads: list          # [stage][i] -> d loss / d (stage's output) for micro-batch i (last stage: None)
+    last_share: list         # [stage] -> the last micro-batch's share of each gradient alone (what zeroing leaves)
 
 
 def reference(model, stages: int, xs, ys) -> Reference:
@@ -107,6 +108,8 @@ def reference(model, stages: int, xs, ys) -> Reference:
     loss.backward()
     parts = [stage_module(serial, stages, s) for s in range(stages)]
     grads = [[p.grad.clone() for p in part.parameters()] for part in parts]
+    params = [list(part.parameters()) for part in parts]
+    last_share = []
     inputs = [[None] * len(xs) for _ in range(stages)]
     out_grads = [[None] * len(xs) for _ in range(stages)]
     for i, (x, y) in enumerate(zip(xs, ys)):
@@ -115,7 +118,9 @@ def reference(model, stages: int, xs, ys) -> Reference:
             inputs[s][i] = cur.detach().clone()
             bounds.append(cur)
             cur = part(cur)
-        grad_in = torch.autograd.grad(mse(cur, y) / len(xs), bounds)
+        grad_in = torch.autograd.grad(mse(cur, y) / len(xs), bounds + [q for ps in params for q in ps])
+        shares = iter(grad_in[stages:])
+        last_share = [[next(shares).detach().clone() for _ in ps] for ps in params]
         for s in range(stages - 1):
             out_grads[s][i] = grad_in[s + 1].detach().clone()
-    return Reference(float(loss.detach()), grads, inputs, out_grads)
+    return Reference(float(loss.detach()), grads, inputs, out_grads, last_share)

@@ -232,7 +232,7 @@ def master(s: Script) -> tuple:
     wrong = rank0_mistakes(s)
     line = " ".join(c for _, c in s.commands if "torchrun" in c or "torch.distributed.run" in c)
     if launcher(s) == "torchrun" and ("--standalone" in line or "MASTER" not in line):
-        wrong += torchrun_port(s)
+        wrong += values.torchrun_port(s)
         return "MASTER_ADDR/PORT", not wrong, "\n".join(wrong) or "torchrun sets them for its ranks"
     msgs = []
     for name, hint in (("MASTER_ADDR", 'the first node of the job: $(scontrol show hostnames "$SLURM_JOB_NODELIST" '
@@ -246,19 +246,10 @@ def master(s: Script) -> tuple:
     port = launch_env(s, "MASTER_PORT")
     where = "MASTER_PORT on the launch line" if port is not None else f"line {s.exports.get('MASTER_PORT', (0,))[0]}"
     port = port if port is not None else s.exports.get("MASTER_PORT", (0, None))[1]
-    msgs = wrong + msgs + (values.port_mistakes(s, port, where) if port is not None else []) + torchrun_port(s)
+    msgs = wrong + msgs + (values.port_mistakes(s, port, where) if port is not None else []) + values.torchrun_port(s)
     note = f" ({values.port_note(s, port)})" if port is not None else ""
     return ("MASTER_ADDR/PORT", not msgs, "\n".join(msgs)
             or f"both exported; rank 0's node is one every node reaches{note}")
-
-
-def torchrun_port(s: Script) -> list[str]:
-    """A fixed port in torchrun's --rdzv_endpoint or --master_port (one node's rendezvous, two jobs collide)."""
-    options = torchrun_options(s)
-    port = options.get("master_port") or (options.get("rdzv_endpoint", "").rpartition(":")[2] or None)
-    if not port or "MASTER_PORT" in port:
-        return []
-    return values.port_mistakes(s, port, "torchrun's rendezvous port")
 
 
 def threads(s: Script) -> tuple:

@@ -14,6 +14,7 @@ import ast
 import operator
 import re
 
+from course_lib.sbatch.address import torchrun_options
 from course_lib.sbatch.script import Script
 
 EPHEMERAL = (32768, 60999)
@@ -90,6 +91,15 @@ def port_mistakes(s: Script, value: str, where: str) -> list[str]:
                 "a busy node another connection may hold it ('address already in use'); stay below 32768, e.g. "
                 "10000 + SLURM_JOB_ID % 20000"]
     return []
+
+
+def torchrun_port(s: Script) -> list[str]:
+    """A fixed port in torchrun's --rdzv_endpoint or --master_port (two jobs on a node collide)."""
+    options = torchrun_options(s)
+    port = options.get("master_port") or (options.get("rdzv_endpoint", "").rpartition(":")[2] or None)
+    if not port or "MASTER_PORT" in port:
+        return []
+    return port_mistakes(s, port, "torchrun's rendezvous port")
 
 
 def port_range(expr: str) -> tuple[int, int] | None:

@@ -10,7 +10,7 @@ course_lib.core.launch directly: where a check runs is the site's ``checks``, an
 - ``local``: the ranks run on this machine (a laptop, CI, a hub whose servers are themselves Slurm jobs).
 - ``slurm``: ``launch_on_slurm`` submits one short job on the site's partition (a CPU per rank, a GPU per rank up to
   the node's where the site has GPUs; course_lib.jobs.runner), which runs the same local launch on the compute
-  node (course_lib.core.run_job). Its ranks' lines come back as they are printed (to ``on_line``), then their exit
+  node (course_lib.jobs.run_job). Its ranks' lines come back as they are printed (to ``on_line``), then their exit
   codes: the caller gets the LaunchResult a local launch gives (``.job``: the job's id). A queued job says so with
   Slurm's reason; the job is cancelled at the queue deadline, past the run's deadline (plus START for Python to
   start), when ``stop`` is set, or on Ctrl-C.
@@ -154,7 +154,7 @@ def job_spec(request: dict, site):
     """The run's job: a CPU per rank, a GPU per rank where the site has GPUs (at most a node's), the run's deadline
     plus START."""
     nprocs = request["nprocs"]
-    return runner.spec(_job_name(request["script_args"]), "course_lib.core.run_job", request, site,
+    return runner.spec(_job_name(request["script_args"]), "course_lib.jobs.run_job", request, site,
                        math.ceil((request["timeout"] + START) / 60), cpus=nprocs,
                        gpus=min(nprocs, site.gpus_per_node))
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from course_lib import registry
 from course_lib.core.paths import course_root
+from course_lib.markers import solution_view
 
 SERIAL = course_root() / "solutions" / registry.SERIAL
 DDP = course_root() / "solutions" / registry.get("ddp").file
@@ -41,7 +42,6 @@ def _docstring_lines(text: str) -> range:
 
 def hunks(serial: str | None = None, ddp: str | None = None, context: int = 0) -> list[Hunk]:
     """The hunks of serial -> DDP (the clean solution view), each with the steps it is marked with."""
-    from course_lib.instructor.release import solution_view
     serial = SERIAL.read_text(encoding="utf-8") if serial is None else serial
     ddp = solution_view(DDP.read_text(encoding="utf-8")) if ddp is None else ddp
     a, b = serial.splitlines(), ddp.splitlines()

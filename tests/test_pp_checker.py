@@ -60,7 +60,7 @@ def test_reference_equals_the_sum_of_micro_batches():
     losses = []
     for x, y in zip(xs, ys):
         loss = pp.mse(model(x), y) / 3
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         for t, g in zip(total, torch.autograd.grad(loss, list(model.parameters()))):
             t += g
     flat = [g for stage in ref.grads for g in stage]

@@ -7,10 +7,12 @@
 K micro-batches of B with ``no_sync`` on all but the last; K micro-batches without it. A DDP communication
 hook counts the buckets all-reduced. Emits one ``accum`` marker per way (rank 0).
 
-``sharded``: the same model (784 -> 128 -> 10, float32, AdamW) trained on the same global batches of the
-digits set with DDP, the learner's ZeroOptimizer (stage 1 and 2) and PyTorch's FSDP2 ``fully_shard``. Emits
-the losses (rank 0) and, on every rank after the last step, the bytes this rank holds of parameters,
-gradients and optimizer state (``memory``). A method that fails emits ``error`` and the others go on.
+``sharded``: the same model (784 -> 128 -> 10, float32, SGD with momentum: unlike Adam's normalised step, it
+shows a gradient off by a factor, a missing divide by W) trained on the same global batches of the digits set
+with DDP, the learner's ZeroOptimizer (stage 1 and 2) and PyTorch's FSDP2 ``fully_shard``. Emits the losses
+(rank 0) and, on every rank after the last step, the bytes this rank holds of parameters, gradients, optimizer
+state and, for ZeRO, every other tensor its optimizer object or the model keeps alive (``memory``; measured by
+course_lib.zero.measure, not only ``p.grad``). A method that fails emits ``error`` and the others go on.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import traceback
 from course_lib.core import rankkit
 
 METHODS = ("DDP", "ZeRO-1", "ZeRO-2", "FSDP2")
+OPTIMIZER = {"lr": 0.05, "momentum": 0.9}     # torch.optim.SGD's: one buffer (the velocity) per parameter
 
 
 def nbytes(t) -> int:
@@ -109,14 +112,14 @@ def run_accum(micro, batch, rank, world):
 
 
 # ---- DDP, ZeRO-1/2, FSDP2 side by side ------------------------------------------------------------------------
-def build(method, zero_mod, collectives, lr):
+def build(method, zero_mod, collectives):
     """(model, optimizer-like with step/zero_grad, inner torch optimizer) for ``method``."""
     import torch
     model = mlp()
     if method == "DDP":
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        opt = torch.optim.SGD(model.parameters(), **OPTIMIZER)
         return model, opt, opt
     if method == "FSDP2":
         from torch.distributed.fsdp import fully_shard
@@ -124,25 +127,31 @@ def build(method, zero_mod, collectives, lr):
             if isinstance(layer, torch.nn.Linear):
                 fully_shard(layer)   # each layer its own unit: all-gathered for its forward, then freed
         fully_shard(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        opt = torch.optim.SGD(model.parameters(), **OPTIMIZER)
         return model, opt, opt
-    zero = zero_mod.ZeroOptimizer(model.parameters(), torch.optim.AdamW, stage=int(method[-1]),
-                                  collectives=collectives, lr=lr)
+    zero = zero_mod.ZeroOptimizer(model.parameters(), torch.optim.SGD, stage=int(method[-1]),
+                                  collectives=collectives, **OPTIMIZER)
     return model, zero, zero.optimizer
 
 
 def memory(model, inner, zero):
-    """Bytes on this rank right after a step: parameters, gradients (still allocated), optimizer state."""
+    """Bytes on this rank right after a step: parameters, gradients (still allocated), optimizer state, and for ZeRO
+    every other tensor its optimizer object or the model keeps alive (the shard's copy, anything in an attribute)."""
+    from course_lib.zero import measure
     grads = sum(nbytes(p.grad) for p in model.parameters())
-    if zero is not None and getattr(zero, "shard", None) is not None:
-        grads += nbytes(zero.shard.grad)
-    return {"params": sum(nbytes(p) for p in model.parameters()), "grads": grads, "state": state_bytes(inner)}
+    out = {"params": sum(nbytes(p) for p in model.parameters()), "grads": grads, "state": state_bytes(inner),
+           "other": 0}
+    if zero is not None:
+        out["grads"] += nbytes(getattr(getattr(zero, "shard", None), "grad", None))
+        held = measure.held({"zero": zero, "model": model}, list(model.parameters()))
+        out["other"] = max(0, sum(b for b, _, _ in held.values()) - out["grads"] - out["state"])
+    return out
 
 
 def train(method, zero_mod, collectives, batches, rank, world):
     import torch.distributed as dist
     import torch.nn.functional as F
-    model, opt, inner = build(method, zero_mod, collectives, lr=1e-3)
+    model, opt, inner = build(method, zero_mod, collectives)
     losses, mem = [], None
     for i, batch in enumerate(batches):
         x, y = mine(batch, rank, world)

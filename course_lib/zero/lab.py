@@ -45,7 +45,8 @@ def sharded(zero_file, world, steps, collectives="mine", timeout=240):
         if e["ev"] == "loss":
             out["losses"][e["method"]] = e["losses"]
         elif e["ev"] == "memory":
-            out["memory"].setdefault(e["method"], {})[e["rank"]] = {k: e[k] for k in ("params", "grads", "state")}
+            out["memory"].setdefault(e["method"], {})[e["rank"]] = {k: e.get(k, 0) for k in
+                                                                    ("params", "grads", "state", "other")}
         elif e["ev"] == "error":
             out["errors"].setdefault(e["method"], f"rank {e['rank']}: {e['message']}")
     if not res.ok:
@@ -62,7 +63,7 @@ def loss_differences(run) -> dict:
 
 
 def memory_rows(runs):
-    """[(W, method, params KiB, grads KiB, state KiB, state / DDP's state)] from rank 0 of each run."""
+    """[(W, method, params KiB, grads KiB, state KiB, other KiB, state / DDP's state)] from rank 0 of each run."""
     rows = []
     for run in runs:
         ddp = run["memory"].get("DDP", {}).get(0)
@@ -70,27 +71,28 @@ def memory_rows(runs):
             m = per_rank.get(0)
             if m:
                 ratio = m["state"] / ddp["state"] if ddp else float("nan")
-                rows.append((run["world"], method, m["params"] / KIB, m["grads"] / KIB, m["state"] / KIB, ratio))
+                rows.append((run["world"], method, m["params"] / KIB, m["grads"] / KIB, m["state"] / KIB,
+                             m["other"] / KIB, ratio))
     return rows
 
 
 def memory_table(runs) -> str:
     lines = [f"{'W':>2} {'method':<7} {'params KiB':>10} {'grads KiB':>10} {'optimizer state KiB':>20} "
-             f"{'state / DDP':>11}"]
-    for w, method, p, g, s, ratio in memory_rows(runs):
-        lines.append(f"{w:>2} {method:<7} {p:>10.0f} {g:>10.0f} {s:>20.0f} {ratio:>11.2f}")
+             f"{'other KiB':>10} {'state / DDP':>11}"]
+    for w, method, p, g, s, o, ratio in memory_rows(runs):
+        lines.append(f"{w:>2} {method:<7} {p:>10.0f} {g:>10.0f} {s:>20.0f} {o:>10.0f} {ratio:>11.2f}")
     return "\n".join(lines)
 
 
 def plot_memory(runs):
-    """Stacked bars per method and W: parameters, gradients, optimizer state on rank 0."""
+    """Stacked bars per method and W: parameters, gradients, optimizer state and other tensors held on rank 0."""
     import matplotlib.pyplot as plt
     rows = memory_rows(runs)
     fig, ax = plt.subplots(figsize=(7, 3.2))
     labels = [f"{m}\nW={w}" for w, m, *_ in rows]
     bottom = [0.0] * len(rows)
     for i, (name, colour) in enumerate((("parameters", "#4c72b0"), ("gradients", "#dd8452"),
-                                        ("optimizer state", "#55a868"))):
+                                        ("optimizer state", "#55a868"), ("other (ZeRO's shard copy, ...)", "#8172b2"))):
         values = [r[2 + i] for r in rows]
         ax.bar(labels, values, bottom=bottom, label=name, color=colour)
         bottom = [b + v for b, v in zip(bottom, values)]

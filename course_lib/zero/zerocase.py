@@ -18,7 +18,7 @@ SLACK = 256          # bytes: the optimizers' per-parameter step counters are no
 
 
 def make_model():
-    """10 -> 7 -> 3: 101 parameters, not divisible by 2, 3 or 4, so the shards differ in size."""
+    """10 -> 7 -> 3: 101 elements in 4 parameter tensors, not divisible by 2, 3 or 4: the shards differ in size."""
     import torch
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(10, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3)).double()
@@ -73,7 +73,8 @@ def diagnose(c, before, after, want, shards, step, opt_name):
         owned[lo:hi] = True
     orphan = "" if owned[idx].any() else ("; these elements belong to no rank's shard (shard_range), so no rank "
                                           "updates them")
-    return (f"{label}: {len(idx)} of {len(bad)} parameters differ from DDP's (elements {int(idx[0])}..{int(idx[-1])},"
+    return (f"{label}: {len(idx)} of the {len(bad)} parameter elements differ from DDP's (elements "
+            f"{int(idx[0])}..{int(idx[-1])},"
             f" largest difference {float((after - want).abs().max()):.3g}){orphan}")
 
 

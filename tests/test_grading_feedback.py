@@ -14,6 +14,18 @@ def row(learner, exercise, item, result, message):
     return {"learner": learner, "exercise": exercise, "item": item, "result": result, "message": message}
 
 
+def test_a_dollar_in_a_message_is_no_latex_in_the_markdown(tmp_path):
+    """JupyterLab reads $...$ in Markdown as LaTeX: the MASTER_ADDR hint, in grades.md and the feedback, keeps its
+    dollars escaped (issue 55: it was garbled); the HTML page shows it in a <pre>, which MathJax leaves alone."""
+    hint = 'use the first node: export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+    write_reports(tmp_path, [row("ann", "sbatch", "MASTER_ADDR", "fail", hint)], [], ["sbatch"], "# t", [], {})
+    escaped = 'MASTER_ADDR=\\$(scontrol show hostnames "\\$SLURM_JOB_NODELIST" \\| head -n 1)'
+    assert escaped in (tmp_path / "grades.md").read_text()
+    feedback = (tmp_path / "feedback" / "ann.md").read_text()
+    assert escaped.replace("\\|", "|") in feedback and "=$(" not in feedback
+    assert "<pre style=" in (tmp_path / "feedback" / "ann.html").read_text()
+
+
 def test_each_learner_gets_only_their_own_rows(tmp_path):
     rows = [row("ann", "allreduce", "ring_allreduce", "fail", "rank 1 got 3.0, expected 6.0: ANN-ONLY"),
             row("ann", "tp", "file", "missing", "not handed in"),

@@ -39,6 +39,12 @@ def _by_exercise(rows: list[dict], name: str) -> dict[str, list[dict]]:
     return own
 
 
+def no_math(text: str) -> str:
+    """Markdown text with each ``$`` escaped: JupyterLab (and GitHub) read ``$...$`` as LaTeX, which garbles a hint
+    such as ``MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)``."""
+    return re.sub(r"(?<!\\)\$", r"\\$", text)
+
+
 SHOWN = {"skipped": "NOT RUN"}    # a skipped check could not be established where grading ran: it does not count
 
 
@@ -69,7 +75,7 @@ def markdown(name: str, own: dict[str, list[dict]], found_notes: list[str]) -> s
     for ex, rows in own.items():
         md += [f"## {ex}: {_summary(rows)}", ""]
         for r in rows:
-            message = r["message"].replace("\n", "\n  ")
+            message = no_math(r["message"]).replace("\n", "\n  ")
             md.append(f"- **{SHOWN.get(r['result'], r['result'])}** {r['item']}" + (f": {message}" if message else ""))
         md += ["", _again(ex), ""]
     return "\n".join(md).rstrip() + "\n"

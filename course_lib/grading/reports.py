@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.core.atomic import atomic_writer
-from course_lib.grading.feedback import write_feedback
+from course_lib.grading.feedback import no_math, write_feedback
 from course_lib.registry import EXERCISES
 
 COLUMNS = ["learner", "exercise", "item", "result", "message"]
@@ -31,7 +31,7 @@ class Outputs:
 
 def _cell(text: str) -> str:
     """Text for a Markdown table cell: one line, no column breaks, no HTML."""
-    text = text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    text = no_math(text).replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
     return text.replace("\r", "").replace("\n", "<br>")
 
 

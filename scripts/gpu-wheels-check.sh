@@ -8,7 +8,8 @@
 #      whatever the check's exit code (the report is rewritten after every item, so a killed run keeps it).
 # Usage: scripts/gpu-wheels-check.sh [CHECK ARGS...]   e.g. --only notebook-00,notebook-01 (then REQUIRE=)
 # Environment: PY (python3), WHEELS (out/gpu-wheels), REPORT (out/gpu-check), BUDGET (480), REQUIRE (cuda-torch).
-# Exit code: the check's (0 passed, 1 a FAIL, 2 bad input, 3 a required item did not pass); 4 when the install fails.
+# Exit code: the check's (0 passed, 1 a FAIL, 2 bad input, 3 a required item did not pass); 4 when the install fails
+# (no wheels at all: nothing is installed, and it says so).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -19,15 +20,19 @@ REQUIRE=${REQUIRE-cuda-torch}
 SITE=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-site.XXXXXX")
 trap 'rm -rf "$SITE"' EXIT
 
-echo "gpu-wheels-check: $("$PY" -V 2>&1) at $(command -v "$PY"); installing $(ls "$WHEELS"/*.whl 2>/dev/null | wc -l) wheel(s)"
-if ! "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+wheels=$(ls "$WHEELS"/*.whl 2>/dev/null | wc -l)
+echo "gpu-wheels-check: $("$PY" -V 2>&1) at $(command -v "$PY"); installing $wheels wheel(s)"
+if [ "$wheels" -eq 0 ]; then
+    echo "gpu-wheels-check: no wheels in $WHEELS (make gpu-wheels): nothing installed; the notebook items need" \
+         "papermill in this python"
+elif ! "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
         --target "$SITE" "$WHEELS"/*.whl; then
     echo "gpu-wheels-check: the wheels in $WHEELS do not install for this python (built for another version?" \
          "make gpu-wheels GPU_PYTHON=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])'))" >&2
     exit 4
 fi
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-nvidia-smi -L 2>&1 || echo "gpu-wheels-check: nvidia-smi -L failed or is missing"
+timeout -k 5 20 nvidia-smi -L 2>&1 || echo "gpu-wheels-check: nvidia-smi -L failed, timed out (20 s) or is missing"
 "$PY" -m course_lib selftest --gpu --out "$REPORT" --budget "$BUDGET" --require "$REQUIRE" "$@"
 rc=$?
 if [ -n "${OUT:-}" ]; then

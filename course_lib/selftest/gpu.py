@@ -153,8 +153,26 @@ def run(args) -> int:
     return check(items, args.out, args.timeout_scale, budget=args.budget, required=required)
 
 
+def _terminated(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
 def check(items, out: Path, scale: float = 1.0, budget: float | None = None, required=()) -> int:
-    """Run ``items`` in order, the report rewritten before the first and after each; the exit code (module doc)."""
+    """Run ``items`` in order, the report rewritten before the first and after each; the exit code (module doc).
+    SIGTERM (a wrapper's ``timeout``) ends it as Ctrl-C does: the running item's processes are stopped (they run
+    in sessions of their own, out of reach of a signal to this process group) and the report stays incomplete."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return _check(items, out, scale, budget, required)
+    before = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _check(items, out, scale, budget, required)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _check(items, out: Path, scale: float, budget: float | None, required) -> int:
     from course_lib.selftest import report
     from course_lib.selftest.items import plan_seconds
     from course_lib.selftest.probe import probe_within

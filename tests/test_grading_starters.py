@@ -92,3 +92,20 @@ def test_a_job_script_starter_written_for_another_site_is_still_the_starter(tmp_
 def test_normalised_keeps_what_a_learner_typed():
     assert normalised("a = 1\r\nb = 2  \r\n\r\n") == normalised("a = 1\nb = 2\n") == "a = 1\nb = 2"
     assert normalised("a = 1\n    b = 2\n") != normalised("a = 1\nb = 2\n")
+
+
+def test_without_the_course_sources_no_file_is_taken_for_a_starter(tmp_path, monkeypatch):
+    """A Gradescope bundle has the course's package, not its sources: grading goes on, every file is run."""
+    from course_lib.core import paths
+    from course_lib.grading import starters
+
+    monkeypatch.setenv("COURSE_HOME", str(tmp_path))
+    paths.course_root.cache_clear()
+    starters.starters.cache_clear()
+    try:
+        assert starters.starters("allreduce") == frozenset()
+        assert not starters.is_starter(ROOT / "exercises" / EXERCISES["allreduce"].file, "allreduce")
+    finally:
+        monkeypatch.delenv("COURSE_HOME")
+        paths.course_root.cache_clear()
+        starters.starters.cache_clear()

@@ -127,3 +127,27 @@ def test_the_probe_has_a_deadline(monkeypatch):
     assert BY_NAME["serial-fp32"].needs(hung) == hung.error and hung.summary() == hung.error
     monkeypatch.setattr(probe, "probe", lambda: 1 / 0)
     assert probe.probe_within(5).error == "probe failed: ZeroDivisionError: division by zero"
+
+
+# ------------------------------------------------------------------------------------------- busbw against the link
+NVLINK = """GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)
+\t Link 0: 26.562 GB/s
+\t Link 1: 26.562 GB/s
+\t Link 2: <inactive>
+GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)
+\t Link 0: 26.562 GB/s
+"""
+
+
+def test_busbw_is_held_against_the_links_limit():
+    from course_lib.selftest.comm import against
+    from course_lib.selftest.link import nvlink_gbps, pcie_gbps
+
+    assert nvlink_gbps(NVLINK) == 53.1 and nvlink_gbps("") == 0
+    assert pcie_gbps("5, 16\n") == 63.0 and pcie_gbps("4, 16") == 31.5 and pcie_gbps("[N/A], 16") == 0
+    rows = {"1 MiB": (30.0, 10.0), "256 MiB": (900.0, 42.5)}
+    figures = {}
+    assert against(rows, 53.1, "NVLink, 53 GB/s per direction", figures) == \
+        "256 MiB: 80 % of the link (NVLink, 53 GB/s per direction)"
+    assert figures == {"link_limit_GBps": 53.1, "busbw_of_link_pct": 80.0}
+    assert against(rows, 0.0, "the link's limit is unknown", {}) == "the link's limit is unknown"

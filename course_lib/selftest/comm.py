@@ -39,11 +39,23 @@ def _show(rows: dict) -> str:
 
 
 def allreduce_baseline(ctx: Context) -> Outcome:
+    from course_lib.selftest.link import limit
+
     bad, rows = _experiment(ctx, None)
     if bad:
         return bad
     figures = {f"busbw_GBps_{size.replace(' ', '')}": bw for size, (_, bw) in rows.items()}
-    return Outcome(PASS, f"W={ctx.probe.gpus}, NCCL chooses: {_show(rows)}", figures)
+    return Outcome(PASS, f"W={ctx.probe.gpus}, NCCL chooses: {_show(rows)}; {against(rows, *limit(), figures)}",
+                   figures)
+
+
+def against(rows: dict, link_gbps: float, link: str, figures: dict) -> str:
+    """The largest message's busbw as a share of the link's limit (added to ``figures``), in words."""
+    if not link_gbps or not rows:
+        return link
+    size, (_, bw) = list(rows.items())[-1]
+    figures.update(link_limit_GBps=link_gbps, busbw_of_link_pct=round(100 * (bw or 0) / link_gbps, 1))
+    return f"{size}: {figures['busbw_of_link_pct']:.0f} % of the link ({link})"
 
 
 def nccl_algo(ctx: Context) -> Outcome:

@@ -32,6 +32,9 @@ def test_starter_fails_every_function_saying_it_is_not_written():
     assert set(got) == set(pp_check.ITEMS), report.text()
     assert all(v.result == "fail" and "not written yet" in v.message for v in got.values()), report.text()
     assert "built on communicate, forward_step, backward_step: fix those first" in got["afab"].message
+    # the stub's own words say what to write
+    assert "dist.batch_isend_irecv" in got["communicate"].message, report.text()
+    assert "warmup = min(pipe.stages - pipe.stage - 1, pipe.m)" in got["one_f_one_b"].message, report.text()
 
 
 @pytest.mark.slow

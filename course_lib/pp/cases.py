@@ -72,6 +72,26 @@ def micro_batches(world: int) -> tuple:
     return (world + 2,) if world == 2 else (world + 2, 2)
 
 
+def calling(fn, ctx):
+    """``fn`` as the learner wrote it, where a stub's NotImplementedError becomes a verdict that quotes the stub's
+    own words (what to write), with its line."""
+    def call(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except NotImplementedError as e:
+            raise Fail(todo_text(e, ctx.path), kind="todo") from e
+    return call
+
+
+def todo_text(e: NotImplementedError, path: str) -> str:
+    import traceback
+
+    from course_lib.checking.learner import learner_frame
+    frame = learner_frame(traceback.extract_tb(e.__traceback__), path)
+    where = f" ({FILE} line {frame.lineno}, in {frame.name})" if frame else ""
+    return f"not written yet{where}: {e}" if str(e) else f"not written yet: NotImplementedError{where}"
+
+
 def setting(ctx, m: int):
     """The model, this rank's Pipe, the micro-batches and the serial reference (the same on every rank)."""
     model = pp.make_model(2 * ctx.world, WIDTH)
@@ -88,7 +108,7 @@ def pattern(sender: int, tag: int):
 
 def case_communicate(part: str, ctx):
     _, pipe, _, _, _ = setting(ctx, 3)
-    fn = need(ctx.mod, "communicate", FILE)
+    fn = calling(need(ctx.mod, "communicate", FILE), ctx)
     s = ctx.rank
     # 1: activations forward along the chain; 2: gradients backward; 3: 1F1B's steady state, pairs (s, s+1) with
     # s even: s sends forward and receives backward while s+1 does the opposite (then the odd pairs)
@@ -139,7 +159,7 @@ def judge_exchange(got, kw, s, tag, what, pipe) -> str | None:
 def case_forward(ctx):
     import torch
     model, pipe, xs, ys, ref = setting(ctx, 3)
-    fn = need(ctx.mod, "forward_step", FILE)
+    fn = calling(need(ctx.mod, "forward_step", FILE), ctx)
     x = ref.inputs[pipe.stage][1].clone()
     y = fn(pipe, x, ys[1] if pipe.last else None)
     if not isinstance(y, torch.Tensor):
@@ -167,7 +187,7 @@ def case_forward(ctx):
 def case_backward(ctx):
     import torch
     model, pipe, xs, ys, ref = setting(ctx, 2)
-    fn = need(ctx.mod, "backward_step", FILE)
+    fn = calling(need(ctx.mod, "backward_step", FILE), ctx)
     params = list(pipe.module.parameters())
     shares = []
     for i in range(2):

@@ -151,3 +151,34 @@ def test_busbw_is_held_against_the_links_limit():
         "256 MiB: 80 % of the link (NVLink, 53 GB/s per direction)"
     assert figures == {"link_limit_GBps": 53.1, "busbw_of_link_pct": 80.0}
     assert against(rows, 0.0, "the link's limit is unknown", {}) == "the link's limit is unknown"
+
+
+def test_a_monitor_left_as_a_zombie_counts_as_stopped():
+    """A VM whose PID 1 does not reap: the trap's killed dmon stays a zombie; it is not a monitor still running."""
+    import subprocess
+
+    from course_lib.selftest.jobnb import _group_left
+
+    quick = subprocess.Popen(["true"], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _status(quick.pid) != "zombie":
+        time.sleep(0.05)
+    try:
+        assert _status(quick.pid) == "zombie" and not _group_left(quick.pid)
+    finally:
+        quick.wait()
+    alive = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert _group_left(alive.pid)
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+def _status(pid: int) -> str:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return "gone"

@@ -29,12 +29,17 @@ def _start_monitor(block: str, folder, job_id: str) -> subprocess.Popen:
 
 
 def _group_left(pgid: int) -> bool:
-    """Is a process of group ``pgid`` still running (a monitor the trap did not stop)?"""
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
+    """Is a process of group ``pgid`` still running (a monitor the trap did not stop)? A zombie is not: on a VM
+    whose PID 1 does not reap, a monitor the trap killed stays one (``killpg(pgid, 0)`` would still find it)."""
+    import psutil
+
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, PermissionError):
+            continue
+    return False
 
 
 def _stop_monitor(mon: subprocess.Popen, folder) -> bool:

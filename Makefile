@@ -7,6 +7,9 @@ TORCH ?= torch==2.13.0
 SITE_TORCH ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# what the tests and the linter need on top of a learner's install (the test extra: pytest, playwright, nbgrader,
+# ruff, py-spy); `make lab` never installs it
+TEST_STAMP := $(VENV)/.installed-test
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB_ARGS ?=
 
@@ -14,13 +17,15 @@ LAB_ARGS ?=
 
 # JupyterLab on this folder, opened on notebook 00. A clone is its own workspace (COURSE_WORKSPACE): the kernels
 # write runs and outputs to its jobs/runs/ and out/. $(LAB_DIR), which git ignores, is this lab's Jupyter config
-# folder (the user's ~/.jupyter is still read, below it): no news prompt, no nbgrader for learners, terminals with
-# the venv's bin first on PATH, this course's lab settings; nothing is written to ~/.jupyter or into the venv.
+# folder (the user's ~/.jupyter is still read, below it): no news prompt, no nbgrader or Extension Manager for
+# learners, terminals with the venv's bin first on PATH, the notebooks signed (they open trusted), the clone's
+# scaffolding out of the file browser; nothing is written to ~/.jupyter or into the venv. It installs the lab extra
+# only: the test extra (pytest, playwright, nbgrader, ruff, py-spy) is make test's.
 # LAB_ARGS: more options for jupyter lab, e.g. LAB_ARGS=--port=8890.
 LAB_DIR := $(CURDIR)/.course/lab
 LAB_OPEN := /lab/tree/notebooks/00_welcome.ipynb
 lab: $(STAMP)
-	@$(VENV)/bin/course lab-settings --lab-dir $(LAB_DIR) >/dev/null
+	@$(VENV)/bin/course lab-settings --lab-dir $(LAB_DIR) --trust notebooks >/dev/null
 	@echo "make lab: open the address JupyterLab prints below (http://127.0.0.1:PORT$(LAB_OPEN)?token=...)"
 	COURSE_WORKSPACE=$(CURDIR) PATH="$(abspath $(VENV))/bin:$$PATH" \
 	JUPYTER_CONFIG_PATH="$${JUPYTER_CONFIG_DIR:-$$HOME/.jupyter}$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
@@ -44,10 +49,10 @@ test:
 # The unit tests alone, each under a second: no multi-process, notebook or Slurm run, and no test that took a second
 # or more in the run tests/durations.json keeps (tests/conftest.py marks those slow). About 20 s on an idle 2-core
 # machine; `make test` runs everything.
-test-fast: $(STAMP)
+test-fast: $(TEST_STAMP)
 	$(PY) -m pytest -m "not slow and not slurm" -n 2 -q
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 
 notebooks: $(STAMP)
@@ -65,9 +70,13 @@ $(STAMP): pyproject.toml
 	$(if $(SITE_TORCH),$(PYTHON) -m course_lib.selftest.pick --see-site $(PY) $(PYTHON))
 	$(if $(SITE_TORCH),$(PY) -m course_lib.selftest.pick $(PY) >/dev/null)
 	$(if $(SITE_TORCH),$(PY) -c 'import torch; print("using the site PyTorch", torch.__version__)')
-	$(if $(SITE_TORCH),COURSE_PIP=1) bash scripts/venv-install.sh $(PY) $(if $(SITE_TORCH),,"$(TORCH)") -e ".[lab,test]"
+	$(if $(SITE_TORCH),COURSE_PIP=1) bash scripts/venv-install.sh $(PY) $(if $(SITE_TORCH),,"$(TORCH)") -e ".[lab]"
 	@$(PY) -c 'import torch, course_lib; print("torch", torch.__version__, "| course_lib ready")'
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(if $(SITE_TORCH),COURSE_PIP=1) bash scripts/venv-install.sh $(PY) -e ".[lab,test]"
+	touch $(TEST_STAMP)
 
 # One install for every user of a JupyterHub (docs/jupyterhub.md): PREFIX/course read-only, PREFIX/venv from
 # a Python every user can run, the "Multi-GPU course" kernel under /usr/local, learners' JupyterLab settings.

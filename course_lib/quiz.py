@@ -39,6 +39,7 @@ AUTO: str | None = None          # None: widgets; "key" or "first": commit witho
 QID = re.compile(r"^(\d\d)-[a-z0-9-]+$")
 RUN_ALL = "Run All does not wait for your answer: run the cells one by one (Shift+Enter) to predict first."
 _open: dict = {}                 # qid -> (close, the widget's output) of a question shown and not yet committed
+_told: set = set()               # (notebook, "widget" or "reveal") where RUN_ALL was said: once each, not every time
 
 
 def _notebook(qid: str) -> str:
@@ -112,7 +113,17 @@ def _widget(qid, question, choices, on_commit):
             on_commit(box.value)
     button.on_click(click)
     _open[qid] = (close, out)
-    display(w.VBox([w.HTML(f"<b>{question}</b><br><i>{RUN_ALL}</i>"), box, button, out]))
+    display(w.VBox([w.HTML(f"<b>{question}</b>" + _once(qid, "widget", f"<br><i>{RUN_ALL}</i>")), box, button, out]))
+
+
+def _once(qid: str, where: str, text: str) -> str:
+    """``text`` the first time in this kernel for ``qid``'s notebook and ``where``, "" after: the same line under
+    every question and every reveal was read once and then skipped."""
+    said = (_notebook(qid), where)
+    if said in _told:
+        return ""
+    _told.add(said)
+    return text
 
 
 def _ask(qid, question, choices, on_commit):
@@ -167,8 +178,8 @@ def reveal_text(qid: str, truth, note: str = "", unit: str = "") -> str:
     """What ``reveal`` prints."""
     guess = answers(_notebook(qid)).get(qid)
     if guess is None:
-        text = (f"you made no prediction for this one (Run All does not wait for an answer: run the cells one by one"
-                f" to predict first)\nWhat happened: {figure(truth, unit)}")
+        told = _once(qid, "reveal", " (Run All does not wait for an answer: run the cells one by one to predict first)")
+        text = f"you made no prediction for this one{told}\nWhat happened: {figure(truth, unit)}"
     elif _is_number(truth) and _is_number(guess):
         off = abs(guess - truth) / abs(truth) if truth else abs(guess)
         text = f"you predicted {figure(guess, unit)}; measured {figure(truth, unit)} ({off:.0%} off)"

@@ -95,3 +95,11 @@ def test_benchmark_skips_a_ring_that_hangs(tmp_path):
                               sanity_timeout=5)
     assert "ring" in res.skipped and "hung" in res.skipped["ring"]
     assert {r["algo"] for r in res.rows} == {"gloo"}
+
+
+def test_the_nccl_job_script_takes_its_port_from_the_job_id():
+    """Notebook 03's lesson: a fixed MASTER_PORT (29500) clashes with a second job on the same node."""
+    from course_lib.allreduce.nccl_experiment import job_script
+
+    script = job_script()
+    assert "export MASTER_PORT=$(( 10000 + SLURM_JOB_ID % 20000 ))" in script and "29500" not in script

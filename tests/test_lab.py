@@ -33,13 +33,84 @@ def test_lab_dir_settings_keep_nbgrader_and_news_away(tmp_path):
     (lab / "labconfig/page_config.json").write_text('{"disabledExtensions": {"other": true}}')
     hub.write_lab_dir(lab, venv=tmp_path / "venv")
     page = json.loads((lab / "labconfig/page_config.json").read_text())
-    assert page["disabledExtensions"] == {"other": True, "@jupyter/nbgrader": True}
+    assert page["disabledExtensions"] == {"other": True, "@jupyter/nbgrader": True,
+                                          "@jupyterlab/extensionmanager-extension": True}
     news = json.loads((lab / "labconfig/default_setting_overrides.json").read_text())
     assert news["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"
     server = json.loads((lab / "jupyter_server_config.json").read_text())["ServerApp"]
     assert set(server["jpserver_extensions"]) == set(hub.NBGRADER_SERVER)
     assert not any(server["jpserver_extensions"].values())
     assert server["terminado_settings"]["shell_command"][1:] == ["--rcfile", str(lab / "bashrc"), "-i"]
+
+
+TEST_ONLY = {"pytest", "playwright", "nbgrader", "ruff", "py-spy", "nbval", "pytest-xdist", "pytest-timeout"}
+
+
+def _closure(requirement: str) -> set[str]:
+    """The distributions that installing ``requirement`` brings, read from the installed metadata (each one's
+    Requires-Dist with its markers, the extras asked for included): what pip installs for it, without a second venv."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen, todo = set(), [Requirement(requirement)]
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        for extra in req.extras or [""]:
+            if (name, extra) in seen:
+                continue
+            seen.add((name, extra))
+            try:
+                requires = metadata.distribution(name).requires or []
+            except metadata.PackageNotFoundError:
+                continue
+            todo += [r for r in map(Requirement, requires)
+                     if r.marker is None or r.marker.evaluate({"extra": extra})]
+    return {name for name, _ in seen}
+
+
+def test_make_lab_installs_a_learners_extras_only(tmp_path):
+    """make lab's install line (make -n, into a venv that is not there) asks for the lab extra only, and what that
+    brings holds no test or instructor package (before: .[lab,test], playwright, nbgrader, ruff, py-spy)."""
+    r = subprocess.run(["make", "-n", "lab", f"VENV={tmp_path / 'venv'}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    install = [line for line in r.stdout.splitlines() if "venv-install.sh" in line]
+    assert len(install) == 1 and install[0].endswith('-e ".[lab]"'), r.stdout + r.stderr
+    brought = _closure("multigpu-course[lab]")
+    assert {"jupyterlab", "ipykernel", "torch"} <= brought
+    assert not brought & TEST_ONLY, f"make lab would install {sorted(brought & TEST_ONLY)}"
+    assert _closure("multigpu-course[test]") & TEST_ONLY == TEST_ONLY     # the same walk finds them where they are
+
+
+def test_the_lab_lists_what_a_learner_needs(tmp_path):
+    """The file browser's root, as make lab's server lists it (its ContentsManager with the lab's hide_globs):
+    notebooks/ exercises/ solutions/ docs/, not the package, its tests and scripts or the egg-info."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    config = hub.server_config(tmp_path)
+    manager = FileContentsManager(root_dir=str(ROOT), hide_globs=config["ContentsManager"]["hide_globs"])
+    listed = {item["name"] for item in manager.get("", content=True)["content"]}
+    assert {"notebooks", "exercises", "solutions", "README.md"} <= listed
+    assert not listed & {"course_lib", "tests", "scripts", "Makefile", "pyproject.toml"}, listed
+    assert not [n for n in listed if n.endswith(".egg-info")], listed
+    assert manager.get("tests/test_lab.py", content=False)["name"] == "test_lab.py"    # hidden, not locked away
+    css = hub.CUSTOM_CSS
+    assert 'title^="Name: notebooks\\A"] { order: -2; }' in css and '"Name: solutions\\A"' in css
+
+
+def test_the_notebooks_open_trusted(tmp_path):
+    """Signed by the lab's own notary (make lab: course lab-settings --trust notebooks), each notebook's signature
+    checks with the notary the lab's server uses; an unsigned one does not (JupyterLab: "0 of N cells trusted")."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    notebooks = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    notary = NotebookNotary(data_dir=hub.server_config(tmp_path)["NotebookNotary"]["data_dir"])
+    assert not notary.check_signature(nbformat.read(notebooks[0], as_version=4))
+    assert hub.trust(tmp_path, ROOT / "notebooks") == notebooks
+    assert all(notary.check_signature(nbformat.read(p, as_version=4)) for p in notebooks)
 
 
 def test_lab_terminal_puts_the_venv_first_after_a_profile_that_resets_path(tmp_path):
@@ -228,6 +299,21 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
                 seen.append(f"tabs once the lab had loaded: {tabs}")
                 assert [t.strip() for t in tabs] == ["00_welcome.ipynb"], f"the lab opened {tabs}, not 00 alone"
                 page.screenshot(path=str(OUT / "01-welcome.png"))
+                tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab").first.get_attribute("class")
+                assert "jp-mod-dirty" not in tab, "00 opened marked unsaved"
+                trust = page.locator(".jp-StatusBar-Widget [title*='trusted']").first.get_attribute("title")
+                seen.append(f"00: tab {tab!r}; {trust}")
+                assert trust.startswith("Notebook trusted"), trust
+                page.locator(".jp-BreadCrumbs-home").first.click()
+                page.locator(".jp-DirListing-item", has_text="solutions").first.wait_for()
+                items = sorted(page.locator(".jp-DirListing-item").all(), key=lambda i: i.bounding_box()["y"])
+                listed = [i.inner_text().split("\n")[0].strip() for i in items]
+                seen.append(f"the file browser's root, top down: {listed}")
+                assert listed[:2] == ["notebooks", "exercises"] and "solutions" in listed, listed
+                mark = page.locator(".jp-DirListing-item", has_text="solutions").locator(".jp-DirListing-itemText")
+                assert mark.first.evaluate("e => getComputedStyle(e, '::after').content") == '" (answers)"'
+                assert not set(listed) & {"course_lib", "tests", "scripts", "multigpu_course.egg-info"}, listed
+                page.screenshot(path=str(OUT / "01b-file-browser.png"))
                 assert page.locator(".lm-MenuBar-item", has_text="Nbgrader").count() == 0, "nbgrader's menu shows"
                 assert page.get_by_text("Validate", exact=True).count() == 0, "nbgrader's Validate button shows"
                 assert page.get_by_text("official Jupyter news").count() == 0, "the news prompt shows"

@@ -29,6 +29,7 @@ def learner(tmp_path, monkeypatch):
     """Answers go to a temporary workspace; the keys are the real ones of notebook 08."""
     monkeypatch.setattr(quiz, "out_dir", lambda: tmp_path / "out")
     monkeypatch.setattr(quiz, "AUTO", None)
+    monkeypatch.setattr(quiz, "_told", set())     # a fresh kernel: the Run All line not said yet
     return tmp_path
 
 
@@ -105,6 +106,8 @@ def test_reveal_puts_a_numeric_prediction_next_to_the_measurement(learner, capsy
     assert text.startswith("you made no prediction for this one (Run All does not wait for an answer: run the cells "
                            "one by one to predict first)")
     assert text.splitlines()[1] == "What happened: 57%"
+    again = quiz.reveal_text("08-never-asked-either", 3)     # said once per notebook, not under every reveal
+    assert again.splitlines()[0] == "you made no prediction for this one", again
 
 
 @pytest.mark.parametrize("value, unit, shown", [(2.212373791999653, "s", "2.21 s"), (57, "%", "57%"),

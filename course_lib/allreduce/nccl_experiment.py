@@ -56,7 +56,7 @@ def job_script(nodes: int = 2, gpus_per_node: int = 4, partition: str | None = N
 #SBATCH --gpus-per-node={gpus_per_node}
 #SBATCH --time=00:10:00
 {extra}export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export MASTER_PORT=29500
+export MASTER_PORT=$(( 10000 + SLURM_JOB_ID % 20000 ))   # from the job id (notebook 03): no clash on a shared node
 export NCCL_DEBUG=INFO                 # NCCL prints its set-up: channels, rings, trees
 export NCCL_DEBUG_SUBSYS=INIT,TUNING   # ... and the algorithm/protocol tuning
 unset NCCL_ALGO

@@ -20,6 +20,11 @@ NEW_GROUP = (" dist.new_group is one of them: every rank of the job must call it
              "group, and make its groups in the same order.")
 NO_CUDA = ("\nWithout GPUs there is no CUDA: ask torch.cuda.is_available() before any torch.cuda call, "
            "and give DDP device_ids only for a GPU model (on CPU: none).")
+# torch's ValueError for device_ids with a model whose parameters are not on that one GPU (its last words, the
+# devices the parameters are on, are the part that explains it: the crash is not cut before them)
+DEVICE_IDS = re.compile(r"device_ids and output_device arguments only work")
+DEVICE_IDS_HINT = ("\ndevice_ids names the one GPU the model already sits on: move the model there first "
+                   "(model.to(local_rank)), then DDP(model, device_ids=[local_rank]); a model on the CPU takes none.")
 
 
 @dataclass
@@ -69,12 +74,12 @@ def _crash(run: Run, rank: int, exits: list) -> Failure:
     if ex.get("type") in ("SyntaxError", "IndentationError", "TabError"):
         return Failure(1, f"the script does not compile: {first(ex['error'])}{where(ex.get('where'))}\n"
                           "(every rank stops there: fix it and check again)")
-    what = first(ex["error"]) if ex.get("error") else (
+    what = first(ex["error"], 400) if ex.get("error") else (
         f"exited with code {ex['code']}" + (f": {first(ex['message'])}" if ex.get("message") else ""))
     step = (ex.get("in") or {}).get("step")
     hint = ""
     if (step in (None, 2, 4)) and _cuda_error(ex.get("error") or ""):
-        step, hint = 4, NO_CUDA
+        step, hint = 4, DEVICE_IDS_HINT if DEVICE_IDS.search(ex.get("error") or "") else NO_CUDA
     return Failure(step, f"rank {rank} crashed: {what}{where(ex.get('where'))}{hint}\n{tail(run, rank)}")
 
 

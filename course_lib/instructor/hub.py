@@ -4,7 +4,8 @@ For a hub (``--prefix``, default: this Python's environment, the one the hub's s
 - ``share/jupyter/lab/settings/overrides.json``: the news prompt off (``fetchNews: "false"``), so no learner is
   asked whether Jupyter may fetch news from the internet;
 - ``etc/jupyter/labconfig/page_config.json``: nbgrader's JupyterLab extension disabled, so learners see no
-  "Create Assignment" or "Validate" menus. An instructor turns it back on for themselves only with
+  "Create Assignment" or "Validate" menus, and the Extension Manager (PyPI's extensions, with its warning). An
+  instructor turns nbgrader back on for themselves only with
   ``jupyter labextension enable --level=user @jupyter/nbgrader`` (a user-level setting wins over the environment's).
 Existing settings in those files are kept; only these keys are set.
 
@@ -14,8 +15,11 @@ Jupyter config folder (the Makefile sets ``JUPYTER_CONFIG_DIR=DIR`` and keeps ``
 ``JUPYTER_CONFIG_PATH``, below it); JupyterLab keeps this course's user settings and workspaces there too:
 - ``DIR/labconfig/``: ``page_config.json`` and ``default_setting_overrides.json``;
 - ``DIR/jupyter_server_config.json``: nbgrader's server extensions off (they log "No nbgrader_config.py file
-  found" and serve the instructor's pages), the terminals' shell, the custom CSS on;
+  found" and serve the instructor's pages), the terminals' shell, the custom CSS on, the clone's scaffolding
+  (course_lib/, tests/, scripts/, the egg-info, Makefile, pyproject.toml) left out of the file browser;
+- ``DIR/nbsignatures.db``, ``DIR/notebook_secret``: the lab's notary, which signs the notebooks of ``--trust``;
 - ``DIR/custom/custom.css``: output text wraps between words (JupyterLab's outputs break lines anywhere, mid-word);
+  the file browser lists notebooks/ and exercises/ first and marks solutions/ as the answers;
 - ``DIR/bashrc``: the terminals' start-up file. JupyterLab's terminal runs a login shell, and a login profile may
   set PATH afresh (Debian's /etc/profile does), which drops the environment's ``bin``; this file reads the same
   profiles a login shell does, then puts the environment's ``bin`` first, so ``course`` is found.
@@ -31,7 +35,13 @@ from pathlib import Path
 from course_lib.core import atomic
 
 OVERRIDES = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
-DISABLED = {"@jupyter/nbgrader": True}
+# nbgrader's menus are an instructor's; the Extension Manager offers a learner PyPI's extensions under a warning
+# about installing untrusted code, in a lab whose install is not theirs to change
+DISABLED = {"@jupyter/nbgrader": True, "@jupyterlab/extensionmanager-extension": True}
+# the clone's scaffolding, out of the file browser's listing (still opened by a link or a path): the package, its
+# tests and scripts, the build's egg-info, the files of make and pip; with Jupyter's own defaults
+HIDDEN = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "course_lib", "tests", "scripts", "*.egg-info",
+          "Makefile", "pyproject.toml", "environment.yml")
 NBGRADER_SERVER = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.validate_assignment",
                    "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list")
 CUSTOM_CSS = """\
@@ -39,6 +49,14 @@ CUSTOM_CSS = """\
    long (JupyterLab's own rule is word-break: break-all, which cuts words anywhere; "body" outranks that rule,
    which JupyterLab's styles, loaded after this file, would otherwise win at equal specificity) */
 body .jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
+/* the file browser lists notebooks/ and exercises/ first, where a learner starts, and marks solutions/ (an item's
+   title is "Name: NAME" and a new line; its list is made a column of flex items so that order applies) */
+.jp-DirListing-content { display: flex; flex-direction: column; }
+.jp-DirListing-item[title^="Name: notebooks\\A"] { order: -2; }
+.jp-DirListing-item[title^="Name: exercises\\A"] { order: -1; }
+.jp-DirListing-item[title^="Name: solutions\\A"] .jp-DirListing-itemText::after {
+  content: " (answers)"; font-style: italic; opacity: 0.7;
+}
 """
 # bash's own order for a login shell (bash(1), INVOCATION): /etc/profile, then the first of these that exists
 BASHRC = """\
@@ -85,10 +103,25 @@ def server_config(lab_dir: Path) -> dict:
     """The ``make lab`` server's own settings: no nbgrader server extensions, terminals started with the bashrc
     of ``lab_dir``, custom.css (served from the config folder's custom/)."""
     server = {"jpserver_extensions": dict.fromkeys(NBGRADER_SERVER, False)}
+    contents = {"hide_globs": list(HIDDEN)}
     bash = shutil.which("bash")
     if bash:  # without bash the terminal keeps Jupyter's default (a login $SHELL)
         server["terminado_settings"] = {"shell_command": [bash, "--rcfile", str(lab_dir / "bashrc"), "-i"]}
-    return {"ServerApp": server, "LabApp": {"custom_css": True}}
+    # the notary keeps its secret and its signatures here, where trust() signed the course's notebooks
+    notary = {"data_dir": str(lab_dir)}
+    return {"ServerApp": server, "ContentsManager": contents, "NotebookNotary": notary, "LabApp": {"custom_css": True}}
+
+
+def trust(lab_dir: Path, notebooks: Path) -> list[Path]:
+    """Sign the notebooks in ``notebooks`` with the notary of ``lab_dir`` (server_config points the lab's there):
+    they open trusted, not "0 of N code cells trusted" as a notebook nobody signed does. Nothing leaves lab_dir."""
+    import nbformat
+    from nbformat.sign import NotebookNotary
+
+    notary, signed = NotebookNotary(data_dir=str(lab_dir)), sorted(Path(notebooks).glob("*.ipynb"))
+    for path in signed:
+        notary.sign(nbformat.read(path, as_version=4))
+    return signed
 
 
 def write_lab_dir(lab_dir: str | Path, venv: str | Path = sys.prefix) -> list[Path]:
@@ -113,10 +146,14 @@ def add_arguments(p) -> None:
                        help="the environment a hub's JupyterLab runs from (default: this one)")
     where.add_argument("--lab-dir", type=Path,
                        help="write the settings of `make lab` into this folder instead (nothing else changes)")
+    p.add_argument("--trust", type=Path, metavar="NOTEBOOKS",
+                   help="with --lab-dir: sign the notebooks in this folder for that lab, so they open trusted")
 
 
 def run(args) -> int:
     paths = write_lab_dir(args.lab_dir) if args.lab_dir else write_settings(args.prefix)
+    if args.lab_dir and args.trust:
+        print(f"course lab-settings: signed {len(trust(args.lab_dir.resolve(), args.trust))} notebooks")
     for path in paths:
         print(f"course lab-settings: wrote {path}")
     return 0

@@ -38,6 +38,8 @@ MIB = 2 ** 20
 CAPS = {1: 25 * MIB, 2: 1044, 3: 212}
 TIED_CAP = 212       # tied model: 3 buckets, the first holding the unused layer (sent only by the flush)
 HINT_HOOK = "register hooks only on parameters with requires_grad (self.params): a frozen one cannot take a hook"
+HINT_NONE = ("a parameter that forward did not use (the tied model has one) has no gradient on any rank: its .grad "
+             "is None; skip it (if p.grad is None: continue), as the optimizer does")
 
 
 def check(path, **options):
@@ -252,7 +254,7 @@ def train(c, variant, kind, cap):
         ref_before = [p.detach().clone() for p in ref.parameters()]
         c.rec.take()
         loss_of(kind, ddp, x[mine], y[mine]).backward()
-        ddp.finish_gradient_synchronization()
+        _finish(c, ddp)
         logs.append(c.rec.take())
         opt.step()
         opt.zero_grad()
@@ -271,6 +273,17 @@ def train(c, variant, kind, cap):
             problem += f"\n{sent}" if sent else ""
         c.agree_or_fail(problem)
     return (logs[0], logs[-1]), sizes
+
+
+def _finish(c, ddp):
+    """The learner's finish_gradient_synchronization; a None gradient it trips over (AttributeError on
+    None.div_, TypeError from a flatten) is said with what it means, not as a bare AttributeError."""
+    try:
+        ddp.finish_gradient_synchronization()
+    except (AttributeError, TypeError) as e:
+        if "NoneType" not in str(e):
+            raise
+        raise Fail(f"{c.model_kind} model: {explain(e, c.path, FILE)}: {HINT_NONE}") from None
 
 
 def _broadcast_problem(c, variant, kind, model, ref):

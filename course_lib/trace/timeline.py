@@ -116,7 +116,13 @@ def plot(timelines, ax=None, title: str = "", legend: bool = True):
             ax.broken_barh([(a, b - a)], (y + 1.25, 0.3), color=colours[name])
         ax.broken_barh([(a, b - a) for a, b in _union(tl.compute)], (y + 0.65, 0.5), color="#e6550d")
         ax.broken_barh([(a, b - a) for a, b in tl.allreduce], (y, 0.5), color="#3182bd")
-    ax.set_yticks([2 * r + 0.75 for r in range(len(timelines))], [f"rank {tl.rank}" for tl in timelines])
+    # every lane named; a step without all-reduces (one process) has no all-reduce lane, not an empty one
+    has_allreduce = any(tl.allreduce for tl in timelines)
+    lanes = [(0.9, "backward compute"), (1.4, "phases")] + ([(0.25, "all-reduce")] if has_allreduce else [])
+    ax.set_yticks([2 * r + dy for r in range(len(timelines)) for dy, _ in lanes],
+                  [f"rank {tl.rank} {name}" for tl in timelines for _, name in lanes], fontsize=8)
+    if not has_allreduce:
+        ax.set_ylim(0.55, 2 * len(timelines) - 0.35)
     ax.set_xlabel("ms since the step began")
     if title:
         ax.set_title(title)

@@ -225,7 +225,9 @@ CASES = [
            expect={"Step 4": ("fail", r"rank \d crashed")}),
     Faulty("device_ids_on_cpu", options=CPU_ONLY, why="device_ids given to DDP even without GPUs",
            edits=[(DDP_WRAP, "    model = DDP(model, device_ids=[local_rank])")],
-           expect={"Step 4": ("fail", r"rank \d crashed: ValueError: DistributedDataParallel device_ids")}),
+           expect={"Step 4": ("fail", r"rank \d crashed: ValueError: DistributedDataParallel device_ids.*and module "
+                                      r"parameters \{device\(type='cpu'\)\}\..*\ndevice_ids names the one GPU the model "
+                                      r"already sits on.*a model on the CPU takes none")}),
     Faulty("no_local_rank", options=CPU_ONLY,
            why="the device comes from the global rank, the local rank is never read: on one node that works; "
                "on two nodes rank 4 asks for cuda:4 on a 4-GPU node",

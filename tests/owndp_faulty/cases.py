@@ -12,11 +12,19 @@ BROADCAST = ("        with torch.no_grad():   # frozen ones too: every rank must
              "                dist.broadcast(t, src=0)\n")
 HOOKS = "        for p in self.params:   # a frozen parameter cannot take a hook, and needs none\n"
 LAUNCH = "        self.handles.append(dist.all_reduce(param.grad, async_op=True))\n"
-FLUSH = ("        for i in range(len(self.buckets)):     # a bucket with an unused parameter never filled up: send it now\n"
+FLUSH = ("        for i in range(len(self.buckets)):     # a bucket with an unused parameter never filled up: "
+         "send it now\n"
          "            if i not in self.pending:\n"
          "                self._launch(i)\n")
 
 CASES = [
+    Faulty("none_grad_not_skipped", options=W2, why="naive: divides every gradient, the unused layer's None too",
+           edits=[("            if p.grad is not None:   # unused on every rank: nothing to send\n"
+                   "                dist.all_reduce(p.grad)\n                p.grad /= self.world\n",
+                   "            dist.all_reduce(p.grad)\n            p.grad /= self.world\n")],
+           expect={"naive": ("fail", r"tied model: \w+Error: .*NoneType.*: a parameter that forward did not use .* "
+                                     r"has no gradient on any rank: its \.grad is None; skip it"),
+                   "overlapped": PASS}),
     Faulty("no_average", options=W2, why="naive: the gradients are summed over the ranks, never divided by W",
            edits=[("                dist.all_reduce(p.grad)\n                p.grad /= self.world\n",
                    "                dist.all_reduce(p.grad)\n")],

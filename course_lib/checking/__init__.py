@@ -10,6 +10,8 @@ import time
 
 from course_lib.core.report import Report
 
+# The launcher's side (runner, warm, registry, summary) is imported in the functions on purpose: every rank's
+# worker imports this package, and would otherwise import the launcher too (twice its import time, per rank).
 DEFAULTS = {"timeout": 180.0, "case_timeout": 30.0}
 
 

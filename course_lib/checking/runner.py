@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from course_lib.checking.deadlock import FOLDER_ENV
+from course_lib.core.launch import launch
 from course_lib.core.rankkit import parse
 
 WORKER = "course_lib.checking.worker"
@@ -146,7 +147,6 @@ def crash_lines(folder: str, world: int, paths: list) -> dict:
 
 def launch_once(exercise: str, spec, paths: list, world: int, timeout: float, case_timeout: float, stop=None,
                 skip=(), passed=(), ended=(), cwd=None) -> Launch:
-    from course_lib.core.launch import launch
     run = Launch(world, case_timeout)
     args = ["-m", WORKER, exercise, *[os.path.abspath(p) for p in paths], "--case-timeout", str(case_timeout)]
     for name, values in (("--skip", skip), ("--passed", passed), ("--ended", ended)):

@@ -33,6 +33,7 @@ from course_lib.core import warm as warm_start
 from course_lib.core.rank_env import base_env, srun_env  # noqa: F401 - importable from here as before
 from course_lib.core.result import LaunchResult, RankResult  # noqa: F401 - importable from here as before
 from course_lib.core.scope import bounded
+from course_lib.core.warm_rank import SOCKET_VAR
 
 MAX_LINE = 2000          # characters kept of one output line
 TORCHRUN_PREFIX_ANY = re.compile(r"\[default(\d+)\]:")
@@ -195,7 +196,6 @@ def _start_torchrun(args: list, script_args, env: dict, popen: dict, server):
     """The real torchrun. With a warm server, the server forks torchrun's agent, and torchrun's worker for each
     rank is ``course_lib.core.warm_rank``, which has the server fork the rank (cold if the server cannot)."""
     if server is not None and not server.broken:
-        from course_lib.core.warm_rank import SOCKET_VAR
         with contextlib.suppress(OSError):
             return server.spawn(["-m", "torch.distributed.run", *args, "-m", "course_lib.core.warm_rank",
                                  *script_args], {**env, SOCKET_VAR: server.path}, popen["cwd"])

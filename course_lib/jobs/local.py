@@ -26,10 +26,14 @@ from pathlib import Path
 
 import psutil
 
+from course_lib.core import warm
 from course_lib.core.atomic import write_text
+from course_lib.core.launch import launch
 from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.core.proc import alive, freeze, signal_all, wait_gone
+from course_lib.core.warm import socket_dirs
 from course_lib.jobs.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError
+from course_lib.jobs.sampler import Sampler
 from course_lib.jobs.site import Site
 from course_lib.jobs.spec import JobSpec, render
 
@@ -86,7 +90,6 @@ class LocalJob(Job):
             self.proc.wait(30)
             return None
         except subprocess.TimeoutExpired:
-            from course_lib.core.warm import socket_dirs
 
             tree = freeze([self.proc.pid])   # stopped, then read: nothing it starts meanwhile escapes (proc.freeze)
             servers = socket_dirs(tree)      # a killed fork server cannot remove its socket's folder
@@ -214,7 +217,6 @@ def _warm_session(spec: JobSpec, env: dict):
     """A fork server for a job of several ranks, one rank per CPU: the server imports torch (and what DDP imports)
     once and forks each rank, where each would import it itself (about 4 CPU-seconds a rank on a 2-core machine).
     One rank gains nothing; with more threads per rank, torch starts a thread at import and fork cannot be used."""
-    from course_lib.core import warm
 
     if spec.ranks < 2 or spec.cpus_per_task != 1:
         return contextlib.nullcontext()
@@ -240,13 +242,11 @@ def _monitor(run_dir: Path, spec: JobSpec, job_id: str):
     """monitor=True: the job's CPU use into <name>-<id>.top.log, as the sbatch script's ``top -b`` writes it."""
     if not spec.monitor:
         return contextlib.nullcontext()
-    from course_lib.jobs.sampler import Sampler
 
     return Sampler(run_dir / f"{spec.name}-{job_id}.top.log")
 
 
 def run_job(run_dir: Path) -> int:
-    from course_lib.core.launch import launch
 
     info = json.loads((run_dir / INFO_NAME).read_text())
     spec = JobSpec(**info["spec"])

@@ -59,6 +59,6 @@ if [ ! -f "$FOLDER/report.json" ] && [ -f "$LOGS/gpu-check/report.json" ]; then 
 fi
 grep -rh "NCCL INFO\|NCCL WARN" "$LOGS"/gpu-check 2>/dev/null | head -400 >"$FACTS/nccl-debug.txt"
 say "$(wc -l <"$FACTS/nccl-debug.txt") NCCL_DEBUG line(s) in facts/nccl-debug.txt"
-fact nvidia-smi-after.txt nvidia-smi
+[ $((LIMIT - SECONDS)) -gt 30 ] && fact nvidia-smi-after.txt nvidia-smi
 say "exit code $rc after ${SECONDS} s (limit $LIMIT s); read $FOLDER/report.md"
 exit $rc

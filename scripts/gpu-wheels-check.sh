@@ -2,7 +2,8 @@
 # The GPU self-check on a machine without internet, from a copy of this repository that carries the wheels of
 # `make gpu-wheels` (docs/gpu-check.md, "First run on a borrowed GPU machine"):
 #   1. pip installs the wheels (--no-index --no-deps) into a fresh folder, nothing else touched;
-#   2. runs `python -m course_lib selftest --gpu` with that folder on PYTHONPATH, within BUDGET seconds,
+#   2. runs `python -m course_lib selftest --gpu` with that folder on PYTHONPATH, within what is left of BUDGET
+#      seconds after the install,
 #      with --require REQUIRE (default cuda-torch: a python whose torch cannot use the GPU exits non-zero);
 #   3. copies report.md, report.json and the items' logs (gpu-check-logs.tar.gz) into $OUT when it is set,
 #      whatever the check's exit code (the report is rewritten after every item, so a killed run keeps it).
@@ -33,7 +34,12 @@ elif ! "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir 
 fi
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 timeout -k 5 20 nvidia-smi -L 2>&1 || echo "gpu-wheels-check: nvidia-smi -L failed, timed out (20 s) or is missing"
-"$PY" -m course_lib selftest --gpu --out "$REPORT" --budget "$BUDGET" --require "$REQUIRE" "$@"
+left=$((BUDGET - SECONDS))      # the install's seconds come out of the budget
+if [ "$left" -le 0 ]; then
+    echo "gpu-wheels-check: the install took the whole budget of $BUDGET s" >&2
+    exit 124
+fi
+"$PY" -m course_lib selftest --gpu --out "$REPORT" --budget "$left" --require "$REQUIRE" "$@"
 rc=$?
 if [ -n "${OUT:-}" ]; then
     cp "$REPORT"/report.md "$REPORT"/report.json "$OUT"/ 2>/dev/null

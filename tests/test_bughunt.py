@@ -34,3 +34,28 @@ def test_the_files_name_no_cause():
     for name, giveaway in told.items():
         assert giveaway not in (HUNT / name).read_text(), name
     assert "solutions/" not in (HUNT / "gpu_job.sbatch").read_text()
+
+
+def test_no_cause_before_the_learner_has_named_it():
+    """Notebook 07 (and the README's course table) name no bug's cause before the question that asks for it:
+    no cell before a quiz question holds its answer, and bug 5's fix (--gpus-per-node, --gpu-bind, cuda:0) and
+    the checker's output on its job script come only after quiz 07-gpus."""
+    import json
+
+    import tomllib
+
+    cells = json.loads((ROOT / "notebooks" / "07_bug_hunt.ipynb").read_text())["cells"]
+    texts = ["".join(c["source"]) for c in cells]
+    key = tomllib.loads((ROOT / "solutions" / "answers" / "07.toml").read_text())
+    for qid, entry in key.items():
+        asked = next((i for i, t in enumerate(texts) if f'"{qid}"' in t), None)
+        if asked is None or len(entry.get("answer", "")) < 12:      # "yes", "no": words any text holds
+            continue
+        before = "\n".join(texts[:asked])
+        assert entry["answer"] not in before, (qid, entry["answer"])
+    gpus = next(i for i, t in enumerate(texts) if '"07-gpus"' in t)
+    for giveaway in ("--gpus-per-node", "gpu-bind", "cuda:LOCAL_RANK", "the one visible GPU", "sbatch_check.check("):
+        assert giveaway not in "\n".join(texts[:gpus]), giveaway
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `07_bug_hunt`"))
+    for cause in ("set_epoch", "MASTER_ADDR", "rank-0", "--gpus-per-task", "out of memory"):
+        assert cause not in row, cause

@@ -393,3 +393,17 @@ def test_what_the_ranks_were_given_is_judged():
     rank = {"kind": "rank", "rank": 1, "script": "x.py", "cwd": "/w", "found": False, "args": []}
     ok, msg = training.seen([dict(rank, rank=0, found=True), rank])
     assert ok is False and "rank 1 was given x.py, which is not a file in its working directory /w" in msg
+
+
+@pytest.mark.slurm
+def test_the_course_test_slurm_runs_the_job_and_a_larger_job_is_not_run(slurm, tmp_path):
+    """On the course's test Slurm the job runs whatever COURSE_SITE says (notebook 03 cell 9's promise); asked
+    only for sbatch --test-only (as on a site's own Slurm), a job larger than this Slurm is NOT RUN, as when it is
+    run (the README's rule: a refusal caused by the cluster is not the script's fault)."""
+    assert sbatch_check.on_test_slurm()
+    assert sbatch_check._mode(load_site("generic"), None) == ("run", "")
+    two = tmp_path / "ddp.sbatch"
+    two.write_text(REFERENCE.read_text().replace("#SBATCH --nodes=1\n", "#SBATCH --nodes=2\n"))
+    got = verdicts(sbatch_check.check(two, timeout=60, run=False, site="generic"))["sbatch accepts it"]
+    assert got.result == "skipped" and "this Slurm has 1 node(s) and the script asks for --nodes=2" in got.message, \
+        got

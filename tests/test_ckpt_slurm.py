@@ -51,6 +51,8 @@ def test_job_requeues_itself_before_its_limit_and_resumes(slurm, tmp_path):
     assert curve.global_step(second.resumed) > 0, "the first run stopped before any step: nothing was resumed"
     equal, message = curves.compare(ckpt_check.reference_curve(timeout=240), curve.losses)
     assert equal, message + "\n" + report
+    ok, said = requeue.verdict(state, log, ckpt_check.reference_curve(timeout=240))
+    assert ok and "resumed at epoch" in said and "all 24 steps equal" in said, said
     print(f"\n[ckpt requeue] job {job}: {time.monotonic() - start:.0f} s; stopped after step "
           f"{curve.global_step(second.resumed)} of {len(curve.losses)}; {message}\n" + "\n".join(events))
     assert not live_processes(f"stop-{job}"), "processes of the job are still running"
@@ -68,3 +70,41 @@ def _usr1_after_progress(folder, job, env, events, start, timeout=300):
         time.sleep(0.5)
     raise AssertionError(f"job {job} logged no step {SIGNAL_AFTER_STEP} within {timeout} s:\n"
                          + requeue.log(folder, job)[-2000:])
+
+
+# The learner's requeue.sbatch judged by requeue.verdict (notebook 08 prints it): the starter's trap does nothing,
+# and one that stops the training but never runs `scontrol requeue`. Each is sent USR1 after step 4, as above.
+UNFINISHED = {"starter": None,
+              "no_requeue": ('    scontrol requeue "$SLURM_JOB_ID"\n', "")}
+
+
+@pytest.mark.parametrize("name", list(UNFINISHED))
+def test_an_unfinished_requeue_job_is_named(slurm, tmp_path, name):
+    from course_lib.core.paths import tree_dir
+    from course_lib.instructor.release import solution_view
+    folder = requeue.prepare(tmp_path / "run")
+    script = folder / "requeue.sbatch"
+    if UNFINISHED[name] is None:
+        script.write_text((tree_dir("exercises") / "08_checkpoint" / "requeue.sbatch").read_text())
+    else:
+        old, new = UNFINISHED[name]
+        text = solution_view(script.read_text())
+        assert text.count(old) == 1
+        script.write_text(text.replace(old, new))
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    events, start = [], time.monotonic()
+    job = requeue.submit(folder, time_limit="10", signal_at=60, max_requeues=1, env=env,
+                         args=["--epochs", ckpt_check.RESUME["epochs"], "--every", ckpt_check.RESUME["every"],
+                               "--step-seconds", 0.5])
+    try:
+        _usr1_after_progress(folder, job, env, events, start)
+        state = requeue.follow(job, timeout=300, env=env, on_event=events.append)
+    finally:
+        requeue.cancel(job, env)
+    ok, said = requeue.verdict(state, requeue.log(folder, job), ckpt_check.reference_curve(timeout=240))
+    print(f"\n[ckpt requeue {name}] {said}")
+    assert not ok, said
+    expected = {"starter": "USR1 arrived, but the training did not stop",
+                "no_requeue": "the training stopped and wrote its snapshot, but the job was not requeued"}[name]
+    assert expected in said, said + "\n" + requeue.log(folder, job)[-2000:]
+    assert not live_processes(f"stop-{job}"), "processes of the job are still running"

@@ -116,3 +116,31 @@ def cancel(job_id: str, env=None) -> None:
 def log(folder, job_id: str) -> str:
     path = Path(folder) / f"ckpt-requeue-{job_id}.out"
     return path.read_text(errors="replace") if path.exists() else ""
+
+
+def verdict(state: dict, text: str, reference: dict) -> tuple[bool, str]:
+    """(ok, what happened) for a requeue job that was sent USR1 once: it must stop with a snapshot, requeue itself,
+    run again, resume and end with the uninterrupted run's curve (``reference``: step -> loss). ``text``: its log."""
+    from course_lib.ckpt import curves
+    restarts, end = int(state.get("Restarts") or 0), state.get("JobState")
+    if "USR1 at" not in text:
+        return False, ("no USR1 reached the job script (its log has no 'USR1 at'): it needs #SBATCH "
+                       "--signal=B:USR1@60 and `trap on_usr1 USR1` before the training starts, in the background")
+    if restarts == 0:
+        if "stopped before step" in text:
+            return False, (f"the training stopped and wrote its snapshot, but the job was not requeued (it ended "
+                           f"{end}): after the training stops, `scontrol requeue $SLURM_JOB_ID` (with --requeue)")
+        return False, (f"USR1 arrived, but the training did not stop (the job ended {end}, never requeued): the trap "
+                       "must ask it to stop, `touch \"$STOP\"`, the stop file every rank checks at each step")
+    curve = curves.Curve()
+    for line in text.splitlines():
+        curve.on_line(0, line)
+    if end != "COMPLETED" or len(curve.attempts) < 2:
+        return False, f"requeued {restarts} time(s), but the job ended {end} with {len(curve.attempts)} run(s) logged"
+    first, second = curve.attempts[0], curve.attempts[1]
+    if second.resumed is None:
+        return False, "requeued, but the second run began again at step 1: it did not find the snapshot"
+    equal, message = curves.compare(reference, curve.losses)
+    head = (f"USR1 after step {curve.global_step(first.snapshots[-1]) if first.snapshots else 0}, snapshot, "
+            f"requeued {restarts} time(s), resumed at epoch {second.resumed[0]}, step {second.resumed[1]}")
+    return equal, f"{head}: {message}"

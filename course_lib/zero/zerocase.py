@@ -131,7 +131,8 @@ def held_problem(c, stage, held, n, elem, ddp_state):
     return (f"ZeRO-{stage} on rank {c.r} holds {total:,} B of tensors beyond the parameters after step(); its "
             f"count is {allowed:,} B ({grads}this rank's shard and its gradient (2 n/W), the shard's optimizer "
             f"state (DDP's / W), n = {n} elements of {elem} B, W = {c.world}). The largest: {measure.largest(held)}: "
-            "a full-size tensor kept in an attribute is memory ZeRO exists to free; keep only the shard's"), total
+            "a full-size tensor kept in an attribute is memory ZeRO exists to free; keep only the shard's (a flat "
+            "buffer the parameters are views into is not counted: it is the parameters)"), total
 
 
 def state_over(zero, ref_opt, n, world) -> bool:

@@ -39,6 +39,15 @@ CASES = [
                    "cp_attention": ("fail", r"q\.grad is None|\.grad is None: the gather of k and v must be "
                                             r"differentiable"),
                    "reduce_shared_grads": PASS}),
+    Faulty("gather_group_ignored", options=GRID, why="the gather all-gathers over every rank, not the cp group",
+           edits=[("        parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]\n"
+                   "        dist.all_gather(parts, t.contiguous(), group=group)\n",
+                   "        parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]\n"
+                   "        dist.all_gather(parts, t.contiguous())\n")],
+           expect={"gather_sequence": ("fail", r"4 ranks, dp=2 x cp=2, group= given: .*must concatenate every rank's "
+                                               r"shard.*\n\(it passes when the group is every rank but not with dp=2 x "
+                                               r"cp=2: pass group=\.\.\. to every collective"),
+                   "reduce_shared_grads": PASS, "ring_attention": PASS}),
     Faulty("grads_over_dp_only", options=GRID, why="the shared weights' grads averaged over the dp group alone",
            edits=[(ALL_REDUCE_CP, ""),
                   ("    ranks = dist.get_world_size(dp_group) * dist.get_world_size(cp_group)",

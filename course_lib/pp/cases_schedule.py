@@ -15,13 +15,14 @@ from course_lib.checking.learner import error_where
 from course_lib.checking.worker import peer_gone
 
 WATCHED = ("forward_step", "backward_step", "communicate")
+FILE_NAME = "pp.py"
 
 
 class Watcher:
     """One stage's view of a schedule: the events in order, the micro-batches in flight, the first problem."""
 
-    def __init__(self, mod, pipe, ref, xs):
-        self.mod, self.pipe, self.ref, self.xs = mod, pipe, ref, xs
+    def __init__(self, mod, pipe, ref):
+        self.mod, self.pipe, self.ref = mod, pipe, ref
         self.events: list = []           # ("F", i) / ("B", i)
         self.by_output: dict = {}        # id(y) -> (micro-batch, y): which forward a backward belongs to
         self.in_flight = self.peak = 0
@@ -107,7 +108,7 @@ def case_schedule(name: str, m: int, ctx):
     schedule = need(ctx.mod, name, FILE_NAME)
     for fn in WATCHED:
         need(ctx.mod, fn, FILE_NAME)
-    watcher = Watcher(ctx.mod, pipe, ref, xs)
+    watcher = Watcher(ctx.mod, pipe, ref)
     with watcher:
         try:
             loss = schedule(pipe, list(xs), list(ys))
@@ -124,9 +125,6 @@ def case_schedule(name: str, m: int, ctx):
                    figures=figures(watcher))
     held = {"afab": "m", "one_f_one_b": "min(p - stage, m)"}[name]
     return f"loss and every gradient equal one process; {held} micro-batches held per stage", figures(watcher)
-
-
-FILE_NAME = "pp.py"
 
 
 def figures(w: Watcher) -> dict:

@@ -407,3 +407,14 @@ def test_the_course_test_slurm_runs_the_job_and_a_larger_job_is_not_run(slurm, t
     got = verdicts(sbatch_check.check(two, timeout=60, run=False, site="generic"))["sbatch accepts it"]
     assert got.result == "skipped" and "this Slurm has 1 node(s) and the script asks for --nodes=2" in got.message, \
         got
+
+
+def test_the_command_line_the_probe_replaces_is_read_as_python_and_torchrun_read_it():
+    from course_lib.sbatch.training import command_line
+
+    def line(text):
+        return command_line(parse("#!/bin/bash\n#SBATCH -N 1\n" + text + "\n"))[1:]
+    assert line("srun python -u -W ignore x.py --a 1") == ("x.py", ["--a", "1"])       # -W takes a value
+    assert line("srun bash -c 'python y.py --b'") == ("y.py", ["--b"])
+    assert line("srun torchrun --nnodes 2 --standalone --rdzv-id=7 z.py --c") == ("z.py", ["--c"])
+    assert line("python -m torch.distributed.run --nproc_per_node=2 w.py") == ("w.py", [])

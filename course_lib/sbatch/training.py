@@ -45,7 +45,8 @@ def command_line(s: Script) -> tuple[int, str, list[str]] | None:
                 rest = words[i + 1:]
                 if rest[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
                     return _after_torchrun(c.line, rest[2:])
-                j = next((k for k, w in enumerate(rest) if not w.startswith("-") or w == "-"), None)
+                j = next((k for k, w in enumerate(rest) if (not w.startswith("-") or w == "-")
+                          and (k == 0 or rest[k - 1] not in ("-W", "-X"))), None)   # -W ignore: a value
                 if j is None or "-c" in rest[:j] or "-m" in rest[:j]:
                     return None if j is None else (c.line, "-m " + rest[j] if "-m" in rest[:j] else "-c", [])
                 return c.line, rest[j], rest[j + 1:]

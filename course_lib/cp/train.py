@@ -30,9 +30,9 @@ def parse_args(argv=None):
     p.add_argument("--dp", type=int, default=2)
     p.add_argument("--features", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=16)
-    p.add_argument("--batch-size", type=int, default=8, help="global batch (split over the dp replicas)")
+    p.add_argument("--batch-size", type=int, default=32, help="global batch (split over the dp replicas)")
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--lr", type=float, default=0.5)
+    p.add_argument("--lr", type=float, default=2.0)
     p.add_argument("--seed", type=int, default=1)
     return p.parse_args(argv)
 

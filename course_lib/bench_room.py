@@ -27,6 +27,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
+from course_lib.core.proc import stop_tree
+
 MARKER = "COURSE_ROOM_BENCH"     # set in every learner's environment: its processes are found by it
 SETTLE_S = 15.0                  # a kept fork server ends at its check's exit (stdin EOF): time to see it go
 SAID = re.compile(r"^\[said at ([\d.]+) s\] (.*)$")   # a line the check said to the learner (learner_main)
@@ -201,22 +205,16 @@ def finish(lr: Learner) -> None:
 def survivors(marker: str, settle: float = SETTLE_S) -> list[str]:
     """Processes that carry ``marker`` in their environment once every learner ended; a kept fork server ends
     when its check exits, so they get ``settle`` seconds to go. What is still there is listed, then killed."""
-    import psutil
     end = time.monotonic() + settle
     while (found := marked(marker)) and time.monotonic() < end:
         time.sleep(0.5)
     described = [f"pid {p.pid}: {' '.join(p.info['cmdline'] or [])[:200]}" for p in found]
-    for p in found:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+    stop_tree(found)
     return described
 
 
 def marked(marker: str) -> list:
     """Live processes whose environment holds ``MARKER=marker`` (psutil; a process that ends meanwhile is skipped)."""
-    import psutil
     found = []
     for p in psutil.process_iter(["pid", "cmdline", "status"]):
         try:

@@ -35,9 +35,10 @@ time.sleep(120)
 """
 
 
-def start_tree():
-    """A process with children, one in its own session, and a grandchild; returns (Popen, descendants)."""
-    p = subprocess.Popen([PYTHON, "-c", TREE.format(sleep=[PYTHON, "-c", "import time; time.sleep(120)"])],
+def start_tree(first: str = ""):
+    """A process with children, one in its own session, and a grandchild; returns (Popen, descendants). ``first``:
+    a line the process runs before it starts them."""
+    p = subprocess.Popen([PYTHON, "-c", first + TREE.format(sleep=[PYTHON, "-c", "import time; time.sleep(120)"])],
                          stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
     deadline = time.monotonic() + 10
@@ -58,6 +59,20 @@ def test_freeze_stops_every_descendant_even_one_that_did_setsid_and_kill_ends_th
     p.wait(5)
     assert proc.wait_gone(family, 5) == []
     assert proc.alive([p.pid, *family]) == []
+
+
+@pytest.mark.parametrize("root_ends_on_term", [True, False])
+def test_stop_tree_terms_then_kills_the_whole_tree_and_the_extra_pids(root_ends_on_term):
+    # the one way the course stops what it started: TERM, KILL after the grace, with the setsid child, the
+    # grandchild and a process outside the tree named by `more` (a cgroup's member)
+    p, family = start_tree("" if root_ends_on_term else "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)")
+    outsider = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(120)"])
+    start = time.monotonic()
+    stopped = proc.stop_tree([p.pid], group=p.pid, grace=2.0, more=lambda: [outsider.pid])
+    assert sorted(q.pid for q in stopped) == sorted([p.pid, outsider.pid, *(q.pid for q in family)])
+    assert p.wait(5) == (-signal.SIGTERM if root_ends_on_term else -signal.SIGKILL)
+    assert (time.monotonic() - start < 2.0) == root_ends_on_term   # the grace is waited only for a root that stays
+    assert outsider.wait(5) < 0 and proc.wait_gone(family, 5) == []
 
 
 def test_signal_all_can_spare_the_root_and_alive_ignores_zombies():

@@ -1,5 +1,5 @@
 """The fork server of ``course_lib.core.warm`` (runs in its own process; imports only the standard library,
-torch and setproctitle, so it has no thread to lose at fork). ``serve(path)``: see warm's docstring for the
+torch, psutil and setproctitle, so it has no thread to lose at fork). ``serve(path)``: see warm's docstring for the
 protocol. Not multiprocessing's forkserver: that one runs a Python function in a child it owns, not a learner's
 script with its own argv, environment, cwd, output and exit status.
 
@@ -18,11 +18,12 @@ import os
 import runpy
 import select
 import shutil
-import signal
 import socket
 import sys
 import types
 from contextlib import suppress
+
+from course_lib.core.proc import stop_tree
 
 MAX_MSG = 1 << 20
 EXIT_VAR = "COURSE_WARM_EXIT"   # read by nothing now; goes once tests/test_ddp_solution.py stops importing it
@@ -125,9 +126,7 @@ def _request(conn, listener, conns, children):
 
 
 def _kill(pid: int) -> None:
-    for kill in (os.killpg, os.kill):
-        with suppress(OSError):
-            kill(pid, signal.SIGKILL)
+    stop_tree([pid], group=pid)   # the rank leads its own group
 
 
 def _reap(children) -> None:

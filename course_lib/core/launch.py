@@ -19,7 +19,6 @@ import contextlib
 import os
 import queue
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -70,38 +69,11 @@ def _reader(stream, rank, q, closed):
 
 
 def kill_group(popen: subprocess.Popen, grace: float = 3.0) -> None:
-    """TERM the process group of ``popen`` (it leads its own session) and all it started, then KILL what is left.
-
-    The group and every descendant are stopped first and collected while stopped (``proc.freeze``): a child that
-    was being forked, or had just moved to a session of its own (setsid), is found and signalled too.
-    """
-    family = _frozen(popen, [])
-    try:
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-            _signal(popen, family, sig)
-            try:
-                popen.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                family = _frozen(popen, family)   # with what they started in the meantime
-    finally:   # whatever is left of its family or group gets KILL, also when this was interrupted (none stays stopped)
-        _signal(popen, _frozen(popen, family), signal.SIGKILL)
-
-
-def _frozen(popen, family: list) -> list:
-    """The family, stopped: the leader (its pid asked only while it is ours, not yet reaped), its group and what
-    they started, with the members already known that still live."""
-    leader = [popen.pid] if popen.poll() is None else []
-    return proc.freeze([*leader, *family], group=popen.pid)   # the known as psutil objects: a reused pid is not them
-
-
-def _signal(popen, family: list, sig) -> None:
-    """``sig`` to the family and its group, then SIGCONT (not needed after SIGKILL): stopped by _frozen, they act
-    on ``sig`` once continued."""
-    for each in (sig,) if sig == signal.SIGKILL else (sig, signal.SIGCONT):
-        proc.signal_all(family, each)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(popen.pid, each)
+    """TERM the process group of ``popen`` (it leads its own session) and all it started, then KILL what is left
+    (``proc.stop_tree``), and reap it. Its pid counts only while it is ours (not yet reaped): a reused pid is not it."""
+    proc.stop_tree([popen.pid] if popen.poll() is None else [], group=popen.pid, grace=grace)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        popen.wait(5)
 
 
 def default_printer(rank: int, line: str) -> None:

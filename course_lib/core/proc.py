@@ -54,6 +54,32 @@ def freeze(roots: Iterable, group: int | None = None, tries: int = 50) -> list[p
     return list(family.values())
 
 
+def stop_tree(roots: Iterable, group: int | None = None, grace: float = 0.0, more=tuple) -> list[psutil.Process]:
+    """Stop everything that ``roots`` (pids or psutil processes) and the process group ``group`` are and started:
+    the one way the course ends what it started. All are frozen first (``freeze``: nothing forks or leaves its group
+    meanwhile); with ``grace`` they get TERM and up to ``grace`` seconds for the roots to end; then whatever is left,
+    with what it started meanwhile, gets KILL (also when this is interrupted: none stays stopped). ``more()``: pids
+    to stop with them at each look (a cgroup's members, the backstop where one exists). The family found."""
+    family: list = []
+    try:
+        family = freeze([*roots, *more()], group)
+        if grace > 0 and family:
+            _send(family, group, signal.SIGTERM)
+            _send(family, group, signal.SIGCONT)   # stopped, they act on TERM once continued
+            wait_gone([p for p in family if _pid(p) in {_pid(r) for r in roots}], grace)
+    finally:
+        family = freeze([*(family or roots), *more()], group)
+        _send(family, group, signal.SIGKILL)
+    return family
+
+
+def _send(family: list, group: int | None, sig: int) -> None:
+    signal_all(family, sig)
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, sig)
+
+
 def _stopped(procs: list, timeout: float = 2.0) -> None:
     """Wait until each of ``procs`` has stopped (or ended): a signal is delivered after kill() returns, and a
     process still running for that moment could fork a child that a look at the tree made now would miss."""

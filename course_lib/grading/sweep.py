@@ -8,8 +8,6 @@ Where the check has cgroups, their members are added, with what descends from th
 from __future__ import annotations
 
 import os
-import signal
-import time
 
 import psutil
 
@@ -38,18 +36,9 @@ def sweep(token: str, roots: set[int], cgroups, folder: str = "\0", rounds: int 
     ``grace``: seconds given to those found first to end by themselves before they count: processes the
     checker has just killed are still exiting, they are not leftovers.
     """
-    seen: set[int] = set()
-    found_alive = 0
-    for n in range(rounds):
-        live = scan(token, roots | seen | cgroups.pids(), folder)   # the cgroups' members and their children
-        if n == 0 and grace and live:
-            still = set(proc.wait_gone(live.values(), grace))
-            live = {pid: p for pid, p in live.items() if pid in still}
-        if not live:
-            break
-        found_alive += len(live.keys() - seen)
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            proc.signal_all(live.values(), sig)
-        seen |= live.keys()
-        time.sleep(0.05)
-    return found_alive
+    def found():
+        return scan(token, roots | cgroups.pids(), folder).values()   # the cgroups' members and their children
+    first = list(found())
+    if grace and first:
+        first = [p for p in first if p.pid in set(proc.wait_gone(first, grace))]
+    return len(proc.stop_tree(first, more=found)) if first else 0

@@ -8,8 +8,9 @@ the first failing rank stopping the rest, nothing left running. The runner write
 A job in the background means wait() and cancel() work exactly as with Slurm.
 A job of several ranks with one CPU each forks its ranks from a server that imported torch once
 (course_lib.core.warm, as the checkers do): each rank starts in a fraction of a second instead of importing torch,
-and leaves as a checker's rank does (atexit and flush, then ``os._exit``, without the interpreter's teardown).
-``COURSE_WARM=0`` starts every rank as a fresh ``python``.
+and leaves as ``python script.py`` does. ``COURSE_WARM=0`` starts every rank as a fresh ``python``.
+Not submitit's LocalExecutor: it runs a pickled function, not the learner's job script with srun's or torchrun's
+variables and a run folder the Slurm engine's Job reads back the same way.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from course_lib.core import warm
 from course_lib.core.atomic import write_text
 from course_lib.core.launch import launch
 from course_lib.core.paths import PACKAGE_PARENT
-from course_lib.core.proc import alive, freeze, signal_all, wait_gone
+from course_lib.core.proc import alive, freeze, stop_tree, wait_gone
 from course_lib.core.warm import socket_dirs
 from course_lib.jobs.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError
 from course_lib.jobs.sampler import Sampler
@@ -90,10 +91,9 @@ class LocalJob(Job):
             self.proc.wait(30)
             return None
         except subprocess.TimeoutExpired:
-
             tree = freeze([self.proc.pid])   # stopped, then read: nothing it starts meanwhile escapes (proc.freeze)
             servers = socket_dirs(tree)      # a killed fork server cannot remove its socket's folder
-            signal_all(tree, signal.SIGKILL)
+            tree = stop_tree(tree)
             self.proc.wait(10)
             for folder in servers:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -126,10 +126,7 @@ def kill_recorded(run_dir: Path) -> None:
                 continue
         except psutil.Error:
             continue
-        tree = freeze([pid], group=pid)   # first: a child that left the rank's group is still in its tree
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)   # each rank leads its own group: an orphan of the tree is in it
-        signal_all(tree, signal.SIGKILL)
+        stop_tree([pid], group=pid)   # each rank leads its own group: an orphan of the tree is in it
 
 
 def _with_course_on_path(pythonpath: str | None) -> str:

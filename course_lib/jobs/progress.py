@@ -2,7 +2,8 @@
 
 Both show the same things: state, time since submission, epochs done (parsed from the log) out of the
 ``--epochs`` the job was given, and, in Jupyter, the log's last lines. At the end a job that did not
-complete shows its state, reason and the log's tail.
+complete shows its state, reason and the log's tail. Not tqdm.auto alone: its notebook bar has no room for the
+job's state, reason and last log lines.
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ accounting is off) and ``scancel``.
 A job's files land in ``<runs>/<name>-<jobid>/``: the script (job.sbatch), its output (output.log) and
 job.json. The id is only known after sbatch answers, so the job is checked (``sbatch --test-only``),
 submitted held (``--hold``), its folder made, then released: the folder exists before the job can start
-writing into it.
+writing into it. Not submitit's SlurmExecutor: the learner submits the sbatch script they read and wrote (teaching
+content), not a pickled function.
 """
 from __future__ import annotations
 

@@ -89,10 +89,9 @@ def _children() -> set:
 def _stop_leftovers(before: set) -> None:
     """Kill what an item started and left behind (its runs kill their own trees; this is the backstop).
     Processes that were there before the item (a notebook's, a test session's) are left alone."""
-    from course_lib.core.proc import freeze, signal_all
+    from course_lib.core.proc import stop_tree
 
-    new = [p for p in psutil.Process().children(recursive=True) if _key(p) not in before]
-    signal_all(freeze(new), signal.SIGKILL)   # stopped first: nothing they fork meanwhile escapes
+    stop_tree([p for p in psutil.Process().children(recursive=True) if _key(p) not in before])
 
 
 def names(text: str | None) -> list[str]:

@@ -103,3 +103,13 @@ def test_the_nccl_job_script_takes_its_port_from_the_job_id():
 
     script = job_script()
     assert "export MASTER_PORT=$(( 10000 + SLURM_JOB_ID % 20000 ))" in script and "29500" not in script
+
+
+def test_ddp_sends_the_course_cnn_in_two_buckets():
+    """04's prediction charges a latency per bucket: DDP's defaults (1 MiB first, then 25 MiB) make two for the CNN,
+    fc1's weight with fc2 in the first (closed once past 1 MiB), the convolutions in the second."""
+    from course_lib.model import Net
+
+    sizes = model.ddp_bucket_bytes(Net())
+    assert sizes == [4724264, 75264] and sum(sizes) == 4 * sum(p.numel() for p in Net().parameters())
+    assert len(model.ddp_bucket_bytes(Net(), bucket_cap_mb=0.01)) > 2

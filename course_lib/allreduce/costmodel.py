@@ -69,3 +69,15 @@ def fit(rows, algo: str) -> tuple[float, float]:
     x, _ = nnls(A / scale, np.ones(len(mine)))
     alpha, beta = x / scale
     return float(alpha), float(beta)
+
+
+def ddp_bucket_bytes(model, bucket_cap_mb: float = 25) -> list[int]:
+    """The bytes of each gradient bucket DDP builds for ``model`` with its defaults: torch's own assignment (the
+    function DDP calls, over the parameters in reverse order), a first bucket of 1 MiB, then ``bucket_cap_mb``.
+    Each bucket is one all-reduce, so the model charges one latency per bucket, not one per step."""
+    import torch.distributed as dist
+
+    params = [p for p in model.parameters() if p.requires_grad][::-1]
+    caps = [dist._DEFAULT_FIRST_BUCKET_BYTES, int(bucket_cap_mb * 2**20)]
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, caps, [False] * len(params))
+    return [sum(params[i].numel() * params[i].element_size() for i in bucket) for bucket in buckets]

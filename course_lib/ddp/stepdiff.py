@@ -88,7 +88,8 @@ class StepDiff:
                 bg = colour.get(line[:1], "transparent")
                 rows.append(f"<div style='background:{bg};white-space:pre'>{html.escape(line)}</div>")
         body = "<pre style='font-size:12px;line-height:1.35'>" + "".join(rows) + "</pre>"
-        summary = f"Step {self.step}: the change from the serial script ({len(self.hunks)} place(s))"
+        n = len(self.hunks)
+        summary = f"Step {self.step}: the change from the serial script ({n} place{'s' if n != 1 else ''})"
         return f"<details{' open' if self.open else ''}><summary>{summary}</summary>{body}</details>"
 
 

@@ -41,7 +41,6 @@ def communicate(pipe, send_next=None, send_prev=None, recv_prev=False, recv_next
                               "torch.empty(pipe.shape, dtype=pipe.dtype)) and a P2POp(dist.isend, t, peer) per "
                               "send (peers: pipe.prev, pipe.next), start them all with dist.batch_isend_irecv "
                               "and wait on every request; return (from_prev, from_next)")
-    return from_prev, from_next
 
 
 def forward_step(pipe, x, target=None):

@@ -56,8 +56,8 @@ def communicate(pipe, send_next=None, send_prev=None, recv_prev=False, recv_next
     if ops:
         for request in dist.batch_isend_irecv(ops):
             request.wait()
-    ### END SOLUTION
     return from_prev, from_next
+    ### END SOLUTION
 
 
 def forward_step(pipe, x, target=None):

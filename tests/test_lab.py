@@ -244,6 +244,16 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
                 assert mark.first.evaluate("e => getComputedStyle(e, '::after').content") == '" (answers)"'
                 assert not set(listed) & {"course_lib", "tests", "scripts", "multigpu_course.egg-info"}, listed
                 page.screenshot(path=str(OUT / "01b-file-browser.png"))
+
+                # 00 run as a learner runs it: the course map (with 10) from course_map, the start-up measured
+                page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="00_welcome").first.click()
+                cell = _run_to(page, 'quiz.reveal("00-start-s"')
+                revealed = cell.locator(".jp-OutputArea-output", has_text="What happened:")
+                revealed.wait_for()
+                seen.append(f"00's start-up reveal: {revealed.inner_text()[:200]!r}")
+                route = page.locator(".jp-OutputArea-output", has_text="self-study").first.text_content()
+                assert "10 (60)" in route and "09 after 05" in route, route
+                page.screenshot(path=str(OUT / "01c-welcome-run.png"))
                 assert page.locator(".lm-MenuBar-item", has_text="Nbgrader").count() == 0, "nbgrader's menu shows"
                 assert page.get_by_text("Validate", exact=True).count() == 0, "nbgrader's Validate button shows"
                 assert page.get_by_text("official Jupyter news").count() == 0, "the news prompt shows"

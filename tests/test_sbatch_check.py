@@ -418,3 +418,13 @@ def test_the_command_line_the_probe_replaces_is_read_as_python_and_torchrun_read
     assert line("srun bash -c 'python y.py --b'") == ("y.py", ["--b"])
     assert line("srun torchrun --nnodes 2 --standalone --rdzv-id=7 z.py --c") == ("z.py", ["--c"])
     assert line("python -m torch.distributed.run --nproc_per_node=2 w.py") == ("w.py", [])
+
+
+def test_localhost_on_one_node_passes_saying_it_holds_there_only(tmp_path, read_only):
+    """MASTER_ADDR=localhost is right on one node; the PASS must not claim that every node reaches it."""
+    case = next(c for c in CORRECT if c.name == "localhost_one_node")
+    report = sbatch_check.check(case.write(REFERENCE, ROOT / "tests" / "sbatch_faulty", tmp_path), site="generic")
+    master = verdicts(report)["MASTER_ADDR/PORT"]
+    assert master.result == "pass", report.text()
+    assert "every node reaches" not in master.message, master.message
+    assert re.search(r"localhost reaches rank 0 only on a one-node job.*head -n 1", master.message), master.message

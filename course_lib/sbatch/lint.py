@@ -11,7 +11,7 @@ import re
 
 from course_lib.jobs.site import Site
 from course_lib.sbatch import site_lines, values
-from course_lib.sbatch.address import launch_env, rank0_mistakes, torchrun_options
+from course_lib.sbatch.address import FIRST_NODE, LOOPBACK, launch_env, rank0_mistakes, torchrun_options
 from course_lib.sbatch.script import KNOWN, Script, gpu_count, integer
 from course_lib.sbatch.training import PYTHONS, gpu_bind_none, local_rank_gpu, words_run
 
@@ -248,8 +248,10 @@ def master(s: Script) -> tuple:
     port = port if port is not None else s.exports.get("MASTER_PORT", (0, None))[1]
     msgs = wrong + msgs + (values.port_mistakes(s, port, where) if port is not None else []) + values.torchrun_port(s)
     note = f" ({values.port_note(s, port)})" if port is not None else ""
-    return ("MASTER_ADDR/PORT", not msgs, "\n".join(msgs)
-            or f"both exported; rank 0's node is one every node reaches{note}")
+    addr = s.exports.get("MASTER_ADDR", (0, ""))[1] or ""
+    where_ok = ("rank 0's node is one every node reaches" if not LOOPBACK.match(addr.strip("'\"")) else
+                f"{addr} reaches rank 0 only on a one-node job; with several nodes: {FIRST_NODE}")
+    return "MASTER_ADDR/PORT", not msgs, "\n".join(msgs) or f"both exported; {where_ok}{note}"
 
 
 def threads(s: Script) -> tuple:

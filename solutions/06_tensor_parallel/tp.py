@@ -233,7 +233,8 @@ class ParallelSelfAttention(nn.Module):
     """Multi-head self-attention with the heads split over the ranks (Megatron's parallel attention).
 
     q, k, v are column-parallel (rank r gets heads r*h/tp .. (r+1)*h/tp), the heads' attention needs no
-    communication, and the output projection is row-parallel: again one all-reduce forward, one backward.
+    communication, and the output projection is row-parallel: one all-reduce forward (g, after proj); in backward
+    each of q, k and v applies f, so three all-reduces (Megatron fuses q, k, v into one linear: one all-reduce).
     Input and output are ``[batch, sequence, hidden_size]``; no mask, no dropout.
     """
 

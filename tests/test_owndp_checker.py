@@ -118,8 +118,10 @@ def test_course_grade_grades_the_exercise(tmp_path):
     import sys
     subs = tmp_path / "subs"
     (subs / "bob" / "10_own_ddp").mkdir(parents=True)
-    (subs / "bob" / "10_own_ddp" / "own_ddp.py").write_text(EXERCISE.read_text())
-    (subs / "frank_own_ddp.py").write_text(EXERCISE.read_text())
+    # a line of their own: the released starter handed in unchanged is not run at all (course_lib.grading)
+    started = EXERCISE.read_text() + "\nSEED = 0   # a line of the learner's own\n"
+    (subs / "bob" / "10_own_ddp" / "own_ddp.py").write_text(started)
+    (subs / "frank_own_ddp.py").write_text(started)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, "-m", "course_lib.cli", "grade", str(subs), "--out", str(tmp_path / "out"),
                         "--exercise", "ownddp"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)

@@ -22,8 +22,10 @@ import os
 import sys
 from pathlib import Path
 
-from course_lib import check_local
+from course_lib import check_local, jobs
 from course_lib.check_local import MARGIN, ROUNDS, overall_deadline  # noqa: F401 - importable from here
+from course_lib.check_slurm import CheckJobError, check_on_slurm
+from course_lib.jobs.site import load_site
 from course_lib.registry import EXERCISES
 
 # where a check runs: the same choices for ``course check --engine`` and ``course grade --engine``
@@ -34,15 +36,11 @@ AUTO_HELP = "auto: Slurm when sbatch is on PATH and the controller answers, else
 def engine_for_checks(choice: str | None = None) -> str:
     """``choice``, else ``$COURSE_CHECKS``, else the site profile's ``checks``: "local" or "slurm" (auto: asks)."""
     if not choice and not os.environ.get("COURSE_CHECKS"):
-        from course_lib.jobs.site import load_site
-
         return load_site().checks
     choice = (choice or os.environ["COURSE_CHECKS"]).lower()
     if choice not in ENGINES:
         raise ValueError(f"checks run on {', '.join(ENGINES)}, not {choice!r} (check --engine or COURSE_CHECKS)")
     if choice == "auto":
-        from course_lib import jobs
-
         return jobs.engine("auto")[0]
     return choice
 
@@ -57,8 +55,6 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
     most); None: $COURSE_CHECKS, else the site profile's ``checks``. A local check first says its overall
     deadline through ``say`` (None: silent)."""
     if exercise != "sbatch" and engine_for_checks(engine) == "slurm":
-        from course_lib.check_slurm import check_on_slurm
-
         return check_on_slurm(exercise, path, **kwargs) if say is _PRINT else \
             check_on_slurm(exercise, path, say=say or (lambda text: None), **kwargs)
     seconds = check_local.overall_deadline(exercise, kwargs)
@@ -110,8 +106,6 @@ def run(args) -> int:
 
 def _on_slurm(args, kwargs: dict):
     """The report of the check run as a Slurm job, or None when the job gave none (said on stderr)."""
-    from course_lib.check_slurm import CheckJobError, check_on_slurm
-
     if args.queue_timeout is not None:
         kwargs["queue_timeout"] = args.queue_timeout
     try:

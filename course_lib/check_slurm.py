@@ -17,9 +17,10 @@ import os
 import sys
 from pathlib import Path
 
+from course_lib import check_local, jobs
 from course_lib.core.atomic import write_text
 from course_lib.core.report import Report
-from course_lib.jobs import runner
+from course_lib.jobs import SubmitError, runner
 from course_lib.jobs.runner import JobError, say_on_stderr
 
 REPORT_NAME = "report.json"
@@ -46,8 +47,6 @@ def spec_for(exercise: str, path: str, options: dict, site, minutes: int):
 
 def submit(exercise: str, path, options: dict, site=None):
     """sbatch the check; the SlurmJob. SubmitError (Slurm's words) when Slurm refuses it."""
-    from course_lib import jobs
-
     site = site if isinstance(site, jobs.Site) else jobs.load_site(site)
     try:
         options = json.loads(json.dumps(options))
@@ -71,8 +70,6 @@ def report_of(job) -> Report:
 def check_on_slurm(exercise: str, path, site=None, queue_timeout: float = QUEUE_TIMEOUT, say=say_on_stderr,
                    **options) -> Report:
     """Run ``course check EXERCISE PATH`` as a Slurm job; its Report. CheckJobError when it gives none."""
-    from course_lib.jobs import SubmitError
-
     try:
         job = submit(exercise, path, options, site)
     except SubmitError as e:
@@ -84,8 +81,6 @@ def check_on_slurm(exercise: str, path, site=None, queue_timeout: float = QUEUE_
 
 def main(argv: list[str]) -> int:
     """In the job: run the check the request names, in the submitter's folder; report.json into the job's."""
-    from course_lib import check_local
-
     request = json.loads(argv[0])
     out = Path.cwd() / REPORT_NAME         # the job script runs in the job's folder
     runner.become_the_job(request)

@@ -29,11 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from course_lib import jobs
 from course_lib.core import gpus
 from course_lib.core import launch as local
+from course_lib.core import warm as warm_start
 from course_lib.core.result import LINES_NAME, RESULT_NAME, LaunchResult, RankResult, parse_record
 from course_lib.core.scope import scoped_engine
-from course_lib.jobs import runner
+from course_lib.jobs import SubmitError, runner
+from course_lib.jobs.site import load_site
 
 ENGINES = ("local", "slurm")
 QUEUE_TIMEOUT = 900.0   # seconds a run may wait in the queue before it is cancelled
@@ -50,8 +53,6 @@ def engine_for(choice: str | None = None) -> str:
         return "local"
     choice = choice or scoped_engine() or os.environ.get("COURSE_RUNS")
     if not choice:
-        from course_lib.jobs.site import load_site
-
         return load_site().runs
     if choice.lower() not in ENGINES:
         raise ValueError(f"runs go to {' or '.join(ENGINES)}, not {choice!r} (engine= or COURSE_RUNS)")
@@ -79,17 +80,13 @@ def session(env: dict | None = None, preload=(), engine: str | None = None):
     Slurm, nothing (a server here would import torch for nothing)."""
     if engine_for(engine) == "slurm":
         return contextlib.nullcontext()
-    from course_lib.core import warm
-
-    return warm.session(env, preload)
+    return warm_start.session(env, preload)
 
 
 def workdir(prefix: str = "run-"):
     """A scratch folder the ranks can reach, removed on the way out: in the runs folder (on the file system the
     compute nodes share) where runs go to Slurm, else in this machine's temp folder."""
     if engine_for() == "slurm":
-        from course_lib import jobs
-
         folder = jobs.runs_dir()
         folder.mkdir(parents=True, exist_ok=True)
         return tempfile.TemporaryDirectory(prefix=prefix, dir=folder)
@@ -99,10 +96,8 @@ def workdir(prefix: str = "run-"):
 def node_gpus(choice: str | None = None) -> int:
     """GPUs of the node a run would go to: the site profile's per node when runs go to Slurm, else this machine's."""
     if engine_for(choice) == "slurm":
-        from course_lib.jobs.site import load_site
-
         return load_site().gpus_per_node
-    import torch
+    import torch  # deferred on purpose: `course` and a Slurm run's submitter need no torch
 
     return torch.cuda.device_count()
 
@@ -115,8 +110,6 @@ def node_has_gpus(choice: str | None = None) -> bool:
 def where(choice: str | None = None) -> str:
     """Where the runs go, in words, for a cell that says what it decided and why."""
     if engine_for(choice) == "slurm":
-        from course_lib.jobs.site import load_site
-
         site = load_site()
         return f"Slurm jobs on site '{site.name}' ({site.gpus_per_node} GPU(s) per node)"
     return "this machine"
@@ -163,9 +156,6 @@ def launch_on_slurm(script_args, nprocs: int, style: str, timeout: float, env: d
                     grace: float, torchrun_args=(), stop=None, warm=None, say=runner.say_on_stderr) -> LaunchResult:
     """launch()'s run as a short Slurm job; its LaunchResult (see the module docstring). RunJobError when Slurm
     refuses the job, it waits in the queue longer than QUEUE_TIMEOUT, or it ends without a result."""
-    from course_lib.jobs import SubmitError
-    from course_lib.jobs.site import load_site
-
     site = load_site()
     request = {"script_args": [str(a) for a in script_args], "nprocs": nprocs, "style": style, "timeout": timeout,
                "env": {str(k): str(v) for k, v in (env or {}).items()}, "cwd": str(Path(cwd or os.getcwd()).resolve()),

@@ -13,6 +13,10 @@ import os
 import sys
 import time
 
+from course_lib import jobs
+from course_lib.jobs import TERMINAL, JobSpec, slurm
+from course_lib.jobs.slurm import TAKES_NO_JOB, forget_the_job
+
 POLL = 1.0   # seconds between two looks at the job (squeue: a controller serves a whole room)
 PLACE_EVERY = 10.0   # seconds between two looks at a pending job's place in the queue (two more squeue calls)
 
@@ -34,8 +38,6 @@ def spec(name: str, module: str, request: dict, site, minutes: int, cpus: int = 
          partition: str | None = None, qos: str | None = None):
     """The JobSpec of one task that runs ``python -m module JSON(request)`` for ``minutes``, with ``cpus`` CPUs
     (at most a node's) and ``gpus`` GPUs. The request carries the submitter's JOB_ONLY values (become_the_job)."""
-    from course_lib.jobs import JobSpec
-
     request = {**request, "env_job_only": {k: os.environ[k] for k in JOB_ONLY if k in os.environ}}
     # launcher "python" runs `python -m MODULE REQUEST`: -m keeps course_lib/ off sys.path
     return JobSpec(name=name, script="-m", args=[module, json.dumps(request)], launcher="python",
@@ -46,17 +48,12 @@ def spec(name: str, module: str, request: dict, site, minutes: int, cpus: int = 
 def submit(spec, site):
     """sbatch ``spec`` into a folder of the runs directory; the SlurmJob. SubmitError (Slurm's words) when Slurm
     refuses it."""
-    from course_lib import jobs
-    from course_lib.jobs import slurm
-
     return slurm.submit(spec, site, jobs.runs_dir())
 
 
 def not_taken(what: str, refused: Exception, here: str) -> str:
     """What to say when Slurm did not take a run's or a check's job: its words, then what to do (wait for the nodes
     it names as taking no job now, else fix the site profile), or run it ``here``."""
-    from course_lib.jobs.slurm import TAKES_NO_JOB
-
     fix = ("Wait until `sinfo` shows those nodes up" if TAKES_NO_JOB in str(refused) else
            "Fix the site profile's partition, account, reservation or qos (COURSE_SITE names it)")
     return f"Slurm did not take the {what}'s job: {refused}\n{fix}, or run {here}"
@@ -65,8 +62,6 @@ def not_taken(what: str, refused: Exception, here: str) -> str:
 def become_the_job(request: dict) -> None:
     """In the job: what a process started here would see (no Slurm variables: a learner's script reads SLURM_PROCID
     before RANK; the submitter's JOB_ONLY values), and every run it starts stays here."""
-    from course_lib.jobs.slurm import forget_the_job
-
     forget_the_job()
     for key in JOB_ONLY:
         os.environ.pop(key, None)
@@ -90,8 +85,6 @@ def wait(job, queue_timeout: float, say=say_on_stderr, run_timeout: float | None
     """Until the job ends. Cancelled (``error`` raised) after ``queue_timeout`` s in the queue, ``run_timeout`` s
     running (None: its time limit + 60 s), or when ``stop`` (a threading.Event) is set; cancelled on Ctrl-C.
     ``on_poll()`` runs at every look (e.g. to pass on new lines)."""
-    from course_lib.jobs import TERMINAL
-
     limit = job.spec.time_limit_s + 60 if run_timeout is None else run_timeout
     started = None
     reason_said = place_said = None

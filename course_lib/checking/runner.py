@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from course_lib.checking.deadlock import FOLDER_ENV
-from course_lib.core.launch import launch
+from course_lib.core import launch as launching  # through the module: `course bench checks` times each launch there
 from course_lib.core.rankkit import parse
 
 WORKER = "course_lib.checking.worker"
@@ -154,7 +154,8 @@ def launch_once(exercise: str, spec, paths: list, world: int, timeout: float, ca
             args += [name, ",".join(sorted(values))]
     with tempfile.TemporaryDirectory(prefix="course-waits-") as waits:    # where the ranks say they wait
         env = {**getattr(spec, "ENV", ENV), FOLDER_ENV: waits}
-        res = launch(args, nprocs=world, timeout=timeout, on_line=run.on_line, grace=3.0, env=env, stop=stop, cwd=cwd)
+        res = launching.launch(args, nprocs=world, timeout=timeout, on_line=run.on_line, grace=3.0, env=env, stop=stop,
+                               cwd=cwd)
         run.crashes = crash_lines(waits, world, paths)
     run.close(res)
     return run

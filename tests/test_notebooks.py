@@ -199,6 +199,16 @@ EXPECT = {
                                                                                  "bucketed")),
                                              "naive did not run: not written yet",
                                              "you made no prediction for this one"],
+    ("12_pipeline_parallelism", "solutions"): ["PASS</b></td><td>one_f_one_b<", "bubble vs formula: ", "(expected m)",
+                                               "one_f_one_b, p=4, m=8: step", "  stage 3: busy ",
+                                               "m=8: [4, 3, 2, 1]   (expected min(p - stage, m))",
+                                               "what happened: '[0, 1]' (right)", "dp x pp vs serial: largest",
+                                               "right. 1F1B reorders"],
+    ("12_pipeline_parallelism", "exercises"): [*(f"FAIL</b></td><td>{f}<" for f in ("communicate", "afab",
+                                                                                     "one_f_one_b")),
+                                               "the measurement did not run",
+                                               "the dp x pp run failed",
+                                               "you made no prediction for this one (Run All does not wait"],
 }
 
 

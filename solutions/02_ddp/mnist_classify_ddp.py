@@ -144,7 +144,8 @@ def train(args, model, device, train_loader, optimizer, epoch, autocast, scaler)
     model.train()
     total_loss, seen = 0.0, 0
     for batch_idx, (data, target) in enumerate(train_loader):
-        data, target = data.to(device), target.to(device)
+        # pinned batches (pin_memory=True on CUDA) copy while the GPU computes; on a CPU this is a plain .to()
+        data, target = data.to(device, non_blocking=True), target.to(device, non_blocking=True)
         optimizer.zero_grad()
         with autocast():
             output = model(data)
@@ -166,7 +167,7 @@ def test(model, device, test_loader, autocast):
     test_loss, correct = 0.0, 0
     with torch.no_grad():
         for data, target in test_loader:
-            data, target = data.to(device), target.to(device)
+            data, target = data.to(device, non_blocking=True), target.to(device, non_blocking=True)
             with autocast():
                 output = model(data).float()
             test_loss += F.nll_loss(output, target, reduction="sum").item()

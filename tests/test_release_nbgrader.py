@@ -18,8 +18,10 @@ pytest.importorskip("nbgrader", reason="nbgrader is a test dependency (pip insta
 from conftest import ROOT
 from nbgrader.preprocessors import ClearSolutions  # noqa: E402
 
+# the files with regions (one without, such as 07's rendezvous.py, is copied as it is: no solution cell)
 SOURCES = sorted(p for p in (ROOT / "solutions").rglob("*.py")
-                 if p.relative_to(ROOT / "solutions").parts[0] not in registry.SOLUTIONS_ONLY)
+                 if p.relative_to(ROOT / "solutions").parts[0] not in registry.SOLUTIONS_ONLY
+                 and release.BEGIN in p.read_text(encoding="utf-8"))
 KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 

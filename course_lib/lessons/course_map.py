@@ -27,7 +27,9 @@ DOES = {"00": "see what this machine runs on, and choose your route",
         "07": "find the bugs in five broken programs and jobs",
         "08": "checkpoint, kill a rank, resume; a job that requeues itself",
         "09": "gradient accumulation, ZeRO-1/2 on your own collectives, FSDP2",
-        "10": "write DDP yourself: hooks, buckets, overlap"}
+        "10": "write DDP yourself: hooks, buckets, overlap",
+        "11": "split the sequence over ranks: context parallelism and ring attention",
+        "12": "cut a model into pipeline stages: AFAB, 1F1B, the bubble measured"}
 HALF_DAY = ("00", "01", "02", "03", "04")
 # the self-study order; each notebook after the ones it needs (NEEDS)
 ORDER = ("00", "01", "02", "03", "04", "05", "10", "06", "11", "12", "07", "08", "09")

@@ -12,7 +12,6 @@ import pytest
 from conftest import ROOT
 
 from course_lib.core import warm
-from course_lib.core.forkserver import EXIT_VAR
 from course_lib.core.launch import launch
 from course_lib.ddp import stepdiff
 from course_lib.instructor import release
@@ -157,14 +156,13 @@ def test_solution_shuts_down_cleanly_20_times(tmp_path):
     # the Gloo + DDP exit abort ("terminate called without an active exception") shows in a few percent
     # of runs when the DDP model outlives destroy_process_group(); the solution drops it first.
     # 20 real 2-rank runs, judged one by one. Their ranks are forked from a server that imported torch once (a cold
-    # start costs 2.5x the CPU of the whole run) and leave the way `python script.py` does, where the abort happens
-    # (COURSE_WARM_EXIT=python: course_lib.core.forkserver).
+    # start costs 2.5x the CPU of the whole run) and leave the way `python script.py` does, where the abort happens.
     args = ["--dataset", "digits", "--epochs", "1", "--dry-run", "--test-batch-size", "400"]
     failures = []
-    with warm.session({EXIT_VAR: "python"}, warm.DDP_IMPORTS) as server:
+    with warm.session({}, warm.DDP_IMPORTS) as server:
         assert server is not None and server.ready(), "no warm server: the runs would not be the ones meant here"
         for run in range(20):
-            res, out = _run(SOLUTION, 2, args, tmp_path, env={EXIT_VAR: "python"}, timeout=120)
+            res, out = _run(SOLUTION, 2, args, tmp_path, timeout=120)
             if not res.ok or "terminate called" in out:
                 failures.append(f"run {run}: {res.summary()}\n{out[-1500:]}")
     assert not failures, "\n".join(failures)
@@ -182,24 +180,17 @@ if os.environ["SLURM_PROCID"] == "1":
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("leave", ["python", "fast"])
-def test_a_warm_rank_leaves_through_the_interpreters_teardown_only_when_asked(tmp_path, leave):
-    # what the 20 runs rely on: with COURSE_WARM_EXIT=python a forked rank's __main__ is torn down as python's own
-    # is (an abort there shows); by default it ends with os._exit and nothing is torn down. A rank that hangs is
-    # stopped either way.
+def test_a_warm_rank_leaves_through_the_interpreters_teardown(tmp_path):
+    # what the 20 runs rely on: a forked rank's __main__ is torn down as python's own is, with no setting, so an
+    # abort there shows (and the rank that hangs is stopped)
     script = tmp_path / "ends_badly.py"
     script.write_text(TEARDOWN_ABORT)
-    env = {EXIT_VAR: "python"} if leave == "python" else {}
     parents = []
-    res = launch([str(script)], nprocs=2, timeout=30, cwd=tmp_path, env=env, on_line=None, warm=True,
+    res = launch([str(script)], nprocs=2, timeout=30, cwd=tmp_path, on_line=None, warm=True,
                  on_start=lambda pid: parents.append(psutil.Process(pid).ppid()))
     assert len(parents) == 2 and os.getpid() not in parents, "the ranks were not forked by a server"
-    if leave == "python":
-        assert [r.returncode for r in res.ranks] == [-signal.SIGABRT, None], res.summary()
-        assert "terminate called at teardown" in res.output(0), res.summary()
-    else:
-        assert res.timed_out and res.ranks[0].returncode == 0 and res.ranks[1].returncode is None, res.summary()
-        assert "terminate called" not in res.output(0), res.summary()
+    assert [r.returncode for r in res.ranks] == [-signal.SIGABRT, None], res.summary()
+    assert "terminate called at teardown" in res.output(0), res.summary()
 
 
 def _params(path):

@@ -26,7 +26,6 @@ from contextlib import suppress
 from course_lib.core.proc import stop_tree
 
 MAX_MSG = 1 << 20
-EXIT_VAR = "COURSE_WARM_EXIT"   # read by nothing now; goes once tests/test_ddp_solution.py stops importing it
 
 
 def serve(path: str | None = None, preload=None):

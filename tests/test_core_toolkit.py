@@ -388,11 +388,13 @@ def test_worker_failed_names_the_run_and_keeps_the_learners_last_lines():
 def test_explain_points_at_the_learners_file(tmp_path):
     mine = tmp_path / "mine.py"
     mine.write_text("def f():\n    raise ValueError('bad shape\\nmore')\n\n\n"
-                       "def g():\n    raise NotImplementedError\n")
+                       "def g():\n    raise NotImplementedError\n\n\n"
+                       "def h():\n    raise NotImplementedError('h: return 2 * t')\n")
     ns = {}
     exec(compile(mine.read_text(), str(mine), "exec"), ns)
     for call, want in ((ns["f"], "ValueError: bad shape (tp.py line 2, in f)"),
-                       (ns["g"], "not written yet: NotImplementedError (tp.py line 6, in g)")):
+                       (ns["g"], "not written yet: NotImplementedError (tp.py line 6, in g)"),
+                       (ns["h"], "not written yet: h: return 2 * t (tp.py line 10, in h)")):   # the stub's words
         with pytest.raises(Exception) as info:
             call()
         assert learner.explain(info.value, str(mine), "tp.py") == want

@@ -31,7 +31,7 @@ def explain(exc: BaseException, path: str, shown: str) -> str:
     """One line for an exception the learner's code raised, pointing at their file (named ``shown``) when it can."""
     frame = learner_frame(traceback.extract_tb(exc.__traceback__), path)
     where = f" ({shown} line {frame.lineno}, in {frame.name})" if frame else ""
-    if isinstance(exc, NotImplementedError):
-        return f"not written yet: NotImplementedError{where}"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, NotImplementedError):    # a starter's stub: its words say what to write
+        return f"not written yet: {text or 'NotImplementedError'}{where}"
     return f"{type(exc).__name__}: {text}{where}"

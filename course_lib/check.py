@@ -59,7 +59,8 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
             check_on_slurm(exercise, path, say=say or (lambda text: None), **kwargs)
     seconds = check_local.overall_deadline(exercise, kwargs)
     if say is not None:
-        (print if say is _PRINT else say)(f"checking: up to {seconds:.0f} s")
+        (print if say is _PRINT else say)(f"checking: up to {seconds:.0f} s (the whole check's deadline, every launch "
+                                          "at most its timeout one after another; most checks end in seconds)")
     return check_local.check_here(exercise, path, seconds, **kwargs)
 
 

@@ -49,4 +49,6 @@ def overall_deadline(exercise: str, options: dict) -> float:
                                             options.get("world_sizes"))
         return math.ceil(len(worlds) / getattr(spec, "PARALLEL", 1)) * timeout + MARGIN
     rounds, default = ROUNDS[exercise]
+    if exercise == "ckpt" and not options.get("resume", True):     # the cases alone, without the resume runs
+        rounds = 1
     return rounds * (options.get("timeout") or default) + MARGIN

@@ -2,6 +2,7 @@
 checking harness's parts that run inside a rank (learner, watchdog, guard)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -413,3 +414,13 @@ def test_a_skipped_item_shows_as_not_run_and_never_counts_as_passed():
     assert not only_skipped.passed
     r.add("gpus", False, "no GPU asked for")
     assert not r.passed and r.tally() == "1/2 passed, 1 not run"
+
+
+def test_a_reports_html_keeps_shell_dollars_out_of_latex_and_items_on_one_line():
+    """JupyterLab typesets $...$ in html output (MathJax), which garbled the MASTER_ADDR hint; MathJax skips <pre>."""
+    from course_lib.core.report import Report, Verdict
+    hint = 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+    page = Report("sbatch", "ddp.sbatch", [Verdict("MASTER_ADDR/PORT", "fail", hint)], 1.0)._repr_html_()
+    message = re.search(r"<pre[^>]*>(.*?)</pre>", page, re.S)
+    assert message and "$(scontrol show hostnames &quot;$SLURM_JOB_NODELIST&quot;" in message.group(1), page
+    assert "<td style='white-space:nowrap'>MASTER_ADDR/PORT</td>" in page, page

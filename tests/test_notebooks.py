@@ -145,6 +145,8 @@ def test_no_stale_outputs(nb_path):
 
 
 # What each run must show besides running to the end (substrings of the outputs' text).
+# a check's table row (course_lib.core.report's html) from its result to its item
+PASS_AT, FAIL_AT = (f"{r}</b></td><td style='white-space:nowrap'>" for r in ("PASS", "FAIL"))
 EXPECT = {
     ("00_welcome", "solutions"): ["PASS    2 ranks (gloo)", "you predicted 'NCCL'; what happened: ",
                                   "right. exercises/ holds"],
@@ -156,7 +158,7 @@ EXPECT = {
                                         "right. DDP all-reduces"],
     # a check's table (html): a red FAIL, then the item; nbval compared a printed brief of it, committed in a cell a
     # learner then saw before running anything (issue 53)
-    ("02_ddp_six_steps", "exercises"): [*(f"FAIL</b></td><td>Step {n}<" for n in range(1, 7)),
+    ("02_ddp_six_steps", "exercises"): [*(f"{FAIL_AT}Step {n}<" for n in range(1, 7)),
                                         "you made no prediction for this one (Run All does not wait"],
     # 03's solutions run is on Slurm where it runs (ON_SLURM): what the local engine shows is asserted of the
     # exercises run, whose jobs are the same (the notebook submits them; the learner's files are only checked)
@@ -173,26 +175,26 @@ EXPECT = {
                                         "what happened: \"after backward's last gradient\""],
     ("04_scaling_study", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait",
                                         "is not converted to DDP yet"],
-    ("05_allreduce_algorithms", "solutions"): ["PASS</b></td><td>ring_allreduce<", "ring/gloo busbw at >= 16 MiB",
+    ("05_allreduce_algorithms", "solutions"): [f"{PASS_AT}ring_allreduce<", "ring/gloo busbw at >= 16 MiB",
                                                "what happened: '[6, 60, 600]' (right)", "right. nccl-tests"],
-    ("05_allreduce_algorithms", "exercises"): [*(f"FAIL</b></td><td>{a}_allreduce<" for a in ("naive", "ring", "tree")),
+    ("05_allreduce_algorithms", "exercises"): [*(f"{FAIL_AT}{a}_allreduce<" for a in ("naive", "ring", "tree")),
                                                "skipped ring: raised NotImplementedError",
                                                "your ring did not run"],
     ("06_tensor_parallelism", "solutions"): ["what happened: '[0, 4]' (right)", "measured 0.5", "right. A tp group"],
     ("06_tensor_parallelism", "exercises"): ["FAIL", "you made no prediction for this one (Run All does not wait"],
-    ("11_context_parallelism", "solutions"): ["PASS</b></td><td>ring_attention<", "largest difference from serial: ",
+    ("11_context_parallelism", "solutions"): [f"{PASS_AT}ring_attention<", "largest difference from serial: ",
                                               "what happened: 'about 7x' (right)", "right. Linear layers, the MLP"],
-    ("11_context_parallelism", "exercises"): [*(f"FAIL</b></td><td>{f}<" for f in ("split_positions", "cp_attention",
+    ("11_context_parallelism", "exercises"): [*(f"{FAIL_AT}{f}<" for f in ("split_positions", "cp_attention",
                                                                                    "ring_attention")),
                                               "the dp x cp run failed (fix cp.py",
                                               "  4   256      248.0        248.0   0.0%",   # saved bytes = formula
                                               "you made no prediction for this one (Run All does not wait"],
     ("08_checkpoint_restart", "solutions"): ["EQUAL: ", "predicted 'step 12'; what happened: 'step 12' (right)"],
-    ("08_checkpoint_restart", "exercises"): [*(f"FAIL</b></td><td>{i}<" for i in ("optimizer", "atomic write")),
+    ("08_checkpoint_restart", "exercises"): [*(f"{FAIL_AT}{i}<" for i in ("optimizer", "atomic write")),
                                              "you made no prediction for this one (Run All does not wait"],
     ("09_sharded_data_parallel", "solutions"): ["every micro-batch", "W=4 ZeRO-2: largest |loss - DDP's loss|",
-                                                "optimizer state KiB", "PASS</b></td><td>ZeRO-2<"],
-    ("09_sharded_data_parallel", "exercises"): ["ZeRO-1 did not run", "FAIL</b></td><td>shard_range<"],
+                                                "optimizer state KiB", f"{PASS_AT}ZeRO-2<"],
+    ("09_sharded_data_parallel", "exercises"): ["ZeRO-1 did not run", f"{FAIL_AT}shard_range<"],
     ("07_bug_hunt", "solutions"): ["rank 1: step done", "rank 0 epoch 1:", "PASS    ranks and GPUs",
                                    "quiz 07: 9/9 right"],
     ("07_bug_hunt", "exercises"): ["Timed out", "Detected mismatch between collectives", "1/2 clients joined",
@@ -200,19 +202,19 @@ EXPECT = {
                                    # the starter's 02 script picks no GPU by local rank: the checker cannot tell
                                    "NOT RUN ranks and GPUs", "every rank that failed only waited for another",
                                    "rank 1 failed on its own"],
-    ("10_write_ddp_yourself", "solutions"): ["PASS</b></td><td>bucketed<", "comm share",
+    ("10_write_ddp_yourself", "solutions"): [f"{PASS_AT}bucketed<", "comm share",
                                              "alpha-beta fit to this run's all-reduces",
                                              "right. Backward runs from the loss", "rank 0, bucketed: all-reduce"],
-    ("10_write_ddp_yourself", "exercises"): [*(f"FAIL</b></td><td>{w}<" for w in ("naive", "flat", "overlapped",
+    ("10_write_ddp_yourself", "exercises"): [*(f"{FAIL_AT}{w}<" for w in ("naive", "flat", "overlapped",
                                                                                  "bucketed")),
                                              "naive did not run: not written yet",
                                              "you made no prediction for this one"],
-    ("12_pipeline_parallelism", "solutions"): ["PASS</b></td><td>one_f_one_b<", "bubble vs formula: ", "(expected m)",
+    ("12_pipeline_parallelism", "solutions"): [f"{PASS_AT}one_f_one_b<", "bubble vs formula: ", "(expected m)",
                                                "one_f_one_b, p=4, m=8: step", "  stage 3: busy ",
                                                "m=8: [4, 3, 2, 1]   (expected min(p - stage, m))",
                                                "what happened: '[0, 1]' (right)", "dp x pp vs serial: largest",
                                                "right. 1F1B reorders"],
-    ("12_pipeline_parallelism", "exercises"): [*(f"FAIL</b></td><td>{f}<" for f in ("communicate", "afab",
+    ("12_pipeline_parallelism", "exercises"): [*(f"{FAIL_AT}{f}<" for f in ("communicate", "afab",
                                                                                      "one_f_one_b")),
                                                "the measurement did not run",
                                                "the dp x pp run failed",

@@ -95,7 +95,7 @@ def test_a_check_past_its_overall_deadline_ends_with_a_clear_verdict(tmp_path, c
     start = time.monotonic()
     report = checking.check("ddp", learner, engine="local", say=said.append)
     took = time.monotonic() - start
-    assert said == ["checking: up to 5 s"]
+    assert len(said) == 1 and said[0].startswith("checking: up to 5 s (the whole check's deadline"), said
     assert not report.passed
     row = report.rows()[0]
     assert row["item"] == "check run" and row["result"] == FAIL and "deadline of 5 s" in row["message"], report.text()
@@ -134,3 +134,10 @@ def test_the_process_runtime_has_no_import_cycle():
             if m not in seen:
                 seen.add(m)
                 todo.extend(graph[m])
+
+
+def test_a_ckpt_check_without_resume_announces_one_launchs_deadline():
+    """notebook 08's quick check (resume=False) said "up to 780 s", the deadline of the cases and both resume runs."""
+    from course_lib import check_local
+    assert check_local.overall_deadline("ckpt", {"resume": False}) == 240 + check_local.MARGIN
+    assert check_local.overall_deadline("ckpt", {}) == 3 * 240 + check_local.MARGIN

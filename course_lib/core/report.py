@@ -80,8 +80,11 @@ class Report:
     def _repr_html_(self) -> str:
         colour = {PASS: "#1a7f37", FAIL: "#cf222e", MISSING: "#9a6700", SKIPPED: "#57606a"}
         rows = "".join(
-            f"<tr><td><b style='color:{colour[v.result]}'>{_MARK[v.result]}</b></td><td>{html.escape(v.item)}</td>"
-            f"<td style='text-align:left;white-space:pre-wrap'>{html.escape(v.message)}</td></tr>"
+            f"<tr><td><b style='color:{colour[v.result]}'>{_MARK[v.result]}</b></td>"
+            f"<td style='white-space:nowrap'>{html.escape(v.item)}</td>"
+            # in <pre>: JupyterLab typesets $...$ in html output as LaTeX, and MathJax skips <pre>
+            f"<td style='text-align:left'><pre style='white-space:pre-wrap;margin:0;font-family:inherit'>"
+            f"{html.escape(v.message)}</pre></td></tr>"
             for v in self.verdicts)
         return (f"<p><code>{html.escape(self.header())}</code>: "
                 f"{self.tally()} in {self.seconds:.1f} s</p>"

@@ -385,6 +385,19 @@ def test_local_ranks_of_a_multi_rank_job_are_forked_from_one_server_and_recorded
     assert "warm False" in one.log(), one.log()
 
 
+@pytest.mark.slow
+def test_a_local_job_of_two_ranks_on_one_gpu_runs_them_on_cpu_and_says_so(local, monkeypatch):
+    """Notebook 03's job on a one-GPU machine (simulated: COURSE_LOCAL_GPUS=1): rank 1 would ask for cuda:1."""
+    monkeypatch.setenv("COURSE_LOCAL_GPUS", "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    show = local / "show.py"
+    show.write_text("import os\nprint('visible', repr(os.environ.get('CUDA_VISIBLE_DEVICES')), flush=True)\n")
+    job = jobs.submit(JobSpec("gpu1", str(show), ntasks_per_node=2)).wait(timeout=180, progress=False)
+    assert job.state == "COMPLETED", job.summary()
+    assert job.log().count("visible ''") == 2, job.log()
+    assert "2 ranks but 1 GPU(s) here: GPUs hidden" in job.log(), job.log()
+
+
 def test_local_time_limit_is_a_deadline(local):
     sleeper = local / "sleeper.py"
     sleeper.write_text("import time\ntime.sleep(300)\n")

@@ -109,7 +109,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     popen = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                  start_new_session=True)
     log_dir = held = None
-    server, own_server = warm_start.for_launch(warm, base, script_args)
+    server, own_server = warm_start.for_launch(warm, base, script_args, within=timeout)
     start = time.monotonic()
     try:
         if style == "srun":

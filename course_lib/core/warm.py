@@ -149,11 +149,14 @@ class Server:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.dir,
             env=self.env, start_new_session=True)
 
-    def ready(self) -> bool:
-        """Waits for the server's first line (launches side by side: one reads it, the others wait)."""
+    def ready(self, within: float = READY_TIMEOUT) -> bool:
+        """Waits at most ``within`` seconds for the server's first line (launches side by side: one reads it, the
+        others wait). Not there by then: False for this launch, whose deadline that was; a later one may wait again."""
         with self._lock:
             if self._ready is None:
-                ok, _, _ = select.select([self.proc.stdout], [], [], READY_TIMEOUT)
+                ok, _, _ = select.select([self.proc.stdout], [], [], max(0.0, min(within, READY_TIMEOUT)))
+                if not ok and self.proc.poll() is None:
+                    return False
                 self._ready = bool(ok) and self.proc.stdout.readline().strip() == b"ready"
         return self._ready and not self.broken
 
@@ -173,7 +176,8 @@ class Server:
         try:
             conn.settimeout(60)
             conn.connect(self.path)
-            req = {"argv": list(argv), "env": dict(env), "cwd": os.fspath(cwd or os.getcwd())}
+            # absolute: the server's own working folder is its socket's, where a relative path would point
+            req = {"argv": list(argv), "env": dict(env), "cwd": os.path.abspath(cwd or os.getcwd())}
             socket.send_fds(conn, [json.dumps(req).encode()], [w])
             reply = json.loads(conn.recv(4096) or b'{"error": "server gone"}')
             if "pid" not in reply:
@@ -282,7 +286,7 @@ def socket_dirs(procs) -> list[str]:
     return dirs
 
 
-def for_launch(warm: bool | None, base: dict, argv) -> tuple[Server | None, bool]:
+def for_launch(warm: bool | None, base: dict, argv, within: float = READY_TIMEOUT) -> tuple[Server | None, bool]:
     """The server a launch uses and whether the launch owns it: the session's when there is one (warm None
     or True); for ``warm=True`` outside a session, one of its own, as a session of one launch gets it (a kept
     server, else a new one) and hands it on (``keep``); none for False or COURSE_WARM=0."""
@@ -292,7 +296,7 @@ def for_launch(warm: bool | None, base: dict, argv) -> tuple[Server | None, bool
     if own:
         with _lock:
             server = _take_idle(base, ()) or Server(base)
-    if server is not None and server.starts_like(base) and server.ready():
+    if server is not None and server.starts_like(base) and server.ready(within):
         return server, own
     if own:
         server.close()

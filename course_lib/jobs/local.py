@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from course_lib.core import warm
+from course_lib.core import gpus, warm
 from course_lib.core.atomic import write_text
 from course_lib.core.launch import launch
 from course_lib.core.paths import PACKAGE_PARENT
@@ -261,7 +261,9 @@ def run_job(run_dir: Path) -> int:
         _write_json(state_path, {"state": "RUNNING", "reason": "", "exit_code": None, "pid": os.getpid()})
         final = {"state": "FAILED", "reason": "", "exit_code": None}
         try:
-            env = _rank_env(info, spec)
+            env, note = gpus.place(spec.ranks, gpus.count(), _rank_env(info, spec))
+            if note:        # a machine with fewer GPUs than ranks: all ranks on CPU, said in the job's log
+                log.write(f"local engine: {note}\n")
             with _monitor(run_dir, spec, info["id"]), _warm_session(spec, env) as server:
                 if server is not None:
                     log.write("local engine: the ranks are forked from a server that imported torch once "

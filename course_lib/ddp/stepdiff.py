@@ -68,18 +68,30 @@ def step_hunks(step: int, context: int = 2) -> list[Hunk]:
     return [h for h in hunks(context=context) if step in h.steps]
 
 
+WITHHELD = ("Step {step}: the reference solution is withheld in this install (a graded workshop), so its change "
+            "is not shown; the step's text above and its check say what to write.")
+
+
 class StepDiff:
     """One step's change, shown as a coloured diff in a notebook (folded unless ``open``)."""
 
     def __init__(self, step: int, open: bool = True, context: int = 2):
-        self.step, self.open, self.hunks = step, open, step_hunks(step, context)
+        self.step, self.open = step, open
+        try:
+            self.hunks, self.withheld = step_hunks(step, context), False
+        except PermissionError:     # a graded workshop's install keeps solutions/ from learners (SOLUTIONS_GROUP)
+            self.hunks, self.withheld = [], True
 
     def __str__(self) -> str:
+        if self.withheld:
+            return WITHHELD.format(step=self.step)
         return "\n".join(h.text() for h in self.hunks)
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
+        if self.withheld:
+            return f"<p>{html.escape(str(self))}</p>"
         colour = {"+": "#e6ffec", "-": "#ffebe9"}
         rows = []
         for h in self.hunks:

@@ -34,43 +34,11 @@ from pathlib import Path
 
 from course_lib.core.atomic import write_text
 from course_lib.core.paths import course_root
+from course_lib.markers import BEGIN, END, STUB, MarkerError, solution_view  # noqa: F401 (the release's API)
+from course_lib.markers import regions as _regions
 from course_lib.registry import EXERCISES, SOLUTIONS_ONLY
 
-BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
-STUB = re.compile(r"^(\s*)# STUB:(?: (.*))?$")
 CODE_STUB, TEXT_STUB = "# YOUR CODE HERE\nraise NotImplementedError()", "YOUR ANSWER HERE"   # nbgrader's
-
-
-class MarkerError(ValueError):
-    pass
-
-
-def _regions(text: str, name: str):
-    """Yield ("text", line) and ("region", indent, [lines]) items of a marked source."""
-    region, indent = None, ""
-    for number, line in enumerate(text.splitlines(keepends=True), 1):
-        stripped = line.strip()
-        for marker, word in ((BEGIN, "BEGIN SOLUTION"), (END, "END SOLUTION")):
-            if word in line and stripped != marker:
-                raise MarkerError(f"{name}:{number}: nbgrader reads this line as a marker; write {marker} "
-                                  "alone on its line, or reword it")
-        if stripped == BEGIN:
-            if region is not None:
-                raise MarkerError(f"{name}:{number}: {BEGIN} inside another region")
-            region, indent = [], line[: len(line) - len(line.lstrip())]
-        elif stripped == END:
-            if region is None:
-                raise MarkerError(f"{name}:{number}: {END} without {BEGIN}")
-            yield ("region", indent, region)
-            region = None
-        elif region is not None:
-            region.append(line)
-        else:
-            yield ("text", line)
-    if region is not None:
-        raise MarkerError(f"{name}: {BEGIN} is never closed")
-
-
 RAISE_STUB = re.compile(r"^\s*raise NotImplementedError\(")
 
 
@@ -93,17 +61,6 @@ def exercise_view(text: str, name: str = "<source>", stub: str = CODE_STUB, hint
             out.extend(f"{m.group(1)}{m.group(2) or ''}".rstrip() + "\n" for m in stubs)
         else:
             out.extend(f"{indent}{line}\n" for line in stub.split("\n"))
-    return "".join(out)
-
-
-def solution_view(text: str, name: str = "<source>") -> str:
-    """The clean solution: markers and STUB lines removed."""
-    out = []
-    for item in _regions(text, name):
-        if item[0] == "text":
-            out.append(item[1])
-        else:
-            out.extend(line for line in item[2] if not STUB.match(line.rstrip("\n")))
     return "".join(out)
 
 

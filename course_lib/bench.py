@@ -1,8 +1,5 @@
-"""Benchmarks: course bench allreduce (the all-reduce algorithms), course bench checks (the checkers' times) or
-course bench room (a room of learners checking at once).
-
-allreduce: the learner's algorithms against gloo (course_lib.allreduce.bench); checks: each checker on its solution
-against the time to import torch (course_lib.bench_checks); room: N workspaces checked at once (course_lib.bench_room).
+"""Benchmarks a learner runs: ``course bench allreduce``, the all-reduce algorithms they wrote against gloo
+(course_lib.allreduce.bench). The maintainers' benchmarks (the checkers' times, a room of learners) are in tools/.
 
 Each topic's module gives ``add_arguments(parser)`` and ``run(args) -> int`` (neither imports torch at the top).
 """
@@ -10,9 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-TOPICS = {"allreduce": ("course_lib.allreduce.bench", "naive, ring and tree against gloo's all_reduce"),
-          "checks": ("course_lib.bench_checks", "each checker on its solution against the time to import torch"),
-          "room": ("course_lib.bench_room", "N learner workspaces, half solved, running the same check at once")}
+TOPICS = {"allreduce": ("course_lib.allreduce.bench", "naive, ring and tree against gloo's all_reduce")}
 
 
 def add_arguments(p):

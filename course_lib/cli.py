@@ -18,7 +18,7 @@ COMMANDS = {
     "check": ("course_lib.check", f"EXERCISE PATH: check an exercise file ({', '.join(EXERCISES)})"),
     "grade": ("course_lib.grading.cli", "DIR: grade a folder of learners' exercise folders"),
     "release": ("course_lib.instructor.release", "write exercises/ from solutions/ (--check: drift?)"),
-    "bench": ("course_lib.bench", "allreduce|checks: all-reduce algorithms; checker times vs import torch"),
+    "bench": ("course_lib.bench", "allreduce PATH: your all-reduce algorithms against gloo's, timed"),
     "notebooks": ("course_lib.instructor.notebooks", "execute every notebook headless, a line each"),
     "env": ("course_lib.instructor.envreport", "torch, devices, backend, Slurm or local, data"),
     "data": ("course_lib.instructor.datacli", "[info|download NAME]: the data sets; download on request"),

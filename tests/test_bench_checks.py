@@ -1,8 +1,8 @@
-"""`course bench checks --deadlock`: each checker's deadlocked submission exists and the table says what it measured
-(the runs themselves are the benchmark: `course bench checks --deadlock` prints the figures)."""
+"""`tools/bench_checks.py --deadlock`: each checker's deadlocked submission exists and the table says what it measured
+(the runs themselves are the benchmark: `tools/bench_checks.py --deadlock` prints the figures)."""
 import math
 
-from course_lib import bench_checks
+from tools import bench_checks
 
 
 def test_each_deadlock_submission_is_written_from_the_tests_faulty_cases(tmp_path):
@@ -20,3 +20,18 @@ def test_the_deadlock_table_gives_both_times_over_the_import():
     missed = dict(r, hang_s=math.nan, reported=False)
     assert bench_checks.deadlock_row(missed, 2.0).endswith("NOT reported as a hang")
     assert "torch import in a fresh interpreter: 2.00 s" in bench_checks.deadlock_header(2.0)
+
+
+def test_the_maintainers_benchmarks_run_from_tools_and_not_from_the_learners_cli():
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    for tool in ("bench_checks", "bench_room"):
+        p = subprocess.run([sys.executable, str(ROOT / "tools" / f"{tool}.py"), "--help"], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0 and "usage: tools/" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run([sys.executable, "-m", "course_lib.cli", "bench", "--help"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "allreduce" in p.stdout and "room" not in p.stdout and "checks" not in p.stdout, \
+        p.stdout

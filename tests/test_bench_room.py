@@ -1,4 +1,4 @@
-"""course bench room: N learner workspaces checked at once (a check's overall deadline: tests/test_runs.py)."""
+"""tools/bench_room.py: N learner workspaces checked at once (a check's overall deadline: tests/test_runs.py)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import bench_room
+from tools import bench_room
 
 
 def test_survivors_finds_a_process_with_the_marker_and_kills_it():

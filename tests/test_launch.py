@@ -273,8 +273,8 @@ def test_output_is_bounded(tmp_path):
 
 
 def test_bench_checks_times_every_launch_and_explains_the_ratio(tmp_path):
-    from course_lib import bench_checks
     from course_lib.core import launch as launch_module
+    from tools import bench_checks
     with bench_checks.LaunchLog() as log:
         res = launch_module.launch([script(tmp_path, "print('hello')\n")], 2, timeout=120, on_line=None)
     assert launch_module.launch is log._original          # put back

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from course_lib.checking.deadlock import FOLDER_ENV
-from course_lib.core import launch as launching  # through the module: `course bench checks` times each launch there
+from course_lib.core import launch as launching  # through the module: tools/bench_checks.py times each launch there
 from course_lib.core.rankkit import parse
 
 WORKER = "course_lib.checking.worker"

@@ -1,5 +1,5 @@
-"""``course bench room``: the moment a room clicks "check". N learner workspaces (``course workspace init``), the
-reference solution in half of them and the starter in the other half, the same check started in all at once, each
+"""``python tools/bench_room.py``: the moment a room clicks "check". N learner workspaces (``course workspace init``),
+the reference solution in half of them and the starter in the other half, the same check started in all at once, each
 as a process of its own (as N learners' kernels would run it: ``course_lib.check.check``, the notebooks' call).
 
 Prints per learner: the file it holds, whether the verdict is right (the solution passes; the starter fails on its
@@ -88,7 +88,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     if args.learners < 1:
-        print("course bench room: --learners must be at least 1", file=sys.stderr)
+        print("tools/bench_room.py: --learners must be at least 1", file=sys.stderr)
         return 2
     worlds = tuple(int(w) for w in args.world_sizes.split(",")) if args.world_sizes else None
     result = room(args.learners, args.exercise, worlds, args.engine, keep=args.keep)
@@ -183,7 +183,7 @@ def start(lr: Learner, exercise: str, world_sizes, engine: str, marker: str) -> 
     from course_lib.registry import get
     env = {**os.environ, MARKER: marker, "TMPDIR": str(lr.workspace / "tmp"), "COURSE_WORKSPACE": str(lr.workspace)}
     path = lr.workspace / "exercises" / get(exercise).file
-    args = [sys.executable, "-m", "course_lib.bench_room", exercise, str(path), engine,
+    args = [sys.executable, str(Path(__file__).resolve()), "--learner", exercise, str(path), engine,
             ",".join(map(str, world_sizes or ()))]
     lr.started = time.monotonic()
     lr.proc = subprocess.Popen(args, cwd=lr.workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -253,5 +253,16 @@ def learner_main(argv: list[str]) -> int:
     return 0
 
 
+def main(argv: list[str] | None = None) -> int:
+    """The room (``--learners N ...``), or one learner's kernel (``--learner EXERCISE PATH ENGINE W,...``)."""
+    import argparse
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--learner"]:
+        return learner_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="tools/bench_room.py", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
 if __name__ == "__main__":
-    sys.exit(learner_main(sys.argv[1:]))
+    sys.exit(main())

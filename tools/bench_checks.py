@@ -1,4 +1,4 @@
-"""``course bench checks``: how long each checker takes on the reference solution, next to the time it takes
+"""``python tools/bench_checks.py``: how long each checker takes on the reference solution, next to the time it takes
 to start Python and import torch on this machine (measured in the same run), and where the time goes.
 
 A check is dominated by starting rank processes: every rank of every launch starts an interpreter and imports
@@ -148,7 +148,7 @@ def run(args) -> int:
 
 
 def run_checks(args) -> int:
-    """``course bench checks [--checkers ddp allreduce tp] [--start warm|cold|both]``: prints the table;
+    """``tools/bench_checks.py [--checkers ddp allreduce tp] [--start warm|cold|both]``: prints the table;
     exit 1 if a solution failed."""
     names = getattr(args, "checkers", None) or CHECKERS
     start = getattr(args, "start", None) or "warm"
@@ -239,7 +239,7 @@ def deadlock_row(r: dict, import_s: float) -> str:
 
 
 def run_deadlocks(args) -> int:
-    """``course bench checks --deadlock [--checkers ...]``: the table, then each verdict's first lines; exit 1 if
+    """``tools/bench_checks.py --deadlock [--checkers ...]``: the table, then each verdict's first lines; exit 1 if
     a deadlock was not reported as one."""
     names = [n for n in getattr(args, "checkers", None) or DEADLOCKS if n in DEADLOCKS]
     import_s = torch_import_seconds()
@@ -251,3 +251,14 @@ def run_deadlocks(args) -> int:
     for r in rows:
         print(f"\n{r['checker']}: " + "\n  ".join(r["message"].splitlines()[:6]))
     return 0 if all(r["reported"] for r in rows) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(prog="tools/bench_checks.py", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

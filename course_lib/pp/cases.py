@@ -84,12 +84,8 @@ def calling(fn, ctx):
 
 
 def todo_text(e: NotImplementedError, path: str) -> str:
-    import traceback
-
-    from course_lib.checking.learner import learner_frame
-    frame = learner_frame(traceback.extract_tb(e.__traceback__), path)
-    where = f" ({FILE} line {frame.lineno}, in {frame.name})" if frame else ""
-    return f"not written yet{where}: {e}" if str(e) else f"not written yet: NotImplementedError{where}"
+    from course_lib.checking.learner import explain
+    return explain(e, path, FILE)
 
 
 def setting(ctx, m: int):

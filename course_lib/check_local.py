@@ -12,13 +12,13 @@ import math
 import os
 
 from course_lib.core.scope import scope
-from course_lib.registry import get
+from course_lib.registry import EXERCISES, get
 
 MARGIN = 60.0       # seconds beyond the launches' own deadlines: the fork server's start, stopping ranks
-# launches one after the other, at most, of the checkers that are not run by course_lib.checking.check; each has its
-# own ``timeout`` (default): ddp: the launches side by side, then up to two simulated ones again with the style that
-# worked; ckpt: the cases, then the resume runs; sbatch: the job as a whole
-ROUNDS = {"ddp": (3, 120.0), "ckpt": (3, 240.0), "sbatch": (1, 180.0)}
+# launches one after the other, at most, of the checkers that are not run by course_lib.checking.check, each with
+# its own ``timeout`` (default): the registry's ``rounds`` (ddp: the launches side by side, then up to two simulated
+# ones again with the style that worked; ckpt: the cases, then the resume runs; sbatch: the job as a whole)
+ROUNDS = {e.name: e.rounds for e in EXERCISES.values() if e.rounds}
 
 
 def check_here(exercise: str, path, seconds: float, **kwargs):
@@ -49,6 +49,6 @@ def overall_deadline(exercise: str, options: dict) -> float:
                                             options.get("world_sizes"))
         return math.ceil(len(worlds) / getattr(spec, "PARALLEL", 1)) * timeout + MARGIN
     rounds, default = ROUNDS[exercise]
-    if exercise == "ckpt" and not options.get("resume", True):     # the cases alone, without the resume runs
+    if not options.get("resume", True):     # ckpt: the cases alone, without the resume runs
         rounds = 1
     return rounds * (options.get("timeout") or default) + MARGIN

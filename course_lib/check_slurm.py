@@ -22,12 +22,13 @@ from course_lib.core.atomic import write_text
 from course_lib.core.report import Report
 from course_lib.jobs import SubmitError, runner
 from course_lib.jobs.runner import JobError, say_on_stderr
+from course_lib.registry import EXERCISES
 
 REPORT_NAME = "report.json"
 QUEUE_TIMEOUT = 900.0   # seconds a check may wait in the queue before it is cancelled
 CHECK_DEADLINE = 600.0  # seconds for a whole check once it runs (the grader's --check-timeout default)
-# the most ranks each checker runs at once
-RANKS = {"ddp": 3, "allreduce": 5, "tp": 4, "ckpt": 2, "zero": 4, "ownddp": 3}
+# the most ranks each checker runs at once: the registry's ``slurm_cpus``
+RANKS = {e.name: e.slurm_cpus for e in EXERCISES.values()}
 
 
 class CheckJobError(JobError):

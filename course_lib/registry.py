@@ -19,6 +19,12 @@ class Exercise:
     name_tokens: tuple   # a lone file whose name holds one of these is this exercise
     defines: str         # ... else a file whose text matches this regex
     cases: bool = False  # ``checker`` holds cases that course_lib.checking runs (README: "Add an exercise")
+    title: str = ""      # what it asks for, in a few words (course check --help, course --help)
+    slurm_cpus: int = 2  # CPUs a check job asks for on Slurm: the most ranks its checker runs at once
+    # a checker not run by course_lib.checking: (launches one after the other at most, the default ``timeout`` of
+    # each): the local check's overall deadline (course_lib.check_local); cases modules give theirs themselves
+    rounds: tuple = ()
+    deadlock: str = ""   # the case of tests/<name>_faulty/cases.py that deadlocks (tools/bench_checks.py --deadlock)
 
     @property
     def folder(self) -> str:
@@ -44,24 +50,36 @@ class Exercise:
 
 # in the order of the course
 EXERCISES: dict[str, Exercise] = {e.name: e for e in (
+    Exercise("step", "01_tuning/step.py", "course_lib.lessons.step_check", "01_serial_mnist",
+             ("step",), r"def\s+time_steps\s*\(", title="time a training step; mixed precision",
+             slurm_cpus=1, rounds=(1, 120.0)),
     Exercise("ddp", "02_ddp/mnist_classify_ddp.py", "course_lib.ddp.check", "02_ddp_six_steps",
-             ("ddp", "mnist"), r"DistributedDataParallel|def\s+train\s*\("),
+             ("ddp", "mnist"), r"DistributedDataParallel|def\s+train\s*\(", title="the six steps to DDP",
+             slurm_cpus=3, rounds=(3, 120.0), deadlock="hang_allreduce_rank0"),
     Exercise("sbatch", "03_jobs/ddp.sbatch", "course_lib.sbatch.check", "03_launching_jobs",
-             ("sbatch",), r"(?m)^#SBATCH"),
+             ("sbatch",), r"(?m)^#SBATCH", title="a Slurm job script for the DDP training", rounds=(1, 180.0)),
+    Exercise("schedule", "04_scaling/schedule.py", "course_lib.lessons.schedule_check", "04_scaling_study",
+             ("schedule",), r"def\s+lr_at\s*\(", title="learning-rate warm-up, scaling rows, GPU hours",
+             slurm_cpus=1, rounds=(1, 120.0)),
     Exercise("allreduce", "05_allreduce/allreduce.py", "course_lib.allreduce.cases", "05_allreduce_algorithms",
-             ("allreduce",), r"def\s+ring_allreduce", cases=True),
+             ("allreduce",), r"def\s+ring_allreduce", cases=True, title="ring and tree all-reduce",
+             slurm_cpus=5, deadlock="ring_send_before_recv"),
     Exercise("tp", "06_tensor_parallel/tp.py", "course_lib.tp.cases", "06_tensor_parallelism",
-             ("tp", "tensor"), r"class\s+ColumnParallelLinear", cases=True),
+             ("tp", "tensor"), r"class\s+ColumnParallelLinear", cases=True, title="tensor-parallel linear layers",
+             slurm_cpus=4, deadlock="init_groups_rank0_only"),
     Exercise("cp", "11_context_parallel/cp.py", "course_lib.cp.cases", "11_context_parallelism",
-             ("cp", "context"), r"def\s+ring_attention", cases=True),
+             ("cp", "context"), r"def\s+ring_attention", cases=True, title="ring attention"),
     Exercise("ownddp", "10_own_ddp/own_ddp.py", "course_lib.owndp.cases", "10_write_ddp_yourself",
-             ("ownddp", "own_ddp"), r"class\s+BucketedDDP", cases=True),
+             ("ownddp", "own_ddp"), r"class\s+BucketedDDP", cases=True, title="DDP with gradient buckets",
+             slurm_cpus=3),
     Exercise("ckpt", "08_checkpoint/snapshot.py", "course_lib.ckpt.cases", "08_checkpoint_restart",
-             ("ckpt", "checkpoint", "snapshot"), r"def\s+save_snapshot\s*\(", cases=True),
+             ("ckpt", "checkpoint", "snapshot"), r"def\s+save_snapshot\s*\(", cases=True,
+             title="save and resume a snapshot", slurm_cpus=2, rounds=(3, 240.0), deadlock="gather_on_rank0_only"),
     Exercise("zero", "09_zero/zero.py", "course_lib.zero.cases", "09_sharded_data_parallel",
-             ("zero",), r"class\s+ZeroOptimizer", cases=True),
+             ("zero",), r"class\s+ZeroOptimizer", cases=True, title="a ZeRO-1 sharded optimizer",
+             slurm_cpus=4, deadlock="all_gather_blocking_send"),
     Exercise("pp", "12_pipeline/pp.py", "course_lib.pp.cases", "12_pipeline_parallelism",
-             ("pp", "pipeline"), r"def\s+one_f_one_b\s*\(", cases=True),
+             ("pp", "pipeline"), r"def\s+one_f_one_b\s*\(", cases=True, title="a 1F1B pipeline schedule"),
 )}
 
 

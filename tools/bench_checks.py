@@ -31,12 +31,12 @@ from pathlib import Path
 
 from course_lib.core import launch as launch_module
 from course_lib.core.paths import course_root
-from course_lib.registry import get
+from course_lib.registry import EXERCISES, get
 
 CHECKERS = ("ddp", "allreduce", "tp")    # the default; any exercise with a checker on the command line
-# checker -> the faulty case (tests/<checker>_faulty/cases.py) that deadlocks: every rank waits on a partner
-DEADLOCKS = {"ddp": "hang_allreduce_rank0", "allreduce": "ring_send_before_recv", "tp": "init_groups_rank0_only",
-             "ckpt": "gather_on_rank0_only", "zero": "all_gather_blocking_send"}
+# checker -> the faulty case (tests/<checker>_faulty/cases.py) that deadlocks: every rank waits on a partner (the
+# registry's ``deadlock``)
+DEADLOCKS = {e.name: e.deadlock for e in EXERCISES.values() if e.deadlock}
 # the DDP checker has its own probe: its verdict says how long each rank waited ("deadlock: rank 0 waited 3 s")
 DDP_WAITED = re.compile(r"deadlock: rank \d+ waited (\d+(?:\.\d+)?) s")
 KEPT_OPTIONS = ("world_sizes", "resume")   # a faulty case's options that choose what runs, not its deadlines

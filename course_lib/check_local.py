@@ -47,7 +47,7 @@ def overall_deadline(exercise: str, options: dict) -> float:
         from course_lib.checking import settings
         spec, timeout, _, worlds = settings(exercise, options.get("timeout"), options.get("case_timeout"),
                                             options.get("world_sizes"))
-        return math.ceil(len(worlds) / getattr(spec, "PARALLEL", 1)) * timeout + MARGIN
+        return math.ceil(len(worlds) / spec.PARALLEL) * timeout + MARGIN
     rounds, default = ROUNDS[exercise]
     if not options.get("resume", True):     # ckpt: the cases alone, without the resume runs
         rounds = 1

@@ -36,10 +36,14 @@ class Exercise:
         return importlib.import_module(self.checker).check(str(path), **options)
 
     def cases_module(self):
-        """The module of this exercise's cases (``ITEMS``, ``FILE``, ``GUARD``, ``cases(world)``)."""
+        """The module of this exercise's cases (``ITEMS``, ``FILE``, ``GUARD``, ``cases(world)``), its protocol
+        attributes checked as it is imported (course_lib.checking.protocol: a misspelt one is a ProtocolError)."""
         if not self.cases:
             raise ValueError(f"{self.name} has a checker of its own, not a cases module")
-        return importlib.import_module(self.checker)
+        from course_lib.checking.protocol import plugin
+        module = importlib.import_module(self.checker)
+        plugin(module)
+        return module
 
     def recognises_name(self, filename: str) -> bool:
         """A word of the file's name is one of the tokens, or the name holds a long one (mnist_v2, tensor_par)."""

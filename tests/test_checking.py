@@ -62,7 +62,9 @@ def test_ranks_that_all_died_in_a_case_are_named_at_their_lines():
 
 
 def test_summarise_one_verdict_per_item_in_order():
-    spec = SimpleNamespace(ITEMS=("a", "b", "c", "d"), BUILT_ON={"c": ("a",)}, HANG_HINTS={})
+    from course_lib.checking.protocol import Plugin
+    spec = Plugin(FILE="f.py", LOAD_ITEM="f.py", ITEMS=("a", "b", "c", "d"), WORLDS=(2,), GUARD=((), "count"),
+                  cases=lambda world: [], BUILT_ON={"c": ("a",)}, HANG_HINTS={})
     ok = {"ok": True, "message": "fine"}
 
     def rec(item, world, **verdicts):

@@ -12,7 +12,7 @@ from course_lib.core.report import Report
 
 # The launcher's side (runner, warm, registry, summary) is imported in the functions on purpose: every rank's
 # worker imports this package, and would otherwise import the launcher too (twice its import time, per rank).
-DEFAULTS = {"timeout": 180.0, "case_timeout": 30.0}
+# What the harness reads from a cases module, and its defaults: course_lib.checking.protocol.Plugin.
 
 
 def check(exercise: str, path: str, timeout: float | None = None, case_timeout: float | None = None,
@@ -23,7 +23,7 @@ def check(exercise: str, path: str, timeout: float | None = None, case_timeout: 
     from course_lib.core import warm
     spec, timeout, case_timeout, worlds = settings(exercise, timeout, case_timeout, world_sizes)
     start = time.monotonic()
-    with warm.session(getattr(spec, "ENV", runner.ENV)):   # one fork server for every launch of this check
+    with warm.session(spec.ENV or runner.ENV):   # one fork server for every launch of this check
         records, load, general = runner.run_worlds(exercise, spec, str(path), worlds, timeout, case_timeout)
     return report(exercise, spec, str(path), records, load, general, start)
 
@@ -36,7 +36,7 @@ def check_many(exercise: str, paths, timeout: float | None = None, case_timeout:
     from course_lib.core import warm
     spec, timeout, case_timeout, worlds = settings(exercise, timeout, case_timeout, world_sizes)
     paths, start = [str(p) for p in paths], time.monotonic()
-    with warm.session(getattr(spec, "ENV", runner.ENV)):
+    with warm.session(spec.ENV or runner.ENV):
         got = runner.run_many(exercise, spec, paths, worlds, timeout, case_timeout)
         if got is None:
             return [check(exercise, p, timeout, case_timeout, world_sizes) for p in paths]
@@ -45,11 +45,13 @@ def check_many(exercise: str, paths, timeout: float | None = None, case_timeout:
 
 
 def settings(exercise, timeout, case_timeout, world_sizes):
+    """(the cases module's Plugin, timeout, case_timeout, world sizes): the caller's, else the module's."""
     from course_lib import registry
-    spec = registry.get(exercise).cases_module()
-    worlds = [*getattr(spec, "FIRST_WORLDS", ()), *(world_sizes or spec.WORLDS)]
-    return (spec, getattr(spec, "TIMEOUT", DEFAULTS["timeout"]) if timeout is None else timeout,
-            getattr(spec, "CASE_TIMEOUT", DEFAULTS["case_timeout"]) if case_timeout is None else case_timeout, worlds)
+    from course_lib.checking.protocol import plugin
+    spec = plugin(registry.get(exercise).cases_module())
+    worlds = [*spec.FIRST_WORLDS, *(world_sizes or spec.WORLDS)]
+    return (spec, spec.TIMEOUT if timeout is None else timeout,
+            spec.CASE_TIMEOUT if case_timeout is None else case_timeout, worlds)
 
 
 def report(exercise, spec, path, records, load, general, start, judge=None) -> Report:

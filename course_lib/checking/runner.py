@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from course_lib.checking.deadlock import FOLDER_ENV
+from course_lib.checking.protocol import plugin
 from course_lib.core import launch as launching  # through the module: tools/bench_checks.py times each launch there
 from course_lib.core.rankkit import parse
 
@@ -153,7 +154,7 @@ def launch_once(exercise: str, spec, paths: list, world: int, timeout: float, ca
         if values:
             args += [name, ",".join(sorted(values))]
     with tempfile.TemporaryDirectory(prefix="course-waits-") as waits:    # where the ranks say they wait
-        env = {**getattr(spec, "ENV", ENV), FOLDER_ENV: waits}
+        env = {**(plugin(spec).ENV or ENV), FOLDER_ENV: waits}
         res = launching.launch(args, nprocs=world, timeout=timeout, on_line=run.on_line, grace=3.0, env=env, stop=stop,
                                cwd=cwd)
         run.crashes = crash_lines(waits, world, paths)
@@ -169,7 +170,7 @@ def one_world(exercise: str, spec, path: str, world: int, timeout: float, case_t
     hung = set() if hung is None else hung
     records: dict = {}
     deadline = time.monotonic() + timeout
-    stop_item = getattr(spec, "STOP_ITEM", False)
+    stop_item = plugin(spec).STOP_ITEM
     while not stop.is_set():
         left = deadline - time.monotonic()
         if left < 5:
@@ -190,9 +191,9 @@ def one_world(exercise: str, spec, path: str, world: int, timeout: float, case_t
         hung.update(rec.item for rec in new.values() if rec.ended == "hung")
         if run.done and run.result.ok or all_said(spec, world, records):
             break           # (a rank may end after its last verdict: a case that tests a crash)
-        if getattr(spec, "STOP_AT_FAILURE", False):
+        if plugin(spec).STOP_AT_FAILURE:
             return list(records.values()), None, [] if any(r.ended for r in new.values()) else [run.failure()]
-        crashed = getattr(spec, "FRESH_AFTER_FAILURE", False) and any(rec.ended for rec in new.values())
+        crashed = plugin(spec).FRESH_AFTER_FAILURE and any(rec.ended for rec in new.values())
         if new and (run.relaunch or crashed or any(rec.ended == "hung" for rec in new.values())):
             continue        # the hung (or crashed) case is skipped next time, and so are the items that ended
         if not any(rec.ended for rec in new.values()):    # not a crash inside a case: the worker itself failed
@@ -211,8 +212,9 @@ def run_worlds(exercise: str, spec, path: str, worlds, timeout: float, case_time
     """``one_world`` for each world size, ``spec.PARALLEL`` of them side by side (largest first); the results in
     the order of ``worlds``: (records, load failure or None, general failures)."""
     stop = threading.Event()     # set on Ctrl-C, or once a file that does not load is seen: the rest stop
-    with ThreadPoolExecutor(max_workers=getattr(spec, "PARALLEL", 1)) as pool:
-        order = sorted(worlds, reverse=True) if getattr(spec, "PARALLEL", 1) > 1 else list(worlds)
+    parallel = plugin(spec).PARALLEL
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        order = sorted(worlds, reverse=True) if parallel > 1 else list(worlds)
         hung: set = set()
         futures = {w: pool.submit(one_world, exercise, spec, path, w, timeout, case_timeout, stop, cwd, hung)
                    for w in order}

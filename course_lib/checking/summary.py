@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from course_lib.checking.protocol import plugin
 from course_lib.core.report import MISSING, Report, Verdict
 
 HANG_HINT = ("a collective or a send that not every rank matches waits forever; check that every rank makes the same "
@@ -16,7 +17,8 @@ def summarise(report: Report, spec, records: list, general: list[str]) -> Report
     by_item: dict = defaultdict(list)
     for rec in records:
         by_item[rec.item].append(rec)
-    for item in spec.ITEMS:
+    p = plugin(spec)
+    for item in p.ITEMS:
         recs = by_item.get(item)
         if not recs:
             continue
@@ -25,16 +27,16 @@ def summarise(report: Report, spec, records: list, general: list[str]) -> Report
         if missing:
             report.verdicts.append(Verdict(item, MISSING, missing[0]["message"]))
         elif not failing:
-            report.add(item, True, spec.pass_text(item, recs) if hasattr(spec, "pass_text") else first_text(recs))
+            report.add(item, True, p.pass_text(item, recs) if p.pass_text else first_text(recs))
         else:
             first = min(failing, key=lambda r: (worlds.index(r.world), r.ended != "hung", only_others(r),
                                                 recs.index(r)))
-            hints = getattr(spec, "HANG_HINTS", {})
+            hints = p.HANG_HINTS
             msg = describe(first, hints.get(item, hints.get(None, HANG_HINT)))
-            if hasattr(spec, "hint"):
-                msg += spec.hint(item, first, recs)
+            if p.hint:
+                msg += p.hint(item, first, recs)
             earlier = [v.item for v in report.verdicts
-                       if v.result != "pass" and v.item in getattr(spec, "BUILT_ON", {}).get(item, ())]
+                       if v.result != "pass" and v.item in p.BUILT_ON.get(item, ())]
             if earlier:
                 which = "that" if len(earlier) == 1 else "those"
                 msg += f"\n({item} is built on {', '.join(earlier)}: fix {which} first)"

@@ -21,6 +21,7 @@ from course_lib.checking.case import Ctx, Fail, Missing, OtherRank
 from course_lib.checking.deadlock import FOLDER_ENV, Deadlock
 from course_lib.checking.guard import CollectiveGuard
 from course_lib.checking.learner import error_where, explain, learner_line
+from course_lib.checking.protocol import plugin
 from course_lib.checking.watchdog import Watchdog
 from course_lib.core.loader import import_path
 from course_lib.core.rankkit import emit, exit_now, rank_env
@@ -37,7 +38,7 @@ def peer_gone(exc: BaseException) -> bool:
 def load(spec, path: str, k: int, guard: CollectiveGuard, seconds: float, tag: dict):
     """The learner's module, or None after a ``verdict`` marker for the file saying why it does not load."""
     def failed(error: str, where: str) -> None:
-        text = getattr(spec, "LOAD_TEXT", "{file} does not load{at}: {error}")
+        text = plugin(spec).LOAD_TEXT
         emit("verdict", case="load", item=spec.LOAD_ITEM, rank=0, ok=False, load=True, **tag,
              message=text.format(file=spec.FILE, error=error, at=f" at {where}" if where else ""))
 
@@ -97,17 +98,17 @@ def run_file(spec, path: str, k: int, guard, sync, dog, a, tag: dict) -> bool:
         return True
     passed = dict.fromkeys(a.passed, True)
     ended = set(a.ended)
-    ctx = getattr(spec, "Ctx", Ctx)(mod, path, guard, sync, passed)
+    ctx = (plugin(spec).Ctx or Ctx)(mod, path, guard, sync, passed)
     for case in spec.cases(ctx.world):
         key = case.key(ctx.world)
         if key in a.skip or case.item in ended:
             continue
         passed[case.item], clean = run_case(ctx, spec, case, key, dog, tag)
-        if not passed[case.item] and getattr(spec, "STOP_ITEM", False):
+        if not passed[case.item] and plugin(spec).STOP_ITEM:
             ended.add(case.item)    # an item's first failure is its verdict
-        if not clean and getattr(spec, "FRESH_AFTER_FAILURE", False) and ctx.world > 1:
+        if not clean and plugin(spec).FRESH_AFTER_FAILURE and ctx.world > 1:
             return False
-        if not passed[case.item] and getattr(spec, "STOP_AT_FAILURE", False):
+        if not passed[case.item] and plugin(spec).STOP_AT_FAILURE:
             break           # each case builds on the one before
     return True
 

@@ -13,6 +13,8 @@ import html
 import io
 from pathlib import Path
 
+from course_lib import quiz  # noqa: F401 - the notebooks' questions: nb.quiz.ask(...), quiz.AUTO
+
 # what a notebook needs of course_lib's core, in one place: notebooks import these from here, not from core
 from course_lib.core.loader import import_path  # noqa: F401 - for notebooks and the scripts they write
 from course_lib.core.paths import out_dir, tree_dir  # noqa: F401
@@ -26,6 +28,28 @@ def exercise_path(tree: str, relative: str) -> Path:
     if tree not in TREES:
         raise ValueError(f"TREE must be one of {TREES}, not {tree!r}")
     return tree_dir(tree) / relative
+
+
+def exercise(name: str, tree: str = "exercises") -> Path:
+    """The file of exercise ``name`` (course_lib.registry) in the notebook's tree: ``exercise("zero", TREE)``.
+    A notebook names its exercise, never its path."""
+    from course_lib.registry import get
+    return exercise_path(tree, get(name).file)
+
+
+def lab(name: str):
+    """The lab module of exercise ``name``'s package (course_lib.registry): ``lab = nb.lab("zero")`` is
+    course_lib.zero.lab, the notebook's experiments around the exercise."""
+    import importlib
+
+    from course_lib.registry import get
+    return importlib.import_module(get(name).checker.rsplit(".", 1)[0] + ".lab")
+
+
+def check(name: str, path, **options):
+    """``course check NAME PATH`` from a notebook: course_lib.check.check, its Report (show it with ``show``)."""
+    from course_lib.check import check as run_check
+    return run_check(name, str(path), **options)
 
 
 def show(report, strict: bool = False):

@@ -1,4 +1,5 @@
-"""The ``course`` command: ``course <verb> [<topic>] ...`` (check, grade, release, bench, notebooks, env, data, jobs).
+"""The ``course`` command: ``course COMMAND [ARGUMENTS] [--OPTIONS]``; learner commands (check, env, data, workspace)
+first, then the instructor's (grade, release, bench, notebooks, jobs, selftest, lab-settings).
 
 Each sub-command lives in the module that does the work; this file only wires the command line.
 A module that owns a sub-command exposes ``add_arguments(parser)`` and ``run(args) -> int``; it is imported
@@ -10,23 +11,48 @@ import argparse
 import importlib
 import os
 import sys
+import textwrap
 
 from course_lib.registry import EXERCISES  # the standard library only: --help stays fast
 
-# sub-command -> (module, one-line help: its arguments, then what it does)
-COMMANDS = {
-    "check": ("course_lib.check", f"EXERCISE PATH: check an exercise file ({', '.join(EXERCISES)})"),
-    "grade": ("course_lib.grading.cli", "DIR: grade a folder of learners' exercise folders"),
-    "release": ("course_lib.instructor.release", "write exercises/ from solutions/ (--check: drift?)"),
-    "bench": ("course_lib.bench", "allreduce PATH: your all-reduce algorithms against gloo's, timed"),
-    "notebooks": ("course_lib.instructor.notebooks", "execute every notebook headless, a line each"),
-    "env": ("course_lib.instructor.envreport", "torch, devices, backend, Slurm or local, data"),
-    "data": ("course_lib.instructor.datacli", "[info|download NAME]: the data sets; download on request"),
-    "jobs": ("course_lib.jobs.cli", "write jobs/*.sbatch from the templates (--check: drift?)"),
-    "selftest": ("course_lib.selftest.gpu", "--gpu: run every GPU path, report to out/gpu-check/"),
-    "workspace": ("course_lib.instructor.workspace", "init DIR | update [DIR]: a learner's own copy of the course"),
-    "lab-settings": ("course_lib.instructor.hub", "JupyterLab settings for learners (news off, no nbgrader menus)"),
+# sub-command -> (module, its arguments, what it does). Learner commands first, then the instructor's; each
+# command's own --help is its module's whole docstring.
+LEARNER = {
+    "check": ("course_lib.check", "EXERCISE PATH",
+              f"check your exercise file ({', '.join(EXERCISES)}); --engine local|slurm|auto"),
+    "env": ("course_lib.instructor.envreport", "",
+            "what this machine offers the course: torch, devices, backend, Slurm or local, data"),
+    "data": ("course_lib.instructor.datacli", "[info | download NAME]",
+             "where the data sets are; download one on request"),
+    "workspace": ("course_lib.instructor.workspace", "init DIR | update [DIR] | restore PATH",
+                  "your own copy of the course's notebooks, exercises and job scripts"),
 }
+INSTRUCTOR = {
+    "grade": ("course_lib.grading.cli", "DIR", "grade a folder of learners' exercise folders"),
+    "release": ("course_lib.instructor.release", "[--check | --nbgrader DIR | --gradescope DIR]",
+                "write exercises/ from solutions/ (--check: exit 1 on drift)"),
+    "bench": ("course_lib.bench", "allreduce PATH", "a learner's all-reduce algorithms against gloo's, timed"),
+    "notebooks": ("course_lib.instructor.notebooks", "", "execute every notebook headless, a line each"),
+    "jobs": ("course_lib.jobs.cli", "[--check]", "write jobs/*.sbatch from the templates (--check: exit 1 on drift)"),
+    "selftest": ("course_lib.selftest.gpu", "--gpu", "run every GPU path of the course, report to out/gpu-check/"),
+    "lab-settings": ("course_lib.instructor.hub", "",
+                     "the JupyterLab settings for learners (news off, no nbgrader menus)"),
+}
+COMMANDS = {name: (module, f"{args}: {does}" if args else does)
+            for name, (module, args, does) in {**LEARNER, **INSTRUCTOR}.items()}
+
+
+def _listing() -> str:
+    """The commands, learner's first, one line each: ``course COMMAND ARGUMENTS``, then what it does."""
+    lines = ["Multi-GPU deep learning course tools: course COMMAND [ARGUMENTS] [--OPTIONS]; "
+             "course COMMAND --help says more."]
+    for title, group in (("learner commands", LEARNER), ("instructor commands", INSTRUCTOR)):
+        lines += ["", f"{title}:"]
+        for name, (_, args, does) in group.items():
+            lines += [f"  {name} {args}".rstrip(), *textwrap.wrap(does, 110, initial_indent=" " * 6,
+                                                                 subsequent_indent=" " * 6)]
+    return "\n".join(lines)
+
 
 EPILOG = """\
 exit codes:
@@ -49,6 +75,16 @@ environment:
   COURSE_DATA_DIR     where the data sets are (default ~/.cache/multigpu-course/data)
   COURSE_QUICK        1: the notebooks' small settings (CI, a first look)
   set by the course for its own processes: COURSE_PROBE_* (DDP checker), COURSE_GRADE_* (grading sandbox)
+
+site profile keys (the profile COURSE_SITE names; docs/site-profiles.md):
+  checks, runs        where checks and the notebooks' runs go: local or slurm
+  partition, account, reservation, qos, time, mem, constraint, gpu_request, gpus_per_node, cpus_per_node
+                      what each job asks Slurm for
+  check_partition, check_qos
+                      where a check job goes (it needs CPUs only)
+  modules, module_init, python, env, nccl, srun_args, sbatch_extra
+                      how a job's ranks start: the modules loaded, the python, variables, extra arguments
+  data_dir            where the data sets are on the cluster
 """
 
 
@@ -67,15 +103,18 @@ def _command_of(argv: list[str]) -> str | None:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``course`` parser; only ``command``'s module is imported and gets its options."""
-    parser = argparse.ArgumentParser(prog="course", description="Multi-GPU deep learning course tools",
-                                     epilog=EPILOG, formatter_class=_Formatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = argparse.ArgumentParser(prog="course", usage="course COMMAND [ARGUMENTS] [--OPTIONS]",
+                                     description=_listing(), epilog=EPILOG, formatter_class=_Formatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of the commands above")
     for name, (module, help_text) in COMMANDS.items():
         if name != command:
-            sub.add_parser(name, help=help_text)
+            sub.add_parser(name, prog=f"course {name}")
             continue
         mod = importlib.import_module(module)
-        p = sub.add_parser(name, help=help_text, description=(mod.__doc__ or help_text).strip().splitlines()[0])
+        # the module's whole docstring: what the command does, its forms and its defaults, not a first line cut
+        p = sub.add_parser(name, prog=f"course {name}", description=(mod.__doc__ or help_text).strip(),
+                           formatter_class=_Formatter)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser

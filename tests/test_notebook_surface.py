@@ -24,8 +24,7 @@ NOT_YET = {
     "01_serial_mnist": {"course_lib.jobs", "course_lib.lessons", "course_lib.lessons.use", "course_lib.quiz",
                         "course_lib.runs", "course_lib.trace", "path '01_tuning/step.py'",
                         "path 'solutions/01_serial/mnist_classify.py'"},
-    "02_ddp_six_steps": {"course_lib.check", "course_lib.ddp", "course_lib.ddp.runs", "course_lib.quiz",
-                         "path '02_ddp/mnist_classify_ddp.py'"},
+    "02_ddp_six_steps": {"course_lib.ddp", "course_lib.ddp.runs"},
     "03_launching_jobs": {"course_lib.jobs", "course_lib.jobs.workshop", "course_lib.lessons.runs", "course_lib.quiz",
                           "course_lib.sbatch", "path '02_ddp/mnist_classify_ddp.py'", "path '03_jobs/ddp.sbatch'"},
     "04_scaling_study": {"course_lib.allreduce", "course_lib.jobs", "course_lib.lessons", "course_lib.lessons.runs",
@@ -34,15 +33,12 @@ NOT_YET = {
                          "path '05_allreduce/allreduce.py'"},
     "05_allreduce_algorithms": {"course_lib.allreduce", "course_lib.check", "course_lib.quiz", "course_lib.runs",
                                 "path '05_allreduce/allreduce.py'"},
-    "06_tensor_parallelism": {"course_lib.check", "course_lib.quiz", "course_lib.runs", "course_lib.tp",
-                              "course_lib.tp.grid", "course_lib.tp.train", "path '06_tensor_parallel/tp.py'"},
+    "06_tensor_parallelism": {"course_lib.runs", "course_lib.tp", "course_lib.tp.grid", "course_lib.tp.train"},
     "07_bug_hunt": {"course_lib.bughunt", "course_lib.quiz", "course_lib.runs", "course_lib.sbatch"},
     "08_checkpoint_restart": {"course_lib.check", "course_lib.ckpt", "course_lib.quiz",
                               "path '08_checkpoint/requeue.sbatch'", "path '08_checkpoint/snapshot.py'"},
-    "11_context_parallelism": {"course_lib.check", "course_lib.cp", "course_lib.cp.train", "course_lib.quiz",
-                               "course_lib.runs", "path '11_context_parallel/cp.py'"},
-    "12_pipeline_parallelism": {"course_lib.check", "course_lib.pp", "course_lib.quiz", "course_lib.runs",
-                                "course_lib.tp.grid", "path '12_pipeline/pp.py'"},
+    "11_context_parallelism": {"course_lib.cp", "course_lib.cp.train", "course_lib.runs"},
+    "12_pipeline_parallelism": {"course_lib.pp", "course_lib.runs", "course_lib.tp.grid"},
 }
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 

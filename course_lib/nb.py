@@ -46,6 +46,13 @@ def lab(name: str):
     return importlib.import_module(get(name).checker.rsplit(".", 1)[0] + ".lab")
 
 
+def launch(script_args, nprocs: int = 2, **options):
+    """Run ``python *script_args`` as ``nprocs`` ranks, here or as a Slurm job where the site profile says
+    ``runs = "slurm"``: course_lib.runs.launch (its options and its LaunchResult)."""
+    from course_lib.runs import launch as run
+    return run(script_args, nprocs, **options)
+
+
 def check(name: str, path, **options):
     """``course check NAME PATH`` from a notebook: course_lib.check.check, its Report (show it with ``show``)."""
     from course_lib.check import check as run_check

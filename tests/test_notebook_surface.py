@@ -33,12 +33,12 @@ NOT_YET = {
                          "path '05_allreduce/allreduce.py'"},
     "05_allreduce_algorithms": {"course_lib.allreduce", "course_lib.check", "course_lib.quiz", "course_lib.runs",
                                 "path '05_allreduce/allreduce.py'"},
-    "06_tensor_parallelism": {"course_lib.runs", "course_lib.tp", "course_lib.tp.grid", "course_lib.tp.train"},
+    "06_tensor_parallelism": {"course_lib.tp", "course_lib.tp.grid", "course_lib.tp.train"},
     "07_bug_hunt": {"course_lib.bughunt", "course_lib.quiz", "course_lib.runs", "course_lib.sbatch"},
     "08_checkpoint_restart": {"course_lib.check", "course_lib.ckpt", "course_lib.quiz",
                               "path '08_checkpoint/requeue.sbatch'", "path '08_checkpoint/snapshot.py'"},
-    "11_context_parallelism": {"course_lib.cp", "course_lib.cp.train", "course_lib.runs"},
-    "12_pipeline_parallelism": {"course_lib.pp", "course_lib.runs", "course_lib.tp.grid"},
+    "11_context_parallelism": {"course_lib.cp", "course_lib.cp.train"},
+    "12_pipeline_parallelism": {"course_lib.pp", "course_lib.tp.grid"},
 }
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 

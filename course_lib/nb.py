@@ -46,6 +46,14 @@ def lab(name: str):
     return importlib.import_module(get(name).checker.rsplit(".", 1)[0] + ".lab")
 
 
+def mine_or_reference(name: str, path, report):
+    """(module, the path it came from) for a lesson's small exercise file: the learner's when ``report`` passed,
+    else the reference solution's, saying so (course_lib.lessons.use)."""
+    from course_lib.lessons.use import learner_or_reference
+    from course_lib.registry import get
+    return learner_or_reference(path, report, get(name).file)
+
+
 def launch(script_args, nprocs: int = 2, **options):
     """Run ``python *script_args`` as ``nprocs`` ranks, here or as a Slurm job where the site profile says
     ``runs = "slurm"``: course_lib.runs.launch (its options and its LaunchResult)."""

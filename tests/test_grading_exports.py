@@ -119,7 +119,8 @@ def test_routes_follow_the_readme_course_map():
         expected = set(notebooks) or readme["self-study"]
         assert readme[route] == expected, route
         assert route_exercises(route) == [n for n, e in EXERCISES.items() if e.notebook[:2] in readme[route]]
-    assert route_exercises("one-day") == ["ddp", "sbatch", "allreduce", "tp"]
+    # notebooks 01 and 04 teach the lessons step and schedule (registry entries since issue 57)
+    assert route_exercises("one-day") == ["step", "ddp", "sbatch", "schedule", "allreduce", "tp"]
 
 
 def test_grade_refuses_a_bad_roster_and_route_with_exercise(tmp_path):

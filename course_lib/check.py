@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 
 from course_lib import check_local, jobs
 from course_lib.check_local import MARGIN, ROUNDS, overall_deadline  # noqa: F401 - importable from here
 from course_lib.check_slurm import CheckJobError, check_on_slurm
-from course_lib.jobs.site import load_site
 from course_lib.registry import EXERCISES
 
 # where a check runs: the same choices for ``course check --engine`` and ``course grade --engine``
@@ -34,15 +32,9 @@ AUTO_HELP = "auto: Slurm when sbatch is on PATH and the controller answers, else
 
 
 def engine_for_checks(choice: str | None = None) -> str:
-    """``choice``, else ``$COURSE_CHECKS``, else the site profile's ``checks``: "local" or "slurm" (auto: asks)."""
-    if not choice and not os.environ.get("COURSE_CHECKS"):
-        return load_site().checks
-    choice = (choice or os.environ["COURSE_CHECKS"]).lower()
-    if choice not in ENGINES:
-        raise ValueError(f"checks run on {', '.join(ENGINES)}, not {choice!r} (check --engine or COURSE_CHECKS)")
-    if choice == "auto":
-        return jobs.engine("auto")[0]
-    return choice
+    """``choice``, else ``$COURSE_CHECKS``, else the site profile's ``checks``: "local" or "slurm" (auto: asks);
+    course_lib.jobs.choose("checks")."""
+    return jobs.choose("checks", choice)[0]
 
 
 _PRINT = object()   # ``say`` not given: print here, check_slurm's own default there

@@ -34,11 +34,9 @@ from course_lib.core import gpus
 from course_lib.core import launch as local
 from course_lib.core import warm as warm_start
 from course_lib.core.result import LINES_NAME, RESULT_NAME, LaunchResult, RankResult, parse_record
-from course_lib.core.scope import scoped_engine
 from course_lib.jobs import SubmitError, runner
 from course_lib.jobs.site import load_site
 
-ENGINES = ("local", "slurm")
 QUEUE_TIMEOUT = 900.0   # seconds a run may wait in the queue before it is cancelled
 START = 120.0           # seconds beyond the run's own deadline for the job's Python to start and end
 
@@ -48,15 +46,8 @@ class RunJobError(runner.JobError):
 
 
 def engine_for(choice: str | None = None) -> str:
-    """"local" or "slurm" for a run (see the module docstring for the order)."""
-    if os.environ.get(runner.IN_JOB) or os.environ.get("SLURM_JOB_ID"):
-        return "local"
-    choice = choice or scoped_engine() or os.environ.get("COURSE_RUNS")
-    if not choice:
-        return load_site().runs
-    if choice.lower() not in ENGINES:
-        raise ValueError(f"runs go to {' or '.join(ENGINES)}, not {choice!r} (engine= or COURSE_RUNS)")
-    return choice.lower()
+    """"local" or "slurm" for a run (see the module docstring for the order; course_lib.jobs.choose("runs"))."""
+    return jobs.choose("runs", choice)[0]
 
 
 def launch(script_args, nprocs: int = 2, style: str = "srun", timeout: float = 120, env: dict | None = None,

@@ -305,6 +305,52 @@ def test_engine_choice(monkeypatch):
         jobs.engine("slurm")
 
 
+def test_one_chooser_for_jobs_checks_and_runs(tmp_path, monkeypatch):
+    """jobs.choose: the argument, then the kind's variable, then the site profile's key (jobs: auto); a run inside a
+    job stays local, and each kind's wrong choice names its own variable."""
+    for key in ("COURSE_ENGINE", "COURSE_CHECKS", "COURSE_RUNS", "COURSE_IN_JOB", "SLURM_JOB_ID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("COURSE_SITE", "example-gpu-cluster")     # checks = "slurm", runs = "slurm"
+    monkeypatch.setenv("PATH", str(tmp_path))                     # no sbatch: auto takes local
+    assert jobs.choose("checks")[0] == "slurm" and jobs.choose("runs")[0] == "slurm"
+    assert jobs.choose("jobs") == ("local", "no sbatch on PATH") and jobs.choose("checks", "auto")[0] == "local"
+    monkeypatch.setenv("COURSE_CHECKS", "LOCAL")
+    monkeypatch.setenv("COURSE_RUNS", "local")
+    assert jobs.choose("checks")[0] == "local" and jobs.choose("runs")[0] == "local"
+    assert jobs.choose("checks", "slurm")[0] == "slurm" and jobs.choose("runs", "slurm")[0] == "slurm"
+    monkeypatch.setenv("COURSE_IN_JOB", "1")
+    assert jobs.choose("runs", "slurm")[0] == "local" and jobs.choose("checks", "slurm")[0] == "slurm"
+    monkeypatch.delenv("COURSE_IN_JOB")
+    for kind, variable in (("jobs", "COURSE_ENGINE"), ("checks", "COURSE_CHECKS"), ("runs", "COURSE_RUNS")):
+        with pytest.raises(ValueError, match=f"not 'lsf'.*{variable}"):
+            jobs.choose(kind, "lsf")
+
+
+@pytest.mark.slow   # a job that runs for seconds
+def test_the_one_wait_leaves_the_job_running_when_told_to(local):
+    """runner.wait, the one loop that waits for a job: ``timeout`` returns and a Ctrl-C with interrupt_cancels=False
+    stops the waiting, both leaving the job running (Job.wait's follow); a true on_poll ends the wait."""
+    from course_lib.jobs import runner
+
+    sleeper = local / "sleeper.py"
+    sleeper.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")
+    job = jobs.submit(JobSpec("sleepy", str(sleeper), launcher="python"))
+    start = time.monotonic()
+    job.wait(timeout=2, progress=False)
+    assert 2 <= time.monotonic() - start < 30 and not job.done
+
+    def ctrl_c():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.wait(job, say=None, run_timeout=float("inf"), on_poll=ctrl_c, interrupt_cancels=False)
+    looks = []
+    runner.wait(job, say=None, run_timeout=float("inf"), poll=0.1, on_poll=lambda: looks.append(1) or len(looks) > 2)
+    assert len(looks) == 3 and not job.done
+    job.cancel()
+    assert job.state == "CANCELLED"
+
+
 def _alive(pid):
     return bool(alive([pid]))   # running and not a zombie
 

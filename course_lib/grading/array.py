@@ -28,8 +28,9 @@ from course_lib.grading.array_wait import Progress, collect, slurm_states
 from course_lib.grading.discover import discover
 from course_lib.grading.reports import Outputs, write_reports
 from course_lib.grading.run import header_of, now_utc, raise_interrupt
+from course_lib.jobs import runner
 from course_lib.jobs.job import TERMINAL, SubmitError
-from course_lib.jobs.slurm import command
+from course_lib.jobs.slurm import SlurmJob, command
 
 POLL = 2.0     # seconds between two looks at the queue
 
@@ -90,29 +91,44 @@ def _state(states: dict, i: int) -> str:
     return state.split()[0] if state else ""       # sacct says "CANCELLED by 0"
 
 
-def wait(job_id: str, todo: list[int]) -> dict[int, tuple[str, str]]:
-    """Wait until every task in ``todo`` has ended; their Slurm states. Ctrl-C propagates (the caller cancels).
+class _Array(SlurmJob):
+    """The array as one job for runner.wait (the course's one loop that waits for a job): ended when every task in
+    ``todo`` has, by each task's own state (squeue -r, else sacct); each look moves the progress bar.
 
     A job Slurm has no record of at all for a minute (squeue, sacct, sacct -c) counts as ended."""
-    bar = Progress(len(todo), f"Slurm job {job_id}")
-    unknown_since = None
+
+    def __init__(self, job_id: str, todo: list[int], slurm_dir: Path):
+        super().__init__(job_id, None, slurm_dir / job_id, time.monotonic())
+        self.todo, self.states, self.unknown_since = todo, {}, None
+        self.bar = Progress(len(todo), f"Slurm job {job_id}")
+
+    def _query(self) -> tuple[str, str, int | None]:
+        self.states = states = slurm_states(self.id, self.todo)
+        ended = sum(_state(states, i) in TERMINAL for i in self.todo)
+        running = sum(_state(states, i) == "RUNNING" for i in self.todo)
+        self.bar.update(ended, f"{running} running, {len(self.todo) - ended - running} waiting")
+        if ended == len(self.todo):
+            return "COMPLETED", "every task has ended", None
+        if states:
+            self.unknown_since = None
+        elif self.unknown_since is None:
+            self.unknown_since = time.monotonic()
+        elif time.monotonic() - self.unknown_since > 60:
+            return "COMPLETED", "Slurm has had no record of the array for a minute", None
+        return ("RUNNING" if running or ended else "PENDING"), "", None
+
+    def _record(self) -> None:
+        pass   # the tasks write their own rows; the array has no job.json
+
+
+def wait(job_id: str, todo: list[int], slurm_dir: Path) -> dict[int, tuple[str, str]]:
+    """Wait until every task in ``todo`` has ended; their Slurm states. Ctrl-C propagates (the caller cancels)."""
+    array = _Array(job_id, todo, slurm_dir)
     try:
-        while True:
-            states = slurm_states(job_id, todo)
-            ended = sum(_state(states, i) in TERMINAL for i in todo)
-            running = sum(_state(states, i) == "RUNNING" for i in todo)
-            bar.update(ended, f"{running} running, {len(todo) - ended - running} waiting")
-            if ended == len(todo):
-                return states
-            if states:
-                unknown_since = None
-            elif unknown_since is None:
-                unknown_since = time.monotonic()
-            elif time.monotonic() - unknown_since > 60:
-                return states
-            time.sleep(POLL)
+        runner.wait(array, say=None, run_timeout=float("inf"), poll=POLL, interrupt_cancels=False)
+        return array.states
     finally:
-        bar.close()
+        array.bar.close()
 
 
 def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_rows: list[dict], scratch: Path,
@@ -142,7 +158,7 @@ def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_row
         old = signal.signal(signal.SIGTERM, raise_interrupt) if threading.current_thread() is \
             threading.main_thread() else None      # SIGTERM stops as Ctrl-C does
         try:
-            states = wait(job_id, todo)
+            states = wait(job_id, todo, slurm_dir)
         except KeyboardInterrupt:
             command(["scancel", job_id])
             states, code = slurm_states(job_id, todo), 130

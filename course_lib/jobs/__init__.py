@@ -8,45 +8,75 @@
     job.state, job.exit_code, job.metrics()
 
 Engine: ``engine=`` argument, else ``$COURSE_ENGINE`` (``slurm``, ``local`` or ``auto``), else auto:
-Slurm when ``sbatch`` is on PATH and the controller answers, local otherwise. Site profile:
-``site=`` argument, else ``$COURSE_SITE`` (see course_lib.jobs.site). Run folders: ``runs_dir=``,
+Slurm when ``sbatch`` is on PATH and the controller answers, local otherwise. ``choose(kind)`` is the course's one
+engine chooser, for jobs, checks (``$COURSE_CHECKS``, site key ``checks``) and runs (``$COURSE_RUNS``, ``runs``).
+Site profile: ``site=`` argument, else ``$COURSE_SITE`` (see course_lib.jobs.site). Run folders: ``runs_dir=``,
 else ``$COURSE_RUNS_DIR``, else ``jobs/runs/`` of the course.
 """
 from __future__ import annotations
 
 import os
 
+from course_lib.core.scope import scoped_engine
 from course_lib.jobs.job import TERMINAL, Job, SubmitError, runs_dir
 from course_lib.jobs.site import Site, SiteError, load_site
 from course_lib.jobs.spec import JobSpec, JobSpecError, render, time_seconds
 
 ENGINES = ("slurm", "local")
 _probe_cache: dict = {}
+IN_JOB = "COURSE_IN_JOB"   # set in a run's or a check's job (course_lib.jobs.runner): the runs it starts stay there
+
+# kind -> (its environment variable, its site profile key, its choices, the error's words: the callers' own)
+KINDS = {"jobs": ("COURSE_ENGINE", None, ENGINES + ("auto",),
+                  "engine must be 'slurm', 'local' or 'auto', not {!r} (check COURSE_ENGINE)"),
+         "checks": ("COURSE_CHECKS", "checks", ("local", "slurm", "auto"),
+                    "checks run on local, slurm, auto, not {!r} (check --engine or COURSE_CHECKS)"),
+         "runs": ("COURSE_RUNS", "runs", ("local", "slurm"),
+                  "runs go to local or slurm, not {!r} (engine= or COURSE_RUNS)")}
 
 # jobs.list is left out: a star import would hide the builtin list
-__all__ = ["Job", "JobSpec", "JobSpecError", "Site", "SiteError", "SubmitError", "TERMINAL", "engine",
+__all__ = ["Job", "JobSpec", "JobSpecError", "Site", "SiteError", "SubmitError", "TERMINAL", "choose", "engine",
            "load_site", "render", "runs_dir", "script", "submit", "time_seconds", "training_spec", "attach"]
 
 
-def engine(choice: str | None = None) -> tuple[str, str]:
-    """(engine, why): ``("slurm", "...")`` or ``("local", "no sbatch on PATH")``."""
-    choice = (choice or os.environ.get("COURSE_ENGINE") or "auto").lower()
-    if choice not in ENGINES + ("auto",):
-        raise ValueError(f"engine must be 'slurm', 'local' or 'auto', not {choice!r} (check COURSE_ENGINE)")
-    if choice == "local":
-        return "local", "asked for the local engine"
+def choose(kind: str, choice: str | None = None) -> tuple[str, str]:
+    """(engine, why) for ``kind`` ("jobs", "checks" or "runs"): "local" or "slurm".
+
+    The order: a run inside a job (a Slurm job, or a run's or check's job of the course) stays local (no job submits
+    jobs); then ``choice``; for runs, the enclosing check's (a check that runs here keeps its runs here); the
+    kind's environment variable (COURSE_ENGINE, COURSE_CHECKS, COURSE_RUNS); the site profile's key (``checks``,
+    ``runs``; jobs have none: auto). ``auto``: Slurm when sbatch is on PATH and the controller answers, else local.
+    """
+    variable, key, choices, wrong = KINDS[kind]
+    if kind == "runs" and (os.environ.get(IN_JOB) or os.environ.get("SLURM_JOB_ID")):
+        return "local", "a run inside a job stays on its node"
+    choice = choice or (scoped_engine() if kind == "runs" else None) or os.environ.get(variable)
+    if not choice and key is not None:
+        site = load_site()
+        return getattr(site, key), f"the site profile {site.name}'s {key}"
+    choice = choice or "auto"
+    if choice.lower() not in choices:
+        raise ValueError(wrong.format(choice if kind == "runs" else choice.lower()))
+    choice = choice.lower()
+    if choice == "local" or (choice == "slurm" and kind != "jobs"):   # a check or run asked for Slurm: no probe
+        return choice, f"asked for the {choice} engine"
     from course_lib.jobs import slurm
 
-    key = (os.environ.get("SLURM_CONF"), os.environ.get("PATH"))
-    if key not in _probe_cache:   # sinfo once per configuration, not once per job
-        _probe_cache[key] = slurm.available()
-    ok, why = _probe_cache[key]
+    probe = (os.environ.get("SLURM_CONF"), os.environ.get("PATH"))
+    if probe not in _probe_cache:   # sinfo once per configuration, not once per job
+        _probe_cache[probe] = slurm.available()
+    ok, why = _probe_cache[probe]
     if not ok:
-        _probe_cache.pop(key)     # try again next time: the cluster may come up
+        _probe_cache.pop(probe)     # try again next time: the cluster may come up
         if choice == "slurm":
             raise SubmitError(f"the Slurm engine was asked for, but {why}")
         return "local", why
     return "slurm", "sbatch is on PATH and Slurm answers"
+
+
+def engine(choice: str | None = None) -> tuple[str, str]:
+    """(engine, why) for a job: ``("slurm", "...")`` or ``("local", "no sbatch on PATH")`` (choose("jobs"))."""
+    return choose("jobs", choice)
 
 
 def script(spec: JobSpec, site: Site | str | None = None, engine_name: str | None = None,

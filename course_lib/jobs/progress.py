@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import html
 import sys
-import time
+
+from course_lib.jobs.waiting import wait
 
 COLOURS = {"COMPLETED": "#1a7f37", "RUNNING": "#0969da", "PENDING": "#9a6700"}
 DEFAULT_EPOCHS = 14   # the training scripts' default --epochs
@@ -28,14 +29,10 @@ def in_notebook() -> bool:
 def follow(job, timeout: float | None = None, poll: float = 0.5, display: bool = True, tail: int = 8) -> None:
     """Poll ``job`` until it ends or ``timeout`` seconds pass, updating a display; Ctrl-C stops following."""
     view = (_Widget if in_notebook() else _Text)(job, tail) if display else None
-    limit = None if timeout is None else time.monotonic() + timeout
     try:
-        while not job.done:
-            if view:
-                view.update()
-            if limit is not None and time.monotonic() >= limit:
-                break
-            time.sleep(poll)
+        # watching only: no deadline cancels the job here, and Ctrl-C leaves it running
+        wait(job, say=None, run_timeout=float("inf"), on_poll=view.update if view else None, poll=poll,
+            timeout=timeout, interrupt_cancels=False)
     except KeyboardInterrupt:
         print(f"stopped following job {job.id}; it goes on (job.cancel() stops it)", file=sys.stderr)
     finally:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.core.paths import PACKAGE_PARENT
+from course_lib.jobs.runner import wait
 from course_lib.jobs.slurm import SlurmJob, command, node_states, taking_no_jobs
 from course_lib.sbatch.probe import MARK
 
@@ -111,9 +112,8 @@ def records(log: str) -> list[dict]:
 
 
 def _wait(out: Outcome, job: SlurmJob, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not job.done and time.monotonic() < deadline:
-        time.sleep(0.5)
+    # one deadline from submission, queue and run together: the job is left to it, then cancelled here
+    wait(job, say=None, run_timeout=float("inf"), poll=0.5, timeout=timeout)
     if job.done:
         out.state, out.exit_code, out.seconds = job.state, job.exit_code, job.elapsed
         return

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from course_lib import registry
 from course_lib.core.paths import tree_dir
-from course_lib.jobs import slurm
+from course_lib.jobs import runner, slurm
+from course_lib.jobs.job import Job
 
 TERMINAL = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 FIELD = re.compile(r"(\w+)=(\S*)")
@@ -70,30 +71,52 @@ def job_state(job_id: str, env=None) -> dict:
     return dict(FIELD.findall(r.stdout)) if r.returncode == 0 else {}
 
 
+class _Followed(Job):
+    """The requeue job for runner.wait (the course's one loop that waits for a job): its state is scontrol's, read
+    with the caller's ``env`` (SLURM_CONF); each change is reported, and the requeue hold released if asked. It ends
+    only in one of TERMINAL: the states a requeue passes through (REQUEUED, PREEMPTED, ...) and a job scontrol no
+    longer shows (its fields {}) are waited on, as before."""
+
+    def __init__(self, job_id: str, release_hold: bool, env, on_event):
+        super().__init__(job_id, None, Path("."), time.monotonic())
+        self.release_hold, self.env, self.on_event = release_hold, env, on_event
+        self.fields, self.seen, self.released, self.held = {}, None, set(), {}
+
+    def _query(self) -> tuple[str, str, int | None]:
+        st = self.fields = job_state(self.id, self.env)
+        now = (st.get("JobState"), st.get("Restarts"), st.get("Reason"))
+        if now != self.seen:
+            self.on_event(f"job {self.id}: {now[0]} (restarts {now[1]}, reason {now[2]})")
+            self.seen = now
+        if now[0] in TERMINAL:
+            return now[0], now[2] or "", None
+        if self.release_hold and now[0] == "PENDING" and now[2] == "BeginTime" and now[1] not in self.released:
+            self.held.setdefault(now[1], time.monotonic())
+            if _may_release(self.held[now[1]], self.env):
+                self.released.add(now[1])
+                slurm.command(["scontrol", "update", f"JobId={self.id}", "StartTime=now"], timeout=30, env=self.env)
+                self.on_event(f"job {self.id}: requeue hold released (scontrol update StartTime=now)")
+        return "PENDING" if now[0] == "PENDING" else "RUNNING", now[2] or "", None   # RUNNING: not ended
+
+    def _record(self) -> None:
+        pass   # the job writes its own log in its folder
+
+    def _cancel(self) -> None:
+        cancel(self.id, self.env)
+
+
 def follow(job_id: str, timeout: float = 300, release_hold: bool = False, env=None, on_event=print) -> dict:
     """Poll the job until it ends; report each change of state (and release the requeue hold if asked)."""
-    deadline, seen, released, held = time.monotonic() + timeout, None, set(), {}
+    job = _Followed(job_id, release_hold, env, on_event)
     try:
-        while time.monotonic() < deadline:
-            st = job_state(job_id, env)
-            now = (st.get("JobState"), st.get("Restarts"), st.get("Reason"))
-            if now != seen:
-                on_event(f"job {job_id}: {now[0]} (restarts {now[1]}, reason {now[2]})")
-                seen = now
-            if now[0] in TERMINAL:
-                return st
-            if release_hold and now[0] == "PENDING" and now[2] == "BeginTime" and now[1] not in released:
-                held.setdefault(now[1], time.monotonic())
-                if _may_release(held[now[1]], env):
-                    released.add(now[1])
-                    slurm.command(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], timeout=30, env=env)
-                    on_event(f"job {job_id}: requeue hold released (scontrol update StartTime=now)")
-            time.sleep(0.5)
+        runner.wait(job, say=None, run_timeout=float("inf"), poll=0.5, timeout=timeout, interrupt_cancels=False)
     except BaseException:
         cancel(job_id, env)
         raise
+    if job.done:
+        return job.fields
     cancel(job_id, env)
-    raise RequeueError(f"job {job_id} did not end within {timeout:.0f} s (last state {seen}); it was cancelled")
+    raise RequeueError(f"job {job_id} did not end within {timeout:.0f} s (last state {job.seen}); it was cancelled")
 
 
 def _may_release(held_since: float, env=None) -> bool:

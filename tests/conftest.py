@@ -134,7 +134,11 @@ def _start_slurm() -> SlurmCluster:
     ctld, slurmd = free_port(), free_port()
     while slurmd == ctld:
         slurmd = free_port()
-    env = dict(os.environ, SLURM_LAB_CTLD_PORT=str(ctld), SLURM_LAB_SLURMD_PORT=str(slurmd))
+    # each worker's cluster its own job ids: the course's jobs derive MASTER_PORT from the id, and two clusters on
+    # this host running their job 27 at once both listened on 10027 (seen in CI: EADDRINUSE in notebook 03's check)
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+    env = dict(os.environ, SLURM_LAB_CTLD_PORT=str(ctld), SLURM_LAB_SLURMD_PORT=str(slurmd),
+               SLURM_LAB_FIRST_JOB_ID=str(1000 * (worker + 1)))
     try:
         r = subprocess.run(["bash", str(ROOT / "scripts" / "local-slurm" / "start.sh"), str(directory)], env=env,
                            capture_output=True, text=True, timeout=300)

@@ -250,3 +250,14 @@ def test_a_check_broken_as_a_whole_counts_the_exercises_items_in_every_isolation
     assert fold_general(passed + [whole], "allreduce") == passed + [whole]
     # an exercise without declared items (its own checker) is left as it is
     assert fold_general(items + [whole], "sbatch") == items + [whole]
+
+
+def test_a_check_that_died_before_any_verdict_fails_each_declared_item():
+    """The fork bomb: the check's worker itself died (no verdict at all) in one CI run of four, where the others
+    broke only a launch; scored on the exercise's items either way."""
+    from course_lib.grading.reports import fold_general
+    died = [{"item": "check", "result": "fail", "message": "the check was killed by signal SIGKILL"}]
+    rows = fold_general(died, "allreduce")
+    assert [r["item"] for r in rows] == ["naive_allreduce", "ring_allreduce", "tree_allreduce"], rows
+    assert all(r["result"] == "fail" and "SIGKILL" in r["message"] for r in rows), rows
+    assert fold_general(died, "sbatch") == died          # no declared items: as it was

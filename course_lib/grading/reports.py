@@ -130,9 +130,14 @@ def fold_general(rows: list[dict], exercise: str) -> list[dict]:
     instead of counting as one item more. So the count does not depend on the isolation in force (a fork bomb
     was 0/4 where RLIMIT_NPROC stops it, which also broke the one-rank run, and 0/3 under a cgroup's pids limit)."""
     ex = EXERCISES.get(exercise)
-    items = set(getattr(ex.cases_module(), "ITEMS", ())) if ex is not None and ex.cases else set()
+    declared = tuple(getattr(ex.cases_module(), "ITEMS", ())) if ex is not None and ex.cases else ()
+    items = set(declared)
     general = [r for r in rows if r["item"] not in items and r["result"] == "fail"]
     failed = [r for r in rows if r["item"] in items and r["result"] == "fail"]
+    if items and [r["item"] for r in rows] == ["check"] and general:
+        # the check died before any verdict (a fork bomb can take the sandbox's worker down with it, or only
+        # break a launch: it depends on timing): each item fails with why, as when a launch broke
+        return [{"item": i, "result": "fail", "message": general[0]["message"]} for i in declared]
     if not items or not general or not failed:
         return rows
     also = "\n".join(f"(the check as a whole: {r['item']}: {r['message'].strip().splitlines()[-1]})" for r in general)

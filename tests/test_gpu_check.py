@@ -15,7 +15,7 @@ from conftest import ROOT, live_processes
 
 from course_lib.selftest import gpu, report
 from course_lib.selftest.items import BY_NAME, ITEMS, ONE_GPU_PLAN_S, Item, plan_seconds
-from course_lib.selftest.monitor import monitor_block, parse_dmon, summarize
+from course_lib.selftest.jobnb import monitor_block, parse_dmon, summarize
 from course_lib.selftest.probe import Probe
 from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, NOT_RUN, PASS, Outcome
 from course_lib.selftest.train import EPOCHS, judge_epochs
@@ -216,7 +216,7 @@ def test_the_templates_monitoring_block_is_found():
 @pytest.mark.slow
 @pytest.mark.parametrize("broken", [False, True], ids=["solution", "no-g-reduction"])
 def test_tp_worker_compares_the_solution_with_the_serial_mlp(tmp_path, broken):
-    from course_lib.core.launch import launch
+    from course_lib.runtime.launch import launch
 
     tp = ROOT / "solutions" / "06_tensor_parallel" / "tp.py"
     if broken:   # a TP file whose row-parallel layer forgets g: each rank keeps its partial sum
@@ -224,7 +224,7 @@ def test_tp_worker_compares_the_solution_with_the_serial_mlp(tmp_path, broken):
         assert "y = partial" in text
         tp = tmp_path / "tp.py"
         tp.write_text(text)
-    res = launch(["-m", "course_lib.selftest.tp_nccl", str(tp)], nprocs=2, timeout=240, on_line=None,
+    res = launch(["-m", "course_lib.selftest.ranks", "tp_nccl", str(tp)], nprocs=2, timeout=240, on_line=None,
                  env={"COURSE_SELFTEST_CPU": "1", "PYTHONPATH": str(ROOT)})
     line = next((x for x in res.output(0).splitlines() if x.startswith("tp_gloo ")), "")
     if broken:

@@ -140,8 +140,7 @@ GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-1)
 
 
 def test_busbw_is_held_against_the_links_limit():
-    from course_lib.selftest.comm import against
-    from course_lib.selftest.link import nvlink_gbps, pcie_gbps
+    from course_lib.selftest.comm import against, nvlink_gbps, pcie_gbps
 
     assert nvlink_gbps(NVLINK) == 53.1 and nvlink_gbps("") == 0
     assert pcie_gbps("5, 16\n") == 63.0 and pcie_gbps("4, 16") == 31.5 and pcie_gbps("[N/A], 16") == 0

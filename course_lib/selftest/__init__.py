@@ -2,9 +2,9 @@
 
 probe.py what this machine has (CUDA, GPUs, bf16, nvidia-smi, Slurm) and the cuda-torch item; pick.py which
 python runs the check (the Makefile's side, standard library only); items.py the list of items, each with what
-it needs and its estimate; runs.py the deadline-bound subprocesses they start; report.py the Markdown + JSON
-report and the exit code; gpu.py the command. The items' code: train.py, speed.py, comm.py (link.py: the
-link's limit its busbw is held against), jobnb.py, forkcheck.py, and the rank workers gloo_cuda.py, tp_nccl.py,
-nccl_one.py, fork_rank.py. Each item ends PASS, FAIL (with
-the error), NOT POSSIBLE HERE (with the reason) or NOT RUN (the budget). See docs/gpu-check.md.
+it needs and its estimate; runs.py the deadline-bound subprocesses and ranks they start; report.py the Markdown
++ JSON report and the exit code; gpu.py the command. The items' code: train.py, speed.py, comm.py (with the
+link's limit its busbw is held against), jobnb.py, forkcheck.py, and ranks.py, the workers their ranks run.
+Each item ends PASS, FAIL (with the error), NOT POSSIBLE HERE (with the reason) or NOT RUN (the budget). See
+docs/gpu-check.md.
 """

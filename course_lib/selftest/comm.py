@@ -1,11 +1,20 @@
 """Items that communicate on GPUs: the NCCL all-reduce baseline, the NCCL_ALGO ring/tree experiment of
-notebook 05, and the solution's tensor parallelism over NCCL."""
+notebook 05, the solution's tensor parallelism over NCCL, NCCL with one rank, and DDP on gloo with CUDA tensors.
+
+The physical limit a bus bandwidth is compared with: GPU 0's NVLink, else its PCIe link, per direction.
+nccl-tests defines busbw so that it can be held against the hardware's peak: for all-reduce, busbw = algbw x
+2(W-1)/W, the bytes each GPU sends over its links per second. The limit here is what GPU 0 can send in one
+direction: the sum of its active NVLink links (``nvidia-smi nvlink -s``: 18 x 26.562 GB/s on an H100 SXM), else
+its PCIe link at the generation and width the system allows (``pcie.link.gen.max``, ``pcie.link.width.max``;
+per lane after encoding: gen3 0.985, gen4 1.969, gen5 3.938 GB/s). Reaching 70-85 % of it with large messages is
+usual; far below says the GPUs talk over a slower path (through the CPU, or the network).
+"""
 from __future__ import annotations
 
 import re
 
-from course_lib.selftest.runs import FAIL, PASS, TP, Context, Outcome, source
-from course_lib.selftest.train import launch_logged
+from course_lib.selftest.pick import smi
+from course_lib.selftest.runs import FAIL, PASS, TP, Context, Outcome, run_ranks, source, worker
 
 SIZES = ("1M", "16M", "256M")
 # nccl_experiment.result_line: "NCCL_ALGO=(NCCL chooses) W=2    1 MiB:      9.8 us  busbw  100.00 GB/s"
@@ -13,6 +22,8 @@ SIZES = ("1M", "16M", "256M")
 RESULT = re.compile(r"NCCL_ALGO=(.+?) W=(\d+)\s+(\d+ \w+):\s+([\d.]+) us\s+busbw\s+(?:([\d.]+) GB/s|n/a)")
 BUSBW_NEEDS = "bus bandwidth needs 2+ ranks: with W=1 nothing crosses between GPUs (algbw x 2(W-1)/W = 0)"
 ONE_RANK = "one rank: no traffic between GPUs (bandwidth and a hang between ranks untested)"
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+LINK = re.compile(r"^\s*Link \d+: ([\d.]+) GB/s", re.M)
 
 
 def parse_results(text: str) -> dict:
@@ -24,7 +35,7 @@ def parse_results(text: str) -> dict:
 def _experiment(ctx: Context, algo: str | None):
     """(Outcome or None, {size: (us, busbw)}) of one run of course_lib.allreduce.nccl_experiment."""
     env = {"NCCL_ALGO": algo, "NCCL_DEBUG": "INFO"} if algo else {}
-    res = launch_logged(ctx, ["-m", "course_lib.allreduce.nccl_experiment", "--sizes", *SIZES], ctx.probe.gpus, env)
+    res = run_ranks(ctx, ["-m", "course_lib.allreduce.nccl_experiment", "--sizes", *SIZES], ctx.probe.gpus, env)
     rows = parse_results(res.output(0))
     if not res.ok:
         return Outcome(FAIL, res.summary()), rows
@@ -39,8 +50,6 @@ def _show(rows: dict) -> str:
 
 
 def allreduce_baseline(ctx: Context) -> Outcome:
-    from course_lib.selftest.link import limit
-
     bad, rows = _experiment(ctx, None)
     if bad:
         return bad
@@ -82,18 +91,46 @@ def tp_ranks(gpus: int) -> int:
 
 def tp_nccl(ctx: Context) -> Outcome:
     w = tp_ranks(ctx.probe.gpus)
-    res = launch_logged(ctx, ["-m", "course_lib.selftest.tp_nccl", source(TP)], w)
-    line = next((x for x in res.output(0).splitlines() if x.startswith("tp_nccl ")), "")
-    if res.ok and " ok " in line:
-        return Outcome(PASS, line, {"ranks": w})
-    return Outcome(FAIL, line or res.summary())
+    line, failed = worker(ctx, "tp_nccl", w, source(TP))
+    return failed or Outcome(PASS, line, {"ranks": w})
 
 
 def nccl_one_rank(ctx: Context) -> Outcome:
-    """The item: NCCL's group, all-reduce, broadcast and barrier with one rank (course_lib.selftest.nccl_one);
+    """The item: NCCL's group, all-reduce, broadcast and barrier with one rank (course_lib.selftest.ranks);
     NCCL_DEBUG=INFO, its lines in ranks.log (the NCCL version and transport it chose)."""
-    res = launch_logged(ctx, ["-m", "course_lib.selftest.nccl_one"], 1, {"NCCL_DEBUG": "INFO"})
-    line = next((x for x in res.output(0).splitlines() if x.startswith("nccl_one ")), "")
-    if res.ok and line.startswith("nccl_one ok "):
-        return Outcome(PASS, f"{line[len('nccl_one ok '):]}; {ONE_RANK}", {"ranks": 1})
-    return Outcome(FAIL, line or res.summary())
+    line, failed = worker(ctx, "nccl_one", 1, env={"NCCL_DEBUG": "INFO"})
+    return failed or Outcome(PASS, f"{line[len('nccl_one ok '):]}; {ONE_RANK}", {"ranks": 1})
+
+
+def gloo_cuda(ctx: Context) -> Outcome:
+    line, failed = worker(ctx, "gloo_cuda", 2)
+    return failed or Outcome(PASS, line)
+
+
+def nvlink_gbps(text: str) -> float:
+    """GPU 0's active NVLink bandwidth per direction from ``nvidia-smi nvlink -s`` (0 without active links)."""
+    gpu0 = re.split(r"^GPU 1:", text, flags=re.M)[0]
+    return round(sum(float(x) for x in LINK.findall(gpu0)), 1)
+
+
+def pcie_gbps(csv_line: str) -> float:
+    """The PCIe limit per direction from ``GEN, WIDTH`` (``--query-gpu=pcie.link.gen.max,pcie.link.width.max``)."""
+    try:
+        gen, width = (int(x) for x in csv_line.strip().splitlines()[0].split(","))
+    except (ValueError, IndexError):
+        return 0.0
+    return round(PCIE_LANE_GBPS.get(gen, 0.0) * width, 1)
+
+
+def limit() -> tuple[float, str]:
+    """(GB/s per direction, what it is) for GPU 0; (0, why) when nvidia-smi cannot tell."""
+    nv = nvlink_gbps(smi("nvlink", "-s", "-i", "0", timeout=20)[0])
+    if nv:
+        return nv, f"NVLink, {nv:.0f} GB/s per direction (GPU 0's active links)"
+    line = smi("--query-gpu=pcie.link.gen.max,pcie.link.width.max", "--format=csv,noheader", "-i", "0",
+               timeout=20)[0]
+    pcie = pcie_gbps(line)
+    if pcie:
+        gen, width = line.strip().split(",")
+        return pcie, f"PCIe gen{gen.strip()} x{width.strip()}, {pcie:.0f} GB/s per direction"
+    return 0.0, "the link's limit is unknown (nvidia-smi told neither NVLink nor PCIe)"

@@ -1,11 +1,10 @@
-"""The warm-fork-cuda item: ranks forked by the warm fork server (``course_lib.core.warm``) must be able to
+"""The warm-fork-cuda item: ranks forked by the warm fork server (``course_lib.runtime.warm``) must be able to
 use CUDA, and a child forked after CUDA was initialised must be recognised (the control run)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from course_lib.selftest.runs import FAIL, PASS, Context, Outcome, child_env, python, run_command
+from course_lib.selftest.runs import FAIL, PASS, Context, Outcome, python, run_command, run_ranks
 
 RANKS = 2
 RANK_LINE = re.compile(r"fork_rank rank=(\S+) warm=(\w+) bad_fork=(\w+) cuda=(.*)")
@@ -38,24 +37,11 @@ def judge(rank_text: list[str], control_text: str) -> Outcome:
                          f"after CUDA init is marked bad and refused ({c.group(3)[:90]})")
 
 
-def fork_ranks(folder: Path, timeout: float) -> list[str]:
-    """What each of RANKS ranks of fork_rank, forked by the warm server, printed. ``folder`` is made absolute
-    first: the server runs in a folder of its own and would resolve a relative cwd there (the rank could not
-    start, its error lost in ``os._exit``). The ranks, and the server, get this course_lib on their path
-    (``child_env``): the device's own python has no course installed."""
-    from course_lib.core.launch import launch
-
-    folder = folder.resolve()
-    folder.mkdir(parents=True, exist_ok=True)
-    res = launch(["-m", "course_lib.selftest.fork_rank"], nprocs=RANKS, timeout=timeout, cwd=folder,
-                 env=child_env(), on_line=None, warm=True)
-    (folder / "ranks.log").write_text(res.summary() + "\n")
-    return [res.output(r) for r in range(RANKS)]
-
-
 def warm_fork_cuda(ctx: Context) -> Outcome:
-    folder = ctx.folder.resolve()
-    texts = fork_ranks(folder, ctx.timeout / 2)
-    ran = run_command(python("-m", "course_lib.selftest.fork_rank", "--control"), folder / "control.log",
-                      ctx.timeout / 2, cwd=folder)
-    return judge(texts, ran.text)
+    """RANKS ranks of ``ranks fork_rank``, forked by the warm server, then the control run cold. The ranks, and
+    the server, get this course_lib on their path (``child_env``): the device's own python has no course installed."""
+    half = Context(ctx.probe, ctx.folder.resolve(), ctx.timeout / 2)
+    res = run_ranks(half, ["-m", "course_lib.selftest.ranks", "fork_rank"], RANKS, warm=True)
+    ran = run_command(python("-m", "course_lib.selftest.ranks", "fork_rank", "--control"), half.folder / "control.log",
+                      half.timeout, cwd=half.folder)
+    return judge([res.output(r) for r in range(RANKS)], ran.text)

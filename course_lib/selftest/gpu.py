@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from course_lib.core.paths import out_dir
+from course_lib.runtime.proc import stop_tree
 from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, NOT_RUN, Context, Outcome
 
 
@@ -39,15 +40,15 @@ def run_item(item, probe, folder: Path, scale: float = 1.0, left: float | None =
         outcome = Outcome(NOT_RUN, f"budget: estimated {item.estimate:.0f} s on one H100{least}, "
                                    f"{max(left, 0):.0f} s left (--budget)")
     else:
-        before = _children()
+        before = set(psutil.Process().children(recursive=True))   # psutil: a reused pid is another process
         deadline = full if left is None else min(full, left)
         try:
             outcome = item.run(Context(probe, folder / item.name, deadline))
         except Exception as e:  # noqa: BLE001 - an item that breaks is that item's FAIL, the others still run
             where = traceback.extract_tb(e.__traceback__)[-1]
             outcome = Outcome(FAIL, f"{type(e).__name__}: {e} (at {Path(where.filename).name}:{where.lineno})")
-        finally:
-            _stop_leftovers(before)
+        finally:    # the backstop (its runs stop their own trees); what was there before (a notebook's) stays
+            stop_tree([p for p in psutil.Process().children(recursive=True) if p not in before])
         outcome = _budget_cut(outcome, deadline, full, time.monotonic() - start)
     return {"name": item.name, "what": item.what, "precision": item.precision, "status": outcome.status,
             "detail": outcome.detail, "figures": outcome.figures, "seconds": round(time.monotonic() - start, 1),
@@ -74,24 +75,6 @@ def _budget_cut(outcome: Outcome, deadline: float, full: float, seconds: float) 
                             f"{full:.0f} s; it had: {first}", outcome.figures)
 
 
-def _key(p):
-    """(pid, start time): a pid the system reuses later is another process."""
-    try:
-        return p.pid, p.create_time()
-    except Exception:  # noqa: BLE001 - psutil.Error: it has just exited
-        return None
-
-
-def _children() -> set:
-    return {_key(p) for p in psutil.Process().children(recursive=True)}
-
-
-def _stop_leftovers(before: set) -> None:
-    """Kill what an item started and left behind (its runs kill their own trees; this is the backstop).
-    Processes that were there before the item (a notebook's, a test session's) are left alone."""
-    from course_lib.core.proc import stop_tree
-
-    stop_tree([p for p in psutil.Process().children(recursive=True) if _key(p) not in before])
 
 
 def names(text: str | None) -> list[str]:

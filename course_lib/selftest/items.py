@@ -101,7 +101,7 @@ ITEMS = [
          train.serial(["--amp", "fp16"]), 180, 25, precision="fp16 autocast + GradScaler; the rest as serial-fp32"),
     Item("serial-compile", "serial solution on cuda, torch.compile", gpus(1), train.serial(["--compile"]), 300, 70,
          precision=TF32_DEFAULT),
-    Item("ddp-gloo-cuda", "DDP with gloo on CUDA tensors, 2 ranks sharing GPU 0", gpus(1), train.gloo_cuda, 180, 30,
+    Item("ddp-gloo-cuda", "DDP with gloo on CUDA tensors, 2 ranks sharing GPU 0", gpus(1), comm.gloo_cuda, 180, 30,
          precision=TF32_DEFAULT),
     Item("check-ddp-gpu", "course check ddp on the solution, Step 4 in GPU mode",
          gpus(2, "the checker runs 2 ranks and judges GPU placement only with a GPU each"), train.check_ddp, 600,

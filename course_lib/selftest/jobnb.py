@@ -1,14 +1,20 @@
 """Items around the notebooks: a local-engine GPU job (the throughput worker, 20 s of training) with the
 template's monitoring lines run beside it (their ``nvidia-smi dmon`` log read back), and notebooks 00-02
-executed on the solutions through papermill."""
+executed on the solutions through papermill.
+
+The template writes a block that starts ``nvidia-smi dmon -s um -d 5`` (and ``top -b``) in the background
+and a trap that stops them when the script exits. ``monitor_block`` cuts that block out of a rendered job
+script so that the self-check can run exactly those lines; ``parse_dmon`` (the notebooks' own) reads the log.
+"""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
 
+from course_lib.jobs.monitor import parse_dmon
 from course_lib.selftest import speed
-from course_lib.selftest.monitor import monitor_block, parse_dmon, summarize
 from course_lib.selftest.runs import FAIL, PASS, Context, Outcome, child_env, python, run_command
 from course_lib.selftest.train import DEVICE
 
@@ -18,6 +24,30 @@ MONITOR_S = 30     # of the item's deadline, for dmon's samples before and after
 # solution on digits keeps an H100 busy for well under a second per epoch: samples could all read 0 % SM)
 JOB_ARGS = ["--variants", "fp32", "--min-seconds", "20"]
 LEAST_S = MONITOR_S + 30   # the item's least deadline: the job's 20 s and its start, with the monitor's reserve
+START, END = 'MONITOR_PIDS=""', "trap "     # the first line of the template's monitoring block, its last's start
+
+
+def monitor_block(script: str) -> str:
+    """The lines of ``script`` from ``MONITOR_PIDS=""`` to the trap that stops the monitors ("" if none)."""
+    lines = script.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.strip() == START), None)
+    if first is None:
+        return ""
+    last = next((i for i in range(first, len(lines)) if lines[i].lstrip().startswith(END)), None)
+    return "" if last is None else "\n".join(lines[first:last + 1]) + "\n"
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Figures of a dmon log: samples, peak SM use (%) and peak frame-buffer memory (MB)."""
+    def peak(name):
+        values = [r[name] for r in rows if r.get(name) is not None]
+        return max(values) if values else None
+
+    out = {"dmon_samples": len(rows)}
+    for name, key in (("sm", "peak_sm_pct"), ("fb", "peak_fb_mb")):
+        if peak(name) is not None:
+            out[key] = peak(name)
+    return out
 
 
 def _start_monitor(block: str, folder, job_id: str) -> subprocess.Popen:
@@ -31,20 +61,18 @@ def _start_monitor(block: str, folder, job_id: str) -> subprocess.Popen:
 def _group_left(pgid: int) -> bool:
     """Is a process of group ``pgid`` still running (a monitor the trap did not stop)? A zombie is not: on a VM
     whose PID 1 does not reap, a monitor the trap killed stays one (``killpg(pgid, 0)`` would still find it)."""
-    import psutil
+    from course_lib.runtime.proc import live
 
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+    for proc in live(()):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(proc.pid) == pgid:
                 return True
-        except (ProcessLookupError, PermissionError):
-            continue
     return False
 
 
 def _stop_monitor(mon: subprocess.Popen, folder) -> bool:
     """Let the monitor end as a job script ends; True when its trap stopped dmon and top (nothing was left)."""
-    from course_lib.core.launch import kill_group
+    from course_lib.runtime.launch import kill_group
 
     (folder / "stop").touch()
     try:

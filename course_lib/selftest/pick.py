@@ -33,19 +33,25 @@ ASK = (SITE + "try:\n    import torch\n"
        "print(json.dumps(out))\n")
 
 
-def smi_gpus(timeout: float = 60) -> tuple[int, str]:
-    """(GPUs that ``nvidia-smi -L`` lists, what it said); (0, why) without nvidia-smi or when it fails."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return 0, "nvidia-smi is not on PATH"
+def smi(*args: str, timeout: float = 60) -> tuple[str, str]:
+    """(what ``nvidia-smi ARGS`` printed, ""), or ("", why) without nvidia-smi or when it fails."""
+    path = shutil.which("nvidia-smi")
+    if not path:
+        return "", "nvidia-smi is not on PATH"
     try:
-        p = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run([path, *args], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return 0, f"nvidia-smi -L: {e}"
+        return "", f"nvidia-smi {' '.join(args)}: {e}"
     text = (p.stdout + p.stderr).strip()
     if p.returncode != 0:
-        return 0, f"nvidia-smi -L exited {p.returncode}: {text[-300:]}"
-    return sum(line.startswith("GPU ") for line in text.splitlines()), text
+        return "", f"nvidia-smi {' '.join(args)} exited {p.returncode}: {text[-300:]}"
+    return text, ""
+
+
+def smi_gpus(timeout: float = 60) -> tuple[int, str]:
+    """(GPUs that ``nvidia-smi -L`` lists, what it said); (0, why) without nvidia-smi or when it fails."""
+    text, why = smi("-L", timeout=timeout)
+    return (0, why) if why else (sum(line.startswith("GPU ") for line in text.splitlines()), text)
 
 
 def ask(python: str, timeout: float = 180, torch: bool = True) -> dict:

@@ -1,8 +1,8 @@
-"""What the items share: their outcome, the deadline-bound subprocess they start, and the paths they run.
+"""What the items share: their outcome, the deadline-bound subprocesses and ranks they start, the paths they run.
 
 Every process an item starts runs in its own session under a deadline and is killed with its whole tree
-(course_lib.core.launch.kill_group) when it ends, fails or runs out of time: an item never leaves a
-process behind.
+(course_lib.runtime.launch.kill_group, or the launch of its ranks) when it ends, fails or runs out of time: an
+item never leaves a process behind.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def child_env(extra: dict | None = None) -> dict:
 
 def run_command(argv: list, log: Path, timeout: float, cwd: Path | None = None, env: dict | None = None) -> Ran:
     """Run ``argv`` (output to ``log``) within ``timeout`` seconds; its process tree is gone when this returns."""
-    from course_lib.core.launch import kill_group
+    from course_lib.runtime.launch import kill_group
 
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -92,3 +92,26 @@ def run_command(argv: list, log: Path, timeout: float, cwd: Path | None = None, 
 def python(*args) -> list:
     """``python ARGS`` with this interpreter (the one whose torch was probed)."""
     return [sys.executable, *args]
+
+
+def run_ranks(ctx: Context, args: list, nprocs: int, env: dict | None = None, warm: bool | None = None):
+    """``course_lib.runtime.launch`` with the item's deadline, every rank's lines also written to ranks.log.
+    ``ctx.folder`` is made absolute first: the warm server (``warm=True``) runs in a folder of its own and would
+    resolve a relative cwd there (the rank could not start, its error lost in ``os._exit``)."""
+    from course_lib.runtime.launch import launch
+
+    folder = ctx.folder.resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "ranks.log", "w", buffering=1) as log:
+        return launch([str(a) for a in args], nprocs=nprocs, timeout=ctx.timeout, cwd=folder, env=child_env(env),
+                      on_line=lambda r, line: log.write(f"[rank {r}] {line}\n"), warm=warm)
+
+
+def worker(ctx: Context, name: str, nprocs: int, *args, env: dict | None = None) -> tuple[str, Outcome | None]:
+    """Run ``course_lib.selftest.ranks NAME ARGS`` on ``nprocs`` ranks: (rank 0's ``NAME ok ...`` line, None),
+    or (its line, a FAIL with the line or, where it printed none, the launch's summary)."""
+    res = run_ranks(ctx, ["-m", "course_lib.selftest.ranks", name, *args], nprocs, env)
+    line = next((x for x in res.output(0).splitlines() if x.startswith(f"{name} ")), "")
+    if res.ok and line.startswith(f"{name} ok "):
+        return line, None
+    return line, Outcome(FAIL, line or res.summary())

@@ -1,11 +1,11 @@
 """Items that train: the serial solution on ``cuda`` (fp32, bf16, fp16 + GradScaler, torch.compile), DDP on NCCL
-over every GPU, DDP on gloo with CUDA tensors, and ``course check ddp`` of the solution with GPUs."""
+over every GPU, and ``course check ddp`` of the solution with GPUs."""
 from __future__ import annotations
 
 import re
 
 from course_lib.metrics import parse_epoch_lines
-from course_lib.selftest.runs import DDP, FAIL, PASS, SERIAL, Context, Outcome, python, run_command, source
+from course_lib.selftest.runs import DDP, FAIL, PASS, SERIAL, Context, Outcome, python, run_command, run_ranks, source
 
 EPOCHS = 3                  # the last epoch is timed: the first pays for CUDA start-up (and compilation)
 TRAIN_ARGS = ["--epochs", str(EPOCHS), "--batch-size", "128", "--dataset", "auto", "--log-interval", "1000"]
@@ -49,21 +49,9 @@ def serial(extra: list[str], env: dict | None = None):
     return run
 
 
-def launch_logged(ctx: Context, args: list, nprocs: int, env: dict | None = None):
-    """``course_lib.core.launch`` with the item's deadline, every rank's lines also written to ranks.log."""
-    from course_lib.core.launch import launch
-    from course_lib.selftest.runs import child_env
-
-    ctx.folder.mkdir(parents=True, exist_ok=True)
-    with open(ctx.folder / "ranks.log", "w", buffering=1) as log:
-        result = launch([str(a) for a in args], nprocs=nprocs, timeout=ctx.timeout, cwd=ctx.folder,
-                        env=child_env(env), on_line=lambda r, line: log.write(f"[rank {r}] {line}\n"))
-    return result
-
-
 def ddp_nccl(ctx: Context) -> Outcome:
     w = ctx.probe.gpus
-    res = launch_logged(ctx, [source(DDP), *TRAIN_ARGS], w)
+    res = run_ranks(ctx, [source(DDP), *TRAIN_ARGS], w)
     if not res.ok:
         return Outcome(FAIL, res.summary())
     devices = [m.group(1) for r in range(w) for m in [DEVICE.search(res.output(r))] if m]
@@ -76,14 +64,6 @@ def ddp_nccl(ctx: Context) -> Outcome:
     alone = "; one rank: DDP's all-reduce has no peer, no traffic between GPUs" if w == 1 else ""
     return Outcome(PASS, f"{w} rank(s) on {', '.join(devices)} (NCCL): last epoch {fig['images_per_s']:.0f} "
                          f"images/s in all, test accuracy {fig['test_acc']:.3f}{alone}", fig)
-
-
-def gloo_cuda(ctx: Context) -> Outcome:
-    res = launch_logged(ctx, ["-m", "course_lib.selftest.gloo_cuda"], 2)
-    line = next((x for x in res.output(0).splitlines() if x.startswith("gloo_cuda ")), "")
-    if res.ok and " ok " in line:
-        return Outcome(PASS, line)
-    return Outcome(FAIL, line or res.summary())
 
 
 def check_ddp(ctx: Context) -> Outcome:

@@ -18,8 +18,7 @@ import pytest
 from conftest import ROOT, gone_within, processes_under
 
 from course_lib.grading import Learner, read_rows
-from course_lib.grading.array import array_ranges, script
-from course_lib.grading.array_wait import collect
+from course_lib.grading.array import array_ranges, collect, script
 from course_lib.jobs import load_site
 
 AR = "05_allreduce/allreduce.py"

@@ -7,7 +7,7 @@
     cgroups, sweep, sandbox_worker   the sandbox's parts: cgroup limits (v2 subtree, systemd scope, v1, chosen
                 at run time), killing a check's processes, the worker process
     run         the class: a pool of checks, Ctrl-C and --resume
-    array, array_wait, array_task   the class as one Slurm job array (--engine slurm): submit, wait, merge; a task
+    array, array_task   the class as one Slurm job array (--engine slurm): submit, wait, merge; a task
     nbgrader_layout   nbgrader's submitted/<student>/<assignment>/ and its gradebook (--nbgrader-db)
     cli         ``course grade`` (its options and exit codes)
 """

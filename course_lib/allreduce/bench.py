@@ -221,16 +221,12 @@ def add_arguments(p):
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
-def run(args) -> int:
-    return bench_allreduce(args)
-
-
 def _error(message: str) -> int:
     print(f"course bench: {message}", file=sys.stderr)
     return 2
 
 
-def bench_allreduce(args) -> int:
+def run(args) -> int:
     """``course bench allreduce``: exit 0 measured, 1 a function of the file was left out, 2 bad input."""
     default = QUICK_SIZES if args.quick else DEFAULT_SIZES
     try:

@@ -46,7 +46,8 @@ class _Patch:
         self.learner = learner
         self._saved: list = []
 
-    def _set(self, module, name, fn) -> None:
+    def _set(self, module, name, fn):
+        """Put ``fn`` in place of ``module.name``; the original."""
         original = getattr(module, name)
         self._saved.append((module, name, original))
         setattr(module, name, fn)
@@ -55,6 +56,14 @@ class _Patch:
                 if value is original:
                     self._saved.append((self.learner, key, value))
                     setattr(self.learner, key, fn)
+        return original
+
+    def _set_torch(self, name, fn):
+        """``_set`` for torch.save or torch.load, also where torch.serialization keeps it; the original."""
+        import torch
+        import torch.serialization as ser
+        self._set(ser, name, fn)
+        return self._set(torch, name, fn)
 
     def __exit__(self, *exc) -> bool:
         for module, name, original in reversed(self._saved):
@@ -67,17 +76,18 @@ class WriteAudit(_Patch):
     """``with WriteAudit(learner) as audit: ...`` -> ``audit.writes``: [(how, path)] in order."""
 
     def __enter__(self) -> WriteAudit:
-        import torch
-        import torch.serialization as ser
         self.writes: list[tuple[str, str]] = []
         self.renames: list[tuple[str, str, bool]] = []     # (from, to, fsynced before the rename)
         synced: set[str] = set()
-        real_open, real_os_open, real_save = builtins.open, os.open, torch.save
-        real_replace, real_rename, real_fsync = os.replace, os.rename, os.fsync
+        real_open, real_os_open, real_fsync = builtins.open, os.open, os.fsync
 
-        def renamed(src, dst) -> None:
-            src = os.path.realpath(_target(src))
-            self.renames.append((src, os.path.realpath(_target(dst)), src in synced))
+        def moving(how, real):          # os.replace and os.rename: a write of ``dst``, and where it came from
+            def audited_move(src, dst, *args, **kwargs):
+                self.writes.append((how, _target(dst)))
+                source = os.path.realpath(_target(src))
+                self.renames.append((source, os.path.realpath(_target(dst)), source in synced))
+                return real(src, dst, *args, **kwargs)
+            return audited_move
 
         def audited_fsync(fd):
             fd = fd if isinstance(fd, int) else fd.fileno()
@@ -102,21 +112,11 @@ class WriteAudit(_Patch):
                 self.writes.append(("torch.save", _target(f)))
             return real_save(obj, f, *args, **kwargs)
 
-        def audited_replace(src, dst, *args, **kwargs):
-            self.writes.append(("os.replace", _target(dst)))
-            renamed(src, dst)
-            return real_replace(src, dst, *args, **kwargs)
-
-        def audited_rename(src, dst, *args, **kwargs):
-            self.writes.append(("os.rename", _target(dst)))
-            renamed(src, dst)
-            return real_rename(src, dst, *args, **kwargs)
-
         for module, name, fn in ((builtins, "open", audited_open), (io, "open", audited_open),
-                                 (os, "open", audited_os_open), (torch, "save", audited_save),
-                                 (ser, "save", audited_save), (os, "replace", audited_replace),
-                                 (os, "rename", audited_rename), (os, "fsync", audited_fsync)):
+                                 (os, "open", audited_os_open), (os, "replace", moving("os.replace", os.replace)),
+                                 (os, "rename", moving("os.rename", os.rename)), (os, "fsync", audited_fsync)):
             self._set(module, name, fn)
+        real_save = self._set_torch("save", audited_save)
         return self
 
 
@@ -125,18 +125,14 @@ class LoadAudit(_Patch):
     (None where it was left to torch's default, True since torch 2.6)."""
 
     def __enter__(self) -> LoadAudit:
-        import torch
-        import torch.serialization as ser
         self.weights_only: list = []
-        real_load = torch.load
 
         def audited_load(f, *args, **kwargs):
             if is_file(f):
                 self.weights_only.append(kwargs.get("weights_only"))
             return real_load(f, *args, **kwargs)
 
-        self._set(torch, "load", audited_load)
-        self._set(ser, "load", audited_load)
+        real_load = self._set_torch("load", audited_load)
         return self
 
 
@@ -148,10 +144,6 @@ class CrashingSave(_Patch):
         self.on_crash = on_crash
 
     def __enter__(self) -> CrashingSave:
-        import torch
-        import torch.serialization as ser
-        real_save = torch.save
-
         def crashing_save(obj, f, *args, **kwargs):
             if not is_file(f):
                 return real_save(obj, f, *args, **kwargs)
@@ -170,6 +162,5 @@ class CrashingSave(_Patch):
             sys.stdout.flush()
             os._exit(CRASH_CODE)
 
-        self._set(torch, "save", crashing_save)
-        self._set(ser, "save", crashing_save)
+        real_save = self._set_torch("save", crashing_save)
         return self

@@ -48,7 +48,7 @@ def check(path: str, timeout: float = 240, resume: bool = True, call_timeout: fl
     of save_snapshot or load_snapshot; ``resume=False`` leaves out the torchrun experiment (the slow part)."""
     from course_lib.checking import runner
     from course_lib.ckpt.resume import resume_verdict
-    from course_lib.core import warm
+    from course_lib.runtime import warm
     start, path = time.monotonic(), str(path)
     with warm.session(RANK_ENV), tempfile.TemporaryDirectory(prefix="ckpt-check-") as tmp:
         # one fork server for the ranks, the reference and the torchrun runs
@@ -157,14 +157,10 @@ def crash(ctx):
 def training_objects(seed: int):
     """A DDP-wrapped Net with Adadelta and StepLR, as the course's loop builds them."""
     import torch
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from course_lib.model import Net
+    from course_lib.ckpt.train import training_objects
     torch.manual_seed(seed)
-    model = DDP(Net())
-    optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
-    return model, optimizer, scheduler
+    return training_objects()
 
 
 def train_a_little(model, optimizer, scheduler, rank: int, steps: int = 2) -> None:
@@ -180,11 +176,10 @@ def train_a_little(model, optimizer, scheduler, rank: int, steps: int = 2) -> No
 
 
 def set_generators(seed: int) -> None:
-    import numpy as np
     import torch
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+
+    from course_lib.ckpt.train import seed_all
+    seed_all(seed)
     torch.rand(seed % 7 + 1)        # not a freshly seeded state: a state that only a snapshot can give back
 
 

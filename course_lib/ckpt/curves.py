@@ -1,13 +1,14 @@
 """Loss curves of notebook 08: an uninterrupted run against one where a rank is killed and torchrun restarts it.
 
 ``run(...)`` trains with ``course_lib.ckpt.train`` under the real ``torchrun`` (``--max-restarts``) through
-``course_lib.core.launch`` (a deadline, every process stopped on return) and reads rank 0's lines back:
+``course_lib.runtime.launch`` (a deadline, every process stopped on return) and reads rank 0's lines back:
 per attempt, the loss of each global step, the snapshots written and where the attempt resumed. A step done
 in the first attempt after the last snapshot is done again in the second; the run's curve keeps the last value.
 ``compare`` says whether two curves are equal, step by step.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ class Attempt:
 class Curve:
     attempts: list = field(default_factory=list)
     steps_per_epoch: int = 0
-    result: object = None          # course_lib.core.launch.LaunchResult
+    result: object = None          # course_lib.runtime.launch.LaunchResult
     lines: list = field(default_factory=list)
 
     @property
@@ -88,7 +89,7 @@ def run(snapshots=None, nprocs: int = 2, epochs: int = 3, every: int = 3, kill_a
         args += ["--snapshots", os.path.abspath(snapshots)]
     if kill_at:
         args += ["--kill-at", str(kill_at)]
-    with runs.workdir("ckpt-run-") if workdir is None else _keep(workdir) as work:
+    with runs.workdir("ckpt-run-") if workdir is None else contextlib.nullcontext(_fresh(workdir)) as work:
         args += ["--data", _data(work, extra)]
         torchrun_args = ["--max-restarts", str(restarts)] if style == "torchrun" else []
         with runs.session(RANK_ENV):   # here: the ranks (and torchrun's agent) forked from a server with torch imported
@@ -105,21 +106,15 @@ def _data(folder, extra) -> str:
     return prepare_data(os.path.join(folder, "digits.pt"), n)
 
 
-class _keep:
-    """A working folder the caller keeps (the notebook shows what is in it)."""
-
-    def __init__(self, folder):
-        self.folder = str(folder)
-        os.makedirs(self.folder, exist_ok=True)
-        for name in os.listdir(self.folder):      # a snapshot of an earlier run would be resumed
-            if name.startswith("snapshot.pt"):
-                os.unlink(os.path.join(self.folder, name))
-
-    def __enter__(self):
-        return self.folder
-
-    def __exit__(self, *exc):
-        return False
+def _fresh(folder) -> str:
+    """A working folder the caller keeps (the notebook shows what is in it), without an earlier run's snapshot
+    (it would be resumed)."""
+    folder = str(folder)
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(folder):
+        if name.startswith("snapshot.pt"):
+            os.unlink(os.path.join(folder, name))
+    return folder
 
 
 def compare(reference: dict, resumed: dict, rtol: float = TOLERANCE) -> tuple[bool, str]:

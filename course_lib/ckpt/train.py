@@ -78,10 +78,6 @@ def attempt() -> int:
     return sum(int(os.environ.get(v) or 0) for v in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"))
 
 
-def first_attempt() -> bool:
-    return attempt() == 0
-
-
 def seed_all(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -119,14 +115,19 @@ def load_snapshots(path):
     return module
 
 
+def training_objects(lr: float = 1.0, gamma: float = 0.7):
+    """The DDP-wrapped Net with Adadelta and StepLR (the checker's ranks build the same)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(Net())
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=lr)
+    return model, optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=gamma)
+
+
 def build(args, rank: int, world: int):
     """Model (DDP), optimizer, scheduler, sampler and loaders, the same way on every rank and every attempt."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
     seed_all(args.seed)                      # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
-    model = DDP(Net())
+    model, optimizer, scheduler = training_objects(args.lr, args.gamma)
     seed_all(args.seed + 1000 * rank)        # then each rank draws its own dropout masks: RNG state is per rank
-    optimizer = torch.optim.Adadelta(model.parameters(), lr=args.lr)
-    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=args.gamma)
     train_set, test_set = load_data(args)
     sampler = DistributedSampler(train_set, num_replicas=world, rank=rank, seed=args.seed)
     return model, optimizer, scheduler, sampler, train_set, test_set
@@ -187,7 +188,7 @@ def run_epoch(args, ctx, epoch: int, start: int) -> str | None:
                         generator=torch.Generator().manual_seed(args.seed + epoch))
     for batch, (data, target) in enumerate(loader, start=start):
         step = (epoch - 1) * steps + batch + 1
-        if args.kill_at == step and rank == args.kill_rank and first_attempt():
+        if args.kill_at == step and rank == args.kill_rank and attempt() == 0:
             print(f"rank {rank}: SIGKILL to myself before step {step} (epoch {epoch}, batch {batch})", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         if args.stop_file and stop_requested(args.stop_file):

@@ -19,7 +19,6 @@ import functools
 from course_lib import checking
 from course_lib.checking import case as harness
 from course_lib.checking.case import Case, Fail
-from course_lib.checking.learner import explain as explain_in
 from course_lib.zero.zerocase import case_zero
 
 FILE = LOAD_ITEM = "zero.py"
@@ -56,7 +55,12 @@ def cases(world: int) -> list[Case]:
 
 class Ctx(harness.Ctx):
     def shards(self, n):
-        return bounds(self, n)
+        """Every rank's (start, stop) as the learner's shard_range says (their collectives use it, right or wrong);
+        the course's when it does not run."""
+        try:
+            return [tuple(int(v) for v in self.mod.shard_range(n, r, self.world)) for r in range(self.world)]
+        except Exception:
+            return [reference_range(n, r, self.world) for r in range(self.world)]
 
     def collectives(self):
         """The learner's own collectives once both passed (in this launch or an earlier one), else the library's."""
@@ -83,15 +87,6 @@ def pass_text(item: str, recs) -> str:
     return (f"{recs[-1].verdicts[0]['message'].split(';')[0]}; AdamW state on rank 0 / DDP's: {ratios}; "
             f"held on rank 0 after step() beyond the parameters: {held}"
             + (f"; sent by rank 0 in one step(): {sent}" if sent else "") + note)
-
-
-def need(mod, name):
-    return harness.need(mod, name, FILE)
-
-
-def explain(exc, path):
-    """One line for an exception raised by the learner's code, pointing at their zero.py when it can."""
-    return explain_in(exc, path, FILE)
 
 
 def reference_range(n, rank, world):
@@ -128,7 +123,7 @@ def range_problem(fn, n, world):
 
 
 def case_shard_range(c):
-    fn = need(c.mod, "shard_range")
+    fn = harness.need(c.mod, "shard_range", FILE)
     for world in range(1, 7):
         for n in sizes(world) + [101, 7 * world + 3]:
             problem = range_problem(fn, n, world)
@@ -142,15 +137,6 @@ def rand(seed, n, dtype):
     import torch
     g = torch.Generator().manual_seed(seed)
     return (torch.rand(n, generator=g, dtype=torch.float64) * 2 - 1).to(getattr(torch, dtype))
-
-
-def bounds(c, n):
-    """Every rank's (start, stop) as the learner's shard_range says (their collectives use it, right or wrong);
-    the course's when it does not run."""
-    try:
-        return [tuple(int(v) for v in c.mod.shard_range(n, r, c.world)) for r in range(c.world)]
-    except Exception:
-        return [reference_range(n, r, c.world) for r in range(c.world)]
 
 
 def _close(got, want, dtype):
@@ -199,11 +185,11 @@ def _rs_problem(c, got, inputs, b, dtype, scratch):
 
 
 def case_reduce_scatter(c):
-    fn = need(c.mod, "reduce_scatter")
+    fn = harness.need(c.mod, "reduce_scatter", FILE)
     for i, n in enumerate(sizes(c.world)):
         for dtype in ("float64", "float32"):
             inputs = [rand(100 * i + r, n, dtype) for r in range(c.world)]
-            b = bounds(c, n)
+            b = c.shards(n)
             c.take_counts()
             scratch = inputs[c.r].clone()
             got = fn(scratch, **c.kw)
@@ -228,9 +214,9 @@ def _ag_problem(c, flat, want, b, label):
 
 def case_all_gather(c):
     import torch
-    fn = need(c.mod, "all_gather")
+    fn = harness.need(c.mod, "all_gather", FILE)
     for i, n in enumerate(sizes(c.world)):
-        b = bounds(c, n)
+        b = c.shards(n)
         full = rand(7 + i, n, "float64")       # rank r's shard: its slice of `full`
         flat = torch.full((n,), float("nan"), dtype=torch.float64)
         a0, b0 = b[c.r]

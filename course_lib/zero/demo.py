@@ -25,19 +25,6 @@ METHODS = ("DDP", "ZeRO-1", "ZeRO-2", "FSDP2")
 OPTIMIZER = {"lr": 0.05, "momentum": 0.9}     # torch.optim.SGD's: one buffer (the velocity) per parameter
 
 
-def nbytes(t) -> int:
-    """Bytes this rank holds of ``t``: a DTensor (FSDP2) counts its local shard only."""
-    if t is None:
-        return 0
-    local = t.to_local() if hasattr(t, "to_local") else t
-    return local.numel() * local.element_size()
-
-
-def state_bytes(optimizer) -> int:
-    import torch
-    return sum(nbytes(v) for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor))
-
-
 def mlp(hidden=128, dtype=None):
     import torch
     torch.manual_seed(0)
@@ -137,14 +124,14 @@ def build(method, zero_mod, collectives):
 def memory(model, inner, zero):
     """Bytes on this rank right after a step: parameters, gradients (still allocated), optimizer state, and for ZeRO
     every other tensor its optimizer object or the model keeps alive (the shard's copy, anything in an attribute)."""
-    from course_lib.zero import measure
+    from course_lib.zero.measure import held, nbytes, state_bytes
     grads = sum(nbytes(p.grad) for p in model.parameters())
     out = {"params": sum(nbytes(p) for p in model.parameters()), "grads": grads, "state": state_bytes(inner),
            "other": 0}
     if zero is not None:
         out["grads"] += nbytes(getattr(getattr(zero, "shard", None), "grad", None))
-        held = measure.held({"zero": zero, "model": model}, list(model.parameters()))
-        out["other"] = max(0, sum(b for b, _, _ in held.values()) - out["grads"] - out["state"])
+        found = held({"zero": zero, "model": model}, list(model.parameters()))
+        out["other"] = max(0, sum(b for b, _, _ in found.values()) - out["grads"] - out["state"])
     return out
 
 
@@ -183,8 +170,8 @@ def run_sharded(zero_file, steps, collectives, rank, world):
         try:
             losses, mem = train(method, zero_mod, collectives, batches, rank, world)
         except Exception as e:   # the learner's ZeroOptimizer, or FSDP2 on a torch that cannot run it here
-            from course_lib.zero.cases import explain
-            rankkit.emit("error", method=method, rank=rank, message=explain(e, zero_file),
+            from course_lib.checking.learner import explain
+            rankkit.emit("error", method=method, rank=rank, message=explain(e, zero_file, "zero.py"),
                          trace=traceback.format_exc()[-600:])
             continue
         if rank == 0:

@@ -1,5 +1,6 @@
 """What a ZeroOptimizer holds and sends, measured rather than inferred from its values (the ZeRO case, zerocase.py).
 
+``nbytes``, ``state_bytes``: a tensor's and an optimizer state's bytes on this rank (notebook 09's runs too).
 ``held(roots, params)``: every tensor reachable from the optimizer object and the model (attributes, dicts, lists,
 the inner optimizer's state, each tensor's ``.grad``), counted once per storage, less the parameters' own storage,
 with the path it was reached by: a full-size gradient kept in an attribute of any name is seen. ``SendMeter``: the
@@ -16,6 +17,20 @@ DEPTH = 8      # attribute hops from a root: far more than any optimizer object 
 
 def _nbytes(t) -> int:
     return t.untyped_storage().nbytes()
+
+
+def nbytes(t) -> int:
+    """Bytes this rank holds of ``t`` (0 for None): a DTensor (FSDP2) counts its local shard only."""
+    if t is None:
+        return 0
+    local = t.to_local() if hasattr(t, "to_local") else t
+    return local.numel() * local.element_size()
+
+
+def state_bytes(optimizer) -> int:
+    """Bytes of the tensors in ``optimizer.state`` on this rank."""
+    import torch
+    return sum(nbytes(v) for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor))
 
 
 def _children(obj):

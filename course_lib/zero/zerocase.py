@@ -41,12 +41,6 @@ def flat_params(model):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
 
 
-def state_bytes(optimizer) -> int:
-    import torch
-    return sum(v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
-               if isinstance(v, torch.Tensor))
-
-
 def diagnose(c, before, after, want, shards, step, opt_name):
     """Why the learner's parameters differ from DDP's after ``step``, or None when they do not."""
     import torch
@@ -102,7 +96,7 @@ def _one_step(c, ref, ref_opt, mine, zero, step):
     with measure.SendMeter() as sent:
         zero.step()
     counts = c.take_counts()
-    left = sum(p.grad.numel() * p.grad.element_size() for p in mine.parameters() if p.grad is not None)
+    left = sum(measure.nbytes(p.grad) for p in mine.parameters())
     held = measure.held({"zero": zero, "model": mine}, list(mine.parameters()))
     zero.zero_grad()
     return counts, left, held, sent.bytes
@@ -136,7 +130,7 @@ def held_problem(c, stage, held, n, elem, ddp_state):
 
 
 def state_over(zero, ref_opt, n, world) -> bool:
-    return state_bytes(zero.optimizer) > state_bytes(ref_opt) * -(-n // world) / n + SLACK
+    return measure.state_bytes(zero.optimizer) > measure.state_bytes(ref_opt) * -(-n // world) / n + SLACK
 
 
 def sent_problem(c, sent, n, elem):
@@ -175,13 +169,13 @@ def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
             if problem is None and stage == 2:
                 problem = _stage2_problem(counts, left, elem * n)
             if problem is None and not state_over(zero, ref_opt, n, c.world):   # that has its own message
-                problem, total = held_problem(c, stage, held, n, elem, state_bytes(ref_opt))
+                problem, total = held_problem(c, stage, held, n, elem, measure.state_bytes(ref_opt))
                 seen["held"] = max(seen["held"], total)
                 if problem is None and not counts:      # the bytes of the library's collectives are not seen
                     problem = sent_problem(c, sent, n, elem)
                     seen["sent"] = max(seen["sent"], sent)
             c.agree_or_fail(problem)
-        return state_bytes(zero.optimizer), state_bytes(ref_opt), seen
+        return measure.state_bytes(zero.optimizer), measure.state_bytes(ref_opt), seen
     finally:
         del ref   # drop the DDP model before the process group goes (gloo: a live DDP model can abort the exit)
 

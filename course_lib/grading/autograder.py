@@ -23,6 +23,10 @@ from pathlib import Path
 
 from course_lib.core.atomic import write_text
 from course_lib.core.paths import course_root
+from course_lib.grading.feedback import file_stem
+from course_lib.grading.reports import Outputs
+from course_lib.grading.run import grade
+from course_lib.grading.sandbox import Limits
 from course_lib.registry import EXERCISES
 
 SETUP = """#!/usr/bin/env bash
@@ -101,11 +105,6 @@ def _failed(results: Path, why: str) -> int:
 
 def run(root: Path, exercises: list[str], deadline: float) -> int:
     """Grade ``root/submission`` as one learner; ``root/results/results.json``. The exit code of the grading."""
-    from course_lib.grading.feedback import file_stem
-    from course_lib.grading.reports import Outputs
-    from course_lib.grading.run import grade
-    from course_lib.grading.sandbox import Limits
-
     results = root / "results" / "results.json"
     results.parent.mkdir(parents=True, exist_ok=True)
     name = _learner(root)

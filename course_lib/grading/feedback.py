@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from course_lib.core.atomic import write_text
+from course_lib.grading.scores import by_learner
 from course_lib.registry import EXERCISES
 
 PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,60}")
@@ -29,14 +30,6 @@ def file_stem(name: str) -> str:
     if PLAIN.fullmatch(name) and not name.endswith("."):
         return name
     return slug(name)
-
-
-def _by_exercise(rows: list[dict], name: str) -> dict[str, list[dict]]:
-    own: dict[str, list[dict]] = {}
-    for r in rows:
-        if r["learner"] == name:
-            own.setdefault(r["exercise"], []).append(r)
-    return own
 
 
 def no_math(text: str) -> str:
@@ -109,8 +102,7 @@ def write_feedback(out: Path, rows: list[dict], learners: list) -> list[Path]:
     notes = {lr.name: [f"{ex}: {f.note or f.problem[1]}" for ex, f in lr.found.items()] + list(lr.notes)
              for lr in learners}
     written = []
-    for name in sorted({r["learner"] for r in rows}):
-        own = _by_exercise(rows, name)
+    for name, own in sorted(by_learner(rows).items()):
         stem = file_stem(name)
         write_text(folder / f"{stem}.md", markdown(name, own, notes.get(name, [])))
         write_text(folder / f"{stem}.html", to_html(name, own, notes.get(name, [])))

@@ -18,6 +18,8 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
+from course_lib.grading.scores import by_learner, exercise_score
+
 NBGRADER_MARKS = ("nbgrader_config.py", "gradebook.db", "source", "release", "autograded")
 CELL = "checks"
 
@@ -50,8 +52,6 @@ def assignment_names(learners, exercises: list[str]) -> dict[str, str]:
 def scores(rows: list[dict]) -> dict[tuple[str, str], float]:
     """(learner, exercise) -> share of its judged checks that pass (course_lib.grading.scores; an exercise with
     nothing judged, every check skipped, has no score and is left out)."""
-    from course_lib.grading.scores import by_learner, exercise_score
-
     got = {(name, ex): exercise_score(ex_rows) for name, own in by_learner(rows).items()
            for ex, ex_rows in own.items()}
     return {key: score for key, score in got.items() if score is not None}

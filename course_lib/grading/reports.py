@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.core.atomic import atomic_writer
+from course_lib.grading.causes import DEADLINE, annotate, explain, limits_hit
+from course_lib.grading.exports import write_gradescope, write_lms
 from course_lib.grading.feedback import no_math, write_feedback
+from course_lib.grading.scores import by_learner, write_scores
 from course_lib.registry import EXERCISES
 
 COLUMNS = ["learner", "exercise", "item", "result", "message"]
@@ -58,9 +61,6 @@ def write_reports(out: Path, rows: list[dict], learners: list, exercises: list[s
                   header: str, ignored: list[str], timing: dict, outputs: Outputs | None = None) -> None:
     """Rewrite grades.csv, scores.csv, grades.md, feedback/ and the exports from all the rows so far (each file
     atomically: a reader never sees half)."""
-    from course_lib.grading.exports import write_gradescope, write_lms
-    from course_lib.grading.scores import write_scores
-
     outputs = outputs or Outputs()
     order = {ex: i for i, ex in enumerate(EXERCISES)}
     rows = sorted(rows, key=lambda r: (r["learner"].casefold(), r["learner"], order.get(r["exercise"], 9)))
@@ -82,9 +82,7 @@ def write_reports(out: Path, rows: list[dict], learners: list, exercises: list[s
 
 def _markdown(rows, learners, exercises, header, ignored, timing) -> list[str]:
     """The lines of grades.md: the class table, then a section per learner, then what was not graded."""
-    by: dict[str, dict[str, list[dict]]] = {}
-    for r in rows:
-        by.setdefault(r["learner"], {}).setdefault(r["exercise"], []).append(r)
+    by = by_learner(rows)
     cols = [ex for ex in EXERCISES if ex in exercises or any(ex in d for d in by.values())]
     names = sorted(by, key=lambda n: (n.casefold(), n))
     md = [header, "", "| learner | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
@@ -147,8 +145,6 @@ def fold_general(rows: list[dict], exercise: str) -> list[dict]:
 def outcome_rows(outcome, limits) -> list[dict]:
     """The rows of one check: the checker's verdicts, or why there are none; a limit that stopped it is named
     (course_lib.grading.causes)."""
-    from course_lib.grading.causes import DEADLINE, annotate, explain, limits_hit
-
     if outcome.verdicts:
         return annotate(list(outcome.verdicts), outcome, limits)
     tail = outcome.last_lines()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from course_lib.instructor.hub import merge_settings
+from course_lib.instructor.hub import merge_settings, server_config, write_lab_dir
 
 KERNEL = "multigpu-course"
 
@@ -38,16 +38,10 @@ def settings(terminal: dict | None = None) -> dict:
 
 def terminal(venv: Path) -> dict:
     """The terminals' settings of ``make lab``, for an install: its bashrc written into ``PREFIX/lab`` (beside
-    ``PREFIX/venv``) by the same function. Empty, with a note, where this course's lab-settings lacks it."""
-    from course_lib.instructor import hub as lab_settings
-
-    if not hasattr(lab_settings, "write_lab_dir"):
-        print("hub server settings: this course's `course lab-settings` has no --lab-dir (its terminal bashrc); "
-              "learners' terminals start with the login profiles' PATH")
-        return {}
+    ``PREFIX/venv``) by the same function."""
     lab_dir = venv.parent / "lab"
-    lab_settings.write_lab_dir(lab_dir, venv)
-    return {"terminado_settings": lab_settings.server_config(lab_dir)["ServerApp"].get("terminado_settings", {})}
+    write_lab_dir(lab_dir, venv)
+    return {"terminado_settings": server_config(lab_dir)["ServerApp"].get("terminado_settings", {})}
 
 
 def server_choices(site, time: str, partition: str = "") -> list[dict]:

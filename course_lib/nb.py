@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import importlib
 import io
 from pathlib import Path
 
@@ -31,19 +32,54 @@ def exercise_path(tree: str, relative: str) -> Path:
 
 
 def exercise(name: str, tree: str = "exercises") -> Path:
-    """The file of exercise ``name`` (course_lib.registry) in the notebook's tree: ``exercise("zero", TREE)``.
-    A notebook names its exercise, never its path."""
-    from course_lib.registry import get
-    return exercise_path(tree, get(name).file)
+    """The file (or folder) of exercise ``name`` (course_lib.registry) in the notebook's tree: ``exercise("zero",
+    TREE)``. A notebook names its exercise, never its path."""
+    from course_lib.registry import file_of
+    return exercise_path(tree, file_of(name))
 
 
-def lab(name: str):
-    """The lab module of exercise ``name``'s package (course_lib.registry): ``lab = nb.lab("zero")`` is
-    course_lib.zero.lab, the notebook's experiments around the exercise."""
-    import importlib
+# course_lib's topics that no exercise of the registry names: a notebook reaches them by these names
+TOPICS = ("bughunt", "instructor", "jobs", "lessons", "runs", "trace")
 
-    from course_lib.registry import get
-    return importlib.import_module(get(name).checker.rsplit(".", 1)[0] + ".lab")
+
+def topic(name: str):
+    """The helpers a notebook uses around a topic, one call per topic: ``tp = nb.topic("tp")``, then ``tp.plots``,
+    ``tp.grid.reference_rank_groups``. ``name`` is an exercise of the registry (its checker's package) or one of
+    ``TOPICS``; the package's modules are imported when first named."""
+    from course_lib.registry import EXERCISES
+    if name in EXERCISES:
+        package = EXERCISES[name].checker.rsplit(".", 1)[0]
+    elif name in TOPICS:
+        package = f"course_lib.{name}"
+    else:
+        raise ValueError(f"no topic {name!r}: choose an exercise ({', '.join(EXERCISES)}) or one of {TOPICS}")
+    module = importlib.import_module(package)
+    return _Topic(module) if hasattr(module, "__path__") else module
+
+
+class _Topic:
+    """A package whose modules are its attributes, each imported when first used (``import course_lib.tp`` alone
+    does not import course_lib.tp.plots)."""
+
+    def __init__(self, package):
+        self._package = package
+
+    def __getattr__(self, attr: str):
+        try:
+            return getattr(self._package, attr)
+        except AttributeError:
+            if attr.startswith("_"):      # IPython's probes (_repr_html_, ...) are no modules
+                raise
+        name = f"{self._package.__name__}.{attr}"
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:            # the module is there but needs one that is not
+                raise
+            raise AttributeError(f"{self._package.__name__} has no {attr!r}") from None
+
+    def __repr__(self) -> str:
+        return f"<topic {self._package.__name__}>"
 
 
 def mine_or_reference(name: str, path, report):

@@ -21,10 +21,6 @@ PATH = re.compile(r"(?<![\w/])(?:(?:exercises|solutions)/)?\d\d_[a-z_]+/[\w./-]*
 
 # not yet converted (issue 57 item 3): what each notebook still imports past nb, and the paths it still writes
 NOT_YET = {
-    "00_welcome": {"course_lib.instructor", "course_lib.lessons", "path 07_bughunt"},
-    "01_serial_mnist": {"course_lib.jobs", "course_lib.lessons", "course_lib.runs", "course_lib.trace",
-                        "path solutions/01_serial/mnist_classify.py"},
-    "02_ddp_six_steps": {"course_lib.ddp", "course_lib.ddp.runs"},
     "03_launching_jobs": {"course_lib.jobs", "course_lib.jobs.workshop", "course_lib.lessons.runs",
                           "course_lib.sbatch"},
     "04_scaling_study": {"course_lib.allreduce", "course_lib.jobs", "course_lib.lessons.runs", "course_lib.runs",
@@ -86,6 +82,18 @@ def test_nb_names_the_exercise_not_its_path():
     from course_lib import nb
     assert nb.exercise("zero", "solutions") == ROOT / "solutions" / "09_zero" / "zero.py"
     assert nb.exercise("step") == ROOT / "exercises" / "01_tuning" / "step.py"
-    assert nb.lab("ownddp").__name__ == "course_lib.owndp.lab"
+    assert nb.exercise("serial", "solutions") == ROOT / "solutions" / "01_serial" / "mnist_classify.py"
     with pytest.raises(ValueError):
         nb.exercise("zero", "elsewhere")
+
+
+def test_a_topic_gives_its_modules_as_they_are_named():
+    """nb.topic: one call per topic, its modules imported when first used; an exercise names its checker's package."""
+    from course_lib import nb
+    assert nb.topic("ownddp").lab.__name__ == "course_lib.owndp.lab"
+    tp = nb.topic("tp")
+    assert tp.grid.__name__ == "course_lib.tp.grid"
+    assert nb.topic("lessons").noise.__name__ == "course_lib.lessons.noise"
+    assert not hasattr(tp, "_repr_html_") and not hasattr(tp, "no_such_module")   # IPython probes it
+    with pytest.raises(ValueError, match="no topic 'core'"):
+        nb.topic("core")

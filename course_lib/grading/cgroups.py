@@ -150,11 +150,12 @@ class Cgroups:
 
     def _v2(self, host: Host, name: str, limits) -> bool:
         parent = _v2_parent(host)
-        if parent is None or "pids" not in _enable(parent, ["pids", "memory"]):
+        on = _enable(parent, ["pids", "memory"]) if parent is not None else []
+        if "pids" not in on:
             return False
         files = {"pids.max": str(limits.max_processes)}
-        if "memory" in (parent / "cgroup.subtree_control").read_text().split():
-            files.update({"memory.max": str(limits.memory_mb * 2**20)})
+        if "memory" in on:
+            files["memory.max"] = str(limits.memory_mb * 2**20)
         if _mkdir_with(parent / name, files):
             self.dirs.append(parent / name)
             with contextlib.suppress(OSError):

@@ -22,6 +22,8 @@ import argparse
 import contextlib
 import json
 
+from course_lib import gridrun
+
 BATCH, FEATURES = 2, 16
 
 
@@ -139,17 +141,14 @@ def measure(seq_lens) -> list[dict]:
 
 def main(argv=None):
     import torch.distributed as dist
-
-    from course_lib.core.rankkit import rank_env
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seq-lens", default="64,128,256")
     a = p.parse_args(argv)
-    env = rank_env()
-    dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size)
+    rank, world = gridrun.start()
     rows = measure([int(s) for s in a.seq_lens.split(",")])
-    everyone = [None] * env.world_size
+    everyone = [None] * world
     dist.all_gather_object(everyone, rows)
-    if env.rank == 0:
+    if rank == 0:
         for row in sorted((r for rs in everyone for r in rs), key=lambda r: (r["cp"], r["seq_len"], r["rank"])):
             print("@cp " + json.dumps(row), flush=True)
     dist.destroy_process_group()

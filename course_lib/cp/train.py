@@ -16,10 +16,11 @@ the whole batch, and the loss curves agree to rounding. One line per step::
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
-STEP_LINE = re.compile(r"^step=(\d+) loss=(\S+)$")
+from course_lib import gridrun
+from course_lib.core.loader import import_path
+from course_lib.gridrun import parse_losses as parse_output  # noqa: F401 - notebook 11 reads its run with it
 
 
 def parse_args(argv=None):
@@ -61,83 +62,45 @@ def batches(args):
 
 
 def train_serial(args) -> list[float]:
-    import torch
     import torch.nn.functional as F
 
     from course_lib.cp import reference
     net = model(args.features, args.seed)
-    opt = torch.optim.SGD(net.parameters(), lr=args.lr)
-    losses = []
-    for x, y in batches(args):
-        opt.zero_grad()
-        loss = F.mse_loss(forward(net, x, reference.serial), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return list(gridrun.sgd(net.parameters(), batches(args),
+                            lambda x, y: F.mse_loss(forward(net, x, reference.serial), y), args.lr))
 
 
 def train_parallel(args) -> None:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-
-    from course_lib.core.loader import import_path
-    from course_lib.core.rankkit import RankEnvError, rank_env
-    from course_lib.tp.grid import reference_rank_groups
-    try:
-        rank, _, world, _ = rank_env()
-    except RankEnvError as e:
-        sys.exit(str(e))
-    if world != args.cp * args.dp:
-        sys.exit(f"launch cp*dp = {args.cp * args.dp} ranks, not {world}")
     if args.seq_len % (2 * args.cp) or args.batch_size % args.dp:
         sys.exit("--seq-len must divide by 2*cp (the balanced split) and --batch-size by dp")
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    rank, world = gridrun.start(args.cp * args.dp, "cp*dp")
     torch.set_default_dtype(torch.float64)
     cp_mod = import_path(args.cp_file, "cp_for_training")
-    mine = {}
-    for kind, groups in reference_rank_groups(world, cp=args.cp, dp=args.dp, order="tp-cp-dp-pp").items():
-        for ranks in groups:
-            if kind in ("cp", "dp"):
-                group = dist.new_group(ranks)   # every rank creates every group, in the same order
-                if rank in ranks:
-                    mine[kind] = group
-    c, d = dist.get_rank(mine["cp"]), dist.get_rank(mine["dp"])
+    groups = gridrun.grid_groups(rank, world, ("dp", "cp"), "tp-cp-dp-pp", cp=args.cp, dp=args.dp)
+    (_, dp_group), (_, cp_group) = groups["dp"], groups["cp"]
+    c, d = dist.get_rank(cp_group), dist.get_rank(dp_group)
     pos = cp_mod.split_positions(args.seq_len, args.cp, c, balanced=True)
     net = model(args.features, args.seed)       # the same initial weights as the serial run, on every rank
-    opt = torch.optim.SGD(net.parameters(), lr=args.lr)
     share = args.batch_size // args.dp
-    for step, (x, y) in enumerate(batches(args), 1):
-        x, y = x[d * share:(d + 1) * share, pos], y[d * share:(d + 1) * share, pos]   # this rank's tokens
-        opt.zero_grad()
-        out = forward(net, x, lambda q, k, v: cp_mod.cp_attention(q, k, v, pos, group=mine["cp"]))
-        loss = F.mse_loss(out, y)                     # the mean over this rank's tokens
-        loss.backward()
-        cp_mod.reduce_shared_grads(list(net.parameters()), mine["dp"], mine["cp"])
-        opt.step()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean)
+    mine = ((x[d * share:(d + 1) * share, pos], y[d * share:(d + 1) * share, pos]) for x, y in batches(args))
+
+    def loss_of(x, y):   # the mean over this rank's tokens
+        return F.mse_loss(forward(net, x, lambda q, k, v: cp_mod.cp_attention(q, k, v, pos, group=cp_group)), y)
+    losses = gridrun.sgd(net.parameters(), mine, loss_of, args.lr,
+                         lambda: cp_mod.reduce_shared_grads(list(net.parameters()), dp_group, cp_group),
+                         dist.group.WORLD)
+    for step, loss in enumerate(losses, 1):
         if rank == 0:
-            print(f"step={step} loss={mean.item() / world!r}", flush=True)
+            gridrun.print_step(step, loss)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def parse_output(lines) -> list[float]:
-    return [float(m.group(2)) for m in map(STEP_LINE.match, (line.strip() for line in lines)) if m]
-
-
 def main(argv=None):
-    args = parse_args(argv)
-    if args.serial:
-        for step, loss in enumerate(train_serial(args), 1):
-            print(f"step={step} loss={loss!r}", flush=True)
-        return 0
-    if not args.cp_file:
-        sys.exit("give --cp-file PATH (your exercises/11_context_parallel/cp.py) or --serial")
-    train_parallel(args)
-    return 0
+    return gridrun.main(parse_args(argv), train_serial, train_parallel, "cp")
 
 
 if __name__ == "__main__":

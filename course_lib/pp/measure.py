@@ -12,9 +12,11 @@ one line ``PPEVENT {json}``; ``timeline.parse`` reads them back.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import time
+
+from course_lib import gridrun
+from course_lib.pp.timeline import PREFIX
 
 
 def wrap(mod, fwd_s: float, bwd_s: float, events: list, clock):
@@ -82,14 +84,12 @@ def main(argv=None) -> None:
     import torch.distributed as dist
 
     from course_lib.core.loader import import_path
-    from course_lib.core.rankkit import rank_env
-    env = rank_env()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size, timeout=datetime.timedelta(seconds=60))
+    rank, world = gridrun.start(timeout_s=60)
     mod = import_path(a.pp_file, "learner_pp")
     for schedule in a.schedules.split(","):
         for m in (int(v) for v in a.m.split(",")):
-            print("PPEVENT " + json.dumps(step(mod, schedule, m, a, env.rank, env.world_size)), flush=True)
+            print(PREFIX + json.dumps(step(mod, schedule, m, a, rank, world)), flush=True)
     dist.destroy_process_group()
 
 

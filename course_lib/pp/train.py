@@ -10,7 +10,11 @@ gradients over its dp group and takes an SGD step. In float64 the loss curve equ
 from __future__ import annotations
 
 import argparse
-import datetime
+import sys
+
+from course_lib import gridrun
+from course_lib.core.loader import import_path
+from course_lib.gridrun import parse_losses  # noqa: F401 - notebook 12 reads its run with it
 
 ORDER = "tp-cp-dp-pp"
 
@@ -28,43 +32,23 @@ def data(steps: int, batch: int, width: int):
 
 
 def train_serial(a) -> list[float]:
-    import torch
-
     from course_lib.pp import pipe as pp
     model = pp.make_model(a.layers, a.width)
-    losses = []
-    for x, y in data(a.steps, a.batch, a.width):
-        model.zero_grad()
-        loss = pp.mse(model(x), y)
-        loss.backward()
-        with torch.no_grad():
-            for p in model.parameters():
-                p -= a.lr * p.grad
-        losses.append(float(loss.detach()))
-    return losses
+    return list(gridrun.sgd(model.parameters(), data(a.steps, a.batch, a.width), lambda x, y: pp.mse(model(x), y),
+                            a.lr))
 
 
 def train_parallel(a) -> None:
     import torch
     import torch.distributed as dist
 
-    from course_lib.core.loader import import_path
-    from course_lib.core.rankkit import rank_env
     from course_lib.pp import pipe as pp
-    from course_lib.tp.grid import reference_rank_groups
-    env = rank_env()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size, timeout=datetime.timedelta(seconds=60))
-    grid = reference_rank_groups(env.world_size, dp=a.dp, pp=a.pp, order=ORDER)
-    mine = {}
-    for kind in ("pp", "dp"):
-        for ranks in grid[kind]:
-            group = dist.new_group(ranks)     # every rank makes every group, in the same order
-            if env.rank in ranks:
-                mine[kind] = (ranks, group)
+    rank, world = gridrun.start(timeout_s=60)
+    mine = gridrun.grid_groups(rank, world, ("pp", "dp"), ORDER, dp=a.dp, pp=a.pp)
     (pp_ranks, pp_group), (dp_ranks, dp_group) = mine["pp"], mine["dp"]
-    stage, replica = pp_ranks.index(env.rank), dp_ranks.index(env.rank)
-    print(f"rank {env.rank}: stage {stage} of pp group {pp_ranks}, dp replica {replica} of dp group {dp_ranks}",
+    stage, replica = pp_ranks.index(rank), dp_ranks.index(rank)
+    print(f"rank {rank}: stage {stage} of pp group {pp_ranks}, dp replica {replica} of dp group {dp_ranks}",
           flush=True)
     mod = import_path(a.pp_file, "learner_pp")
     model = pp.make_model(a.layers, a.width)
@@ -82,12 +66,8 @@ def train_parallel(a) -> None:
             total = torch.tensor([loss], dtype=torch.float64)
             dist.all_reduce(total, group=dp_group)
             if replica == 0:
-                print(f"step={step} loss={float(total) / a.dp!r}", flush=True)
+                gridrun.print_step(step, float(total) / a.dp)
     dist.destroy_process_group()
-
-
-def parse_losses(text: str) -> list[float]:
-    return [float(line.split("loss=")[1]) for line in text.splitlines() if line.startswith("step=")]
 
 
 def parse_args(argv=None):
@@ -105,14 +85,9 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def main(argv=None) -> None:
-    a = parse_args(argv)
-    if a.serial:
-        for step, loss in enumerate(train_serial(a), 1):
-            print(f"step={step} loss={loss!r}", flush=True)
-    else:
-        train_parallel(a)
+def main(argv=None) -> int:
+    return gridrun.main(parse_args(argv), train_serial, train_parallel, "pp")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -20,11 +20,10 @@ import argparse
 import re
 import sys
 
-from course_lib import registry
+from course_lib import gridrun
 from course_lib.core.loader import import_path
-from course_lib.core.rankkit import RankEnvError, rank_env
+from course_lib.tp.shards import load_column, load_row
 
-STEP_LINE = re.compile(r"^step=(\d+) loss=(\S+)$")
 MEMORY_LINE = re.compile(r"^params_per_rank=(\d+) bytes_per_rank=(\d+) serial_params=(\d+) serial_bytes=(\d+)")
 
 
@@ -80,22 +79,9 @@ def param_bytes(model):
 
 
 def train_serial(args) -> list[float]:
-    import torch
     import torch.nn.functional as F
     model = serial_model(args.hidden, args.seed)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
-    losses = []
-    for x, y in batches(args):
-        opt.zero_grad()
-        loss = F.nll_loss(forward(model, x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
-def load_tp(path):
-    return import_path(path, "tp_for_training")
+    return list(gridrun.sgd(model.parameters(), batches(args), lambda x, y: F.nll_loss(forward(model, x), y), args.lr))
 
 
 def train_parallel(args):
@@ -103,15 +89,9 @@ def train_parallel(args):
     import torch.distributed as dist
     import torch.nn as nn
     import torch.nn.functional as F
-    try:
-        rank, _, world, _ = rank_env()
-    except RankEnvError as e:
-        sys.exit(str(e))
-    if world != args.tp * args.dp:
-        sys.exit(f"launch tp*dp = {args.tp * args.dp} ranks, not {world}")
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    rank, _ = gridrun.start(args.tp * args.dp, "tp*dp")
     torch.set_default_dtype(torch.float64)
-    tp = load_tp(args.tp_file)
+    tp = import_path(args.tp_file, "tp_for_training")
     groups = tp.init_rank_groups(tp=args.tp, dp=args.dp)
     tp_group, dp_group = groups["tp"], groups["dp"]
     t, d = dist.get_rank(tp_group), dist.get_rank(dp_group)
@@ -121,27 +101,21 @@ def train_parallel(args):
         "fc2": tp.RowParallelLinear(args.hidden, 10, input_is_parallel=True, group=tp_group),
     }).double()
     # the serial model's weights, this rank's shard of each (the exercise's layout, Megatron's)
-    ref, h = serial_model(args.hidden, args.seed), args.hidden // args.tp
-    with torch.no_grad():
-        model["fc1"].weight.copy_(ref["fc1"].weight[t * h:(t + 1) * h])
-        model["fc1"].bias.copy_(ref["fc1"].bias[t * h:(t + 1) * h])
-        model["fc2"].weight.copy_(ref["fc2"].weight[:, t * h:(t + 1) * h])
-        model["fc2"].bias.copy_(ref["fc2"].bias)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    ref = serial_model(args.hidden, args.seed)
+    load_column(model["fc1"], ref["fc1"], args.tp, t)
+    load_row(model["fc2"], ref["fc2"], args.tp, t)
     share = args.batch_size // args.dp
-    for step, (x, y) in enumerate(batches(args), 1):
-        x, y = x[d * share:(d + 1) * share], y[d * share:(d + 1) * share]   # this replica's share
-        opt.zero_grad()
-        loss = F.nll_loss(forward(model, x), y)
-        loss.backward()
-        for p in model.parameters():   # data parallelism: average the gradients over the replicas
+    mine = ((x[d * share:(d + 1) * share], y[d * share:(d + 1) * share]) for x, y in batches(args))  # this replica's
+
+    def reduce_grads():   # data parallelism: average the gradients over the replicas
+        for p in model.parameters():
             dist.all_reduce(p.grad, group=dp_group)
             p.grad /= args.dp
-        opt.step()
-        mean = loss.detach().clone()
-        dist.all_reduce(mean, group=dp_group)
+    losses = gridrun.sgd(model.parameters(), mine, lambda x, y: F.nll_loss(forward(model, x), y), args.lr,
+                         reduce_grads, dp_group)
+    for step, loss in enumerate(losses, 1):
         if rank == 0:
-            print(f"step={step} loss={mean.item() / args.dp!r}", flush=True)
+            gridrun.print_step(step, loss)
     n, b = param_bytes(model)
     sn, sb = param_bytes(ref)
     if rank == 0:
@@ -153,30 +127,16 @@ def train_parallel(args):
 
 def parse_output(lines):
     """(losses, memory dict or None) from the lines of a run."""
-    losses, memory = [], None
-    for line in lines:
-        m = STEP_LINE.match(line.strip())
-        if m:
-            losses.append(float(m.group(2)))
-        m = MEMORY_LINE.match(line.strip())
+    memory = None
+    for m in map(MEMORY_LINE.match, (line.strip() for line in lines)):
         if m:
             memory = dict(zip(("params_per_rank", "bytes_per_rank", "serial_params", "serial_bytes"),
                               map(int, m.groups())))
-    return losses, memory
+    return gridrun.parse_losses(lines), memory
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    if args.serial:
-        import torch
-        torch.set_default_dtype(torch.float64)
-        for step, loss in enumerate(train_serial(args), 1):
-            print(f"step={step} loss={loss!r}", flush=True)
-        return 0
-    if not args.tp_file:
-        sys.exit(f"give --tp-file PATH (your exercises/{registry.get('tp').file}) or --serial")
-    train_parallel(args)
-    return 0
+    return gridrun.main(parse_args(argv), train_serial, train_parallel, "tp")
 
 
 if __name__ == "__main__":

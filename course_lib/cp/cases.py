@@ -13,11 +13,11 @@ from __future__ import annotations
 import functools
 
 from course_lib import checking
-from course_lib.checking import case as harness
 from course_lib.checking.case import Case
 from course_lib.cp.cases_attention import case_attention, case_gather, case_ring, case_unshard
 from course_lib.cp.cases_grads import case_reduce, case_train_step
 from course_lib.cp.cases_local import case_merge, case_split
+from course_lib.tp import numerics
 
 FILE = LOAD_ITEM = "cp.py"
 ITEMS = ("split_positions", "unshard_sequence", "gather_sequence", "cp_attention", "merge_partials",
@@ -69,11 +69,8 @@ def cases(world: int) -> list[Case]:
     return out
 
 
-class Ctx(harness.Ctx):
-    def __init__(self, *args):
-        import torch
-        super().__init__(*args)
-        torch.set_default_dtype(torch.float64)
+class Ctx(numerics.Ctx):
+    FILE = FILE
 
 
 class Setting:
@@ -82,7 +79,7 @@ class Setting:
 
     def __init__(self, ctx, cp_group, dp_group, grid: bool):
         import torch.distributed as dist
-        self.mod, self.take_counts, self.grid = ctx.mod, ctx.take_counts, grid
+        self.mod, self.need, self.take_counts, self.grid = ctx.mod, ctx.need, ctx.take_counts, grid
         self.agree_or_fail = ctx.agree_or_fail     # every rank stops at the same sub-case (no rank left waiting)
         self.cp_group, self.dp_group = cp_group, dp_group
         self.group = cp_group if grid else None           # what the learner's cp functions get
@@ -91,10 +88,6 @@ class Setting:
         self.dp, self.dp_rank = dist.get_world_size(dp_group), dist.get_rank(dp_group)
         self.rank = dist.get_rank()
         self.seed = 1000 * self.dp_rank
-
-    def global_rank(self, r: int) -> int:
-        import torch.distributed as dist
-        return r if self.group is None else dist.get_global_rank(self.group, r)
 
 
 def groups(ctx, grid: bool):

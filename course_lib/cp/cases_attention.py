@@ -5,7 +5,7 @@ the cp group takes its shard at the checker's own positions, so a case never bui
 """
 from __future__ import annotations
 
-from course_lib.checking.case import Fail, need
+from course_lib.checking.case import Fail
 from course_lib.cp import reference
 from course_lib.tp.numerics import as_tensor, close, diff, rand
 
@@ -17,7 +17,7 @@ def _mode(balanced):
 
 
 def case_unshard(c, balanced):
-    fn = need(c.mod, "unshard_sequence", "cp.py")
+    fn = c.need("unshard_sequence")
     seq_len = 4 * c.cp + 1                        # divisible by neither cp (> 1) nor 2*cp
     full = rand(c.seed + 1, B, seq_len, F)
     pos = reference.positions(seq_len, c.cp, c.r, balanced)
@@ -39,7 +39,7 @@ def case_unshard(c, balanced):
 
 def case_gather(c):
     import torch
-    fn = need(c.mod, "gather_sequence", "cp.py")
+    fn = c.need("gather_sequence")
     s = 3
     parts = [rand(c.seed + 10 + r, B, s, F) for r in range(c.cp)]
     t = parts[c.r].clone().requires_grad_()
@@ -79,7 +79,7 @@ def _inputs(c, balanced):
 
 
 def case_attention(c, balanced):
-    fn = need(c.mod, "cp_attention", "cp.py")
+    fn = c.need("cp_attention")
     seq_len, full, pos = _inputs(c, balanced)
     q, k, v = (t[:, pos].clone().requires_grad_() for t in full)
     out = as_tensor(fn(q, k, v, pos.clone(), **c.kw), "cp_attention")
@@ -124,7 +124,7 @@ def _forward_problem(c, out, serial, full, pos, where, balanced):
 
 def case_ring(c, balanced):
     import torch
-    fn = need(c.mod, "ring_attention", "cp.py")
+    fn = c.need("ring_attention")
     seq_len, full, pos = _inputs(c, balanced)
     with torch.no_grad():
         blocks = [[t[:, reference.positions(seq_len, c.cp, r, balanced)] for t in full[1:]]

@@ -6,8 +6,9 @@ attention, whose gradients after the learner's reduction must equal one process'
 """
 from __future__ import annotations
 
-from course_lib.checking.case import Fail, need
+from course_lib.checking.case import Fail
 from course_lib.cp import reference
+from course_lib.cp.train import forward, model
 from course_lib.tp.numerics import close, diff, rand
 
 SHAPES = ((3, 2), (4,))
@@ -20,7 +21,7 @@ def _made_up(seed, rank):
 def case_reduce(c):
     import torch
     import torch.distributed as dist
-    fn = need(c.mod, "reduce_shared_grads", "cp.py")
+    fn = c.need("reduce_shared_grads")
     world = dist.get_world_size()
     grads = {r: _made_up(7, r) for r in range(world)}
     params = [torch.nn.Parameter(torch.zeros(s)) for s in SHAPES] + [torch.nn.Parameter(torch.zeros(2))]
@@ -62,34 +63,18 @@ def _ranks(group):
     return [dist.get_global_rank(group, r) for r in range(dist.get_world_size(group))]
 
 
-def model(seed, features):
-    import torch
-    g = torch.Generator().manual_seed(seed)
-    net = torch.nn.ModuleDict({"qkv": torch.nn.Linear(features, 3 * features, dtype=torch.float64),
-                               "out": torch.nn.Linear(features, features, dtype=torch.float64)})
-    with torch.no_grad():           # the same weights in every rank and in the serial model
-        for p in net.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) / features ** 0.5)
-    return net
-
-
-def forward(net, x, attend):
-    q, k, v = net["qkv"](x).chunk(3, dim=-1)
-    return net["out"](attend(q, k, v))
-
-
 def case_train_step(c):
     import torch.nn.functional as F
-    fn = need(c.mod, "reduce_shared_grads", "cp.py")
+    fn = c.need("reduce_shared_grads")
     seq_len, features = 4 * c.cp, 4
     pos = reference.positions(seq_len, c.cp, c.r, balanced=True)
     data = [(rand(50 + d, 2, seq_len, features), rand(60 + d, 2, seq_len, features)) for d in range(c.dp)]
-    net = model(3, features)
+    net = model(features, 3)   # the same weights in every rank and in the serial model
     x, y = data[c.dp_rank]
     local = forward(net, x[:, pos], lambda q, k, v: reference.cp_attention(q, k, v, pos, c.cp_group))
     F.mse_loss(local, y[:, pos]).backward()         # the mean over this rank's own tokens
     fn(list(net.parameters()), c.dp_group, c.cp_group)
-    serial = model(3, features)
+    serial = model(features, 3)
     loss = sum(F.mse_loss(forward(serial, xs, reference.serial), ys) for xs, ys in data) / c.dp
     loss.backward()
     for (name, p), s in zip(net.named_parameters(), serial.parameters()):

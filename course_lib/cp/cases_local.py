@@ -1,7 +1,7 @@
 """Cases run in one process: ``split_positions`` (every rank's share, asked rank by rank) and ``merge_partials``."""
 from __future__ import annotations
 
-from course_lib.checking.case import Fail, need
+from course_lib.checking.case import Fail
 from course_lib.cp import reference
 from course_lib.tp.numerics import close, diff, rand
 
@@ -39,7 +39,7 @@ def _tokens_once(shares, seq_len, cp, mode):
 
 
 def case_split(ctx):
-    fn = need(ctx.mod, "split_positions", "cp.py")
+    fn = ctx.need("split_positions")
     for cp in range(1, 5):
         for seq_len in range(cp, MAX_SEQ + 1):
             for balanced in (False, True):
@@ -76,7 +76,7 @@ def _balanced(shares, seq_len, cp):
 
 def case_merge(ctx):
     import torch
-    fn = need(ctx.mod, "merge_partials", "cp.py")
+    fn = ctx.need("merge_partials")
     q, k, v = rand(1, 2, 3, 4), rand(2, 2, 8, 4), rand(3, 2, 8, 4)
     q_pos, k_pos = torch.tensor([2, 5, 7]), torch.arange(8)
     a, b = slice(0, 3), slice(3, 8)          # query 0 (position 2) sees nothing of block b: lse_b = -inf there

@@ -38,12 +38,6 @@ def block(q, k, v, q_pos, k_pos):
     return torch.exp(scores - lse.masked_fill(lse.isinf(), 0).unsqueeze(-1)) @ v, lse
 
 
-def merge(out_a, lse_a, out_b, lse_b):
-    import torch
-    lse = torch.logaddexp(lse_a, lse_b)
-    return torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * out_b, lse
-
-
 def average(out_a, lse_a, out_b, lse_b):
     """The mistake: partial softmaxes averaged, without the log-sum-exp correction."""
     import torch

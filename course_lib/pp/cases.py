@@ -16,7 +16,9 @@ from __future__ import annotations
 import functools
 
 from course_lib import checking
+from course_lib.checking import case as harness
 from course_lib.checking.case import Case, Fail, need
+from course_lib.checking.learner import explain
 from course_lib.pp import pipe as pp
 from course_lib.pp.cases_schedule import case_schedule
 
@@ -72,20 +74,27 @@ def micro_batches(world: int) -> tuple:
     return (world + 2,) if world == 2 else (world + 2, 2)
 
 
-def calling(fn, ctx):
-    """``fn`` as the learner wrote it, where a stub's NotImplementedError becomes a verdict that quotes the stub's
-    own words (what to write), with its line."""
-    def call(*args, **kw):
-        try:
-            return fn(*args, **kw)
-        except NotImplementedError as e:
-            raise Fail(todo_text(e, ctx.path), kind="todo") from e
-    return call
+class Ctx(harness.Ctx):
+    """The harness's context, with the learner's functions looked up by name in ``FILE``."""
 
+    def need(self, name: str):
+        return need(self.mod, name, FILE)
 
-def todo_text(e: NotImplementedError, path: str) -> str:
-    from course_lib.checking.learner import explain
-    return explain(e, path, FILE)
+    def explain(self, e: BaseException) -> str:
+        """What went wrong, with its line in the learner's file; a stub's NotImplementedError quotes the stub's
+        own words (what to write)."""
+        return explain(e, self.path, FILE)
+
+    def calling(self, name: str):
+        """The learner's ``name``, where a stub's NotImplementedError becomes a verdict that says what to write."""
+        fn = self.need(name)
+
+        def call(*args, **kw):
+            try:
+                return fn(*args, **kw)
+            except NotImplementedError as e:
+                raise Fail(self.explain(e), kind="todo") from e
+        return call
 
 
 def setting(ctx, m: int):
@@ -104,7 +113,7 @@ def pattern(sender: int, tag: int):
 
 def case_communicate(part: str, ctx):
     _, pipe, _, _, _ = setting(ctx, 3)
-    fn = calling(need(ctx.mod, "communicate", FILE), ctx)
+    fn = ctx.calling("communicate")
     s = ctx.rank
     # 1: activations forward along the chain; 2: gradients backward; 3: 1F1B's steady state, pairs (s, s+1) with
     # s even: s sends forward and receives backward while s+1 does the opposite (then the odd pairs)
@@ -155,7 +164,7 @@ def judge_exchange(got, kw, s, tag, what, pipe) -> str | None:
 def case_forward(ctx):
     import torch
     model, pipe, xs, ys, ref = setting(ctx, 3)
-    fn = calling(need(ctx.mod, "forward_step", FILE), ctx)
+    fn = ctx.calling("forward_step")
     x = ref.inputs[pipe.stage][1].clone()
     y = fn(pipe, x, ys[1] if pipe.last else None)
     if not isinstance(y, torch.Tensor):
@@ -183,7 +192,7 @@ def case_forward(ctx):
 def case_backward(ctx):
     import torch
     model, pipe, xs, ys, ref = setting(ctx, 2)
-    fn = calling(need(ctx.mod, "backward_step", FILE), ctx)
+    fn = ctx.calling("backward_step")
     params = list(pipe.module.parameters())
     shares = []
     for i in range(2):

@@ -10,12 +10,11 @@ activations a stage holds (forwards minus backwards) and notes the first thing o
 """
 from __future__ import annotations
 
-from course_lib.checking.case import Fail, need
+from course_lib.checking.case import Fail
 from course_lib.checking.learner import error_where
 from course_lib.checking.worker import peer_gone
 
 WATCHED = ("forward_step", "backward_step", "communicate")
-FILE_NAME = "pp.py"
 
 
 class Watcher:
@@ -105,20 +104,19 @@ class Watcher:
 def case_schedule(name: str, m: int, ctx):
     from course_lib.pp.cases import TOL, setting
     model, pipe, xs, ys, ref = setting(ctx, m)
-    schedule = need(ctx.mod, name, FILE_NAME)
+    schedule = ctx.need(name)
     for fn in WATCHED:
-        need(ctx.mod, fn, FILE_NAME)
+        ctx.need(fn)
     watcher = Watcher(ctx.mod, pipe, ref)
     with watcher:
         try:
             loss = schedule(pipe, list(xs), list(ys))
         except NotImplementedError as e:
-            from course_lib.pp.cases import todo_text
-            raise Fail(todo_text(e, ctx.path), kind="todo") from e
+            raise Fail(ctx.explain(e), kind="todo") from e
         except Exception as e:
             if peer_gone(e):     # a neighbour's process ended first: the harness reports the neighbour
                 raise
-            raise Fail(crash_text(name, watcher, e, ctx.path), kind="error", where=error_where(e, ctx.path)) from e
+            raise Fail(crash_text(name, watcher, e, ctx), kind="error", where=error_where(e, ctx.path)) from e
     problem = watcher.problem or order_problem(name, watcher, m) or result_problem(pipe, ref, loss, TOL, m)
     if problem:
         raise Fail(f"stage {pipe.stage} of {pipe.stages}: {problem}" if not problem.startswith("stage") else problem,
@@ -132,9 +130,8 @@ def figures(w: Watcher) -> dict:
             "order": "".join(e[0] for e in w.events)}
 
 
-def crash_text(name, w: Watcher, e, path) -> str:
-    from course_lib.checking.learner import explain
-    text = explain(e, path, FILE_NAME)
+def crash_text(name, w: Watcher, e, ctx) -> str:
+    text = ctx.explain(e)
     if w.problem:                 # what the watcher saw first explains the crash
         return f"{w.problem}\n(then {text})"
     if w.inside:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 def sharded(serial, xs, shape, tp: int, scale=None, split_t: bool = True, merge_t: bool = True):
     """Attention as ``tp`` ranks compute it with ``serial``'s weights (rank r: heads r*H/tp ..; q, k, v column
-    shards, proj a row shard, its bias once), ``scale`` and the two transposes as given."""
+    shards, proj a row shard, its bias once), ``scale`` and the two transposes as given; ``tp`` = 1: the serial
+    layer."""
     import torch.nn.functional as F
     b, t, h, heads = shape
     d, lh = h // heads, heads // tp

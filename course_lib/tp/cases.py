@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 
 from course_lib import checking
-from course_lib.checking import case as harness
 from course_lib.checking.case import Case
+from course_lib.tp import numerics
 from course_lib.tp.cases_blocks import case_attention, case_mlp
 from course_lib.tp.cases_fg import case_f, case_g
 from course_lib.tp.cases_groups import case_init_groups, case_rank_groups
@@ -64,11 +64,8 @@ def cases(world: int) -> list[Case]:
     return out
 
 
-class Ctx(harness.Ctx):
-    def __init__(self, *args):
-        import torch
-        super().__init__(*args)
-        torch.set_default_dtype(torch.float64)
+class Ctx(numerics.Ctx):
+    FILE = FILE
 
 
 class Setting:
@@ -76,7 +73,7 @@ class Setting:
 
     def __init__(self, ctx, group):
         import torch.distributed as dist
-        self.mod, self.group, self.take_counts = ctx.mod, group, ctx.take_counts
+        self.mod, self.need, self.group, self.take_counts = ctx.mod, ctx.need, group, ctx.take_counts
         self.tp, self.r = dist.get_world_size(group), dist.get_rank(group)
         self.rank = dist.get_rank()
         self.seed = 1000 * (self.rank // self.tp)   # different data in different groups: mixing shows

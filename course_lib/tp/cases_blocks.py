@@ -1,7 +1,7 @@
 """Cases for the blocks built from the layers: ParallelMLP (column, GELU, row) and ParallelSelfAttention."""
 from __future__ import annotations
 
-from course_lib.checking.case import Fail, need
+from course_lib.checking.case import Fail
 from course_lib.tp import attention
 from course_lib.tp.cases_linear import N_IN
 from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand
@@ -29,7 +29,7 @@ def _mlp_communication(fwd, bwd):
 
 def case_mlp(c):
     import torch.nn.functional as F
-    cls = need(c.mod, "ParallelMLP", "tp.py")
+    cls = c.need("ParallelMLP")
     h, ffn = N_IN, 16
     mlp = cls(h, ffn, **c.kw).double()
     if getattr(mlp, "fc1", None) is None or getattr(mlp, "fc2", None) is None:
@@ -65,18 +65,9 @@ def case_mlp(c):
     _mlp_communication(fwd, bwd)
 
 
-def _serial_attention(serial, xs, b, t, h, heads):
-    import torch.nn.functional as F
-
-    def split(z):
-        return z.view(b, t, heads, h // heads).transpose(1, 2)
-    o = F.scaled_dot_product_attention(split(serial["q"](xs)), split(serial["k"](xs)), split(serial["v"](xs)))
-    return serial["proj"](o.transpose(1, 2).reshape(b, t, h))
-
-
 def case_attention(c):
     import torch
-    cls = need(c.mod, "ParallelSelfAttention", "tp.py")
+    cls = c.need("ParallelSelfAttention")
     h, heads, b, t = N_IN, 4, 2, 5
     attn = cls(h, heads, **c.kw).double()
     for nm in ("q", "k", "v", "proj"):
@@ -92,7 +83,7 @@ def case_attention(c):
     x0 = rand(c.seed + 25, b, t, h)
     x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
     y = as_tensor(attn(x), "ParallelSelfAttention")
-    want = _serial_attention(serial, xs, b, t, h, heads)
+    want = attention.sharded(serial, xs, (b, t, h, heads), 1)   # one rank: serial multi-head attention
     if not close(y.detach(), want.detach()):
         with torch.no_grad():
             why = attention.explain(y.detach(), serial, xs, (b, t, h, heads), c.tp)

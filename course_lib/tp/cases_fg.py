@@ -4,12 +4,12 @@ Each case gets a ``Setting`` (cases.py): the learner's module, the group, tp, th
 """
 from __future__ import annotations
 
-from course_lib.checking.case import Fail, need
+from course_lib.checking.case import Fail
 from course_lib.tp.numerics import as_tensor, close, diff, rand
 
 
 def case_f(c):
-    fn = need(c.mod, "copy_to_parallel_region", "tp.py")
+    fn = c.need("copy_to_parallel_region")
     x0 = rand(c.seed + 1, 4, 6)
     x = x0.clone().requires_grad_()
     y = as_tensor(fn(x, **c.kw), "copy_to_parallel_region")
@@ -39,7 +39,7 @@ def case_f(c):
 
 
 def case_g(c):
-    fn = need(c.mod, "reduce_from_parallel_region", "tp.py")
+    fn = c.need("reduce_from_parallel_region")
     parts = [rand(c.seed + 10 + i, 4, 6) for i in range(c.tp)]   # rank i's partial result
     x = parts[c.r].clone().requires_grad_()
     y = as_tensor(fn(x.clone(), **c.kw), "reduce_from_parallel_region")

@@ -1,14 +1,14 @@
 """Cases for the rank grid: ``rank_groups`` (pure Python, one process) and ``init_rank_groups`` (4 ranks)."""
 from __future__ import annotations
 
-from course_lib.checking.case import Fail, need
+from course_lib.checking.case import Fail
 
 
 def case_rank_groups(c):
     """rank_groups (pure Python) on every combination of rank_group_cases, against the reference grid."""
     from course_lib.tp.grid import rank_group_cases, reference_rank_groups
     cases = rank_group_cases()
-    fn = need(c.mod, "rank_groups", "tp.py")
+    fn = c.need("rank_groups")
     diagnose_grids([(case, check_one_grid(fn, *case, reference_rank_groups)) for case in cases], reference_rank_groups)
     return (f"{len(cases)} (world, tp, dp, cp, pp, order) combinations match Megatron's RankGenerator, including "
             "orders where dp varies fastest")
@@ -103,7 +103,7 @@ def case_init_groups(c):
     import torch.distributed as dist
 
     from course_lib.tp.grid import reference_rank_groups
-    fn = need(c.mod, "init_rank_groups", "tp.py")
+    fn = c.need("init_rank_groups")
     world, rank = dist.get_world_size(), dist.get_rank()
     for sizes, order in (({"tp": 2, "dp": world // 2}, "tp-cp-pp-dp"), ({"tp": 2, "dp": world // 2}, "dp-tp-cp-pp")):
         call = f"init_rank_groups(tp={sizes['tp']}, dp={sizes['dp']}, order={order!r})"

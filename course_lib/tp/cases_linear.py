@@ -2,7 +2,7 @@
 input_is_parallel=False), each against the serial ``nn.Linear`` whose shard it is given."""
 from __future__ import annotations
 
-from course_lib.checking.case import Fail, need
+from course_lib.checking.case import Fail
 from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
 
@@ -24,7 +24,7 @@ def _column_forward_fail(name, gather, y, want, serial, sl, o):
 
 
 def case_column(c, gather):
-    cls = need(c.mod, "ColumnParallelLinear", "tp.py")
+    cls = c.need("ColumnParallelLinear")
     name = "ColumnParallelLinear(gather_output=True)" if gather else "ColumnParallelLinear"
     layer = cls(N_IN, N_OUT, bias=True, gather_output=gather, **c.kw).double()
     w, b = check_column_shapes(layer, N_IN, N_OUT, c.tp)
@@ -92,7 +92,7 @@ def _row_input_grad_slice_only(name, got, want_x, sl):
 
 
 def case_row(c, parallel_input):
-    cls = need(c.mod, "RowParallelLinear", "tp.py")
+    cls = c.need("RowParallelLinear")
     name = "RowParallelLinear" if parallel_input else "RowParallelLinear(input_is_parallel=False)"
     n_in, n_out = N_OUT, N_IN   # 12 -> 8
     layer = cls(n_in, n_out, bias=True, input_is_parallel=parallel_input, **c.kw).double()

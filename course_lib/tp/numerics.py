@@ -1,9 +1,25 @@
-"""Tensors for the cases and comparisons with serial: float64, within ``TOL``."""
+"""Tensors for the cases and comparisons with serial: float64, within ``TOL``; the context the tp and cp cases
+get."""
 from __future__ import annotations
 
+from course_lib.checking import case as harness
 from course_lib.checking.case import Fail
 
 TOL = 1e-10
+
+
+class Ctx(harness.Ctx):
+    """The harness's context in float64, with ``need(name)``: the learner's ``name``, or Missing naming ``FILE``
+    (the exercise's file, set by the cases module's subclass)."""
+    FILE = ""
+
+    def __init__(self, *args):
+        import torch
+        super().__init__(*args)
+        torch.set_default_dtype(torch.float64)
+
+    def need(self, name: str):
+        return harness.need(self.mod, name, self.FILE)
 
 
 def rand(seed, *shape):

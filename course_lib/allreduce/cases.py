@@ -63,13 +63,9 @@ def pass_text(item: str, recs) -> str:
 
 def shapes(world: int) -> list[dict]:
     """The cases for one world size, the most telling first: a typical size, then the edges, then big."""
-    counts = [PRIME, world + 1, world - 1, 1, 0]
-    out, seen = [], set()
-    for count in counts:
-        for dtype in ("float32", "float64", "int64"):
-            if (count, dtype) not in seen:
-                seen.add((count, dtype))
-                out.append({"shape": [count], "dtype": dtype})
+    pairs = dict.fromkeys((count, dtype) for count in (PRIME, world + 1, world - 1, 1, 0)
+                          for dtype in ("float32", "float64", "int64"))      # W=2: W-1 = 1, once
+    out = [{"shape": [count], "dtype": dtype} for count, dtype in pairs]
     out.append({"shape": [world + 1, 3], "dtype": "float32"})       # a 2-D tensor: elements, not rows
     out.append({"shape": [BIG], "dtype": "float32"})
     for i, case in enumerate(out):

@@ -16,12 +16,6 @@ across W and close to the link speed for a bandwidth-optimal algorithm.
 """
 from __future__ import annotations
 
-import math
-
-
-def log2_ceil(world: int) -> int:
-    return max(0, math.ceil(math.log2(world))) if world > 1 else 0
-
 
 def coefficients(algo: str, world: int) -> tuple[float, float]:
     """(a, b) with T = a * alpha + b * n * beta for an all-reduce of n bytes on ``world`` ranks."""
@@ -31,7 +25,7 @@ def coefficients(algo: str, world: int) -> tuple[float, float]:
     if algo in ("ring", "gloo"):
         return 2 * (w - 1), 2 * (w - 1) / w
     if algo == "tree":
-        steps = log2_ceil(w)
+        steps = (w - 1).bit_length()      # ceil(log2 W): the rounds of a binomial tree
         return 2 * steps, 2 * steps
     raise ValueError(f"no cost model for {algo!r} (naive, ring, tree, gloo)")
 

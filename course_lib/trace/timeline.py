@@ -129,9 +129,7 @@ def plot(timelines, ax=None, title: str = "", legend: bool = True):
     if not legend:
         return ax
     # only what is drawn: a one-process step has no all-reduce
-    shown = {**colours, "backward compute": "#e6550d"}
-    if any(tl.allreduce for tl in timelines):
-        shown["all-reduce"] = "#3182bd"
+    shown = {**colours, "backward compute": "#e6550d", **({"all-reduce": "#3182bd"} if has_allreduce else {})}
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in shown.values()]
     ax.legend(handles, list(shown), ncol=len(shown), fontsize=8, loc="upper center",
               bbox_to_anchor=(0.5, -0.35 if len(timelines) < 3 else -0.2))

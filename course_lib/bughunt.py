@@ -73,12 +73,8 @@ def summary(result, tail: int = 3) -> str:
         head = (f"every rank that failed only waited for another (exit codes: {codes}): the errors cannot tell "
                 "which rank is at fault, and which one exited first is a matter of timing; read where each rank "
                 "waited (a stack dump) and what it waited in")
-    parts = [head]
-    for r in result.ranks:
-        if r.returncode != 0 and r.lines:
-            parts.append(f"--- last lines of rank {r.rank}:")
-            parts.extend("    " + line for line in r.tail(tail))
-    return "\n".join(parts)
+    # the launcher's summary without its own first line: the last lines of each rank that did not finish cleanly
+    return "\n".join([head, *result.summary(tail).splitlines()[1:]])
 
 
 def device_demo() -> None:

@@ -4,6 +4,8 @@ whole epoch), ``set_epoch`` calls, DataLoader errors (``shuffle=True`` with a sa
 subset, and no scikit-learn import."""
 from __future__ import annotations
 
+import itertools
+
 from course_lib.ddp.recorder import Recorder, called, describe
 
 MAX_INDICES = 1_000_000     # a sampler longer than this is recorded only in part (an infinite sampler)
@@ -38,9 +40,7 @@ def _epoch_recorder(rec: Recorder):
                 # a DistributedSampler's share: node-local numbers are right on one node only
                 "replicas": _int_or_none(getattr(loader.sampler, "num_replicas", None)),
                 "sampler_rank": _int_or_none(getattr(loader.sampler, "rank", None)),
-                "sampler_seed": _int_or_none(getattr(loader.sampler, "seed", None)),
-                "batch_sampler": type(loader.batch_sampler).__name__ if loader.batch_sampler is not None else None,
-                "batch_size": loader.batch_size, "drop_last": loader.drop_last, "iters": []}
+                "sampler_seed": _int_or_none(getattr(loader.sampler, "seed", None)), "iters": []}
         return rec.data["loaders"][str(loaders[key])]
 
     def record_epoch(it, loader):
@@ -51,7 +51,7 @@ def _epoch_recorder(rec: Recorder):
         if isinstance(loader.dataset, tud.IterableDataset):
             return   # no indices to record: the data set yields the samples itself
         indices = _take_epoch(it)
-        entry = {"indices": indices, "batches": 0, "steps": 0, "done": False, "dist_rank": rec.dist_rank()}
+        entry = {"indices": indices, "steps": 0, "done": False}
         loader_info(loader)["iters"].append(entry)
         it._course_probe_entry = entry
         rec.write()
@@ -70,16 +70,11 @@ def _take_epoch(it) -> list:
             if len(flat) >= MAX_INDICES:
                 break
     finally:
-        it._sampler_iter = _chain(batches, source)
+        it._sampler_iter = itertools.chain(batches, source)
     try:
         return [int(i) for i in flat]
     except (TypeError, ValueError):
         return []
-
-
-def _chain(first, rest):
-    yield from first
-    yield from rest
 
 
 def _hook_iterations(rec: Recorder, record_epoch):
@@ -109,7 +104,6 @@ def _hook_iterations(rec: Recorder, record_epoch):
                 rec.write()
             raise
         if entry is not None:
-            entry["batches"] += 1
             rec.current_iter = entry
         return batch
 
@@ -123,26 +117,16 @@ def _note_loader_errors(rec: Recorder):
 
     dl_init = tud.DataLoader.__init__
 
-    def before_loader(self, dataset=None, *args, **kwargs):
-        names = ("batch_size", "shuffle", "sampler", "batch_sampler")
-        given = dict(zip(names, args))
-        given.update(kwargs)
-        rec.data["loader_errors"].append({"shuffle": repr(given.get("shuffle")),
-                                          "sampler": type(given.get("sampler")).__name__
-                                          if given.get("sampler") is not None else None,
-                                          "error": None})
-        return rec.data["loader_errors"][-1]
-
     def loader_init(self, *args, **kwargs):
-        entry = before_loader(self, *args, **kwargs)
         try:
             dl_init(self, *args, **kwargs)
         except BaseException as e:
-            entry["error"] = describe(e)
+            sampler = {**dict(zip(("dataset", "batch_size", "shuffle", "sampler"), args)), **kwargs}.get("sampler")
+            rec.data["loader_errors"].append({"sampler": None if sampler is None else type(sampler).__name__,
+                                              "error": describe(e)})
             rec.data["error_in"] = {"call": "DataLoader", "step": 3, "error": describe(e)}
             rec.write()
             raise
-        rec.data["loader_errors"].remove(entry)   # only failed constructions are kept
 
     tud.DataLoader.__init__ = loader_init
     dl.DataLoader.__init__ = loader_init

@@ -13,13 +13,12 @@ rank's record; the learner's calls still run as they would.
 """
 from __future__ import annotations
 
-import linecache
 import os
 import sys
-import time
+import traceback
 
 from course_lib.ddp import averaging
-from course_lib.ddp.recorder import COLLECTIVES, ORIGINAL, Recorder, called, device_of
+from course_lib.ddp.recorder import COLLECTIVES, ORIGINAL, Recorder, called
 
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID",
                "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NODEID", "SLURM_NNODES", "OMPI_COMM_WORLD_RANK",
@@ -57,9 +56,7 @@ def _wrap_init(rec: Recorder):
         requested = {k: v for k, v in zip(names, args)}
         requested.update(kwargs)
         entry = {"requested": {k: (v if isinstance(v, (int, str, type(None))) else repr(v))
-                               for k, v in requested.items() if k in ("backend", "init_method", "world_size", "rank")},
-                 "env": {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")},
-                 "time": time.time()}
+                               for k, v in requested.items() if k in ("backend", "init_method", "world_size", "rank")}}
         rec.data["init"].append(entry)
         rec.write()
         return entry
@@ -94,7 +91,6 @@ def holders(rec: Recorder) -> list[str]:
     """The names by which the learner's code still holds a live DDP model: locals and globals of its frames,
     attributes of its objects (``self.net``), the module that wraps it (torch.compile's ``_orig_mod``)."""
     import gc
-    import sys
 
     import torch
 
@@ -194,16 +190,6 @@ def _group_given(group):
         return repr(group)[:80]
 
 
-def _caller_where(rec: Recorder) -> dict | None:
-    """File, line and source line of the nearest frame of the learner's code up the stack (past this hook,
-    ``called`` and a simulation's own wrapper), as the probe records where a rank crashed."""
-    frame = sys._getframe(1)
-    while frame is not None and not rec.is_learner_file(frame.f_code.co_filename):
-        frame = frame.f_back
-    return None if frame is None else {"file": frame.f_code.co_filename, "line": frame.f_lineno,
-                                       "code": linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()}
-
-
 def install_training(rec: Recorder):
     _wrap_ddp(rec)
     averaging.install(rec)
@@ -215,12 +201,8 @@ def _wrap_ddp(rec: Recorder):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     def before_ddp(self, module=None, device_ids=None, *args, **kwargs):
-        params = list(module.parameters()) if module is not None else []
-        rec.data["ddp"].append({"device_ids": repr(device_ids),
-                                "param_device": device_of(params[0]) if params else None,
-                                "module": type(module).__name__,
-                                "group": _group_given(args[4] if len(args) > 4 else kwargs.get("process_group")),
-                                "where": _caller_where(rec)})
+        rec.data["ddp"].append({"group": _group_given(args[4] if len(args) > 4 else kwargs.get("process_group")),
+                                "where": rec.place(traceback.extract_stack()) or None})
         rec.write()
 
     def after_ddp(_result, _info, self, *args, **kwargs):
@@ -285,13 +267,9 @@ def install_save(rec: Recorder):
     ORIGINAL["save"] = torch.save
 
     def before_save(obj, f, *args, **kwargs):
-        entry = {"rank": rec.dist_rank(), "launch_rank": rec.rank, "type": type(obj).__name__,
-                 "path": os.path.abspath(os.fspath(f)) if isinstance(f, (str, os.PathLike)) else repr(f)}
-        if isinstance(obj, dict):
-            keys = [str(k) for k in obj]
-            entry.update(keys=keys[:50], n_keys=len(keys),
-                         all_tensors=all(isinstance(v, torch.Tensor) for v in obj.values()))
-        rec.data["saves"].append(entry)
+        rec.data["saves"].append({"rank": rec.dist_rank(), "launch_rank": rec.rank, "type": type(obj).__name__,
+                                  "path": os.path.abspath(os.fspath(f)) if isinstance(f, (str, os.PathLike))
+                                  else repr(f)})
         rec.data["phase"] = "save"
         rec.write_params()
         rec.write()

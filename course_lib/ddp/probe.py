@@ -34,15 +34,14 @@ from course_lib.ddp.datahooks import install_data, install_data_file
 from course_lib.ddp.hooks import install_env_reads, install_process_group, install_save, install_training
 from course_lib.ddp.recorder import COLLECTIVES, Recorder, describe
 
-REC: Recorder | None = None   # this rank's record, for a debugger
 
-
-def launch_rank() -> int:
-    """The rank the launcher gave this process (torchrun's RANK, else srun's SLURM_PROCID); 0 without one."""
+def launched_as() -> tuple[int, int]:
+    """(rank, world size) the launcher gave this process (torchrun's, else srun's); (0, 1) without one."""
     try:
-        return rank_env().rank
+        env = rank_env()
     except RankEnvError:
-        return 0
+        return 0, 1
+    return env.rank, env.world_size
 
 
 def _learner_tb(tb, script: Path):
@@ -57,14 +56,10 @@ def _where(e: BaseException, rec: Recorder) -> dict:
     """File, line and source line of the deepest frame of the learner's code in ``e``'s traceback."""
     if isinstance(e, SyntaxError):
         return {"file": e.filename, "line": e.lineno, "code": (e.text or "").strip()}
-    where = {}
-    for frame in traceback.extract_tb(e.__traceback__):
-        if rec.is_learner_file(frame.filename):
-            where = {"file": frame.filename, "line": frame.lineno, "code": (frame.line or "").strip()}
-    return where
+    return rec.place(traceback.extract_tb(e.__traceback__))
 
 
-def _watch_collectives(rec: Recorder, stall: float, stack, folder: Path) -> None:
+def _watch_collectives(rec: Recorder, stall: float, stack, folder: Path, world: int) -> None:
     """A daemon thread: a collective (or the rendezvous) that cannot finish is a deadlock.
 
     Two ways to know: every rank of the launch has waited in a collective (or has ended) for ``_grace(stall)``
@@ -74,7 +69,7 @@ def _watch_collectives(rec: Recorder, stall: float, stack, folder: Path) -> None
     deadline.
     """
     # not stretched by the load: the stall and the launch's deadline bound a training run here, not a case
-    stalls = Stalls(folder, rec.rank, _launch_world(), ended=functools.partial(_ended, folder), by_load=False)
+    stalls = Stalls(folder, rec.rank, world, ended=functools.partial(_ended, folder), by_load=False)
     grace = _grace(stall)
 
     def watch():
@@ -109,13 +104,6 @@ def _grace(stall: float) -> float:
     return max(3.0, stall / 10)
 
 
-def _launch_world() -> int:
-    try:
-        return rank_env().world_size
-    except RankEnvError:
-        return 1
-
-
 def _ended(folder: Path, rank: int) -> bool:
     """Rank ``rank``'s record has its exit: it ended, and will free no one."""
     try:
@@ -124,16 +112,16 @@ def _ended(folder: Path, rank: int) -> bool:
         return False   # not started yet, or being rewritten: not known to have ended
 
 
-def _arm_deadlines(rec: Recorder, folder: Path, rank: int) -> None:
+def _arm_deadlines(rec: Recorder, folder: Path, world: int) -> None:
     """A deadlock: dump every thread's stack, then exit; a SIGTERM from the launcher: dump, then die."""
-    stack = open(folder / f"stack-{rank}.txt", "w")   # open until the process ends
+    stack = open(folder / f"stack-{rec.rank}.txt", "w")   # open until the process ends
     hang = float(os.environ.get("COURSE_PROBE_HANG", "0") or 0)
     if hang > 0:
         faulthandler.dump_traceback_later(hang, exit=True, file=stack)
     faulthandler.register(signal.SIGTERM, file=stack, all_threads=True, chain=True)
     stall = float(os.environ.get("COURSE_PROBE_STALL", "0") or 0)
     if stall > 0:
-        _watch_collectives(rec, stall, stack, folder)
+        _watch_collectives(rec, stall, stack, folder, world)
 
 
 def _install(rec: Recorder, folder: Path) -> None:
@@ -171,15 +159,12 @@ def _run(rec: Recorder, script: Path, args: list) -> int:
         rec.data["exit"] = {"code": 0, "phase": rec.data["phase"]}
     finally:
         faulthandler.cancel_dump_traceback_later()
-        rec.data["initialized_at_exit"] = _initialized()
-        rec.data["ddp_alive_at_exit"] = len(rec.ddp_models)
         rec.write_params()
         rec.write()
     return code
 
 
 def main(argv=None) -> int:
-    global REC
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         print("usage: python -m course_lib.ddp.probe SCRIPT [ARGS...]", file=sys.stderr)
@@ -187,20 +172,15 @@ def main(argv=None) -> int:
     script = Path(argv[0]).resolve()
     folder = Path(os.environ.get("COURSE_PROBE_DIR") or ".")
     folder.mkdir(parents=True, exist_ok=True)
-    rank = launch_rank()
-    REC = rec = Recorder(folder, rank, script)
-    _arm_deadlines(rec, folder, rank)
+    rank, world = launched_as()
+    rec = Recorder(folder, rank, script)
+    _arm_deadlines(rec, folder, world)
     _install(rec, folder)
     code = _run(rec, script, argv[1:])
     # a normal return, not exit_now: the interpreter's own shutdown is part of Step 6 (a clean exit)
     sys.stdout.flush()
     sys.stderr.flush()
     return code
-
-
-def _initialized() -> bool:
-    import torch.distributed as dist
-    return bool(dist.is_available() and dist.is_initialized())
 
 
 if __name__ == "__main__":

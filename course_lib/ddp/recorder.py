@@ -6,8 +6,8 @@ wrapped call an exception escaped from).
 """
 from __future__ import annotations
 
+import functools
 import json
-import os
 import sys
 import sysconfig
 import time
@@ -32,12 +32,10 @@ class Recorder:
     def __init__(self, folder: Path, rank: int, script: Path):
         self.folder, self.rank, self.script = folder, rank, script
         self.script_dir = script.parent
-        self.data = {"launch_rank": rank, "pid": os.getpid(), "script": str(script), "phase": "start",
-                     "env_reads": [], "init": [], "ddp": [], "ddp_forward": 0, "collectives": {},
+        self.data = {"launch_rank": rank, "script": str(script), "phase": "start", "in_call": None, "exit": None,
+                     "env_reads": [], "init": [], "ddp": [], "ddp_forward": 0, "collectives": {}, "spawned": [],
                      "loaders": {}, "loader_errors": [], "set_epoch": [], "optimizer_steps": 0,
-                     "saves": [], "forward_devices": [], "set_device": [], "destroy": [], "exit": None,
-                     "spawned": [],
-                     "in_call": None, "cwd": os.getcwd()}
+                     "saves": [], "forward_devices": [], "set_device": [], "destroy": []}
         self.params = {}          # optimizer number -> last flat copy of its parameters
         self.ddp_models = weakref.WeakSet()
         self.current_iter = None  # the loader iteration whose batches are being trained on
@@ -77,12 +75,25 @@ class Recorder:
         p = Path(filename)
         return p == self.script or p.parent == self.script_dir
 
+    def place(self, frames) -> dict:
+        """File, line and source line of the deepest frame of the learner's code among ``frames`` (a
+        ``traceback.StackSummary``: a crash's traceback, or the stack of a hook past torch and the probe)."""
+        mine = [f for f in frames if self.is_learner_file(f.filename)]
+        last = mine[-1] if mine else None
+        return {"file": last.filename, "line": last.lineno, "code": (last.line or "").strip()} if last else {}
+
     def dist_rank(self):
         import torch.distributed as dist
         try:
-            return dist.get_rank() if dist.is_available() and dist.is_initialized() else None
+            return dist.get_rank() if initialized() else None
         except Exception:  # noqa: BLE001 - a broken group must not break the record
             return None
+
+
+def initialized() -> bool:
+    """Whether this rank has a process group now."""
+    import torch.distributed as dist
+    return bool(dist.is_available() and dist.is_initialized())
 
 
 def called(name, fn, rec, before=None, after=None):
@@ -102,17 +113,10 @@ def called(name, fn, rec, before=None, after=None):
         if after:
             after(result, info, *args, **kwargs)
         return result
-    wrapper.__wrapped__ = fn
-    wrapper.__name__ = getattr(fn, "__name__", name)
-    wrapper.__doc__ = getattr(fn, "__doc__", None)
-    return wrapper
+    return functools.wraps(fn)(wrapper)
 
 
 def describe(e: BaseException) -> str:
     if isinstance(e, SyntaxError):   # its str() repeats the file and line, which are reported apart
         return f"{type(e).__name__}: {e.msg}"
     return f"{type(e).__name__}: {e}".strip()[:600]
-
-
-def device_of(t):
-    return str(t.device) if hasattr(t, "device") else None

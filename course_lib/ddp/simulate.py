@@ -24,7 +24,8 @@ import os
 import weakref
 from pathlib import Path
 
-from course_lib.ddp.recorder import Recorder
+from course_lib.core.rankkit import exit_now
+from course_lib.ddp.recorder import Recorder, initialized
 
 NODE0_ADDR = "127.0.0.2"    # "node 0" of a simulated layout: Linux routes all of 127/8 to the loopback
 SETTINGS = "simulate.json"
@@ -57,14 +58,12 @@ def _stop_at_forward(rec: Recorder):
     """End the rank at its first module call with parameters, once every rank of its group got there."""
     import torch
 
-    from course_lib.core.rankkit import exit_now
-
     def stop(module, _args):
         if next(module.parameters(recurse=False), None) is None:
             return
         rec.data["exit"] = {"code": 0, "phase": rec.data["phase"], "stopped": "first forward"}
         rec.write()
-        if _initialized():
+        if initialized():
             import torch.distributed as dist
             try:   # the others may still be in DDP's first broadcast: leave together
                 dist.barrier()
@@ -111,7 +110,7 @@ def _virtual_cuda(rec: Recorder, gpus: int):
         if d.type != "cuda":
             return d
         index = state["current"] if d.index is None else d.index
-        entry = {"how": how, "device": f"cuda:{index}", "init": _initialized()}
+        entry = {"how": how, "device": f"cuda:{index}", "init": initialized()}
         if how != "set_device" and rec.data["picks"] and rec.data["picks"][-1] == entry:
             return torch.device("cpu")   # the same pick again (every batch's .to()): noted once
         rec.data["picks"].append(entry)
@@ -221,11 +220,6 @@ def _cpu_args(pick, how, args, kwargs):
     if "device" in kwargs:
         kwargs = {**kwargs, "device": cpu(kwargs["device"])}
     return tuple(cpu(a) for a in args), kwargs
-
-
-def _initialized() -> bool:
-    import torch.distributed as dist
-    return bool(dist.is_available() and dist.is_initialized())
 
 
 # ------------------------------------------------------------------------------------------ the learner's writes

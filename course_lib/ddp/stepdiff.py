@@ -64,10 +64,6 @@ def hunks(serial: str | None = None, ddp: str | None = None, context: int = 0) -
     return out
 
 
-def step_hunks(step: int, context: int = 2) -> list[Hunk]:
-    return [h for h in hunks(context=context) if step in h.steps]
-
-
 WITHHELD = ("Step {step}: the reference solution is withheld in this install (a graded workshop), so its change "
             "is not shown; the step's text above and its check say what to write.")
 
@@ -78,7 +74,7 @@ class StepDiff:
     def __init__(self, step: int, open: bool = True, context: int = 2):
         self.step, self.open = step, open
         try:
-            self.hunks, self.withheld = step_hunks(step, context), False
+            self.hunks, self.withheld = [h for h in hunks(context=context) if step in h.steps], False
         except PermissionError:     # a graded workshop's install keeps solutions/ from learners (SOLUTIONS_GROUP)
             self.hunks, self.withheld = [], True
 

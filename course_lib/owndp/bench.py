@@ -19,9 +19,8 @@ from pathlib import Path
 
 from course_lib.checking.learner import explain
 from course_lib.core import rankkit
+from course_lib.owndp.cases import CLASSES, ITEMS
 
-VARIANTS = ("naive", "flat", "overlapped", "bucketed")
-CLASSES = {"naive": "NaiveDDP", "flat": "FlatDDP", "overlapped": "OverlappedDDP", "bucketed": "BucketedDDP"}
 SIZES = (4 * 1024, 256 * 1024, 4 * 1024 * 1024)     # bytes of the all-reduces timed for the cost model
 TRACED = ("naive", "overlapped", "bucketed", "torch DDP")   # the variants whose step --trace profiles
 TORCH_BUCKETS: list[int] = []                      # bytes of each bucket torch's DDP all-reduced
@@ -125,7 +124,7 @@ def build(mod, width, layers, bucket_mb, report):
     """{variant: (wrapped model, its finish call, its optimizer)}, each on a fresh copy of the same model."""
     import torch
     nets = {}
-    for variant in ("compute only", *(VARIANTS if mod else ()), "torch DDP"):
+    for variant in ("compute only", *(ITEMS if mod else ()), "torch DDP"):
         model = make_model(width, layers)
         try:
             net, finish = wrap(mod, variant, model, bucket_mb)

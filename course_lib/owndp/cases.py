@@ -24,6 +24,7 @@ from course_lib.checking.summary import first_text
 FILE = LOAD_ITEM = "own_ddp.py"
 LOAD_TEXT = "{file} does not load: {error}{at}"
 ITEMS = ("naive", "flat", "overlapped", "bucketed")
+CLASSES = {"naive": "NaiveDDP", "flat": "FlatDDP", "overlapped": "OverlappedDDP", "bucketed": "BucketedDDP"}
 WORLDS = (2, 3)
 GUARD = ((), "count")    # nothing forbidden; the Recorder sees the all-reduces and broadcasts
 HANG_HINTS = {None: "every rank must issue the same collectives in the same order: a collective that one rank "
@@ -118,12 +119,13 @@ def loss_of(kind, model, x, y):
     return F.cross_entropy(model(x).reshape(-1, 11), y.reshape(-1))
 
 
-def reference_buckets(sizes, cap):
-    """Element counts of the buckets the module docstring's rule makes from parameters of ``sizes`` (float64)."""
+def reference_buckets(sizes, cap, itemsize=8):
+    """Element counts of the buckets the module docstring's rule makes from parameters of ``sizes`` (float64;
+    ``itemsize=1``: sizes and buckets in bytes)."""
     out, current = [], 0
     for n in reversed(sizes):
         current += n
-        if current * 8 >= cap:
+        if current * itemsize >= cap:
             out.append(current)
             current = 0
     return out + ([current] if current else [])
@@ -201,13 +203,12 @@ class Recorder:
 
 # ---- one variant -----------------------------------------------------------------------------------------------
 def wrap(c, variant, model, cap):
-    names = {"naive": "NaiveDDP", "flat": "FlatDDP", "overlapped": "OverlappedDDP", "bucketed": "BucketedDDP"}
-    cls = need(c.mod, names[variant], FILE)
+    cls = need(c.mod, CLASSES[variant], FILE)
     try:
         return cls(model, bucket_size_mb=cap / MIB) if variant == "bucketed" else cls(model)
     except RuntimeError as e:
         if "hook on a tensor that doesn't require gradient" in str(e):
-            raise Fail(f"{names[variant]}({c.model_kind} model): {explain(e, c.path, FILE)}: {HINT_HOOK}") from None
+            raise Fail(f"{CLASSES[variant]}({c.model_kind} model): {explain(e, c.path, FILE)}: {HINT_HOOK}") from None
         raise
 
 

@@ -8,6 +8,7 @@ from collections import defaultdict
 from course_lib import runs
 from course_lib.allreduce import costmodel
 from course_lib.core import rankkit
+from course_lib.owndp.cases import reference_buckets
 
 ORDER = ("compute only", "naive", "flat", "overlapped", "bucketed", "torch DDP")
 QUICK = {"steps": 5, "warmup": 2, "width": 256, "layers": 4, "bucket_mb": 0.125}
@@ -54,16 +55,6 @@ def _param_bytes(config):
     return [4 * w * w, 4 * w] * config["layers"]      # float32 weight and bias of each layer, in order
 
 
-def _buckets(sizes, cap):
-    out, current = [], 0
-    for n in reversed(sizes):
-        current += n
-        if current >= cap:
-            out.append(current)
-            current = 0
-    return out + ([current] if current else [])
-
-
 def model_ms(run):
     """{variant: ms} that the alpha-beta model gives for the step's all-reduces, if none overlapped anything;
     alpha and beta fitted (least squares) to the all-reduces timed in the same run."""
@@ -73,7 +64,7 @@ def model_ms(run):
     alpha, beta = costmodel.fit(rows, "gloo")
     sizes = _param_bytes(run["config"])
     messages = {"naive": sizes, "flat": [sum(sizes)], "overlapped": sizes,
-                "bucketed": _buckets(sizes, run["config"]["bucket_mb"] * 2 ** 20),
+                "bucketed": reference_buckets(sizes, run["config"]["bucket_mb"] * 2 ** 20, itemsize=1),
                 "torch DDP": run["torch buckets"]}
     cost = {v: 1000 * sum(costmodel.predict("gloo", run["world"], n, alpha, beta) for n in m)
             for v, m in messages.items()}
@@ -86,7 +77,7 @@ def rows(run):
     cost, _ = model_ms(run)
     sizes = _param_bytes(run["config"])
     count = {"compute only": 0, "naive": len(sizes), "flat": 1, "overlapped": len(sizes),
-             "bucketed": len(_buckets(sizes, run["config"]["bucket_mb"] * 2 ** 20))}
+             "bucketed": len(reference_buckets(sizes, run["config"]["bucket_mb"] * 2 ** 20, itemsize=1))}
     count["torch DDP"] = len(run["torch buckets"])
     out = []
     for v in ORDER:

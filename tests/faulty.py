@@ -66,6 +66,23 @@ class Faulty:
             assert re.search(pattern, got[item].message, flags), \
                 f"{self.name}: {item}: expected /{pattern}/ in the message:\n{report.text()}"
 
+    def assert_checked(self, check, solution: Path, folder: Path, dest: Path, flags: int = 0) -> None:
+        """Write this submission under ``dest``, run ``check`` (a checker's ``check(path, **options)``) on it:
+        the report is as ``expect`` says (assert_reported), and no process still runs the file (every worker
+        was stopped, a hang included)."""
+        from conftest import live_processes  # here: tools/bench_checks.py imports the cases outside pytest
+        path = self.write(solution, folder, dest)
+        report = check(str(path), **self.options)
+        self.assert_reported(report, path.read_text(), flags)
+        left = live_processes(str(path))
+        assert not left, f"processes left running: {left}"
+
+
+def assert_every_case_applies(cases, solution: Path, folder: Path) -> None:
+    """Each edit's old text occurs exactly once in the solution (and each whole file is there)."""
+    for case in cases:
+        case.source(solution, folder)
+
 
 def ids(cases) -> list[str]:
     return [c.name for c in cases]

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 from ckpt_faulty.cases import CASES
-from conftest import ROOT, live_processes
-from faulty import ids
+from conftest import ROOT
+from faulty import assert_every_case_applies, ids
 
 from course_lib.ckpt import cases as ckpt_check
 
@@ -46,16 +46,11 @@ def test_starter_passes_what_it_does_and_fails_the_rest():
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_faulty_named_with_reason_and_nothing_survives(tmp_path, case):
-    path = case.write(SOLUTION, FOLDER, tmp_path)
-    report = ckpt_check.check(str(path), **case.options)
-    case.assert_reported(report, path.read_text())
-    left = live_processes(str(path))
-    assert not left, f"processes left running: {left}"
+    case.assert_checked(ckpt_check.check, SOLUTION, FOLDER, tmp_path)
 
 
 def test_every_case_applies():
-    for case in CASES:
-        case.source(SOLUTION, FOLDER)   # each edit's old text occurs exactly once in the solution
+    assert_every_case_applies(CASES, SOLUTION, FOLDER)
 
 
 def test_cli_says_no_such_file(tmp_path):

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, live_processes
+from conftest import ROOT
 from cp_faulty.cases import CASES
-from faulty import ids
+from faulty import assert_every_case_applies, ids
 
 from course_lib.cp import cases as cp_check
 from course_lib.cp import reference
@@ -39,16 +39,11 @@ def test_starter_fails_every_function_at_its_line():
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_faulty_named_with_reason_and_nothing_survives(tmp_path, case):
-    path = case.write(SOLUTION, FOLDER, tmp_path)
-    report = cp_check.check(str(path), **case.options)
-    case.assert_reported(report, path.read_text())
-    left = live_processes(str(path))
-    assert not left, f"processes left running: {left}"
+    case.assert_checked(cp_check.check, SOLUTION, FOLDER, tmp_path)
 
 
 def test_every_case_applies():
-    for case in CASES:
-        case.source(SOLUTION, FOLDER)   # each edit's old text occurs exactly once in the solution
+    assert_every_case_applies(CASES, SOLUTION, FOLDER)
 
 
 def test_reference_split_keeps_every_token_and_balances_causal_work():

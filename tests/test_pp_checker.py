@@ -5,8 +5,8 @@ The faulty submissions are in tests/pp_faulty/cases.py (declared as tests/faulty
 gloo processes on 2 and 4 ranks, one pipeline stage each.
 """
 import pytest
-from conftest import ROOT, live_processes
-from faulty import ids
+from conftest import ROOT
+from faulty import assert_every_case_applies, ids
 from pp_faulty.cases import CASES
 
 from course_lib.pp import cases as pp_check
@@ -40,16 +40,11 @@ def test_starter_fails_every_function_saying_it_is_not_written():
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_faulty_named_with_reason_and_nothing_survives(tmp_path, case):
-    path = case.write(SOLUTION, FOLDER, tmp_path)
-    report = pp_check.check(str(path), **case.options)
-    case.assert_reported(report, path.read_text())
-    left = live_processes(str(path))
-    assert not left, f"processes left running: {left}"
+    case.assert_checked(pp_check.check, SOLUTION, FOLDER, tmp_path)
 
 
 def test_every_case_applies():
-    for case in CASES:
-        case.source(SOLUTION, FOLDER)   # each edit's old text occurs exactly once in the solution
+    assert_every_case_applies(CASES, SOLUTION, FOLDER)
 
 
 def test_reference_equals_the_sum_of_micro_batches():

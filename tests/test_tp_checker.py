@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, live_processes
-from faulty import ids
+from conftest import ROOT
+from faulty import assert_every_case_applies, ids
 from tp_faulty.cases import CASES
 
 from course_lib.tp import cases as tp_check
@@ -45,17 +45,11 @@ def test_starter_fails_every_piece_with_its_message():
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_faulty_named_with_reason_and_nothing_survives(tmp_path, case):
-    path = case.write(SOLUTION, FOLDER, tmp_path)
-    report = tp_check.check(str(path), **case.options)
-    case.assert_reported(report, path.read_text())
-    # every worker was stopped (a hang included): no process still runs the learner's file
-    left = live_processes(str(path))
-    assert not left, f"processes left running: {left}"
+    case.assert_checked(tp_check.check, SOLUTION, FOLDER, tmp_path)
 
 
 def test_every_case_applies_and_every_file_is_used():
-    for case in CASES:
-        case.source(SOLUTION, FOLDER)   # each edit's old text occurs exactly once in the solution
+    assert_every_case_applies(CASES, SOLUTION, FOLDER)
     assert {c.file for c in CASES if c.file} == {p.name for p in FOLDER.glob("*.py")} - {"cases.py"}
 
 

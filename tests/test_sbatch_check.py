@@ -208,8 +208,8 @@ def test_a_drained_node_is_not_the_scripts_fault(slurm, tmp_path, monkeypatch):
     available", as for a job no node could hold): NOT RUN, naming the node, its state and the reason; a job of
     course_lib.jobs (a notebook's run, a check as a job) is refused with the same node named."""
     from course_lib import jobs
-    from course_lib.jobs import runner
-    from course_lib.jobs.slurm import node_states
+    from course_lib.runtime import runner
+    from course_lib.runtime.slurm import node_states
 
     monkeypatch.setenv("COURSE_RUNS_DIR", str(tmp_path / "runs"))
     node = list(node_states())
@@ -428,3 +428,11 @@ def test_localhost_on_one_node_passes_saying_it_holds_there_only(tmp_path, read_
     assert master.result == "pass", report.text()
     assert "every node reaches" not in master.message, master.message
     assert re.search(r"localhost reaches rank 0 only on a one-node job.*head -n 1", master.message), master.message
+
+
+def test_a_script_variable_that_defaults_to_itself_is_read():
+    """``SCRIPT=${SCRIPT:-snapshot.py}`` (notebook 08's requeue.sbatch): its default, not an endless lookup."""
+    from course_lib.sbatch.training import command_line, resolve
+
+    s = parse('#!/bin/bash\n#SBATCH -N 1\nSCRIPT=${SCRIPT:-snapshot.py}\npython "$SCRIPT" --x\n')
+    assert resolve(s, command_line(s)[1]) == ("snapshot.py", "$SCRIPT, set in the script")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from course_lib.sbatch.script import Script, integer
+from course_lib.sbatch.training import torchrun_options
 
 LOOPBACK = re.compile(r"^(localhost(\.localdomain)?|127(\.\d{1,3}){3}|::1|\[::1\]|0\.0\.0\.0)$", re.I)
 NODELIST = re.compile(r"\$\{?SLURM_(?:JOB_)?NODELIST\b")
@@ -93,21 +94,6 @@ def launch_env(s: Script, name: str) -> str | None:
         if name in c.env and {"srun", "torchrun", "python", "python3"} & {w.rsplit("/", 1)[-1] for w in c.words}:
             return c.env[name]
     return None
-
-
-def torchrun_options(s: Script) -> dict:
-    """torchrun's --nnodes and rendezvous options as written (``--opt=value`` or ``--opt value``)."""
-    found = {}
-    for c in s.simple:
-        words = [w.rsplit("/", 1)[-1] if i == 0 else w for i, w in enumerate(c.words)]
-        if "torchrun" not in words and "torch.distributed.run" not in words:
-            continue
-        for i, w in enumerate(c.words):
-            key, eq, value = w.partition("=")
-            if key.startswith("--") and key.replace("-", "_") in ("__nnodes", "__rdzv_endpoint", "__master_addr"):
-                found[key.lstrip("-").replace("-", "_")] = value if eq else (c.words[i + 1] if i + 1 < len(c.words)
-                                                                           else "")
-    return found
 
 
 def rank0_mistakes(s: Script) -> list[str]:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from course_lib.core.report import Report
-from course_lib.jobs.slurm import UNPLACEABLE
+from course_lib.runtime.slurm import UNPLACEABLE
 from course_lib.sbatch import lint as rules
 from course_lib.sbatch import training
 from course_lib.sbatch.address import FIRST_NODE, LOOPBACK
@@ -82,7 +82,7 @@ def _merged(static: dict, seen: dict, script) -> dict:
 def _mode(site, run: bool | None) -> tuple[str, str]:
     """("run" | "test-only" | "read", why) for this machine."""
     from course_lib import jobs
-    from course_lib.jobs.job import SubmitError
+    from course_lib.runtime.job import SubmitError
 
     try:
         engine, why = jobs.engine("auto" if os.environ.get("COURSE_ENGINE") != "local" else "local")

@@ -9,11 +9,11 @@ from __future__ import annotations
 import difflib
 import re
 
-from course_lib.jobs.site import Site
+from course_lib.core.site import Site
 from course_lib.sbatch import site_lines, values
-from course_lib.sbatch.address import FIRST_NODE, LOOPBACK, launch_env, rank0_mistakes, torchrun_options
+from course_lib.sbatch.address import FIRST_NODE, LOOPBACK, launch_env, rank0_mistakes
 from course_lib.sbatch.script import KNOWN, Script, gpu_count, integer
-from course_lib.sbatch.training import PYTHONS, gpu_bind_none, local_rank_gpu, words_run
+from course_lib.sbatch.training import PYTHONS, gpu_bind_none, local_rank_gpu, torchrun_options, words_run
 
 LAUNCHERS = {"srun", "torchrun", "python", "python3", "mpirun", "mpiexec"}
 
@@ -131,12 +131,7 @@ def ranks_and_gpus(s: Script, site: Site, workdir=None) -> tuple:
 
 
 def torchrun_nproc(s: Script) -> int | None:
-    for _, c in s.commands:
-        words = c.replace("=", " ").split()
-        for i, w in enumerate(words[:-1]):
-            if w in ("--nproc_per_node", "--nproc-per-node"):
-                return integer(words[i + 1])
-    return None
+    return integer(torchrun_options(s).get("nproc_per_node"))
 
 
 def backgrounded(s: Script) -> list[str]:

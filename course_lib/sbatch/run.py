@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.core.paths import PACKAGE_PARENT
-from course_lib.jobs.runner import wait
-from course_lib.jobs.slurm import SlurmJob, command, node_states, taking_no_jobs
+from course_lib.runtime.runner import wait
+from course_lib.runtime.slurm import SlurmJob, command, node_states, taking_no_jobs
 from course_lib.sbatch.probe import MARK
 
 SHIMS = ("python", "python3", "torchrun")

@@ -81,7 +81,7 @@ def render_copy(path, site=None) -> bool:
     generic), where it is a job script with a block and the block differs; True if the file changed. Meant for
     a copy just made from the course (``course workspace init``/``update``), never for a learner's edited file."""
     from course_lib.core.atomic import write_text
-    from course_lib.jobs.site import load_site
+    from course_lib.core.site import load_site
 
     path = Path(path)
     if path.suffix != ".sbatch":
@@ -97,7 +97,7 @@ def render_copy(path, site=None) -> bool:
 
 def main(argv=None) -> int:
     from course_lib.core.atomic import write_text
-    from course_lib.jobs.site import load_site
+    from course_lib.core.site import load_site
 
     p = argparse.ArgumentParser(prog="python -m course_lib.sbatch.site_lines",
                                 description="write the site block of job-script exercises from a site profile")

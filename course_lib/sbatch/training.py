@@ -1,4 +1,5 @@
-"""The command line the probe replaces: which training script the ranks would run, and with what arguments.
+"""The command line the probe replaces: which training script the ranks would run, and with what arguments
+(torchrun's own options read here too, for the other rules).
 
 The run-time check puts a probe in place of ``python`` and ``torchrun``, so a rank "runs" whatever it is given;
 this module judges what it was given instead: the script exists in the job's working directory (``--chdir``, else
@@ -35,47 +36,77 @@ def words_run(c: Simple) -> list[str]:
     return words
 
 
-def command_line(s: Script) -> tuple[int, str, list[str]] | None:
-    """(line, the script as written, the words after it) of the first launch that runs python or torchrun."""
+def _launches(s: Script):
+    """(line, "python", "python3" or "torchrun", the words after it) for the first python or torchrun (``python -m
+    torch.distributed.run`` is torchrun) that each command starts, in the script's order."""
     for c in s.simple:
         words = words_run(c)
-        base = [w.rsplit("/", 1)[-1] for w in words]
-        for i, name in enumerate(base):
-            if name in PYTHONS:
-                rest = words[i + 1:]
-                if rest[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
-                    return _after_torchrun(c.line, rest[2:])
-                j = next((k for k, w in enumerate(rest) if (not w.startswith("-") or w == "-")
-                          and (k == 0 or rest[k - 1] not in ("-W", "-X"))), None)   # -W ignore: a value
-                if j is None or "-c" in rest[:j] or "-m" in rest[:j]:
-                    return None if j is None else (c.line, "-m " + rest[j] if "-m" in rest[:j] else "-c", [])
-                return c.line, rest[j], rest[j + 1:]
-            if name == "torchrun":
-                return _after_torchrun(c.line, words[i + 1:])
+        i = next((i for i, w in enumerate(words) if w.rsplit("/", 1)[-1] in PYTHONS | {"torchrun"}), None)
+        if i is None:
+            continue
+        rest = words[i + 1:]
+        if rest[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+            yield c.line, "torchrun", rest[2:]
+        else:
+            yield c.line, words[i].rsplit("/", 1)[-1], rest
+
+
+def torchrun_args(words: list[str]) -> tuple[dict, list[str]]:
+    """torchrun's options as written (``--opt=value`` or ``--opt value``; a flag: ""), keyed with ``_`` for ``-``
+    (``nnodes``, ``rdzv_endpoint``, ``nproc_per_node``), and the words from its training script on."""
+    options, i = {}, 0
+    while i < len(words) and words[i].startswith("-"):
+        key, eq, value = words[i].partition("=")
+        if not eq and key not in TORCHRUN_FLAGS:               # --opt value
+            value = words[i + 1] if i + 1 < len(words) else ""
+            i += 1
+        options[key.lstrip("-").replace("-", "_")] = value
+        i += 1
+    return options, words[i:]
+
+
+def torchrun_options(s: Script) -> dict:
+    """The options of the script's first torchrun ({} where none runs)."""
+    return next((torchrun_args(rest)[0] for _, name, rest in _launches(s) if name == "torchrun"), {})
+
+
+def command_line(s: Script) -> tuple[int, str, list[str]] | None:
+    """(line, the script as written, the words after it) of the first launch that runs python or torchrun."""
+    for line, name, rest in _launches(s):
+        if name == "torchrun":
+            script = torchrun_args(rest)[1]
+            return (line, script[0], script[1:]) if script else None
+        j = next((k for k, w in enumerate(rest) if (not w.startswith("-") or w == "-")
+                  and (k == 0 or rest[k - 1] not in ("-W", "-X"))), None)   # -W ignore: a value
+        if j is None or "-c" in rest[:j] or "-m" in rest[:j]:
+            return None if j is None else (line, "-m " + rest[j] if "-m" in rest[:j] else "-c", [])
+        return line, rest[j], rest[j + 1:]
     return None
 
 
-def _after_torchrun(line: int, words: list[str]):
-    i = 0
-    while i < len(words) and words[i].startswith("-"):
-        i += 1 if ("=" in words[i] or words[i] in TORCHRUN_FLAGS) else 2
-    return (line, words[i], words[i + 1:]) if i < len(words) else None
-
-
-def resolve(s: Script, written: str) -> tuple[str | None, str]:
-    """(the path the job would run, how the script gives it); None where it comes from outside the script."""
+def resolve(s: Script, written: str, seen: frozenset = frozenset()) -> tuple[str | None, str]:
+    """(the path the job would run, how the script gives it); None where it comes from outside the script.
+    ``seen``: the names being resolved, which their own value refers to as set before the script
+    (``SCRIPT=${SCRIPT:-snapshot.py}``: the default, unless the job's environment sets it)."""
     m = DEFAULT.match(written)
     if m:
         name, default = m.groups()
-        if name in s.values:
-            return resolve(s, s.values[name][1].strip("\"'"))[0], f"${name}, set in the script"
+        if name in s.values and name not in seen:
+            return resolve(s, s.values[name][1].strip("\"'"), seen | {name})[0], f"${name}, set in the script"
         return default, f"{written}: ${name} unset, so {default}"
     m = PLAIN.match(written)
     if m:
-        if m.group(1) in s.values:
-            return resolve(s, s.values[m.group(1)][1].strip("\"'"))[0], f"${m.group(1)}, set in the script"
+        if m.group(1) in s.values and m.group(1) not in seen:
+            return (resolve(s, s.values[m.group(1)][1].strip("\"'"), seen | {m.group(1)})[0],
+                    f"${m.group(1)}, set in the script")
         return None, f"${m.group(1)} is not set in the script"
     return (None, written) if "$" in written or "`" in written else (written, written)
+
+
+def job_folder(s: Script, workdir: Path | None) -> Path | None:
+    """The job's working directory: an absolute ``--chdir``, else ``workdir`` (the folder it is submitted from)."""
+    chdir = s.get("chdir")
+    return Path(chdir) if chdir and Path(chdir).is_absolute() else workdir
 
 
 def options_of(path: Path) -> list[str] | None:
@@ -118,8 +149,7 @@ def judge(s: Script, workdir: Path) -> tuple[str, bool | None, str]:
     if path is None:
         return ITEM, None, (f"line {line}: the script is {how}, so the check cannot know which file the job runs "
                             "(not looked at)")
-    chdir = s.get("chdir")
-    where = Path(chdir) if chdir and Path(chdir).is_absolute() else workdir
+    where = job_folder(s, workdir)
     full = where / path
     if not full.is_file():
         return ITEM, False, (f"line {line}: {how}: no such file in the job's working directory {where} (the folder "
@@ -145,8 +175,7 @@ def local_rank_gpu(s: Script, workdir: Path | None) -> list[str] | None:
     ``set_device(local_rank)``); None where the file cannot be read."""
     found = command_line(s)
     path = resolve(s, found[1])[0] if found and not found[1].startswith("-") else None
-    chdir = s.get("chdir")
-    where = Path(chdir) if chdir and Path(chdir).is_absolute() else workdir
+    where = job_folder(s, workdir)
     if not path or where is None:
         return None
     try:

@@ -14,8 +14,8 @@ import ast
 import operator
 import re
 
-from course_lib.sbatch.address import torchrun_options
 from course_lib.sbatch.script import Script
+from course_lib.sbatch.training import torchrun_options
 
 EPHEMERAL = (32768, 60999)
 JOB_ID = re.compile(r"\$?\{?SLURM_JOB_?ID\}?")

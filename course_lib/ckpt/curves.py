@@ -73,37 +73,25 @@ class Curve:
 
 
 def run(snapshots=None, nprocs: int = 2, epochs: int = 3, every: int = 3, kill_at: int = 0, restarts: int = 0,
-        timeout: float = 240, workdir=None, extra=(), echo=None, style: str = "torchrun") -> Curve:
+        timeout: float = 240, workdir=None, style: str = "torchrun") -> Curve:
     """Train under torchrun; ``snapshots``: the learner's file (None: never save, the reference run).
 
     ``style="srun"`` starts the ranks without torchrun (no restarts): one process fewer, for a reference run."""
     from course_lib import runs
+    from course_lib.ckpt.train import prepare_data
     curve = Curve()
-
-    def on_line(rank, line):
-        curve.on_line(rank, line)
-        if echo:
-            echo(rank, line)
-    args = ["-m", "course_lib.ckpt.train", "--epochs", str(epochs), "--every", str(every), *map(str, extra)]
+    args = ["-m", "course_lib.ckpt.train", "--epochs", str(epochs), "--every", str(every)]
     if snapshots is not None:
         args += ["--snapshots", os.path.abspath(snapshots)]
     if kill_at:
         args += ["--kill-at", str(kill_at)]
     with runs.workdir("ckpt-run-") if workdir is None else contextlib.nullcontext(_fresh(workdir)) as work:
-        args += ["--data", _data(work, extra)]
+        args += ["--data", prepare_data(os.path.join(work, "digits.pt"))]   # the digits subset, as a file
         torchrun_args = ["--max-restarts", str(restarts)] if style == "torchrun" else []
         with runs.session(RANK_ENV):   # here: the ranks (and torchrun's agent) forked from a server with torch imported
-            curve.result = runs.launch(args, nprocs=nprocs, style=style, timeout=timeout, cwd=work, on_line=on_line,
-                                       torchrun_args=torchrun_args, env=RANK_ENV)
+            curve.result = runs.launch(args, nprocs=nprocs, style=style, timeout=timeout, cwd=work,
+                                       on_line=curve.on_line, torchrun_args=torchrun_args, env=RANK_ENV)
     return curve
-
-
-def _data(folder, extra) -> str:
-    """The digits subset as a file in ``folder`` (``--train-images`` from ``extra`` if given)."""
-    from course_lib.ckpt.train import prepare_data
-    extra = [str(e) for e in extra]
-    n = int(extra[extra.index("--train-images") + 1]) if "--train-images" in extra else 256
-    return prepare_data(os.path.join(folder, "digits.pt"), n)
 
 
 def _fresh(folder) -> str:

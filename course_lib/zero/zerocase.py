@@ -9,7 +9,7 @@ gradients left after ``step`` (none) and whether it all-reduced the whole gradie
 """
 from __future__ import annotations
 
-from course_lib.checking.case import Fail, Missing
+from course_lib.checking.case import Fail, need
 from course_lib.zero import measure
 
 STEPS = 3
@@ -73,9 +73,7 @@ def diagnose(c, before, after, want, shards, step, opt_name):
 
 
 def _zero(c, stage, opt_cls, kw, collectives, model):
-    Z = getattr(c.mod, "ZeroOptimizer", None)
-    if Z is None:
-        raise Missing("zero.py has no `ZeroOptimizer` (keep the names of the starter file)")
+    Z = need(c.mod, "ZeroOptimizer", "zero.py")
     zero = Z(model.parameters(), opt_cls, stage=stage, collectives=collectives, **c.kw, **kw)
     if getattr(zero, "optimizer", None) is None or not hasattr(zero.optimizer, "state"):
         raise Fail("ZeroOptimizer has no `.optimizer` (the inner torch optimizer over this rank's shard): "

@@ -11,7 +11,7 @@ everything killed afterwards); the submissions are only read. Results go to ``--
 - ``scores.csv``: a row per learner: id (``--roster``), a column per exercise (each worth one point: the share of
   its judged checks that pass), total, max, graded_at (course_lib.grading.scores);
 - ``--format gradescope``: ``gradescope/<learner>/results.json``; ``--format lms``: ``lms.csv``
-  (course_lib.grading.exports);
+  (course_lib.grading.reports);
 - ``grades.md``: one table for the class, then one section per learner with what was found and the messages;
 - ``feedback/<learner>.md`` and ``.html``: one learner's verdicts and messages, to hand back (nothing of others);
 - ``logs/``: what each check printed (its first and last KB).

@@ -20,17 +20,9 @@ from pathlib import Path
 from course_lib.core.atomic import write_text
 from course_lib.grading.cgroups import describe
 from course_lib.grading.discover import discover
-from course_lib.grading.run import check_one, timing_note
+from course_lib.grading.run import check_one, raise_interrupt, timing_note
 from course_lib.grading.sandbox import Limits
 from course_lib.jobs.slurm import forget_the_job
-
-
-class Stopped(BaseException):
-    """SIGTERM from Slurm: stop the running check and end."""
-
-
-def _on_term(signum, frame):
-    raise Stopped
 
 
 def _write(path: Path, data: dict) -> None:
@@ -64,7 +56,7 @@ def grade_task(manifest: dict, index: int, rows_dir: Path) -> dict:
                 data["rows"] += [{"learner": learner.name, "exercise": ex, **r} for r in rows]
                 data["done"].append(ex)
                 _write(path, data)
-        except Stopped:
+        except KeyboardInterrupt:    # SIGTERM from Slurm: stop the running check and end
             for kill in kills:
                 kill()
             raise
@@ -80,11 +72,11 @@ def main(argv: list[str]) -> int:
     rows_dir = manifest_path.parent / os.environ["SLURM_ARRAY_JOB_ID"] / "rows"
     rows_dir.mkdir(parents=True, exist_ok=True)
     forget_the_job()   # the checks must see what they see on the local engine
-    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     start = time.monotonic()
     try:
         data = grade_task(manifest, index, rows_dir)
-    except Stopped:
+    except KeyboardInterrupt:
         print(f"task {index}: stopped by SIGTERM (Slurm's time limit or scancel)", flush=True)
         return 143
     print(f"task {index}: {data['learner']}: {len(data['rows'])} rows in {time.monotonic() - start:.1f} s "

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.ddp.failures import describe_failure
-from course_lib.ddp.messages import short, where
+from course_lib.ddp.messages import ranks_text, short, where
 from course_lib.ddp.runs import Run, group, group_ok, run_script, works
 from course_lib.ddp.simulate import SETTINGS
 
@@ -159,7 +159,7 @@ def subgroup(runs: list):
         if members is None or len(members) == run.nprocs and not outside:
             continue
         at = next((where(d.get("where")) for _, d in entries if d.get("where")), "")
-        left = (f"; rank{'s' if len(outside) > 1 else ''} {', '.join(map(str, outside))} got what new_group returns "
+        left = (f"; {ranks_text(outside)} got what new_group returns "
                 "on a rank outside the group (GroupMember.NON_GROUP_MEMBER), which DDP fails on") if outside else ""
         shown = f" ({layout_text(run)})" if run.rec(0).get("layout") else ""
         return False, (f"with {run.nprocs} ranks{shown}, DDP averages the gradients over ranks {members} only: the "

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_lib.ddp.messages import ENV_HELP, first, tail, where
+from course_lib.ddp.messages import ENV_HELP, first, ranks_text, tail, where
 from course_lib.ddp.runs import Run
 
 # errors of a rank whose peer (or the store on rank 0) went away: they report another rank's failure
@@ -37,11 +37,6 @@ def _cuda_error(text: str) -> bool:
     return bool(re.search(r"CUDA|cuda|NVIDIA|NCCL|device_ids|device ordinal", text))
 
 
-def _ranks(ranks) -> str:
-    """'rank 1' or 'ranks 0, 2'."""
-    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
-
-
 def describe_failure(run: Run, script: Path) -> Failure | None:
     """What went wrong in a run that did not finish: which rank, what, where, its last lines."""
     if run.finished():
@@ -59,7 +54,7 @@ def describe_failure(run: Run, script: Path) -> Failure | None:
         # a collective on some ranks only: the others finished, so the waiting rank's connection dropped
         rank = crashed[0]
         return Failure(None, f"rank {rank} waited in a collective{where(exits[rank].get('where'))}, but "
-                             f"{_ranks(done)} had finished without calling it. {SAME_ORDER}.\n{tail(run, rank)}")
+                             f"{ranks_text(done)} had finished without calling it. {SAME_ORDER}.\n{tail(run, rank)}")
     if hung or res.timed_out or crashed:
         return _deadlock(run, script, exits, sorted(set(hung + crashed)) or res.stuck_ranks, crashed, done)
     rank = res.failed_rank if res.failed_rank is not None else 0
@@ -96,7 +91,7 @@ def _deadlock(run: Run, script: Path, exits: list, stuck: list, crashed: list, d
         else:
             parts.append(f"rank {rank} {waited} (no stack trace)")
     if done:
-        parts.append(f"{_ranks(done)} had finished")
+        parts.append(f"{ranks_text(done)} had finished")
     calls = {(run.rec(r).get("stalled") or {}).get("call") for r in stuck}
     hint = NEW_GROUP + _new_groups(run) if "new_group" in calls else ""
     return Failure(1 if "init_process_group" in calls else None, "deadlock: " + "; ".join(parts) + f". {SAME_ORDER}; "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from course_lib.ddp.cluster import layout_text
 from course_lib.ddp.failures import describe_failure
-from course_lib.ddp.messages import ENV_HELP, cut, first
+from course_lib.ddp.messages import ENV_HELP, cut, first, ranks_text
 from course_lib.ddp.runs import Run, works
 from course_lib.ddp.steps import step1
 
@@ -121,9 +121,8 @@ def _unclean_shutdown(runs: dict, primary: Run, good: list) -> str | None:
     """A rank that never left the group, or a process that failed after the script ended."""
     never = [r for r in range(primary.nprocs) if not primary.rec(r).get("destroy")]
     if never:
-        return (f"works under {' and '.join(good)}, but rank{'s' if len(never) > 1 else ''} "
-                f"{', '.join(map(str, never))} never called dist.destroy_process_group(): leave the group at "
-                "the end (after `del model` and gc.collect()).")
+        return (f"works under {' and '.join(good)}, but {ranks_text(never)} never called "
+                "dist.destroy_process_group(): leave the group at the end (after `del model` and gc.collect()).")
     aborted = [(run.style, r.rank, r.returncode) for run in runs.values() for r in run.result.ranks if r.returncode]
     if aborted:
         s, r, c = aborted[0]

@@ -35,6 +35,11 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def ranks_text(ranks) -> str:
+    """'rank 1' or 'ranks 0, 2'."""
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
 def where(where: dict | None) -> str:
     """' at line 42 of script.py: code' for the probe's record of a place in the learner's file."""
     if not where or not where.get("line"):

@@ -55,6 +55,14 @@ def _param_bytes(config):
     return [4 * w * w, 4 * w] * config["layers"]      # float32 weight and bias of each layer, in order
 
 
+def _messages(run):
+    """{variant: bytes of each all-reduce of its step}."""
+    sizes = _param_bytes(run["config"])
+    return {"compute only": [], "naive": sizes, "flat": [sum(sizes)], "overlapped": sizes,
+            "bucketed": reference_buckets(sizes, run["config"]["bucket_mb"] * 2 ** 20, itemsize=1),
+            "torch DDP": run["torch buckets"]}
+
+
 def model_ms(run):
     """{variant: ms} that the alpha-beta model gives for the step's all-reduces, if none overlapped anything;
     alpha and beta fitted (least squares) to the all-reduces timed in the same run."""
@@ -62,12 +70,8 @@ def model_ms(run):
     if len(rows) < 2:
         return {}, None
     alpha, beta = costmodel.fit(rows, "gloo")
-    sizes = _param_bytes(run["config"])
-    messages = {"naive": sizes, "flat": [sum(sizes)], "overlapped": sizes,
-                "bucketed": reference_buckets(sizes, run["config"]["bucket_mb"] * 2 ** 20, itemsize=1),
-                "torch DDP": run["torch buckets"]}
     cost = {v: 1000 * sum(costmodel.predict("gloo", run["world"], n, alpha, beta) for n in m)
-            for v, m in messages.items()}
+            for v, m in _messages(run).items() if m}
     return cost, (alpha, beta)
 
 
@@ -75,10 +79,7 @@ def rows(run):
     """[(variant, all-reduces, step ms, in finish ms, exposed communication ms, share of the step, model ms)]."""
     compute = run["ms"].get("compute only", (float("nan"), 0))[0]
     cost, _ = model_ms(run)
-    sizes = _param_bytes(run["config"])
-    count = {"compute only": 0, "naive": len(sizes), "flat": 1, "overlapped": len(sizes),
-             "bucketed": len(reference_buckets(sizes, run["config"]["bucket_mb"] * 2 ** 20, itemsize=1))}
-    count["torch DDP"] = len(run["torch buckets"])
+    count = {v: len(m) for v, m in _messages(run).items()}
     out = []
     for v in ORDER:
         if v in run["ms"]:

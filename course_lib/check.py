@@ -4,13 +4,13 @@ Prints one verdict per step or function. Exit codes: 0 all passed, 1 something f
 (no such file, a Slurm job that gave no report); errors go to stderr.
 
 Where the check runs: ``--engine`` (``engine=`` in Python), else ``$COURSE_CHECKS``, else the site profile's
-``checks`` (course_lib.jobs.site), else ``local``. ``slurm`` runs it as a short Slurm job
+``checks`` (course_lib.core.site), else ``local``. ``slurm`` runs it as a short Slurm job
 (course_lib.check_slurm) with the same verdicts and text; ``auto`` takes Slurm when it answers, else local.
-``course check sbatch`` always runs here, since it submits a job of its own.
+``course check sbatch`` always runs here, since it submits a job of its own (the registry's ``runs_here``).
 
 A local check (course_lib.check_local; a check job runs it the same way) has one overall deadline, said when it
 starts ("checking: up to N s"): the sum of its own launches' deadlines, plus a margin for starting the fork server
-and stopping ranks. Every launch inside the check ends by it (course_lib.core.scope: each runs for min(its own
+and stopping ranks. Every launch inside the check ends by it (course_lib.runtime.scope: each runs for min(its own
 timeout, what is left)); a run cut short by it makes the report's first row a "check run" FAIL that says so, so a
 learner's cell never spins without an end. A local check's runs stay here, whatever the site's ``runs``.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 from course_lib import check_local, jobs
 from course_lib.check_local import MARGIN, ROUNDS, overall_deadline  # noqa: F401 - importable from here
 from course_lib.check_slurm import CheckJobError, check_on_slurm
-from course_lib.registry import EXERCISES
+from course_lib.registry import EXERCISES, get
 
 # where a check runs: the same choices for ``course check --engine`` and ``course grade --engine``
 ENGINES = ("local", "slurm", "auto")
@@ -46,7 +46,7 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
     ``engine``: "local" (here) or "slurm" (a short Slurm job; ``queue_timeout=`` seconds in the queue at
     most); None: $COURSE_CHECKS, else the site profile's ``checks``. A local check first says its overall
     deadline through ``say`` (None: silent)."""
-    if exercise != "sbatch" and engine_for_checks(engine) == "slurm":
+    if not get(exercise).runs_here and engine_for_checks(engine) == "slurm":
         return check_on_slurm(exercise, path, **kwargs) if say is _PRINT else \
             check_on_slurm(exercise, path, say=say or (lambda text: None), **kwargs)
     seconds = check_local.overall_deadline(exercise, kwargs)
@@ -79,12 +79,13 @@ def run(args) -> int:
         return 2
     kwargs = {} if args.timeout is None else {"timeout": args.timeout}
     if getattr(args, "strict_launchers", False):
-        if args.exercise != "ddp":
-            print("course check: --strict-launchers is for `course check ddp` only", file=sys.stderr)
+        if not get(args.exercise).strict_launchers:
+            takers = " or ".join(f"`course check {e.name}`" for e in EXERCISES.values() if e.strict_launchers)
+            print(f"course check: --strict-launchers is for {takers} only", file=sys.stderr)
             return 2
         kwargs["strict_launchers"] = True
     try:
-        engine = "local" if args.exercise == "sbatch" else engine_for_checks(args.engine)
+        engine = "local" if get(args.exercise).runs_here else engine_for_checks(args.engine)
     except ValueError as e:         # a bad --engine/COURSE_CHECKS, or a site profile that cannot be read
         print(f"course check: {e}", file=sys.stderr)
         return 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class Exercise:
     # each): the local check's overall deadline (course_lib.check_local); cases modules give theirs themselves
     rounds: tuple = ()
     deadlock: str = ""   # the case of tests/<name>_faulty/cases.py that deadlocks (tools/bench_checks.py --deadlock)
+    strict_launchers: bool = False   # its checker takes strict_launchers= (course check/grade --strict-launchers)
+    runs_here: bool = False  # its check submits a job of its own: never run as a check job on Slurm
 
     @property
     def folder(self) -> str:
@@ -59,9 +61,10 @@ EXERCISES: dict[str, Exercise] = {e.name: e for e in (
              slurm_cpus=1, rounds=(1, 120.0)),
     Exercise("ddp", "02_ddp/mnist_classify_ddp.py", "course_lib.ddp.check", "02_ddp_six_steps",
              ("ddp", "mnist"), r"DistributedDataParallel|def\s+train\s*\(", title="the six steps to DDP",
-             slurm_cpus=3, rounds=(3, 120.0), deadlock="hang_allreduce_rank0"),
+             slurm_cpus=3, rounds=(3, 120.0), deadlock="hang_allreduce_rank0", strict_launchers=True),
     Exercise("sbatch", "03_jobs/ddp.sbatch", "course_lib.sbatch.check", "03_launching_jobs",
-             ("sbatch",), r"(?m)^#SBATCH", title="a Slurm job script for the DDP training", rounds=(1, 180.0)),
+             ("sbatch",), r"(?m)^#SBATCH", title="a Slurm job script for the DDP training", rounds=(1, 180.0),
+             runs_here=True),
     Exercise("schedule", "04_scaling/schedule.py", "course_lib.lessons.schedule_check", "04_scaling_study",
              ("schedule",), r"def\s+lr_at\s*\(", title="learning-rate warm-up, scaling rows, GPU hours",
              slurm_cpus=1, rounds=(1, 120.0)),
@@ -130,3 +133,10 @@ def get(name: str) -> Exercise:
 def file_of(name: str) -> str:
     """The path under exercises/ and solutions/ of exercise ``name``, or of an UNCHECKED file or folder."""
     return UNCHECKED[name] if name in UNCHECKED else get(name).file
+
+
+def reference(name: str) -> Path:
+    """The install's reference file (or folder) of exercise ``name`` or of an UNCHECKED one: the course's
+    solutions/, whatever workspace the caller is in."""
+    from course_lib.core.paths import course_root
+    return course_root() / "solutions" / file_of(name)

@@ -2,7 +2,9 @@
 
 Every exercise file a notebook hands the learner is a registry entry's (so ``course check`` and ``course grade``
 know it), and no module outside the registry and the cases modules keeps a table keyed by exercise name (ranks on
-Slurm, rounds, deadlock cases lived in check_slurm.py, check_local.py and bench_checks.py).
+Slurm, rounds, deadlock cases lived in check_slurm.py, check_local.py and bench_checks.py) or tells one exercise
+from the others by its name (check.py's sbatch and ddp, sandbox_worker.py's ddp: now the registry's runs_here and
+strict_launchers).
 """
 import ast
 import subprocess
@@ -11,10 +13,11 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from course_lib.registry import EXERCISES
+from course_lib.registry import EXERCISES, UNCHECKED
 
-# notebook 07's scripts are bugs the learner runs and diagnoses in the notebook: nothing to check or grade
-NOT_CHECKED = {"07_bughunt"}
+# files the notebooks hand the learner that nothing checks: notebook 07's scripts, bugs the learner runs and
+# diagnoses in the notebook (the serial script is under solutions/ only)
+NOT_CHECKED = {UNCHECKED["bughunt"]}
 
 
 def test_every_exercise_file_of_the_notebooks_is_in_the_registry():
@@ -72,3 +75,48 @@ def test_course_check_knows_the_lessons(tmp_path):
                                 "--engine", "local"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
             assert p.returncode == rc, (name, tree, p.stdout, p.stderr)
             assert f"course check {name}" in p.stdout
+
+
+# what holds an exercise's name in a comparison: ``exercise``, ``args.exercise``, ``name``, ``ex.name``, ``e``
+HOLDERS = ("exercise", "name", "e", "ex")
+
+
+def special_cases(path: Path) -> list[str]:
+    """Comparisons in ``path`` of an exercise's name with a literal one (``exercise == "ddp"``,
+    ``name in ("sbatch", "tp")``): a case the registry should describe instead."""
+    def literal_names(node) -> set:
+        if isinstance(node, ast.Constant):
+            return {node.value} & set(EXERCISES) if isinstance(node.value, str) else set()
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return set().union(set(), *(literal_names(e) for e in node.elts))
+        return set()
+
+    def holds_a_name(node) -> bool:
+        last = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+        return last in HOLDERS or "exercise" in last
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            names = set().union(*(literal_names(o) for o in operands))
+            if names and any(holds_a_name(o) for o in operands):
+                found.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}:{node.lineno} "
+                             f"{sorted(names)}")
+    return found
+
+
+def test_no_exercise_is_special_cased_by_name():
+    files = [p for p in sorted((ROOT / "course_lib").rglob("*.py"))
+             if p.name != "registry.py" and not p.name.startswith("cases")]
+    found = [c for p in files for c in special_cases(p)]
+    assert found == [], f"exercises told apart by name outside the registry (give the registry a field): {found}"
+
+
+def test_the_scan_finds_a_special_case(tmp_path):
+    """What check.py and sandbox_worker.py held before (a test that can fail); a word that is an exercise's name
+    compared with something else (a profiler event "allreduce") is no case."""
+    old = tmp_path / "old_check.py"
+    old.write_text('if exercise != "sbatch":\n    pass\nif args.exercise == "ddp" or e.name in ("tp", "cp"):\n'
+                   '    pass\nif "allreduce" in low or ev["ev"] == "allreduce":\n    pass\n')
+    assert special_cases(old) == [f"{old}:1 ['sbatch']", f"{old}:3 ['ddp']", f"{old}:3 ['cp', 'tp']"]

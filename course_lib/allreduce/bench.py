@@ -24,9 +24,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.core.paths import course_root
 from course_lib.core.rankkit import parse
-from course_lib.registry import get
+from course_lib.registry import reference
 
 ALGOS = ("naive", "ring", "tree", "gloo")
 DEFAULT_SIZES = tuple(4 * 2**10 * 4**i for i in range(8))       # 4 KiB, 16 KiB, ..., 64 MiB
@@ -35,7 +34,7 @@ RATIO_FROM = 16 * 2**20          # the goal: ring reaches 0.7 of gloo's busbw fr
 GOAL = 0.7
 WORKER = "course_lib.allreduce.bench_worker"
 WORKER_ENV = {"OMP_NUM_THREADS": "1"}   # one thread per rank: the ranks share the cores
-SOLUTION = course_root() / "solutions" / get("allreduce").file
+SOLUTION = reference("allreduce")
 
 
 def parse_size(text: str) -> int:

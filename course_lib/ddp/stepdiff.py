@@ -13,11 +13,10 @@ import re
 from dataclasses import dataclass
 
 from course_lib import registry
-from course_lib.core.paths import course_root
 from course_lib.markers import solution_view
 
-SERIAL = course_root() / "solutions" / registry.SERIAL
-DDP = course_root() / "solutions" / registry.get("ddp").file
+SERIAL = registry.reference("serial")
+DDP = registry.reference("ddp")
 MARK = re.compile(r"#\s*Step (\d)")
 
 

@@ -48,7 +48,7 @@ def _enter_limits(max_processes: int, max_file_mb: int) -> None:
 
 def worker(argv: list[str]) -> int:
     exercise, path, result, run_timeout, max_processes, max_file_mb, checker, strict = argv
-    # the checker's fork server (course_lib.core.warm) starts after this, so it and every rank it forks are in
+    # the checker's fork server (course_lib.runtime.warm) starts after this, so it and every rank it forks are in
     # the check's cgroups, under its rlimits, and found by the sweep as the worker's descendants
     _enter_limits(int(max_processes), int(max_file_mb))
 
@@ -56,7 +56,7 @@ def worker(argv: list[str]) -> int:
     from course_lib.registry import get
 
     kwargs = {"timeout": float(run_timeout)} if run_timeout else {}
-    if strict and exercise == "ddp" and not checker:
+    if strict and get(exercise).strict_launchers and not checker:
         kwargs["strict_launchers"] = True
     start = time.monotonic()
     try:

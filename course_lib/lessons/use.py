@@ -4,14 +4,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from course_lib.core.loader import import_path
-from course_lib.nb import exercise_path
+from course_lib.core.paths import tree_dir
 
 
 def learner_or_reference(path, report, relative: str):
     """(module, path it came from): the learner's file when ``report`` passed, else the solution's, with a note."""
     path = Path(path)
     if not report.passed:
-        reference = exercise_path("solutions", relative)
+        reference = tree_dir("solutions") / relative
         if reference != path and not _readable(reference):
             print(f"{path.name} does not pass its check yet, and the reference solution is withheld in this install "
                   "(a graded workshop): the cells below use your functions as they are. Fix the red items above "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from course_lib.checking.learner import explain
 from course_lib.core import rankkit
+from course_lib.core.loader import import_path
 from course_lib.owndp.cases import CLASSES, ITEMS
 
 SIZES = (4 * 1024, 256 * 1024, 4 * 1024 * 1024)     # bytes of the all-reduces timed for the cost model
@@ -138,8 +139,6 @@ def build(mod, width, layers, bucket_mb, report):
 def run(path, steps, warmup, width, layers, batch, bucket_mb, trace=None):
     import torch
     import torch.distributed as dist
-
-    from course_lib.core.loader import import_path
     env = rankkit.rank_env()
     dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size)
     torch.set_num_threads(1)       # one core per rank, as the ranks of a CPU job share the node's cores

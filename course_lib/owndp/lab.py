@@ -4,11 +4,13 @@ notebooks 04/05 (course_lib.allreduce.costmodel) fitted to all-reduces timed in 
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 from course_lib import runs
 from course_lib.allreduce import costmodel
 from course_lib.core import rankkit
 from course_lib.owndp.cases import reference_buckets
+from course_lib.trace import timeline
 
 ORDER = ("compute only", "naive", "flat", "overlapped", "bucketed", "torch DDP")
 QUICK = {"steps": 5, "warmup": 2, "width": 256, "layers": 4, "bucket_mb": 0.125}
@@ -126,9 +128,6 @@ def plot(run):
 
 def timelines(trace_dir):
     """{variant: [Timeline per rank]} of the steps ``timing(..., trace=trace_dir)`` profiled."""
-    from pathlib import Path
-
-    from course_lib.trace import timeline
     out = {}
     for variant in ORDER:
         files = sorted((Path(trace_dir) / variant.replace(" ", "_")).glob("trace-rank*.json"))
@@ -145,8 +144,6 @@ def overlap_line(name, tl):
 def plot_timelines(by_variant):
     """Rank 0's traced step of each variant, one row each: backward compute against the all-reduces."""
     import matplotlib.pyplot as plt
-
-    from course_lib.trace import timeline
     fig, axes = plt.subplots(len(by_variant), 1, figsize=(9, 1.3 * len(by_variant) + 0.8), sharex=True,
                              squeeze=False)
     for i, (ax, (name, tls)) in enumerate(zip(axes[:, 0], by_variant.items())):

@@ -26,11 +26,11 @@ from course_lib.runtime.proc import stop_tree
 from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, NOT_RUN, Context, Outcome
 
 
-def run_item(item, probe, folder: Path, scale: float = 1.0, left: float | None = None) -> dict:
+def run_item(item, probe, folder: Path, scale: float = 1.0, left: float | None = None, starting=None) -> dict:
     """One item: NOT POSSIBLE from its needs (a FAIL on a GPU machine when one GPU would do), NOT RUN when its
     estimate or its least deadline exceeds ``left`` seconds (the budget), else its outcome (an exception is a
-    FAIL) within its deadline, cut to ``left`` (a FAIL at a deadline the budget cut is NOT RUN); nothing left
-    running."""
+    FAIL) within its deadline, cut to ``left`` (a FAIL at a deadline the budget cut is NOT RUN; ``starting``
+    is told the item and that deadline first); nothing left running."""
     start = time.monotonic()
     why, full = item.needs(probe), item.timeout * scale
     if why:
@@ -42,6 +42,8 @@ def run_item(item, probe, folder: Path, scale: float = 1.0, left: float | None =
     else:
         before = set(psutil.Process().children(recursive=True))   # psutil: a reused pid is another process
         deadline = full if left is None else min(full, left)
+        if starting:
+            starting(item, deadline)
         try:
             outcome = item.run(Context(probe, folder / item.name, deadline))
         except Exception as e:  # noqa: BLE001 - an item that breaks is that item's FAIL, the others still run
@@ -166,6 +168,9 @@ def _check(items, out: Path, scale: float, budget: float | None, required) -> in
           + (f", budget {budget:.0f} s" if budget else ""), flush=True)
     results = []
 
+    def starting(item, deadline):
+        print(f"{item.name:<19} running (estimate {item.estimate:.0f} s, deadline {deadline:.0f} s)", flush=True)
+
     def save(pending, running=""):
         data = report.as_json(machine.as_dict(), results, started, time.monotonic() - start, pending=pending,
                               running=running, required=required, budget=budget)
@@ -174,10 +179,7 @@ def _check(items, out: Path, scale: float, budget: float | None, required) -> in
     for n, item in enumerate(items):
         save([i.name for i in items[n + 1:]], running=item.name)
         left = None if budget is None else budget - (time.monotonic() - start)
-        if not item.needs(machine) and (left is None or max(item.estimate, item.floor) <= left):
-            deadline = item.timeout * scale if left is None else min(item.timeout * scale, left)
-            print(f"{item.name:<19} running (estimate {item.estimate:.0f} s, deadline {deadline:.0f} s)", flush=True)
-        r = run_item(item, machine, out, scale, left)
+        r = run_item(item, machine, out, scale, left, starting=starting)
         results.append(r)
         first = r["detail"].splitlines()[0][:100] if r["detail"] else ""
         print(f"{item.name:<19} {r['status']:<17} {r['seconds']:5.0f} s  {first}".rstrip(), flush=True)

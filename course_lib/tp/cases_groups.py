@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 from course_lib.checking.case import Fail
+from course_lib.tp.grid import rank_group_cases, reference_rank_groups
 
 
 def case_rank_groups(c):
     """rank_groups (pure Python) on every combination of rank_group_cases, against the reference grid."""
-    from course_lib.tp.grid import rank_group_cases, reference_rank_groups
     cases = rank_group_cases()
     fn = c.need("rank_groups")
-    diagnose_grids([(case, check_one_grid(fn, *case, reference_rank_groups)) for case in cases], reference_rank_groups)
+    diagnose_grids([(case, check_one_grid(fn, *case)) for case in cases])
     return (f"{len(cases)} (world, tp, dp, cp, pp, order) combinations match Megatron's RankGenerator, including "
             "orders where dp varies fastest")
 
@@ -35,7 +35,7 @@ def _check_partition(call, kind, size, world, groups):
         raise Fail(f"{call}: every {kind} group must have {kind}={size} ranks; got {groups}")
 
 
-def check_one_grid(fn, world, tp, dp, cp, pp, order, reference):
+def check_one_grid(fn, world, tp, dp, cp, pp, order):
     """The learner's grid for one combination, after the checks of its form (each rank once per kind, sizes)."""
     call = _call(world, tp, dp, cp, pp, order)
     sizes = {"tp": tp, "dp": dp, "cp": cp, "pp": pp}
@@ -57,10 +57,10 @@ def check_one_grid(fn, world, tp, dp, cp, pp, order, reference):
     return {kind: _canon(got[kind]) for kind in sizes}
 
 
-def diagnose_grids(results, reference):
+def diagnose_grids(results):
     """Compare every grid with the reference; name the mistake that explains ALL the differences, if one does."""
     def matches(got, args, order):
-        want = reference(args[0], tp=args[1], dp=args[2], cp=args[3], pp=args[4], order=order)
+        want = reference_rank_groups(args[0], tp=args[1], dp=args[2], cp=args[3], pp=args[4], order=order)
         return all(got[k] == _canon(want[k]) for k in got)
 
     def reverse(order):
@@ -70,7 +70,7 @@ def diagnose_grids(results, reference):
     if not wrong:
         return
     args, got = wrong[0]
-    want = reference(args[0], tp=args[1], dp=args[2], cp=args[3], pp=args[4], order=args[5])
+    want = reference_rank_groups(args[0], tp=args[1], dp=args[2], cp=args[3], pp=args[4], order=args[5])
     kind = next(k for k in got if got[k] != _canon(want[k]))
     example = f"{_call(*args)}: {kind} groups are {got[kind]}, expected {want[kind]}"
     if all(matches(got, a, reverse(a[5])) for a, got in wrong):
@@ -101,8 +101,6 @@ def _check_rank_group(call, kind, group, want, rank):
 
 def case_init_groups(c):
     import torch.distributed as dist
-
-    from course_lib.tp.grid import reference_rank_groups
     fn = c.need("init_rank_groups")
     world, rank = dist.get_world_size(), dist.get_rank()
     for sizes, order in (({"tp": 2, "dp": world // 2}, "tp-cp-pp-dp"), ({"tp": 2, "dp": world // 2}, "dp-tp-cp-pp")):

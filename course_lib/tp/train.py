@@ -127,7 +127,7 @@ def train_parallel(args):
 
 def parse_output(lines):
     """(losses, memory dict or None) from the lines of a run."""
-    memory = None
+    lines, memory = list(lines), None
     for m in map(MEMORY_LINE.match, (line.strip() for line in lines)):
         if m:
             memory = dict(zip(("params_per_rank", "bytes_per_rank", "serial_params", "serial_bytes"),

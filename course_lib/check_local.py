@@ -1,7 +1,7 @@
 """A check run here, by its overall deadline: the sum of its launches' own deadlines plus a margin.
 
 The checker runs in the caller's thread (a second thread that stopped the check at its deadline made papermill
-stall in CI; commit 5a647d9). The deadline holds because every launch inside ``course_lib.core.scope.scope`` ends
+stall in CI; commit 5a647d9). The deadline holds because every launch inside ``course_lib.runtime.scope.scope`` ends
 by it, each at min(its own timeout, what is left), and the check's runs stay on this machine: where a check runs is
 the site's ``checks``. A run cut short by the deadline makes the report's first row a "check run" FAIL that says
 so. ``course check`` here and a check job on Slurm (course_lib.check_slurm) both run a check through here.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import os
 
-from course_lib.core.scope import scope
 from course_lib.registry import EXERCISES, get
+from course_lib.runtime.scope import scope
 
 MARGIN = 60.0       # seconds beyond the launches' own deadlines: the fork server's start, stopping ranks
 # launches one after the other, at most, of the checkers that are not run by course_lib.checking.check, each with

@@ -3,7 +3,7 @@ thirty learners' ranks itself.
 
 The job is submitted through course_lib.jobs (``sbatch --test-only`` first; its folder
 ``<runs>/check-<exercise>-<job id>/`` holds job.sbatch and output.log) and runs ``python -m course_lib.check_slurm``:
-that drops the job's Slurm variables as the grader's array tasks do (course_lib.jobs.slurm.forget_the_job), so
+that drops the job's Slurm variables as the grader's array tasks do (course_lib.runtime.slurm.forget_the_job), so
 the check sees what it sees here, runs the same checker in the submitter's folder and writes ``report.json``
 into the job's folder. The caller waits (in the queue at most ``queue_timeout`` seconds, then the job's time
 limit), cancels the job at that deadline or on Ctrl-C, and rebuilds the Report from the JSON: the same
@@ -20,9 +20,10 @@ from pathlib import Path
 from course_lib import check_local, jobs
 from course_lib.core.atomic import write_text
 from course_lib.core.report import Report
-from course_lib.jobs import SubmitError, runner
-from course_lib.jobs.runner import JobError, say_on_stderr
+from course_lib.jobs import SubmitError
 from course_lib.registry import EXERCISES
+from course_lib.runtime import runner
+from course_lib.runtime.runner import JobError, say_on_stderr
 
 REPORT_NAME = "report.json"
 QUEUE_TIMEOUT = 900.0   # seconds a check may wait in the queue before it is cancelled

@@ -2,7 +2,7 @@
 
 A line looks like ``epoch=1 train_loss=0.3012 test_loss=0.1001 test_acc=0.9690 images_per_s=5234.1
 images_per_s_rank=2617.0 epoch_s=11.46``: ``key=value`` pairs after ``epoch=``. In a multi-rank log a line
-may carry a rank label in front (``[rank 1] `` from course_lib.core.launch, ``1: `` from ``srun --label``).
+may carry a rank label in front (``[rank 1] `` from course_lib.runtime.launch, ``1: `` from ``srun --label``).
 """
 from __future__ import annotations
 

@@ -1,16 +1,16 @@
 """Where the notebooks' multi-process runs go, and what the run's node has.
 
-``runs.launch(...)`` takes what course_lib.core.launch.launch takes and gives the same LaunchResult; its engine is,
+``runs.launch(...)`` takes what course_lib.runtime.launch.launch takes and gives the same LaunchResult; its engine is,
 in this order: ``local`` inside a Slurm job or a run/check job of the course (no job submits jobs), the
 ``engine=`` argument, the enclosing check's (a check that runs here keeps its runs here), ``$COURSE_RUNS``, the
-site profile's ``runs`` (course_lib.jobs.site), ``local``. ``runs.session(env)`` is the warm start
-(course_lib.core.warm.session) where runs are local, nothing where they go to Slurm. The checkers call
-course_lib.core.launch directly: where a check runs is the site's ``checks``, and its runs go with it.
+site profile's ``runs`` (course_lib.core.site), ``local``. ``runs.session(env)`` is the warm start
+(course_lib.runtime.warm.session) where runs are local, nothing where they go to Slurm. The checkers call
+course_lib.runtime.launch directly: where a check runs is the site's ``checks``, and its runs go with it.
 
 - ``local``: the ranks run on this machine (a laptop, CI, a hub whose servers are themselves Slurm jobs).
 - ``slurm``: ``launch_on_slurm`` submits one short job on the site's partition (a CPU per rank, a GPU per rank up to
-  the node's where the site has GPUs; course_lib.jobs.runner), which runs the same local launch on the compute
-  node (course_lib.jobs.run_job). Its ranks' lines come back as they are printed (to ``on_line``), then their exit
+  the node's where the site has GPUs; course_lib.runtime.runner), which runs the same local launch on the compute
+  node (course_lib.runtime.run_job). Its ranks' lines come back as they are printed (to ``on_line``), then their exit
   codes: the caller gets the LaunchResult a local launch gives (``.job``: the job's id). A queued job says so with
   Slurm's reason; the job is cancelled at the queue deadline, past the run's deadline (plus START for Python to
   start), when ``stop`` is set, or on Ctrl-C.
@@ -30,12 +30,12 @@ import time
 from pathlib import Path
 
 from course_lib import jobs
-from course_lib.core import gpus
-from course_lib.core import launch as local
-from course_lib.core import warm as warm_start
 from course_lib.core.result import LINES_NAME, RESULT_NAME, LaunchResult, RankResult, parse_record
-from course_lib.jobs import SubmitError, runner
-from course_lib.jobs.site import load_site
+from course_lib.core.site import load_site
+from course_lib.jobs import SubmitError
+from course_lib.runtime import gpus, runner
+from course_lib.runtime import launch as local
+from course_lib.runtime import warm as warm_start
 
 QUEUE_TIMEOUT = 900.0   # seconds a run may wait in the queue before it is cancelled
 START = 120.0           # seconds beyond the run's own deadline for the job's Python to start and end
@@ -54,20 +54,20 @@ def launch(script_args, nprocs: int = 2, style: str = "srun", timeout: float = 1
            cwd=None, on_line=local.default_printer, grace: float = 2.0, torchrun_args=(), stop=None,
            warm: bool | None = True, engine: str | None = None) -> LaunchResult:
     """Run ``python *script_args`` as ``nprocs`` ranks where the site runs them (``engine``: this call's choice);
-    the arguments and the result as course_lib.core.launch.launch's, but warm by default: the ranks are forked
+    the arguments and the result as course_lib.runtime.launch.launch's, but warm by default: the ranks are forked
     from a server that imported torch once, kept for the next run (``warm=False``: fresh interpreters)."""
     if engine_for(engine) == "slurm":
         if style not in ("srun", "torchrun"):
             raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
         return launch_on_slurm(script_args, nprocs, style, timeout, env, cwd, on_line, grace, torchrun_args, stop,
                                warm)
-    env = gpus.placed(nprocs, env)   # fewer GPUs than ranks: all on CPU with gloo, said (course_lib.core.gpus)
+    env = gpus.placed(nprocs, env)   # fewer GPUs than ranks: all on CPU with gloo, said (course_lib.runtime.gpus)
     return local.launch(script_args, nprocs, style, timeout, env, cwd, on_line, grace,
                         torchrun_args=torchrun_args, stop=stop, warm=warm)
 
 
 def session(env: dict | None = None, preload=(), engine: str | None = None):
-    """The warm start for the launches inside (course_lib.core.warm.session) where they run here; where they go to
+    """The warm start for the launches inside (course_lib.runtime.warm.session) where they run here; where they go to
     Slurm, nothing (a server here would import torch for nothing)."""
     if engine_for(engine) == "slurm":
         return contextlib.nullcontext()
@@ -138,7 +138,7 @@ def job_spec(request: dict, site):
     """The run's job: a CPU per rank, a GPU per rank where the site has GPUs (at most a node's), the run's deadline
     plus START."""
     nprocs = request["nprocs"]
-    return runner.spec(_job_name(request["script_args"]), "course_lib.jobs.run_job", request, site,
+    return runner.spec(_job_name(request["script_args"]), "course_lib.runtime.run_job", request, site,
                        math.ceil((request["timeout"] + START) / 60), cpus=nprocs,
                        gpus=min(nprocs, site.gpus_per_node))
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import nbformat
 import papermill
-
 from course_lib.instructor.papermill_guard import ENGINE
 
 MARK = "# NBVAL_CHECK_OUTPUT"

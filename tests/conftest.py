@@ -22,7 +22,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 def live_processes(*needles: str, environ: bool = False) -> list[str]:
     """``"pid: command"`` of live processes (no zombies, not pytest) whose command line (and environment, if
     asked) holds every one of ``needles``: what a run that must leave nothing behind left behind."""
-    from course_lib.core import proc
+    from course_lib.runtime import proc
 
     found = []
     for p in proc.live(["cmdline", "environ"] if environ else ["cmdline"]):
@@ -45,7 +45,7 @@ def _is_pytest(argv: list) -> bool:
 def processes_under(folder, any_of: tuple = ()) -> list[str]:
     """``"pid: command"`` of live processes whose command line or working folder names ``folder`` (and, if
     ``any_of`` is given, holds one of those strings too): what a run in ``folder`` left behind."""
-    from course_lib.core import proc
+    from course_lib.runtime import proc
 
     found = []
     for p in proc.live(["cmdline", "cwd"]):
@@ -126,7 +126,7 @@ def _start_slurm() -> SlurmCluster:
     import subprocess
     import tempfile
 
-    from course_lib.core.launch import free_port
+    from course_lib.runtime.launch import free_port
 
     if os.geteuid() != 0:
         pytest.skip("local Slurm needs root (it runs munged, slurmctld and slurmd as root): Slurm tests skipped")
@@ -164,7 +164,7 @@ def nodes_take_jobs_within(seconds: float) -> None:
     """Wait until every node of the Slurm that SLURM_CONF names takes jobs (not down, drained or "*": not
     answering, which sbatch --test-only refuses as "Requested node configuration is not available"); else fail,
     saying their states."""
-    from course_lib.jobs.slurm import node_states, taking_no_jobs
+    from course_lib.runtime.slurm import node_states, taking_no_jobs
 
     deadline = time.monotonic() + seconds
     while taking_no_jobs(states := node_states()):

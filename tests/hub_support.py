@@ -150,7 +150,7 @@ def course_as_others() -> dict | str:
 
 
 def free_port() -> int:
-    from course_lib.core.launch import free_port as fp
+    from course_lib.runtime.launch import free_port as fp
 
     return fp()
 
@@ -334,7 +334,7 @@ class RankWatch:
     """Looks at the processes of ``uid`` every ``interval`` seconds, from ``with`` to its end, in a thread: each
     whose command line holds ``marker`` (a rank's script and its first argument) goes to ``in_slurm`` or ``outside``
     (pid -> command line), by whether it runs under a slurmstepd. A warm-started rank shows its own command line too
-    (course_lib.core.forkserver sets it), so a rank on the hub's node would be seen as one in a job is. Any other
+    (course_lib.runtime.forkserver sets it), so a rank on the hub's node would be seen as one in a job is. Any other
     Python process of ``uid`` outside a job whose command line holds none of ``hub_side`` (the server, the kernel,
     what runs the notebook) goes to ``strays``: a check's ranks, a warm-start server, a job run here."""
 

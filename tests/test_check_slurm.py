@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT, in_queue, running_within
 
 from course_lib.check import check, engine_for_checks
-from course_lib.jobs.site import SiteError, load_site
+from course_lib.core.site import SiteError, load_site
 
 TP_SOLUTION = ROOT / "solutions" / "06_tensor_parallel" / "tp.py"
 TP_FAULTY = ROOT / "tests" / "tp_faulty" / "matmul_transposed.py"

@@ -16,8 +16,9 @@ from conftest import ROOT
 
 from course_lib.checking import learner, watchdog
 from course_lib.checking.runner import Launch
-from course_lib.core import atomic, proc, rankkit
+from course_lib.core import atomic, rankkit
 from course_lib.core.loader import import_path
+from course_lib.runtime import proc
 
 PYTHON = sys.executable
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))

@@ -2,9 +2,9 @@
 measurements (saved bytes, payload per step) equal their formulas, on real ranks."""
 import pytest
 
-from course_lib.core.launch import launch
 from course_lib.cp import lab
 from course_lib.cp.train import parse_args, parse_output, train_serial
+from course_lib.runtime.launch import launch
 
 STEPS = 8
 

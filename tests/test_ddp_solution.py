@@ -11,10 +11,10 @@ import psutil
 import pytest
 from conftest import ROOT
 
-from course_lib.core import warm
-from course_lib.core.launch import launch
 from course_lib.ddp import stepdiff
 from course_lib.instructor import release
+from course_lib.runtime import warm
+from course_lib.runtime.launch import launch
 
 SERIAL = ROOT / "solutions" / "01_serial" / "mnist_classify.py"
 SOLUTION = ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py"

@@ -1,10 +1,10 @@
-"""Runs on a machine with fewer GPUs than ranks (issue 54): the local engine's decision (course_lib.core.gpus),
+"""Runs on a machine with fewer GPUs than ranks (issue 54): the local engine's decision (course_lib.runtime.gpus),
 and through ``course_lib.runs.launch`` with real ranks, on CPU with a simulated GPU count (COURSE_LOCAL_GPUS)."""
 from __future__ import annotations
 
 import pytest
 
-from course_lib.core.gpus import COUNT_VAR, count, place
+from course_lib.runtime.gpus import COUNT_VAR, count, place
 
 SAYS = "2 ranks but 1 GPU(s) here: GPUs hidden (CUDA_VISIBLE_DEVICES=''), all 2 ranks run on CPU with gloo"
 RANK_SCRIPT = """import os

@@ -1,7 +1,7 @@
 """The grader's sandbox (course_lib.grading.sandbox.run_check) against hostile learners' files.
 
 The checker here is tests/grading_class/run_file_check.py: it runs the learner's file as 2 ranks through
-course_lib.core.launch, each rank in a session of its own, as the course's checkers do, and nothing else, so
+course_lib.runtime.launch, each rank in a session of its own, as the course's checkers do, and nothing else, so
 these tests take seconds and do not depend on the real checkers. Each learner's file records the pids it
 starts in $PIDS_DIR, so a test can tell whether every one of them is gone afterwards.
 """

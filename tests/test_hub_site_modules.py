@@ -19,7 +19,7 @@ from conftest import ROOT
 
 from course_lib import jobs
 from course_lib.check import check
-from course_lib.jobs.site import load_site
+from course_lib.core.site import load_site
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

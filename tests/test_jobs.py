@@ -11,11 +11,11 @@ import pytest
 from conftest import PYTHON, ROOT, live_processes
 
 from course_lib import jobs
-from course_lib.core.proc import alive
 from course_lib.jobs import JobSpec, JobSpecError, SiteError, SubmitError, load_site, time_seconds
-from course_lib.jobs.job import rank_labelled
-from course_lib.jobs.slurm import _code
 from course_lib.jobs.workshop import render_all
+from course_lib.runtime.job import rank_labelled
+from course_lib.runtime.proc import alive
+from course_lib.runtime.slurm import _code
 
 SERIAL = str(ROOT / "solutions" / "01_serial" / "mnist_classify.py")
 DDP = str(ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py")
@@ -330,7 +330,7 @@ def test_one_chooser_for_jobs_checks_and_runs(tmp_path, monkeypatch):
 def test_the_one_wait_leaves_the_job_running_when_told_to(local):
     """runner.wait, the one loop that waits for a job: ``timeout`` returns and a Ctrl-C with interrupt_cancels=False
     stops the waiting, both leaving the job running (Job.wait's follow); a true on_poll ends the wait."""
-    from course_lib.jobs import runner
+    from course_lib.runtime import runner
 
     sleeper = local / "sleeper.py"
     sleeper.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")
@@ -498,13 +498,13 @@ def test_a_job_of_its_own_master_addr_replaces_the_allocations(tmp_path):
 
 @pytest.mark.parametrize("nodelist, count", [("node[1-2]", 2), ("vm", 1), ("a,b[1,3-5]", 5), ("n[01-16]", 16)])
 def test_node_lists_are_counted_without_scontrol(nodelist, count):
-    from course_lib.jobs.diagnose import count_hosts
+    from course_lib.runtime.diagnose import count_hosts
 
     assert count_hosts(nodelist) == count
 
 
 def test_diagnose_names_a_loopback_rendezvous_on_more_than_one_node():
-    from course_lib.jobs.diagnose import diagnose
+    from course_lib.runtime.diagnose import diagnose
 
     hung = "job 9 on node[1-2]: MASTER_ADDR=localhost MASTER_PORT=20009\n0: node1\n1: node2\n"
     (hint,) = diagnose(hung, state="TIMEOUT")
@@ -527,7 +527,7 @@ def test_diagnose_from_the_shell(tmp_path):
     run.mkdir()
     (run / "output.log").write_text("job 9 on n[1-2]: MASTER_ADDR=127.0.0.1 MASTER_PORT=1\n"
                                     "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT x DUE TO TIME LIMIT ***\n")
-    r = subprocess.run([PYTHON, "-m", "course_lib.jobs.diagnose", str(run)], capture_output=True, text=True)
+    r = subprocess.run([PYTHON, "-m", "course_lib.runtime.diagnose", str(run)], capture_output=True, text=True)
     assert r.returncode == 1 and r.stdout.startswith("hint: MASTER_ADDR=127.0.0.1 on 2 nodes"), r.stdout + r.stderr
 
 

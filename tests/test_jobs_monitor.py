@@ -9,9 +9,9 @@ import time
 import pytest
 
 from course_lib import jobs
-from course_lib.core.proc import alive
 from course_lib.jobs import monitor, plots
-from course_lib.jobs.sampler import Sampler
+from course_lib.runtime.proc import alive
+from course_lib.runtime.sampler import Sampler
 
 # Two frames of `top -b -d 1 -u root` captured on this machine (procps-ng 4.0.2), trimmed to a few rows
 TOP = """\

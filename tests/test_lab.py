@@ -73,7 +73,7 @@ def test_a_report_names_a_command_only_where_there_is_one():
 def test_slurm_client_without_a_controller_is_said_calmly(tmp_path, monkeypatch):
     """Slurm's client installed, no controller (a laptop, CI before its Slurm starts): sinfo's own words, without
     its "sinfo: fatal:" prefix, in one line that says what to set."""
-    from course_lib.jobs import slurm
+    from course_lib.runtime import slurm
 
     for tool, body in (("sbatch", "exit 1"), ("sinfo", "echo 'sinfo: error: fetch_config: DNS SRV lookup failed' >&2\n"
                                                        "echo 'sinfo: fatal: Could not establish a configuration "
@@ -118,7 +118,7 @@ class Lab:
     """``make lab`` in ``clone`` on a free loopback port with a known token; ``stop`` ends its process group."""
 
     def __init__(self, clone: Path, log: Path):
-        from course_lib.core.launch import free_port
+        from course_lib.runtime.launch import free_port
 
         self.clone, self.log_path = clone, log
         self.port, self.token = free_port(), secrets.token_hex(16)

@@ -14,8 +14,8 @@ import psutil
 import pytest
 from conftest import live_processes
 
-from course_lib.core import proc
-from course_lib.core.launch import MAX_LINE, kill_group, launch
+from course_lib.runtime import proc
+from course_lib.runtime.launch import MAX_LINE, kill_group, launch
 
 pytestmark = pytest.mark.slow
 
@@ -221,7 +221,7 @@ def test_the_kernel_hands_a_held_port_to_no_one():
     # connect() get each of the other nine, never the held one
     code = textwrap.dedent("""
         import json, socket, subprocess
-        from course_lib.core.launch import reserve_port
+        from course_lib.runtime.launch import reserve_port
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
         open("/proc/sys/net/ipv4/ip_local_port_range", "w").write("40000 40009")
         holder = reserve_port()
@@ -273,7 +273,7 @@ def test_output_is_bounded(tmp_path):
 
 
 def test_bench_checks_times_every_launch_and_explains_the_ratio(tmp_path):
-    from course_lib.core import launch as launch_module
+    from course_lib.runtime import launch as launch_module
     from tools import bench_checks
     with bench_checks.LaunchLog() as log:
         res = launch_module.launch([script(tmp_path, "print('hello')\n")], 2, timeout=120, on_line=None)
@@ -296,7 +296,7 @@ def test_torchrun_lines_cut_by_its_tee_are_joined_per_rank():
     # torchrun --tee copies each rank's log file as it grows: print's text and its newline (two unbuffered
     # writes) can come out as two prefixed pieces, or cut by another rank's line (CI: a loss read as
     # "2.0900731086730957[default0]:")
-    from course_lib.core.launch import LaunchResult, RankResult, _route
+    from course_lib.runtime.launch import LaunchResult, RankResult, _route
 
     res = LaunchResult("torchrun", 2, [RankResult(0), RankResult(1)])
     got = [_route(res, "torchrun", 0, line) for line in (

@@ -7,10 +7,10 @@ import pytest
 from conftest import ROOT
 
 from course_lib import runs
-from course_lib.core import launch as launching
-from course_lib.core import scope
 from course_lib.core.report import FAIL
-from course_lib.jobs.site import SiteError, load_site
+from course_lib.core.site import SiteError, load_site
+from course_lib.runtime import launch as launching
+from course_lib.runtime import scope
 
 
 def profile(tmp_path, name="runs", **values):

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from conftest import ROOT
 
-from course_lib.core.launch import free_port
+from course_lib.runtime.launch import free_port
 
 
 def test_readme_starts_with_the_two_commands():

@@ -7,7 +7,7 @@ import re
 import pytest
 from conftest import ROOT
 
-from course_lib.core.launch import launch
+from course_lib.runtime.launch import launch
 
 NOTEBOOK = ROOT / "notebooks" / "06_tensor_parallelism.ipynb"
 COUNT = '''

@@ -1,7 +1,7 @@
 """dp=2 x tp=2 on 4 real gloo ranks trains the MLP exactly as the serial run does (float64)."""
 import pytest
 
-from course_lib.core.launch import launch
+from course_lib.runtime.launch import launch
 from course_lib.tp.train import parse_args, parse_output, train_serial
 
 STEPS = 15

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from course_lib.core.launch import launch
+from course_lib.runtime.launch import launch
 from course_lib.trace import run, timeline
 from course_lib.trace.timeline import Timeline
 

@@ -15,10 +15,10 @@ import pytest
 from conftest import ROOT, keep_slurm_logs, live_processes, nodes_take_jobs_within
 
 from course_lib import jobs
-from course_lib.core.proc import alive
 from course_lib.jobs import JobSpec
 from course_lib.jobs.multinode import ranks_by_node, slurm_nodes
-from course_lib.jobs.slurm import command
+from course_lib.runtime.proc import alive
+from course_lib.runtime.slurm import command
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-two-nodes")]
 
@@ -72,7 +72,7 @@ def cluster():
     why = _namespaces_possible()
     if why:
         pytest.skip(f"two-node Slurm not possible here: {why}; the one-node Slurm tests still run")
-    from course_lib.core.launch import free_port
+    from course_lib.runtime.launch import free_port
 
     directory = Path(tempfile.mkdtemp(prefix="c2-", dir="/tmp"))   # short: unix socket paths < 108 chars
     env = dict(os.environ, SLURM_LAB_CTLD_PORT=str(free_port()))

@@ -1,4 +1,4 @@
-"""Warm launches: srun-style ranks forked from a server that imported torch once (course_lib.core.warm).
+"""Warm launches: srun-style ranks forked from a server that imported torch once (course_lib.runtime.warm).
 Real processes and real gloo; the same guarantees as cold launches, and no server left behind."""
 import os
 import signal
@@ -12,8 +12,8 @@ import uuid
 import pytest
 from conftest import live_processes
 
-from course_lib.core import proc, warm
-from course_lib.core.launch import launch
+from course_lib.runtime import proc, warm
+from course_lib.runtime.launch import launch
 
 pytestmark = pytest.mark.slow
 
@@ -190,7 +190,7 @@ def test_a_deep_tmpdir_still_gives_a_warm_launch(tmp_path, monkeypatch):
 
 
 def test_the_server_ends_when_the_process_that_started_it_dies(tmp_path):
-    code = ("import os\nfrom course_lib.core import warm\n"
+    code = ("import os\nfrom course_lib.runtime import warm\n"
             "with warm.session() as s:\n    s.ready(); print(s.proc.pid, s.dir, flush=True); os._exit(0)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                          env=os.environ | {"OMP_NUM_THREADS": "1"})
@@ -300,11 +300,11 @@ def test_a_torchrun_rank_killed_by_sigkill_dies_of_it(server, tmp_path):
 
 
 def test_torchruns_worker_passes_signals_on_and_its_rank_dies_with_it(server):
-    from course_lib.core.warm_rank import SOCKET_VAR
+    from course_lib.runtime.warm_rank import SOCKET_VAR
     code = "import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(300)\n"
     env = os.environ | {SOCKET_VAR: server.path}
     for sig, expected in ((signal.SIGTERM, -signal.SIGTERM), (signal.SIGKILL, -signal.SIGKILL)):
-        worker = subprocess.Popen([sys.executable, "-m", "course_lib.core.warm_rank", "-c", code], env=env,
+        worker = subprocess.Popen([sys.executable, "-m", "course_lib.runtime.warm_rank", "-c", code], env=env,
                                   stdout=subprocess.PIPE, text=True)
         rank = int(worker.stdout.readline())
         assert rank != worker.pid and proc.wait_gone([rank], 0.5) == [rank]   # forked by the server, alive

@@ -2,8 +2,8 @@
 node, can make the server's start take minutes): past it the launch starts its ranks cold."""
 import time
 
-from course_lib.core import warm
-from course_lib.core.launch import launch
+from course_lib.runtime import warm
+from course_lib.runtime.launch import launch
 
 
 def test_a_launch_waits_for_a_slow_server_no_longer_than_its_deadline(tmp_path):

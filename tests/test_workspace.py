@@ -234,9 +234,8 @@ def test_notebook_05_from_two_workspaces_of_one_install(home, monkeypatch):
     """The one holding a correct allreduce.py passes STRICT and shows what test_papermill asks of 05 against the
     solutions (it is that run: test_notebooks.IN_A_WORKSPACE); the one with the starter fails; install untouched."""
     import papermill as pm
-    from test_notebooks import IN_A_WORKSPACE, assert_solutions_run, text_of
-
     from course_lib.instructor.papermill_guard import ENGINE
+    from test_notebooks import IN_A_WORKSPACE, assert_solutions_run, text_of
 
     before = tree_digest(paths.course_root())
     monkeypatch.setenv("COURSE_QUICK", "1"); monkeypatch.setenv("COURSE_ENGINE", "local")

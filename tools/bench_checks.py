@@ -11,7 +11,7 @@ torch. So the figure that travels between machines is the ratio: a check's wall 
 - checker: the time outside launches (preparing data, judging the records).
 
 ``--start`` picks how ranks start: warm (forked from one server per check that imported torch once,
-``course_lib.core.warm``; the start-up estimate is then that one import), cold (``COURSE_WARM=0``: a fresh
+``course_lib.runtime.warm``; the start-up estimate is then that one import), cold (``COURSE_WARM=0``: a fresh
 interpreter per rank), or both, one row each, to compare in the same run.
 
 ``--deadlock`` times each checker on a deadlocked submission instead (``DEADLOCKS``: the faulty cases of the
@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from course_lib.core import launch as launch_module
 from course_lib.core.paths import course_root
 from course_lib.registry import EXERCISES, get
+from course_lib.runtime import launch as launch_module
 
 CHECKERS = ("ddp", "allreduce", "tp")    # the default; any exercise with a checker on the command line
 # checker -> the faulty case (tests/<checker>_faulty/cases.py) that deadlocks: every rank waits on a partner (the
@@ -53,7 +53,7 @@ def torch_import_seconds(repeats: int = 3) -> float:
 
 
 class LaunchLog:
-    """While active, every ``course_lib.core.launch.launch`` is timed: (style, nprocs, seconds) per launch,
+    """While active, every ``course_lib.runtime.launch.launch`` is timed: (style, nprocs, seconds) per launch,
     and the stretches of time in which some launch ran (``covered``: launches side by side count once)."""
 
     def __init__(self):
@@ -96,7 +96,7 @@ def bench_one(name: str, import_s: float, start_mode: str = "warm") -> dict:
     """Run checker ``name`` on its reference solution, ranks started ``start_mode`` ("warm" or "cold");
     its figures (see the module docstring)."""
     from course_lib.check import check
-    from course_lib.core import warm
+    from course_lib.runtime import warm
     warm.close_idle()   # a first check: it starts its own server (a kept one would hide that import)
     cores = os.cpu_count() or 1
     saved = os.environ.get("COURSE_WARM")
@@ -208,7 +208,7 @@ def bench_deadlock(name: str, import_s: float) -> dict:
     import tempfile
 
     from course_lib.check import check
-    from course_lib.core import warm
+    from course_lib.runtime import warm
     warm.close_idle()
     with tempfile.TemporaryDirectory(prefix="bench-deadlock-") as tmp:
         path, options = deadlock_submission(name, Path(tmp))

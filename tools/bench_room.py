@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from course_lib.core.proc import stop_tree
+from course_lib.runtime.proc import stop_tree
 
 MARKER = "COURSE_ROOM_BENCH"     # set in every learner's environment: its processes are found by it
 SETTLE_S = 15.0                  # a kept fork server ends at its check's exit (stdin EOF): time to see it go
@@ -228,7 +228,7 @@ def marked(marker: str) -> list:
 def jobs_left(root: Path) -> list[str]:
     """Slurm jobs still queued or running whose folder is under ``root`` (the run's workspaces): listed, then
     cancelled. A check's job is in the learner's runs folder (course_lib.check_slurm)."""
-    from course_lib.jobs.slurm import command
+    from course_lib.runtime.slurm import command
 
     r = command(["squeue", "-h", "-o", "%i|%T|%j|%Z"], timeout=60)
     if r.returncode != 0:

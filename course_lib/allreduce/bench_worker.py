@@ -1,6 +1,6 @@
 """One rank of ``course bench allreduce``: times the learner's all-reduces and gloo's on the same tensors.
 
-Started by ``course_lib.allreduce.bench`` through ``course_lib.core.launch.launch``::
+Started by ``course_lib.allreduce.bench`` through ``course_lib.runtime.launch.launch``::
 
     python -m course_lib.allreduce.bench_worker PATH --sizes 4096,1048576 --algos naive,ring,tree,gloo
 

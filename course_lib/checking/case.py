@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from course_lib.core.rankkit import emit
+
 
 @dataclass(frozen=True)
 class Case:
@@ -51,7 +53,7 @@ class Ctx:
     ``sync`` is the harness's own process group: its calls never pair with the learner's collectives."""
 
     def __init__(self, mod, path: str, guard, sync, passed: dict):
-        import torch.distributed as dist
+        import torch.distributed as dist  # deferred: the launcher, which imports no torch, reads this
         self.mod, self.path, self.guard, self.sync = mod, path, guard, sync
         self.world, self.rank = dist.get_world_size(), dist.get_rank()
         self.r = self.rank
@@ -63,7 +65,6 @@ class Ctx:
     def say(self, ok: bool, message: str = "", **fields) -> None:
         """This rank's verdict on the case running now (the harness says it when the case returns; a case whose
         rank is meant to die, as in a crash test, says it first)."""
-        from course_lib.core.rankkit import emit
         emit("verdict", **self.current, ok=ok, message=message, **fields)
 
     def take_counts(self) -> dict:
@@ -72,7 +73,7 @@ class Ctx:
 
     def agree(self, ok: bool) -> bool:
         """True when ``ok`` on every rank (a real all-reduce on the harness's group, not counted)."""
-        import torch
+        import torch  # deferred: the launcher, which imports no torch, reads this
         flag = torch.tensor([0 if ok else 1])
         self.guard.original("all_reduce")(flag, group=self.sync)
         return int(flag) == 0

@@ -55,7 +55,7 @@ OPS = {"c10d": {"allreduce_": "all_reduce", "allreduce_coalesced_": "all_reduce_
 
 def other_ways():
     """(owner, attribute, torch.distributed name) of every other way to a collective that exists here."""
-    import torch
+    import torch  # deferred: the launcher, which imports no torch, reads this
     import torch._C._distributed_c10d as c
     import torch.distributed._functional_collectives as funcol
     out = [(cls, m, name) for cls in (c.ProcessGroup, c.Backend) for m, name in GROUP_METHODS.items()
@@ -88,7 +88,7 @@ class CollectiveGuard:
     def __init__(self, names, mode: str = "forbid"):
         if mode not in ("forbid", "count"):
             raise ValueError(f"mode must be 'forbid' or 'count', not {mode!r}")
-        import torch.distributed as dist
+        import torch.distributed as dist  # deferred: the launcher, which imports no torch, reads this
         import torch.distributed.distributed_c10d as c10d
         self.mode, self.names = mode, set(names)
         self.used: list[str] = []
@@ -150,7 +150,7 @@ class CollectiveGuard:
     def original(self, name: str):
         """The real function, to call from the checker's own code while the guard is active (``__wrapped__``
         is the function itself); one the guard does not replace is torch.distributed's own."""
-        import torch.distributed as dist
+        import torch.distributed as dist  # deferred: the launcher, which imports no torch, reads this
         modules = ("torch.distributed", "torch.distributed.distributed_c10d")
         for (module, n), fn in self._originals.items():
             if n == name and getattr(module, "__name__", "") in modules:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from course_lib.checking.deadlock import FOLDER_ENV
 from course_lib.checking.protocol import plugin
-from course_lib.core import launch as launching  # through the module: tools/bench_checks.py times each launch there
 from course_lib.core.rankkit import parse
+from course_lib.runtime import launch as launching  # through the module: tools/bench_checks.py times each launch there
 
 WORKER = "course_lib.checking.worker"
 ENV = {"OMP_NUM_THREADS": "1"}

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
+import os
 
+from course_lib import registry
 from course_lib.checking.case import Ctx, Fail, Missing, OtherRank
 from course_lib.checking.deadlock import FOLDER_ENV, Deadlock
 from course_lib.checking.guard import CollectiveGuard
@@ -85,7 +88,7 @@ def run_case(ctx: Ctx, spec, case, key: str, dog: Watchdog, tag: dict) -> tuple[
 
 
 def agree(ctx: Ctx, ok: bool, clean: bool) -> tuple[bool, bool]:
-    import torch
+    import torch  # deferred: the launcher, which imports no torch, reads this
     flags = torch.tensor([0 if ok else 1, 0 if clean else 1])
     ctx.guard.original("all_reduce")(flags, group=ctx.sync)
     return int(flags[0]) == 0, int(flags[1]) == 0
@@ -116,15 +119,12 @@ def run_file(spec, path: str, k: int, guard, sync, dog, a, tag: dict) -> bool:
 def note_crashes(rank: int) -> None:
     """If this process dies of a signal (gloo aborts on a size mismatch), its Python stacks go to ``crash-<rank>``
     in the launch's folder: the checker reads the learner's line from it (``runner.crash_lines``)."""
-    import faulthandler
-    import os
     folder = os.environ.get(FOLDER_ENV)
     if folder:
         faulthandler.enable(open(os.path.join(folder, f"crash-{rank}"), "w"), all_threads=True)  # open until exit
 
 
 def main(argv=None) -> None:
-    from course_lib import registry
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("exercise")
     p.add_argument("paths", nargs="+")
@@ -135,7 +135,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     spec = registry.get(a.exercise).cases_module()
     env = rank_env()
-    import torch
+    import torch  # deferred: the launcher, which imports no torch, reads this
     import torch.distributed as dist
     torch.set_num_threads(1)
     # the library's own timeout only backs up the watchdog, which reports more clearly

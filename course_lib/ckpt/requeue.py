@@ -16,8 +16,8 @@ from pathlib import Path
 
 from course_lib import registry
 from course_lib.core.paths import tree_dir
-from course_lib.jobs import runner, slurm
-from course_lib.jobs.job import Job
+from course_lib.runtime import runner, slurm
+from course_lib.runtime.job import Job
 
 TERMINAL = {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 FIELD = re.compile(r"(\w+)=(\S*)")

@@ -71,7 +71,7 @@ def rank_env(env=None) -> RankEnv:
             raise RankEnvError(f"{names[0]}={rank} is not a rank of {names[2]}={world} ({launcher})")
         return RankEnv(rank, local, world, launcher)
     raise RankEnvError("no rank in the environment: run this as one rank of srun (SLURM_PROCID, SLURM_LOCALID, "
-                       "SLURM_NTASKS) or torchrun (RANK, LOCAL_RANK, WORLD_SIZE), e.g. with course_lib.core.launch")
+                       "SLURM_NTASKS) or torchrun (RANK, LOCAL_RANK, WORLD_SIZE), e.g. with course_lib.runtime.launch")
 
 
 def _int(env, name: str, launcher: str) -> int:

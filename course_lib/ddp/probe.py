@@ -1,6 +1,6 @@
 """Run a learner's training script as one rank, watching what it does from outside its code.
 
-    python -m course_lib.ddp.probe SCRIPT [ARGS...]     (one per rank, via course_lib.core.launch)
+    python -m course_lib.ddp.probe SCRIPT [ARGS...]     (one per rank, via course_lib.runtime.launch)
 
 Before the script runs (``runpy``, as ``python SCRIPT ARGS`` would), the probe wraps the parts of torch
 that the six DDP steps touch (``hooks``, ``datahooks``) and writes what it saw to

@@ -1,6 +1,6 @@
 """Launch the learner's script under the probe and read back what each rank did.
 
-``run_script`` starts the ranks (``course_lib.core.launch``, srun-style or the real torchrun), each as
+``run_script`` starts the ranks (``course_lib.runtime.launch``, srun-style or the real torchrun), each as
 ``python -m course_lib.ddp.probe SCRIPT ARGS``, in a fresh working directory; a ``Run`` holds the
 launcher's result and each rank's record (``rank-<N>.json``), stack dump and trained parameters.
 """
@@ -21,7 +21,7 @@ class Run:
     """One launch of the script under the probe: the launcher's result and each rank's record."""
     style: str
     nprocs: int
-    result: object                  # course_lib.core.launch.LaunchResult
+    result: object                  # course_lib.runtime.launch.LaunchResult
     folder: Path                    # the probe's records
     workdir: Path                   # the script's working directory
     gpu: bool
@@ -90,7 +90,7 @@ def start_env(gpu: bool) -> dict:
 def run_script(script: Path, style: str, nprocs: int, root: Path, data: Path, timeout: float,
                echo: bool = False, stall: float | None = None, stop=None) -> Run:
     """Launch ``script`` under the probe as ``nprocs`` ranks; read back every rank's record."""
-    from course_lib.core.launch import launch
+    from course_lib.runtime.launch import launch
     folder = root / f"{style}-{nprocs}"
     workdir = folder / "work"
     workdir.mkdir(parents=True)

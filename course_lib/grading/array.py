@@ -27,10 +27,10 @@ from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.grading.discover import discover
 from course_lib.grading.reports import Outputs, write_reports
 from course_lib.grading.run import header_of, now_utc, raise_interrupt
-from course_lib.jobs import runner
-from course_lib.jobs.job import TERMINAL, SubmitError
-from course_lib.jobs.progress import in_notebook
-from course_lib.jobs.slurm import SlurmJob, command
+from course_lib.runtime import runner
+from course_lib.runtime.job import TERMINAL, SubmitError
+from course_lib.runtime.progress import in_notebook
+from course_lib.runtime.slurm import SlurmJob, command
 
 POLL = 2.0     # seconds between two looks at the queue
 WHY = {"TIMEOUT": "it reached its time limit (--slurm-time)", "NODE_FAIL": "its node failed",

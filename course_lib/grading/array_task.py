@@ -22,7 +22,7 @@ from course_lib.grading.cgroups import describe
 from course_lib.grading.discover import discover
 from course_lib.grading.run import check_one, raise_interrupt, timing_note
 from course_lib.grading.sandbox import Limits
-from course_lib.jobs.slurm import forget_the_job
+from course_lib.runtime.slurm import forget_the_job
 
 
 def _write(path: Path, data: dict) -> None:

@@ -11,7 +11,7 @@ course_lib.grading.sandbox_worker``) that is given:
   non-root user (root ignores it); always RLIMIT_FSIZE (largest file written) and no core files;
 - a sweep after the check (course_lib.grading.sweep): every process of the check's cgroup, every descendant
   of the worker and every process that still carries the check's token in its environment or works in its
-  folder is stopped, then killed. The checkers' ranks run in sessions of their own (course_lib.core.launch),
+  folder is stopped, then killed. The checkers' ranks run in sessions of their own (course_lib.runtime.launch),
   so a process-group kill alone would miss them.
 
 It is not a security boundary: the learner's code runs as the grader's user and can read (and write)

@@ -1,4 +1,4 @@
-"""Finding every process of one check, and killing them all (through psutil: course_lib.core.proc).
+"""Finding every process of one check, and killing them all (through psutil: course_lib.runtime.proc).
 
 A check's processes are found three ways, since each alone misses some: they carry the check's token in
 their environment, or work in its folder (one that cleared its environment), or descend from one of them
@@ -11,7 +11,7 @@ import os
 
 import psutil
 
-from course_lib.core import proc
+from course_lib.runtime import proc
 
 
 def _marked(p: psutil.Process, token: str, folder: str) -> bool:

@@ -47,8 +47,8 @@ def busy_kernels(kernel_manager) -> list[str]:
 def live_jobs(runs: Path) -> list[str]:
     """The jobs of the run folders in ``runs`` that are queued or running now (an ended job's job.json says so,
     and is not asked again)."""
-    from course_lib.jobs.job import INFO_NAME, TERMINAL
-    from course_lib.jobs.reattach import from_folder
+    from course_lib.runtime.job import INFO_NAME, TERMINAL
+    from course_lib.runtime.reattach import from_folder
 
     live = []
     for info in runs.glob(f"*/{INFO_NAME}"):
@@ -65,7 +65,7 @@ def live_jobs(runs: Path) -> list[str]:
 
 def queued_slurm_jobs(own_job: str | None) -> list[str]:
     """This user's jobs in Slurm's queue, less this server's own job (a server that runs as a Slurm job)."""
-    from course_lib.jobs.reattach import scheduler_ids
+    from course_lib.runtime.reattach import scheduler_ids
 
     return [i for i in scheduler_ids() if i != own_job]
 

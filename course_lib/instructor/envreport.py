@@ -72,9 +72,9 @@ def self_check(ranks: int = 2, timeout: float = 60):
     import time
 
     from course_lib import data
-    from course_lib.core.launch import launch
     from course_lib.core.paths import PACKAGE_PARENT
     from course_lib.core.report import Report
+    from course_lib.runtime.launch import launch
 
     report, start = Report("setup", "this machine"), time.monotonic()
     try:

@@ -55,7 +55,7 @@ def course_bytes(src: Path) -> bytes:
 
 def site_text(text: str) -> str:
     """A job-script exercise's text with its site block written for ``$COURSE_SITE`` (workspaces, nbgrader)."""
-    from course_lib.jobs.site import load_site
+    from course_lib.core.site import load_site
     from course_lib.sbatch import site_lines
 
     return site_lines.render(text, load_site()) if site_lines.written_for(text) is not None else text

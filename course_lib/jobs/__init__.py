@@ -10,21 +10,21 @@
 Engine: ``engine=`` argument, else ``$COURSE_ENGINE`` (``slurm``, ``local`` or ``auto``), else auto:
 Slurm when ``sbatch`` is on PATH and the controller answers, local otherwise. ``choose(kind)`` is the course's one
 engine chooser, for jobs, checks (``$COURSE_CHECKS``, site key ``checks``) and runs (``$COURSE_RUNS``, ``runs``).
-Site profile: ``site=`` argument, else ``$COURSE_SITE`` (see course_lib.jobs.site). Run folders: ``runs_dir=``,
+Site profile: ``site=`` argument, else ``$COURSE_SITE`` (see course_lib.core.site). Run folders: ``runs_dir=``,
 else ``$COURSE_RUNS_DIR``, else ``jobs/runs/`` of the course.
 """
 from __future__ import annotations
 
 import os
 
-from course_lib.core.scope import scoped_engine
-from course_lib.jobs.job import TERMINAL, Job, SubmitError, runs_dir
-from course_lib.jobs.site import Site, SiteError, load_site
-from course_lib.jobs.spec import JobSpec, JobSpecError, render, time_seconds
+from course_lib.core.site import Site, SiteError, load_site
+from course_lib.core.spec import JobSpec, JobSpecError, render, time_seconds
+from course_lib.runtime.job import TERMINAL, Job, SubmitError, runs_dir
+from course_lib.runtime.runner import IN_JOB
+from course_lib.runtime.scope import scoped_engine
 
 ENGINES = ("slurm", "local")
 _probe_cache: dict = {}
-IN_JOB = "COURSE_IN_JOB"   # set in a run's or a check's job (course_lib.jobs.runner): the runs it starts stay there
 
 # kind -> (its environment variable, its site profile key, its choices, the error's words: the callers' own)
 KINDS = {"jobs": ("COURSE_ENGINE", None, ENGINES + ("auto",),
@@ -60,7 +60,7 @@ def choose(kind: str, choice: str | None = None) -> tuple[str, str]:
     choice = choice.lower()
     if choice == "local" or (choice == "slurm" and kind != "jobs"):   # a check or run asked for Slurm: no probe
         return choice, f"asked for the {choice} engine"
-    from course_lib.jobs import slurm
+    from course_lib.runtime import slurm
 
     probe = (os.environ.get("SLURM_CONF"), os.environ.get("PATH"))
     if probe not in _probe_cache:   # sinfo once per configuration, not once per job
@@ -84,7 +84,7 @@ def script(spec: JobSpec, site: Site | str | None = None, engine_name: str | Non
     """The sbatch script ``submit`` would write for ``spec`` (to read before submitting)."""
     site = site if isinstance(site, Site) else load_site(site)
     name = engine_name or engine()[0]
-    from course_lib.jobs import local, slurm
+    from course_lib.runtime import local, slurm
 
     return (slurm if name == "slurm" else local).script_for(spec, site, runs_dir(runs))
 
@@ -97,7 +97,7 @@ def submit(spec: JobSpec, engine_name: str | None = None, site: Site | str | Non
     """
     site = site if isinstance(site, Site) else load_site(site)
     name, _ = engine(engine_name)
-    from course_lib.jobs import local, slurm
+    from course_lib.runtime import local, slurm
 
     return (slurm if name == "slurm" else local).submit(spec, site, runs_dir(runs))
 
@@ -115,13 +115,13 @@ def training_spec(name: str, script, args=(), ranks: int = 1, launcher: str = "s
 
 def list(runs: str | os.PathLike | None = None):   # shadows list() in this module: use [*x] here
     """This workspace's jobs (run folders, state now) and this user's Slurm jobs without a folder here."""
-    from course_lib.jobs.reattach import list_jobs
+    from course_lib.runtime.reattach import list_jobs
 
     return list_jobs(runs)
 
 
 def attach(job_id: str, runs: str | os.PathLike | None = None) -> Job:
     """The job ``job_id`` again after a kernel restart: ``jobs.attach("local-3").wait()`` shows its progress."""
-    from course_lib.jobs.reattach import attach as _attach
+    from course_lib.runtime.reattach import attach as _attach
 
     return _attach(job_id, runs)

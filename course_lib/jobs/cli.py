@@ -27,7 +27,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from course_lib.jobs.site import SiteError, load_site
+    from course_lib.core.site import SiteError, load_site
     from course_lib.jobs.workshop import render_all
 
     try:

@@ -2,7 +2,7 @@
 
 With ``monitor=True`` the job script (templates/sbatch.sh.j2) runs ``top -b -d 2 -u <you>`` into
 ``<name>-<id>.top.log`` and, where there is a GPU, ``nvidia-smi dmon -s um -d 5`` into ``<name>-<id>.gpu.log``;
-the local engine writes the same ``top``-style frames for the job's own processes (course_lib.jobs.sampler).
+the local engine writes the same ``top``-style frames for the job's own processes (course_lib.runtime.sampler).
 Everything here reads text; nothing raises on a missing or odd log: an empty result, and ``why_no_*`` says why.
 """
 from __future__ import annotations
@@ -11,9 +11,8 @@ import re
 import shutil
 from pathlib import Path
 
-from course_lib.jobs import slurm
+from course_lib.runtime import slurm
 
-TOP_EVERY = 2      # seconds between top frames (the template's -d and the local sampler's interval)
 DMON_EVERY = 5     # seconds between dmon samples (the template's -d)
 FRAME = re.compile(r"^top - (\d\d):(\d\d):(\d\d)\b")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import re
 
-from course_lib.jobs.job import Job
-from course_lib.jobs.progress import in_notebook
+from course_lib.runtime.job import Job
+from course_lib.runtime.progress import in_notebook
 
 TASK_HOST = re.compile(r"^\s*(\d+): ([A-Za-z0-9][A-Za-z0-9.-]*)\s*$")
 # the one-node test profile has gloo on loopback; its two-node twin names the nodes' interface
@@ -23,7 +23,7 @@ TWO_NODE_SITE = {"local": "local-2nodes"}
 def slurm_nodes(engine_name: str | None = None) -> tuple[int, str]:
     """(how many nodes the Slurm here has, why that many); (0, why not) without Slurm."""
     from course_lib import jobs
-    from course_lib.jobs import slurm
+    from course_lib.runtime import slurm
 
     name, why = jobs.engine(engine_name)
     if name != "slurm":

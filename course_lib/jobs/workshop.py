@@ -11,8 +11,8 @@ import shlex
 from pathlib import Path
 
 from course_lib import registry
-from course_lib.jobs.site import Site
-from course_lib.jobs.spec import JobSpec, render
+from course_lib.core.site import Site
+from course_lib.core.spec import JobSpec, render
 
 SERIAL = f"solutions/{registry.SERIAL}"
 DDP = f"exercises/{registry.get('ddp').file}"

@@ -22,8 +22,8 @@ import batchspawner  # noqa: F401 - registers the hub's /hub/api/batchspawner ha
 c = get_config()  # noqa: F821 - JupyterHub provides it
 load_subconfig(str(Path(__file__).with_name("jupyterhub_config.py")))  # noqa: F821 - JupyterHub provides it
 
+from course_lib.core.site import load_site  # noqa: E402
 from course_lib.instructor.hub_server import server_choices  # noqa: E402 - the shared install's course
-from course_lib.jobs.site import load_site  # noqa: E402
 
 prefix = Path(os.environ.get("COURSE_PREFIX", "/opt/multigpu-course"))
 bin_dir = prefix / "venv" / "bin"

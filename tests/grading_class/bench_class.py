@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 from make_class import make_class, solution, starter  # noqa: E402
 
-from course_lib.core.launch import free_port  # noqa: E402
+from course_lib.runtime.launch import free_port  # noqa: E402
 
 AR = "05_allreduce/allreduce.py"
 

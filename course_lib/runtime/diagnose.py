@@ -5,10 +5,10 @@ The causes are the ones the workshop warns about for jobs on more than one node:
 and wait until the time limit), and a torchrun rendezvous bound to ``127.0.0.1`` or ``--standalone`` (every
 node's torchrun hosts a rendezvous of its own and waits for nodes that never join it).
 
-    from course_lib.jobs.diagnose import hints
+    from course_lib.runtime.diagnose import hints
     hints(job)        # -> ["MASTER_ADDR=localhost on 2 nodes (node[1-2]): ..."], [] when nothing is known
 
-From a shell, for a job's folder or its output file:  python -m course_lib.jobs.diagnose jobs/runs/ddp-42
+From a shell, for a job's folder or its output file:  python -m course_lib.runtime.diagnose jobs/runs/ddp-42
 """
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def hints(job) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_lib.jobs.diagnose RUN_DIR_OR_LOG [SCRIPT]``: print the hints; exit 1 when there are some."""
+    """``python -m course_lib.runtime.diagnose RUN_DIR_OR_LOG [SCRIPT]``: print the hints; exit 1 if there are some."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)

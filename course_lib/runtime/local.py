@@ -1,13 +1,13 @@
 """The local engine: no Slurm, so this machine's processes stand in for one node.
 
 ``submit`` writes the same run folder as the Slurm engine (job.sbatch shown for reference, output.log,
-job.json) and starts a runner process, ``python -m course_lib.jobs.local RUN_DIR``, which runs the job
-with course_lib.core.launch: srun-style environment or the real torchrun, the job's time limit as deadline,
+job.json) and starts a runner process, ``python -m course_lib.runtime.local RUN_DIR``, which runs the job
+with course_lib.runtime.launch: srun-style environment or the real torchrun, the job's time limit as deadline,
 the first failing rank stopping the rest, nothing left running. The runner writes each rank's lines as
 ``rank: line`` (like ``srun --label``) and its state into state.json; the Job reads both.
 A job in the background means wait() and cancel() work exactly as with Slurm.
 A job of several ranks with one CPU each forks its ranks from a server that imported torch once
-(course_lib.core.warm, as the checkers do): each rank starts in a fraction of a second instead of importing torch,
+(course_lib.runtime.warm, as the checkers do): each rank starts in a fraction of a second instead of importing torch,
 and leaves as ``python script.py`` does. ``COURSE_WARM=0`` starts every rank as a fresh ``python``.
 Not submitit's LocalExecutor: it runs a pickled function, not the learner's job script with srun's or torchrun's
 variables and a run folder the Slurm engine's Job reads back the same way.
@@ -27,16 +27,16 @@ from pathlib import Path
 
 import psutil
 
-from course_lib.core import gpus, warm
 from course_lib.core.atomic import write_text
-from course_lib.core.launch import launch
 from course_lib.core.paths import PACKAGE_PARENT
-from course_lib.core.proc import alive, freeze, stop_tree, wait_gone
-from course_lib.core.warm import socket_dirs
-from course_lib.jobs.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError
-from course_lib.jobs.sampler import Sampler
-from course_lib.jobs.site import Site
-from course_lib.jobs.spec import JobSpec, render
+from course_lib.core.site import Site
+from course_lib.core.spec import JobSpec, render
+from course_lib.runtime import gpus, warm
+from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError
+from course_lib.runtime.launch import launch
+from course_lib.runtime.proc import alive, freeze, stop_tree, wait_gone
+from course_lib.runtime.sampler import Sampler
+from course_lib.runtime.warm import socket_dirs
 
 STATE_NAME = "state.json"
 PIDS_NAME = "pids"
@@ -50,7 +50,7 @@ def script_for(spec: JobSpec, site: Site, runs_dir: Path) -> str:
                   torchrun_logs="torchrun-logs", pythonpath=shlex.quote(str(PACKAGE_PARENT)),
                   output=shlex.quote(f"{pattern}%j/{LOG_NAME}"),
                   workdir='"' + f"{pattern}$SLURM_JOB_ID" + '"',
-                  header=["No Slurm here: the local engine ran this job with course_lib.core.launch instead",
+                  header=["No Slurm here: the local engine ran this job with course_lib.runtime.launch instead",
                           "(same ranks, environment and time limit; this script is what sbatch would get)."])
 
 
@@ -61,9 +61,22 @@ def _write_json(path: Path, data: dict) -> None:
 class LocalJob(Job):
     engine = "local"
 
-    def __init__(self, job_id, spec, run_dir, submitted, proc: subprocess.Popen):
+    def __init__(self, job_id, spec, run_dir, submitted, proc: psutil.Process | None):
         super().__init__(job_id, spec, run_dir, submitted)
+        # the runner: a psutil.Popen when this process started it, a psutil.Process found by its command line after a
+        # kernel restart (reattach; not our child: psutil still signals only that process, never a reused pid),
+        # None when it is gone
         self.proc = proc
+
+    def _runner_exit(self, timeout: float = 0.0) -> int | str | None:
+        """The runner's exit code once it has ended (our child is reaped: "?" for another's), None while it runs."""
+        if isinstance(self.proc, psutil.Popen):
+            try:
+                return self.proc.wait(timeout)
+            except psutil.TimeoutExpired:
+                return None
+        # not our child: gone, or a zombie its new parent has not reaped yet, is ended (proc.wait_gone)
+        return "?" if self.proc is None or not wait_gone([self.proc], timeout) else None
 
     def _read_state(self) -> dict:
         try:
@@ -74,11 +87,11 @@ class LocalJob(Job):
     def _query(self):
         info = self._read_state()
         state = info.get("state", "PENDING")
-        if state in ("PENDING", "RUNNING") and self.proc.poll() is not None:
+        if state in ("PENDING", "RUNNING") and (code := self._runner_exit()) is not None:
             info = self._read_state()   # it may have written its end state just before exiting
             state = info.get("state", state)
             if state in ("PENDING", "RUNNING"):
-                return ("FAILED", f"the local runner exited ({self.proc.returncode}) without an end state; "
+                return ("FAILED", f"the local runner exited ({code}) without an end state; "
                         "see runner.log", None)
         if state not in ("PENDING", "RUNNING"):
             # the runner writes its end state just before it exits: a caller told "COMPLETED" must find it gone
@@ -87,22 +100,21 @@ class LocalJob(Job):
 
     def _wait_or_kill(self) -> list | None:
         """Give the runner 30 s to exit; then KILL it and everything below it. The killed tree, or None."""
-        try:
-            self.proc.wait(30)
+        if self._runner_exit(30) is not None:
             return None
-        except subprocess.TimeoutExpired:
-            tree = freeze([self.proc.pid])   # stopped, then read: nothing it starts meanwhile escapes (proc.freeze)
-            servers = socket_dirs(tree)      # a killed fork server cannot remove its socket's folder
-            tree = stop_tree(tree)
-            self.proc.wait(10)
-            for folder in servers:
-                shutil.rmtree(folder, ignore_errors=True)
-            return tree
+        tree = freeze([self.proc])   # stopped, then read: nothing it starts meanwhile escapes (proc.freeze)
+        servers = socket_dirs(tree)  # a killed fork server cannot remove its socket's folder
+        tree = stop_tree(tree)
+        self._runner_exit(10)
+        for folder in servers:
+            shutil.rmtree(folder, ignore_errors=True)
+        return tree
 
     def _cancel(self) -> None:
-        if self.proc.poll() is not None:
+        if self._runner_exit() is not None:
             return
-        self.proc.send_signal(signal.SIGTERM)   # the runner stops its ranks (launch's kill_group) and records CANCELLED
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self.proc.send_signal(signal.SIGTERM)   # the runner stops its ranks (kill_group), records CANCELLED
         tree = self._wait_or_kill()
         if tree is not None:
             # it did not answer and was killed: then the ranks it recorded (one may have left its tree), wait
@@ -152,7 +164,7 @@ def _next_id(runs_dir: Path, name: str) -> tuple[str, Path]:
 def check_resources(spec: JobSpec, site: Site) -> None:
     """Refuse what this machine cannot give, as sbatch would (GPUs that are not there)."""
     if spec.gpus_per_node:
-        import torch  # only here: a GPU job is rare on the local engine
+        import torch  # deferred: a GPU job is rare on the local engine
 
         have = torch.cuda.device_count()
         if spec.gpus_per_node > have:
@@ -174,7 +186,7 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path) -> LocalJob:
     env = dict(os.environ)
     env["PYTHONPATH"] = _with_course_on_path(env.get("PYTHONPATH"))
     with open(run_dir / "runner.log", "ab") as runner_log:
-        proc = subprocess.Popen([sys.executable, "-m", "course_lib.jobs.local", str(run_dir)], cwd=run_dir,
+        proc = psutil.Popen([sys.executable, "-m", "course_lib.runtime.local", str(run_dir)], cwd=run_dir,
                                 env=env, stdin=subprocess.DEVNULL, stdout=runner_log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     return LocalJob(job_id, spec, run_dir, start, proc)

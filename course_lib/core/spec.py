@@ -1,7 +1,7 @@
 """A job description, and the sbatch script rendered from it (jinja2 template ``templates/sbatch.sh.j2``).
 
 ``JobSpec(name="ddp", script="train_ddp.py", args=["--epochs", "1"],
-ntasks_per_node=2, launcher="srun")`` says *what* to run; the site profile (course_lib.jobs.site) says
+ntasks_per_node=2, launcher="srun")`` says *what* to run; the site profile (course_lib.core.site) says
 *where*: partition, account, modules, NCCL settings. Both engines take the same JobSpec.
 """
 from __future__ import annotations
@@ -11,9 +11,10 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from course_lib.jobs.site import Site, load_site
+from course_lib.core.site import Site, load_site
 
-TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+# the template stays beside the jobs lesson, where learners and the docs find it
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "jobs" / "templates"
 LAUNCHERS = ("srun", "torchrun", "python")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Slurm's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S

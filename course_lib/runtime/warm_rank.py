@@ -1,5 +1,5 @@
-"""torchrun's worker in a warm launch: ``python -m course_lib.core.warm_rank ARGS`` runs ``python ARGS`` as a rank
-forked by the warm server (``course_lib.core.warm``) instead of a fresh interpreter that imports torch again.
+"""torchrun's worker in a warm launch: ``python -m course_lib.runtime.warm_rank ARGS`` runs ``python ARGS`` as a rank
+forked by the warm server (``course_lib.runtime.warm``) instead of a fresh interpreter that imports torch again.
 
 torchrun starts one per rank, with the rank's environment (RANK, LOCAL_RANK, ...), its log files as stdout and
 stderr, in a session of its own. This process asks the server named by COURSE_WARM_SOCKET to fork the rank with

@@ -13,7 +13,7 @@ child); ``WarmProcess`` gives launch() the part of Popen it uses (pid, stdout, p
 work as for a cold rank.
 
 Under torchrun (``launch(style="torchrun")``) the server forks torchrun's agent, and the worker torchrun starts
-for each rank is ``course_lib.core.warm_rank``, which sends its own environment, working directory, stdout and
+for each rank is ``course_lib.runtime.warm_rank``, which sends its own environment, working directory, stdout and
 stderr in the same request and stands in for the rank towards torchrun (signals in, exit status out). A request
 whose connection closes before its child has ended (the launcher or that worker was killed) gets the child killed.
 
@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 
-from course_lib.core.rank_env import base_env
+from course_lib.runtime.rank_env import base_env
 
 # Not KMP_*: those are Intel OpenMP's, and torch's wheels load GNU OpenMP (torch/lib/libgomp.so.1); scikit-learn
 # sets two of them when imported (a checker that loads the digits would otherwise start every rank cold).
@@ -55,8 +55,8 @@ SOCKET_PATH_MAX = 107     # bytes of a Unix socket's path (sun_path holds 108 wi
 DDP_IMPORTS = ("torch._dynamo",)
 KEEP_DEFAULT = 120.0     # seconds an idle server waits for the next session (COURSE_WARM_KEEP)
 # the server's code: serve() returns only in a forked rank, which then runs the script here, at the top, and leaves
-# through the interpreter's own exit (course_lib.core.forkserver)
-SERVE = ("from course_lib.core import forkserver\nrank = forkserver.serve()\ntry:\n    forkserver.run(rank)\n"
+# through the interpreter's own exit (course_lib.runtime.forkserver)
+SERVE = ("from course_lib.runtime import forkserver\nrank = forkserver.serve()\ntry:\n    forkserver.run(rank)\n"
          "except BaseException as e:\n    e.__traceback__ = forkserver.script_frames(e.__traceback__)\n    raise\n")
 MAX_IDLE = 4             # idle servers kept at most (one per kind of check: a few hundred MB each)
 _active: Server | None = None

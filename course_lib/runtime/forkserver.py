@@ -1,4 +1,4 @@
-"""The fork server of ``course_lib.core.warm`` (runs in its own process; imports only the standard library,
+"""The fork server of ``course_lib.runtime.warm`` (runs in its own process; imports only the standard library,
 torch, psutil and setproctitle, so it has no thread to lose at fork). ``serve(path)``: see warm's docstring for the
 protocol. Not multiprocessing's forkserver: that one runs a Python function in a child it owns, not a learner's
 script with its own argv, environment, cwd, output and exit status.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import gc
+import importlib
 import io
 import json
 import os
@@ -23,7 +24,7 @@ import sys
 import types
 from contextlib import suppress
 
-from course_lib.core.proc import stop_tree
+from course_lib.runtime.proc import stop_tree
 
 MAX_MSG = 1 << 20
 
@@ -32,9 +33,8 @@ def serve(path: str | None = None, preload=None):
     """Serve until stdin's EOF, then end the server (``os._exit``: no teardown of torch, most of a second).
     Returns only in a forked rank: what ``run()`` needs. ``preload``: more modules to import before the first
     fork (``python -c ... PATH MODULE...``)."""
-    import importlib
-
-    import torch  # noqa: F401  the point of the server: imported once, before any fork
+    # deferred: the point of the server, torch imported once here, before any fork (not by whoever imports this)
+    import torch  # noqa: F401
     import torch.distributed  # noqa: F401
     for name in [*(sys.argv[2:] if preload is None else preload), "setproctitle"]:
         try:
@@ -181,7 +181,7 @@ def _title(argv: list) -> None:
     server's). setproctitle writes it over the memory of the server's argv and environment, before the rank's
     environment is set."""
     try:
-        from setproctitle import setproctitle
+        from setproctitle import setproctitle  # deferred: optional, and imported by the server before fork
     except ImportError:
         return   # the rank runs the same; ps shows the server's command line
     setproctitle(" ".join([sys.executable, *argv]))

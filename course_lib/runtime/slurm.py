@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 from course_lib.core.paths import PACKAGE_PARENT
-from course_lib.jobs.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, TERMINAL, Job, SubmitError
-from course_lib.jobs.site import Site
-from course_lib.jobs.spec import JobSpec, render
+from course_lib.core.site import Site
+from course_lib.core.spec import JobSpec, render
+from course_lib.runtime.diagnose import hints
+from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, TERMINAL, Job, SubmitError
 
 TIMEOUT = 30    # seconds for one Slurm command (a busy controller can be slow)
 # sbatch --test-only's words for a job that no node of the partition can take now: too big for every node, or
@@ -130,9 +131,7 @@ class SlurmJob(Job):
         return place + (f", expected to start {start}" if start[:1].isdigit() else "")
 
     def hints(self) -> list[str]:
-        """Known causes for a job that failed or hung, read from its log and script (course_lib.jobs.diagnose)."""
-        from course_lib.jobs.diagnose import hints
-
+        """Known causes for a job that failed or hung, read from its log and script (course_lib.runtime.diagnose)."""
         return hints(self) if self.done and not self.ok else []
 
     def summary(self, tail: int = 15) -> str:

@@ -1,8 +1,8 @@
 """A short job that runs ``python -m MODULE REQUEST`` for the caller and is waited for: a check as a job
 (course_lib.check_slurm) and a notebook's run as a job (course_lib.runs) both go through here.
 
-``submit`` sbatches it (course_lib.jobs.slurm: ``--test-only`` first, then held, its folder made, released);
-``wait`` (course_lib.jobs.waiting, the course's one loop that waits for a job) follows it until it ends, says that it
+``submit`` sbatches it (course_lib.runtime.slurm: ``--test-only`` first, then held, its folder made, released);
+``wait`` (course_lib.runtime.waiting, the course's one loop that waits for a job) follows it until it ends, says that it
 is queued (with Slurm's reason and its place in the partition's queue, again when either changes) and when it starts,
 and cancels it (scancel) at the queue deadline, past its run deadline, when ``stop`` is set, or on Ctrl-C.
 """
@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import os
 
-from course_lib import jobs
-from course_lib.jobs import IN_JOB, JobSpec, slurm
-from course_lib.jobs.slurm import TAKES_NO_JOB, forget_the_job
+from course_lib.core.spec import JobSpec
+from course_lib.runtime import slurm
+from course_lib.runtime.job import runs_dir
+from course_lib.runtime.slurm import TAKES_NO_JOB, forget_the_job
 
 # the one loop that waits for a job lives in waiting.py, which imports nothing of the course's (Job.wait uses it too)
-from course_lib.jobs.waiting import JobError, cancel, say_on_stderr, wait  # noqa: F401 - runner.wait is the API
+from course_lib.runtime.waiting import JobError, cancel, say_on_stderr, wait  # noqa: F401 - runner.wait is the API
+
+IN_JOB = "COURSE_IN_JOB"   # set in a run's or a check's job: the runs it starts stay there (jobs.choose)
 
 # what the job script exports for a training run; the job's own ranks get the submitter's values instead
 JOB_ONLY = ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "SRUN_CPUS_PER_TASK")
@@ -36,7 +39,7 @@ def spec(name: str, module: str, request: dict, site, minutes: int, cpus: int = 
 def submit(spec, site):
     """sbatch ``spec`` into a folder of the runs directory; the SlurmJob. SubmitError (Slurm's words) when Slurm
     refuses it."""
-    return slurm.submit(spec, site, jobs.runs_dir())
+    return slurm.submit(spec, site, runs_dir())
 
 
 def not_taken(what: str, refused: Exception, here: str) -> str:

@@ -23,7 +23,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-SITES_DIR = Path(__file__).resolve().parent / "sites"
+# the profiles stay in course_lib/jobs/sites/, where the docs and COURSE_SITE name them
+SITES_DIR = Path(__file__).resolve().parent.parent / "jobs" / "sites"
 DEFAULT_SITE = "generic"
 
 # key -> type; the profile must have exactly these (plus the optional tables env and nccl)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import sys
 
-from course_lib.jobs.waiting import wait
+from course_lib.runtime.waiting import wait
 
 COLOURS = {"COMPLETED": "#1a7f37", "RUNNING": "#0969da", "PENDING": "#9a6700"}
 DEFAULT_EPOCHS = 14   # the training scripts' default --epochs
@@ -19,7 +19,7 @@ DEFAULT_EPOCHS = 14   # the training scripts' default --epochs
 def in_notebook() -> bool:
     """True inside a Jupyter kernel (where widgets can be shown), False in a terminal or plain python."""
     try:
-        from IPython import get_ipython
+        from IPython import get_ipython  # deferred: optional (a notebook's), as are the widgets below
     except ImportError:
         return False
     shell = get_ipython()
@@ -51,7 +51,7 @@ def _headline(job) -> str:
 
 class _Widget:
     def __init__(self, job, tail):
-        import ipywidgets as w
+        import ipywidgets as w  # deferred: only in a notebook
         from IPython.display import display
 
         self.job, self.tail = job, tail
@@ -82,7 +82,7 @@ class _Widget:
 
 class _Text:
     def __init__(self, job, tail):
-        from tqdm import tqdm
+        from tqdm import tqdm  # deferred: only in a terminal
 
         self.job = job
         self.bar = tqdm(total=job.spec.epochs(DEFAULT_EPOCHS), unit="epoch", desc=f"job {job.id}",

@@ -9,7 +9,7 @@ Guarantees, because a stuck collective otherwise hangs a notebook forever:
 - a deadline (``timeout`` seconds) for the whole run;
 - the first rank that fails stops the others (after ``grace`` seconds to let them print why);
 - every process started runs in its own session; it is killed by process group and, through
-  ``course_lib.core.proc`` (psutil), with all its descendants, so even a child that left the group
+  ``course_lib.runtime.proc`` (psutil), with all its descendants, so even a child that left the group
   (setsid) is not left running when ``launch`` returns;
 - output streams live with a ``[rank N]`` prefix, long lines are cut and only the last lines are kept.
 """
@@ -27,12 +27,12 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from course_lib.core import proc
-from course_lib.core import warm as warm_start
-from course_lib.core.rank_env import base_env, srun_env  # noqa: F401 - importable from here as before
 from course_lib.core.result import LaunchResult, RankResult  # noqa: F401 - importable from here as before
-from course_lib.core.scope import bounded
-from course_lib.core.warm_rank import SOCKET_VAR
+from course_lib.runtime import proc
+from course_lib.runtime import warm as warm_start
+from course_lib.runtime.rank_env import base_env, srun_env  # noqa: F401 - importable from here as before
+from course_lib.runtime.scope import bounded
+from course_lib.runtime.warm_rank import SOCKET_VAR
 
 MAX_LINE = 2000          # characters kept of one output line
 TORCHRUN_PREFIX_ANY = re.compile(r"\[default(\d+)\]:")
@@ -92,11 +92,11 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     ``on_line(rank, line)`` sees each line as it comes (None: silent). ``torchrun_args`` go to torchrun itself
     (``["--max-restarts", "1"]``); the lines of every attempt go to the same ranks. ``stop``: when another
     thread sets it, the ranks are stopped as at the deadline (a caller running launches side by side uses it
-    on Ctrl-C). ``warm``: ranks are forked from a server that imported torch once (``course_lib.core.warm``;
+    on Ctrl-C). ``warm``: ranks are forked from a server that imported torch once (``course_lib.runtime.warm``;
     under torchrun, its agent and each rank): None uses the server of an open ``warm.session()`` if any, True
     also without one (a kept server or a new one, kept after), False (or ``COURSE_WARM=0``) starts fresh ones.
     ``on_start(pid)`` is told each process started (a rank, or torchrun's agent), cold or warm. Inside a
-    ``course_lib.core.scope.scope(seconds)`` (a check) the deadline is min(``timeout``, what is left of the scope's).
+    ``course_lib.runtime.scope.scope(seconds)`` (a check) the deadline is min(``timeout``, what is left of the scope's).
     """
     _validate(style, torchrun_args)
     timeout, cutting = bounded(timeout)
@@ -166,10 +166,10 @@ def _start_rank(script_args, env: dict, popen: dict, server):
 
 def _start_torchrun(args: list, script_args, env: dict, popen: dict, server):
     """The real torchrun. With a warm server, the server forks torchrun's agent, and torchrun's worker for each
-    rank is ``course_lib.core.warm_rank``, which has the server fork the rank (cold if the server cannot)."""
+    rank is ``course_lib.runtime.warm_rank``, which has the server fork the rank (cold if the server cannot)."""
     if server is not None and not server.broken:
         with contextlib.suppress(OSError):
-            return server.spawn(["-m", "torch.distributed.run", *args, "-m", "course_lib.core.warm_rank",
+            return server.spawn(["-m", "torch.distributed.run", *args, "-m", "course_lib.runtime.warm_rank",
                                  *script_args], {**env, SOCKET_VAR: server.path}, popen["cwd"])
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args, *script_args], env=env, **popen)
 

@@ -1,4 +1,4 @@
-"""What an enclosing run (a check) imposes on every launch inside it (course_lib.core.launch): a deadline, so
+"""What an enclosing run (a check) imposes on every launch inside it (course_lib.runtime.launch): a deadline, so
 that a check with several launches ends by its overall deadline without a second thread, and an engine (a check
 that runs here keeps its runs here)."""
 from __future__ import annotations

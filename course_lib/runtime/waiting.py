@@ -1,8 +1,8 @@
-"""The course's one loop that waits for a job: a run's and a check's job (course_lib.jobs.runner, which gives it as
+"""The course's one loop that waits for a job: a run's and a check's job (course_lib.runtime.runner, which gives it as
 ``runner.wait``), a grading array (course_lib.grading.array), the sbatch check's job (course_lib.sbatch.run) and a
-job a notebook follows (course_lib.jobs.progress). It imports nothing of the course's, so that Job.wait can use it.
+job a notebook follows (course_lib.runtime.progress). It imports nothing of the course's, so that Job.wait can use it.
 
-Any Job will do (course_lib.jobs.job: ``state``, ``done``, ``reason``, ``cancel()``; ``queue_place()`` where it says
+Any Job will do (course_lib.runtime.job: ``state``, ``done``, ``reason``, ``cancel()``; ``queue_place()`` where it says
 what it waits for). It says that a job is queued (with Slurm's reason and its place in the partition's queue, again
 when either changes) and when it starts, and cancels it (scancel) at the queue deadline, past its run deadline, when
 ``stop`` is set, or on Ctrl-C.

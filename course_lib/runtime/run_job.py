@@ -1,4 +1,4 @@
-"""In a run's Slurm job (course_lib.runs): ``python -m course_lib.jobs.run_job REQUEST`` runs the ranks with the
+"""In a run's Slurm job (course_lib.runs): ``python -m course_lib.runtime.run_job REQUEST`` runs the ranks with the
 local launch on this node, writes each line to the job folder's rank lines file as it comes (the submitter reads
 it as it grows) and the LaunchResult as JSON at the end. SIGTERM (scancel, the time limit) unwinds through the
 launch, which stops every rank it started."""
@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 from course_lib.core.atomic import write_text
-from course_lib.core.launch import default_printer, launch
 from course_lib.core.result import LINES_NAME, RESULT_NAME, line_record
-from course_lib.jobs import runner
+from course_lib.runtime import runner
+from course_lib.runtime.launch import default_printer, launch
 
 
 def _stop(signum, frame):

@@ -12,10 +12,11 @@ import time
 from pathlib import Path
 
 from course_lib.core.atomic import write_text
-from course_lib.core.launch import rejoin_tee
 from course_lib.core.paths import runs_dir as _workspace_runs
-from course_lib.jobs.spec import JobSpec
+from course_lib.core.spec import JobSpec
 from course_lib.metrics import parse_epoch_lines
+from course_lib.runtime.launch import rejoin_tee
+from course_lib.runtime.progress import follow
 
 # Slurm's end states; the local engine uses the first four
 TERMINAL = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
@@ -147,8 +148,6 @@ class Job:
         In Jupyter: a widget with state, elapsed time, epochs done and the last log lines; in a terminal a
         progress bar. Interrupting (Ctrl-C / the stop button) stops the waiting, not the job.
         """
-        from course_lib.jobs.progress import follow
-
         follow(self, timeout=timeout, poll=poll, display=progress)
         return self
 

@@ -9,54 +9,23 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 import psutil
 
-from course_lib.jobs.job import INFO_NAME, Job, runs_dir
-from course_lib.jobs.slurm import command
-from course_lib.jobs.spec import JobSpec
+from course_lib.core.spec import JobSpec
+from course_lib.runtime.job import INFO_NAME, Job, runs_dir
+from course_lib.runtime.local import LocalJob
+from course_lib.runtime.slurm import SlurmJob, command
 
 
-class _Detached:
-    """The local runner of a job this kernel did not start: enough of Popen for LocalJob (poll, signal, wait)."""
-
-    def __init__(self, run_dir: Path):
-        self.returncode: int | None = None
-        self._proc = _find_runner(run_dir)
-        self.pid = self._proc.pid if self._proc else None
-
-    def poll(self) -> int | None:
-        if self._proc is not None and self._proc.is_running() and self._proc.status() != psutil.STATUS_ZOMBIE:
-            return None
-        if self.returncode is None:
-            self.returncode = 0   # not our child: its end state is in state.json, not in an exit status
-        return self.returncode
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, sig)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self._proc is not None:
-            _, alive = psutil.wait_procs([self._proc], timeout=timeout)
-            if alive:
-                raise subprocess.TimeoutExpired(f"runner {self.pid}", timeout)
-        return self.poll()
-
-
-def _find_runner(run_dir: Path):
-    """The ``python -m course_lib.jobs.local RUN_DIR`` process of this run folder, if it still runs."""
+def _find_runner(run_dir: Path) -> psutil.Process | None:
+    """The ``python -m course_lib.runtime.local RUN_DIR`` process of this run folder, if it still runs (a psutil
+    Process, not a Popen look-alike: not our child, it has no exit status for us; its end state is in state.json)."""
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "course_lib.jobs.local" in cmd and cmd[-1:] == [str(run_dir)]:
+        if "course_lib.runtime.local" in cmd and cmd[-1:] == [str(run_dir)]:
             return proc
     return None
 
@@ -88,12 +57,8 @@ def from_folder(run_dir: Path) -> Job:
         raise LookupError(f"{run_dir / INFO_NAME} does not describe a job (no id or spec)")
     spec = JobSpec(**info["spec"])
     if info.get("engine") == "slurm":
-        from course_lib.jobs.slurm import SlurmJob
-
         return SlurmJob(info["id"], spec, run_dir, time.monotonic())
-    from course_lib.jobs.local import LocalJob
-
-    return LocalJob(info["id"], spec, run_dir, time.monotonic(), _Detached(run_dir))
+    return LocalJob(info["id"], spec, run_dir, time.monotonic(), _find_runner(run_dir))
 
 
 def attach(job_id: str, runs=None) -> Job:

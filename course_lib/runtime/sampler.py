@@ -16,8 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from course_lib.jobs.monitor import TOP_EVERY
-
+TOP_EVERY = 2      # seconds between top frames (the template's -d and the local sampler's interval)
 HEADER = f"{'PID':>7} {'USER':<9} S {'%CPU':>6} {'%MEM':>5} {'TIME+':>9} COMMAND"
 
 

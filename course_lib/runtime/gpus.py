@@ -29,7 +29,7 @@ def count() -> int:
         return int(named)
     if "torch" not in sys.modules and not _device_files():
         return 0             # no GPU device here: spare a launcher that never imported torch its seconds
-    import torch
+    import torch  # deferred: seconds to import, and only a machine with a GPU needs it
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 

@@ -24,26 +24,25 @@ def wrap(mod, fwd_s: float, bwd_s: float, events: list, clock):
     originals = mod.forward_step, mod.backward_step
     by_output: dict = {}
 
-    def timed(kind, fn, least, *args):
+    def timed(kind, i, fn, least, *args):
+        """``fn(*args)``, made to last ``least`` seconds at least; its event recorded."""
         t0 = clock()
         out = fn(*args)
         left = least - (clock() - t0)
         if left > 0:
             time.sleep(left)
-        return t0, clock(), out
+        events.append({"kind": kind, "i": i, "t0": t0, "t1": clock()})
+        return out
 
     def forward_step(pipe, x, target=None):
         i = sum(e["kind"] == "F" for e in events)
-        t0, t1, y = timed("F", originals[0], fwd_s, pipe, x, target)
+        y = timed("F", i, originals[0], fwd_s, pipe, x, target)
         by_output[id(y)] = (i, y)
-        events.append({"kind": "F", "i": i, "t0": t0, "t1": t1})
         return y
 
     def backward_step(pipe, x, y, grad):
         i, _ = by_output.pop(id(y), (-1, None))
-        t0, t1, dx = timed("B", originals[1], bwd_s, pipe, x, y, grad)
-        events.append({"kind": "B", "i": i, "t0": t0, "t1": t1})
-        return dx
+        return timed("B", i, originals[1], bwd_s, pipe, x, y, grad)
 
     mod.forward_step, mod.backward_step = forward_step, backward_step
     return originals

@@ -45,5 +45,5 @@ def why_not(repeats, load: float | None = None, cores: int = 1, own: float = 1.0
 def verdict(ratio: float, why: str = "") -> str:
     """"faster" / "about the same" / "slower" for a throughput ratio against the baseline, or no verdict."""
     if why:
-        return "no verdict: too noisy here"
+        return "no verdict: this measurement cannot be believed here"   # why: printed beside it
     return "faster" if ratio > 1 + MARGIN else "slower" if ratio < 1 - MARGIN else "about the same"

@@ -1,9 +1,7 @@
 """Notebooks speak to the course through course_lib.nb (issue 57, item 3): no code cell imports course_lib beyond
 nb and the modules a learner's own file imports (data, model, metrics), and none writes an exercise path: it names
-the exercise, ``nb.exercise("zero", TREE)``, and the registry knows its file.
-
-Not every notebook is converted yet: NOT_YET lists, per notebook, what each still reaches past nb for. The test fails
-on anything new beyond that list, and on an entry the notebook no longer needs (so the list only shrinks).
+the exercise, ``nb.exercise("zero", TREE)``, and the registry knows its file; a lesson's helpers come from
+``nb.topic("tp")``, so course_lib's modules can move under the notebooks.
 """
 import ast
 import json
@@ -18,20 +16,6 @@ ALLOWED = {"course_lib.nb", "course_lib.data", "course_lib.model", "course_lib.m
 # quiz may offer as an answer)
 PATH = re.compile(r"(?<![\w/])(?:(?:exercises|solutions)/)?\d\d_[a-z_]+/[\w./-]*\.(?:py|sbatch)\b"
                   r"|(?<![\w/])(?:exercises|solutions)/\w[\w./-]*")
-
-# not yet converted (issue 57 item 3): what each notebook still imports past nb, and the paths it still writes
-NOT_YET = {
-    "03_launching_jobs": {"course_lib.jobs", "course_lib.jobs.workshop", "course_lib.lessons.runs",
-                          "course_lib.sbatch"},
-    "04_scaling_study": {"course_lib.allreduce", "course_lib.jobs", "course_lib.lessons.runs", "course_lib.runs",
-                         "course_lib.trace"},
-    "05_allreduce_algorithms": {"course_lib.allreduce", "course_lib.runs"},
-    "06_tensor_parallelism": {"course_lib.tp", "course_lib.tp.grid", "course_lib.tp.train"},
-    "07_bug_hunt": {"course_lib.bughunt", "course_lib.runs", "course_lib.sbatch", "path 07_bughunt"},
-    "08_checkpoint_restart": {"course_lib.ckpt", "path exercises/08_checkpoint"},   # a printed instruction
-    "11_context_parallelism": {"course_lib.cp", "course_lib.cp.train"},
-    "12_pipeline_parallelism": {"course_lib.pp", "course_lib.tp.grid"},
-}
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 FOLDERS = {p.name for p in (ROOT / "exercises").iterdir() if p.is_dir()}
 
@@ -61,14 +45,13 @@ def offences(path: Path) -> set:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_a_notebook_reaches_the_course_through_nb(path):
-    found, allowed = offences(path), NOT_YET.get(path.stem, set())
-    assert found - allowed == set(), f"{path.name}: use course_lib.nb instead ({sorted(found - allowed)})"
-    assert allowed - found == set(), f"{path.name} no longer needs {sorted(allowed - found)}: drop it from NOT_YET"
+    found = offences(path)
+    assert found == set(), f"{path.name}: use course_lib.nb instead ({sorted(found)})"
 
 
-def test_converted_notebooks(tmp_path):
-    """09 and 10 are converted; the scan catches a path literal and an import past nb (a test that can fail)."""
-    assert {"09_sharded_data_parallel", "10_write_ddp_yourself"} <= {p.stem for p in NOTEBOOKS} - set(NOT_YET)
+def test_the_scan_finds_an_import_past_nb_and_a_path(tmp_path):
+    """The scan catches a path literal and an import past nb (a test that can fail)."""
+    assert len(NOTEBOOKS) >= 13
     nb = {"cells": [{"cell_type": "code", "source": [
         "from course_lib.nb import exercise\n", "from course_lib import nb, quiz\n", "import course_lib.zero.lab\n",
         "%matplotlib inline\n", "F = nb.exercise_path(TREE, '09_zero/zero.py')\n",

@@ -25,7 +25,7 @@ LAB_ARGS ?=
 LAB_DIR := $(CURDIR)/.course/lab
 LAB_OPEN := /lab/tree/notebooks/00_welcome.ipynb
 lab: $(STAMP)
-	@$(VENV)/bin/course lab-settings --lab-dir $(LAB_DIR) --trust notebooks >/dev/null
+	@$(VENV)/bin/course write lab-settings --lab-dir $(LAB_DIR) --trust notebooks >/dev/null
 	@echo "make lab: open the address JupyterLab prints below (http://127.0.0.1:PORT$(LAB_OPEN)?token=...)"
 	COURSE_WORKSPACE=$(CURDIR) PATH="$(abspath $(VENV))/bin:$$PATH" \
 	JUPYTER_CONFIG_PATH="$${JUPYTER_CONFIG_DIR:-$$HOME/.jupyter}$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
@@ -56,7 +56,7 @@ lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 
 notebooks: $(STAMP)
-	$(VENV)/bin/course notebooks
+	$(VENV)/bin/course run notebooks
 
 venv: $(STAMP)
 
@@ -106,7 +106,7 @@ GPU_CHECK_ARGS ?=
 gpu-check:
 	@py="$(GPU_CHECK_PYTHON)"; [ -n "$$py" ] || py=$$($(PYTHON) -m course_lib.selftest.pick \
 		$(if $(wildcard $(STAMP)),$(PY)) $(PYTHON)) || exit 2; \
-	echo "gpu-check with $$py"; "$$py" -m course_lib selftest --gpu $(GPU_CHECK_ARGS)
+	echo "gpu-check with $$py"; "$$py" -m course_lib selftest gpu $(GPU_CHECK_ARGS)
 
 # The packages the GPU machine lacks, as wheels for its Python (GPU_PYTHON, default 3.12), in out/gpu-wheels/.
 gpu-wheels:

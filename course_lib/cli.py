@@ -1,9 +1,16 @@
-"""The ``course`` command: ``course COMMAND [ARGUMENTS] [--OPTIONS]``; learner commands (check, env, data, workspace)
-first, then the instructor's (grade, release, bench, notebooks, jobs, selftest, lab-settings).
+"""The ``course`` command, one grammar: ``course VERB [NOUN] [PATH] [--OPTIONS]``. Learner commands first (check,
+show, download, init, update, restore), then the instructor's (grade, release, bench, run, write, selftest).
 
-Each sub-command lives in the module that does the work; this file only wires the command line.
-A module that owns a sub-command exposes ``add_arguments(parser)`` and ``run(args) -> int``; it is imported
-only when its command runs, so ``course --help`` stays fast (no torch).
+A NOUN follows a verb that acts on more than one kind of thing (``course show env``, ``course release nbgrader
+DIR``); a PATH is the file or folder acted on. Lists are comma lists everywhere (``--exercise ddp,tp``,
+``--only 01,02``). Today's spellings (``course workspace init DIR``, ``course data download NAME``, ``course
+notebooks``, ``course jobs``, ``course lab-settings``, ``course env``, ``course release --nbgrader DIR``,
+``course selftest --gpu``) still work and are not listed.
+
+Each command lives in the module that does the work; this file only wires the command line. Such a module exposes
+``add_arguments(parser)`` and ``run(args) -> int`` and is imported only when its command runs, so ``course
+--help`` stays fast (no torch). A command's ``before`` is what that module's own parser reads ahead of the rest
+(``course init DIR`` is the workspace module's ``init DIR``).
 """
 from __future__ import annotations
 
@@ -12,57 +19,114 @@ import importlib
 import os
 import sys
 import textwrap
+from dataclasses import dataclass
 
 from course_lib.registry import EXERCISES  # the standard library only: --help stays fast
 
-# sub-command -> (module, its arguments, what it does). Learner commands first, then the instructor's; each
-# command's own --help is its module's whole docstring.
+
+@dataclass(frozen=True)
+class Command:
+    module: str          # the module that does the work
+    args: str            # what follows the command's words: "EXERCISE PATH"
+    does: str            # one line: what it does
+    before: tuple = ()   # what the module's parser reads ahead of the rest
+
+
+WORKSPACE, DATA, RELEASE = "course_lib.instructor.workspace", "course_lib.instructor.datacli", \
+    "course_lib.instructor.release"
+# "VERB [NOUN]" -> Command; learner commands first, then the instructor's. Each command's own --help is its module's
+# whole docstring.
 LEARNER = {
-    "check": ("course_lib.check", "EXERCISE PATH",
-              f"check your exercise file ({', '.join(EXERCISES)}); --engine local|slurm|auto"),
-    "env": ("course_lib.instructor.envreport", "",
-            "what this machine offers the course: torch, devices, backend, Slurm or local, data"),
-    "data": ("course_lib.instructor.datacli", "[info | download NAME]",
-             "where the data sets are; download one on request"),
-    "workspace": ("course_lib.instructor.workspace", "init DIR | update [DIR] | restore PATH",
-                  "your own copy of the course's notebooks, exercises and job scripts"),
+    "check": Command("course_lib.check", "EXERCISE PATH",
+                     f"check your exercise file ({', '.join(EXERCISES)}); --engine local|slurm|auto"),
+    "show env": Command("course_lib.instructor.envreport", "",
+                        "what this machine offers the course: torch, devices, backend, Slurm or local, data"),
+    "show data": Command(DATA, "", "where the data sets are, and which one the notebooks take", ("info",)),
+    "download": Command(DATA, "DATASET", "download a data set (mnist, fashion-mnist), checksums verified",
+                        ("download",)),
+    "init": Command(WORKSPACE, "DIR", "your own copy of the course's notebooks, exercises and job scripts",
+                    ("init",)),
+    "update": Command(WORKSPACE, "[DIR]", "bring a newer course into your workspace; your edits are kept",
+                      ("update",)),
+    "restore": Command(WORKSPACE, "PATH", "the course's version of one file again (yours is kept as PATH.mine)",
+                       ("restore",)),
 }
 INSTRUCTOR = {
-    "grade": ("course_lib.grading.cli", "DIR", "grade a folder of learners' exercise folders"),
-    "release": ("course_lib.instructor.release", "[--check | --nbgrader DIR | --gradescope DIR]",
-                "write exercises/ from solutions/ (--check: exit 1 on drift)"),
-    "bench": ("course_lib.bench", "allreduce PATH", "a learner's all-reduce algorithms against gloo's, timed"),
-    "notebooks": ("course_lib.instructor.notebooks", "", "execute every notebook headless, a line each"),
-    "jobs": ("course_lib.jobs.cli", "[--check]", "write jobs/*.sbatch from the templates (--check: exit 1 on drift)"),
-    "selftest": ("course_lib.selftest.gpu", "--gpu", "run every GPU path of the course, report to out/gpu-check/"),
-    "lab-settings": ("course_lib.instructor.hub", "",
-                     "the JupyterLab settings for learners (news off, no nbgrader menus)"),
+    "grade": Command("course_lib.grading.cli", "SUBMISSIONS_DIR", "grade a folder of learners' exercise folders"),
+    "release exercises": Command(RELEASE, "", "write exercises/ from solutions/ (--check: exit 1 on drift)"),
+    "release nbgrader": Command(RELEASE, "DIR", "an nbgrader course's source/ folder: the learners' files only",
+                                ("--nbgrader",)),
+    "release gradescope": Command(RELEASE, "DIR", "a Gradescope autograder bundle of the course's checkers",
+                                  ("--gradescope",)),
+    "bench allreduce": Command("course_lib.bench", "PATH", "a learner's all-reduce algorithms against gloo's, timed",
+                               ("allreduce",)),
+    "run notebooks": Command("course_lib.instructor.notebooks", "", "execute every notebook headless, a line each"),
+    "write jobs": Command("course_lib.jobs.cli", "",
+                          "write jobs/*.sbatch from the templates (--check: exit 1 on drift)"),
+    "write lab-settings": Command("course_lib.instructor.hub", "",
+                                  "the JupyterLab settings for learners (news off, no nbgrader menus)"),
+    "selftest gpu": Command("course_lib.selftest.gpu", "", "run every GPU path of the course, report to "
+                            "out/gpu-check/", ("--gpu",)),
 }
-COMMANDS = {name: (module, f"{args}: {does}" if args else does)
-            for name, (module, args, does) in {**LEARNER, **INSTRUCTOR}.items()}
+TABLE = {**LEARNER, **INSTRUCTOR}
+VERBS = tuple(dict.fromkeys(spelling.split()[0] for spelling in TABLE))
+# today's spellings: the word, read by its module's parser as before; kept working, not listed
+ALIASES = {"env": "course_lib.instructor.envreport", "data": DATA, "workspace": WORKSPACE, "release": RELEASE,
+           "bench": "course_lib.bench",
+           "notebooks": "course_lib.instructor.notebooks", "jobs": "course_lib.jobs.cli",
+           "lab-settings": "course_lib.instructor.hub", "selftest": "course_lib.selftest.gpu"}
+# every first word the command line takes
+COMMANDS = {**{v: None for v in VERBS}, **ALIASES}
+
+
+def comma_list(text: str) -> list[str]:
+    """An option's list, the one syntax of every command: ``ddp,tp`` (``type=comma_list, action="extend"``)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def comma_items(convert=str, choices=None):
+    """``action=`` for an option whose value is a comma list (``--exercise ddp,tp``), each item ``convert``-ed and
+    one of ``choices``; the option may be repeated, and with ``nargs="+"`` space-separated values parse too."""
+    class Items(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            items = [convert(item) for value in (values if isinstance(values, list) else [values])
+                     for item in comma_list(value)]
+            wrong = [str(item) for item in items if choices is not None and item not in choices]
+            if wrong:
+                parser.error(f"{option_string} {', '.join(wrong)}: choose from {', '.join(map(str, choices))}")
+            setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *items])
+    return Items
+
+
+def _nouns(verb: str) -> list[str]:
+    return [s.split()[1] for s in TABLE if s.split()[0] == verb and " " in s]
 
 
 def _listing() -> str:
-    """The commands, learner's first, one line each: ``course COMMAND ARGUMENTS``, then what it does."""
-    lines = ["Multi-GPU deep learning course tools: course COMMAND [ARGUMENTS] [--OPTIONS]; "
-             "course COMMAND --help says more."]
+    """The commands, learner's first, one line each: ``course VERB [NOUN] ARGUMENTS``, then what it does."""
+    lines = ["Multi-GPU deep learning course tools: course VERB [NOUN] [PATH] [--OPTIONS]; "
+             "course VERB [NOUN] --help says more."]
     for title, group in (("learner commands", LEARNER), ("instructor commands", INSTRUCTOR)):
         lines += ["", f"{title}:"]
-        for name, (_, args, does) in group.items():
-            lines += [f"  {name} {args}".rstrip(), *textwrap.wrap(does, 110, initial_indent=" " * 6,
-                                                                 subsequent_indent=" " * 6)]
+        for spelling, c in group.items():
+            lines += [f"  {spelling} {c.args}".rstrip(), *textwrap.wrap(c.does, 110, initial_indent=" " * 6,
+                                                                        subsequent_indent=" " * 6)]
     return "\n".join(lines)
 
 
 EPILOG = """\
 exit codes:
   0    ok
-  1    the learner's work failed (a check, a grade), or drift found (release --check, jobs --check)
+  1    the learner's work failed (a check, a grade), or drift found (release exercises --check, write jobs --check)
   2    bad input, or the command could not run (errors go to stderr as "course <verb>: ...")
   130  interrupted (Ctrl-C)
 
 options with one meaning everywhere:
   --timeout SECONDS   the deadline of each multi-process run (course grade: --check-timeout for a whole check)
+  --check             write nothing; exit 1 when what would be written differs (release exercises, write jobs)
+  --engine            where the work runs: local, slurm or auto (check, grade)
+  --out DIR           where the command writes its results
+  lists               comma lists, e.g. --exercise ddp,tp or --only 01,02
 
 environment:
   COURSE_HOME         the course's folder (notebooks/, exercises/, solutions/) when it is not beside course_lib
@@ -70,11 +134,19 @@ environment:
   COURSE_SITE         site profile for jobs: a name in course_lib/jobs/sites/ or a .toml path (default generic)
   COURSE_ENGINE       jobs engine: slurm, local or auto (default auto: Slurm when sbatch answers)
   COURSE_CHECKS       where checks run: local, slurm or auto (default: the site profile's checks, else local)
+  COURSE_RUNS         where the notebooks' runs go: local or slurm (default: the site profile's runs, else local)
   COURSE_RUNS_DIR     where job run folders go (default jobs/runs/ of the workspace)
   COURSE_OUT_DIR      where outputs go: answers, reports, traces (default out/ of the workspace)
   COURSE_DATA_DIR     where the data sets are (default ~/.cache/multigpu-course/data)
   COURSE_QUICK        1: the notebooks' small settings (CI, a first look)
-  set by the course for its own processes: COURSE_PROBE_* (DDP checker), COURSE_GRADE_* (grading sandbox)
+  COURSE_WARM         0: every rank starts in a fresh interpreter (default 1: forked from a server that has
+                      imported torch once)
+  COURSE_WARM_KEEP    seconds an idle warm server waits for the next check (default 120; 0: it ends with its check)
+  COURSE_SBATCH_RUN   1: course check sbatch runs the job on this Slurm too (default: on the local site profiles)
+  COURSE_LOCAL_GPUS   the number of GPUs the local engine takes this machine to have (tests: one GPU on a CPU)
+  COURSE_SELFTEST_CPU 1: the GPU self-check's collective workers run on CPU over gloo (its tests)
+  set by the course for its own processes: COURSE_PROBE_* (DDP checker), COURSE_GRADE_* (grading sandbox),
+  COURSE_WARM_SOCKET (a forked rank's server), COURSE_IN_JOB (a run inside a job), COURSE_WAITS_DIR (hang reports)
 
 site profile keys (the profile COURSE_SITE names; docs/site-profiles.md):
   checks, runs        where checks and the notebooks' runs go: local or slurm
@@ -90,44 +162,81 @@ site profile keys (the profile COURSE_SITE names; docs/site-profiles.md):
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     def _format_action(self, action):
-        # list the commands in one column: argparse would put "notebooks" on a line of its own
+        # list the commands in one column: argparse would put a long name on a line of its own
         self._action_max_length = max(self._action_max_length, 15)
         return super()._format_action(action)
 
 
-def _command_of(argv: list[str]) -> str | None:
-    """The sub-command named in ``argv`` (the first word not an option), if it is one."""
-    first = next((a for a in argv if not a.startswith("-")), None)
-    return first if first in COMMANDS else None
+def _resolve(argv: list[str]):
+    """(the command's words, its module, what that module's parser reads) for ``argv``; None when it names no
+    command (a bare verb that wants a noun, an unknown word, an option first)."""
+    if not argv or argv[0].startswith("-"):
+        return None
+    two = " ".join(argv[:2])
+    if two in TABLE:
+        return two, TABLE[two], [*TABLE[two].before, *argv[2:]]
+    if argv[0] in TABLE:
+        return argv[0], TABLE[argv[0]], [*TABLE[argv[0]].before, *argv[1:]]
+    if argv[0] in ALIASES:
+        return argv[0], Command(ALIASES[argv[0]], "", ""), argv[1:]
+    return None
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The ``course`` parser; only ``command``'s module is imported and gets its options."""
-    parser = argparse.ArgumentParser(prog="course", usage="course COMMAND [ARGUMENTS] [--OPTIONS]",
+def top_parser() -> argparse.ArgumentParser:
+    """``course`` itself: the listing, the exit codes, the environment and the site keys."""
+    parser = argparse.ArgumentParser(prog="course", usage="course VERB [NOUN] [PATH] [--OPTIONS]",
                                      description=_listing(), epilog=EPILOG, formatter_class=_Formatter)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                help="one of the commands above")
-    for name, (module, help_text) in COMMANDS.items():
-        if name != command:
-            sub.add_parser(name, prog=f"course {name}")
-            continue
-        mod = importlib.import_module(module)
-        # the module's whole docstring: what the command does, its forms and its defaults, not a first line cut
-        p = sub.add_parser(name, prog=f"course {name}", description=(mod.__doc__ or help_text).strip(),
-                           formatter_class=_Formatter)
-        mod.add_arguments(p)
-        p.set_defaults(_run=mod.run)
+    parser.add_argument("verb", choices=VERBS, metavar="VERB", help="one of the verbs above")
     return parser
+
+
+def command_parser(words: str, command: Command) -> argparse.ArgumentParser:
+    """The parser of ``course WORDS``: its module's arguments, its module's whole docstring as its help."""
+    mod = importlib.import_module(command.module)
+    # the module's whole docstring: what the command does, its forms and its defaults, not a first line cut
+    parser = argparse.ArgumentParser(prog=f"course {words}", description=(mod.__doc__ or command.does).strip(),
+                                     formatter_class=_Formatter)
+    mod.add_arguments(parser)
+    for action in parser._actions:
+        # a command that is one sub-command of its module (course init: the workspace's init) shows as itself
+        if isinstance(action, argparse._SubParsersAction) and command.before[:1] and \
+                command.before[0] in action.choices:
+            sub = action.choices[command.before[0]]
+            sub.prog, sub.description, sub.formatter_class = parser.prog, parser.description, _Formatter
+    parser.set_defaults(_run=mod.run)
+    return parser
+
+
+def _bare_verb(argv: list[str]) -> int:
+    """``course VERB`` of a verb that wants a noun: its nouns (with --help), else an error naming them."""
+    verb, nouns = argv[0], _nouns(argv[0])
+    if any(a in ("-h", "--help") for a in argv[1:]):
+        print(f"usage: course {verb} NOUN [PATH] [--OPTIONS]\n\nnouns:")
+        for noun in nouns:
+            c = TABLE[f"{verb} {noun}"]
+            print(f"  {noun} {c.args}".rstrip() + f"\n      {c.does}")
+        return 0
+    print(f"course {verb}: name one of {', '.join(nouns)} (course {verb} NOUN --help)", file=sys.stderr)
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = _command_of(argv)
+    resolved = _resolve(argv)
+    words = resolved[0] if resolved else None
     try:
-        args = build_parser(command).parse_args(argv)
+        if resolved is None:
+            if argv and argv[0] in VERBS:
+                return _bare_verb(argv)
+            top_parser().parse_args(argv[:1])      # --help, or an error naming the verbs
+            return 2
+        _, command, rest = resolved
+        if any(a in ("-h", "--help") for a in rest):   # help alone: a mode flag's value (--nbgrader DIR) not needed
+            rest = [b for b in command.before if not b.startswith("-")] + ["--help"]
+        args = command_parser(words, command).parse_args(rest)
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
-        print(f"course {command}: interrupted" if command else "course: interrupted", file=sys.stderr)
+        print(f"course {words}: interrupted" if words else "course: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # the reader went away (`course check ... | head`): no traceback; as the signal module's docs advise, point

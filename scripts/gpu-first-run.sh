@@ -3,7 +3,7 @@
 # 540: 9 minutes, for a 10-minute call) and needs no internet (docs/gpu-check.md, "First run"):
 #   1. the raw facts of the machine: nvidia-smi (-L, the full table, topo -m), python/torch/CUDA/cuDNN/NCCL versions;
 #   2. scripts/gpu-wheels-check.sh: installs the wheels carried with the tree (out/gpu-wheels, `make gpu-wheels`)
-#      into a temporary folder, then every item of `course selftest --gpu --all` in order of value (the default
+#      into a temporary folder, then every item of `course selftest gpu --all` in order of value (the default
 #      plan first, the notebooks last), each only while its estimate fits what is left of the budget;
 #   3. the NCCL_DEBUG lines the NCCL items wrote, and the items' logs (gpu-check-logs.tar.gz).
 # Everything lands in one folder, FOLDER: $OUT when set (the device machine's folder that comes back), else

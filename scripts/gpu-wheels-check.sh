@@ -2,7 +2,7 @@
 # The GPU self-check on a machine without internet, from a copy of this repository that carries the wheels of
 # `make gpu-wheels` (docs/gpu-check.md, "First run on a borrowed GPU machine"):
 #   1. pip installs the wheels (--no-index --no-deps) into a fresh folder, nothing else touched;
-#   2. runs `python -m course_lib selftest --gpu` with that folder on PYTHONPATH, within what is left of BUDGET
+#   2. runs `python -m course_lib selftest gpu` with that folder on PYTHONPATH, within what is left of BUDGET
 #      seconds after the install,
 #      with --require REQUIRE (default cuda-torch: a python whose torch cannot use the GPU exits non-zero);
 #   3. copies report.md, report.json and the items' logs (gpu-check-logs.tar.gz) into $OUT when it is set,
@@ -39,7 +39,7 @@ if [ "$left" -le 0 ]; then
     echo "gpu-wheels-check: the install took the whole budget of $BUDGET s" >&2
     exit 124
 fi
-"$PY" -m course_lib selftest --gpu --out "$REPORT" --budget "$left" --require "$REQUIRE" "$@"
+"$PY" -m course_lib selftest gpu --out "$REPORT" --budget "$left" --require "$REQUIRE" "$@"
 rc=$?
 if [ -n "${OUT:-}" ]; then
     cp "$REPORT"/report.md "$REPORT"/report.json "$OUT"/ 2>/dev/null

@@ -7,7 +7,7 @@ best of a few interleaved repetitions), fits the alpha-beta model of each algori
 (course_lib.allreduce.costmodel) and prints the ring/gloo busbw ratio at 16 MiB and above.
 
     course bench allreduce                          # W = 2 and 4, 4 KiB .. 64 MiB, solutions/ file
-    course bench allreduce --ranks 2 --sizes 4K 1M 16M --quick --csv out/allreduce.csv --plot out/ar.png
+    course bench allreduce --ranks 2 --sizes 4K,1M,16M --quick --csv out/allreduce.csv --plot out/ar.png
     course bench allreduce exercises/05_allreduce/allreduce.py
 
 Exit codes: 0 measured; 1 one of the file's functions was left out (it failed the quick test or hung);
@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.cli import comma_items
 from course_lib.core.rankkit import parse
 from course_lib.registry import reference
 
@@ -208,10 +209,13 @@ def add_arguments(p):
     """The options of ``course bench allreduce`` (course_lib.bench dispatches the topics)."""
     p.add_argument("path", nargs="?", default=str(SOLUTION),
                    help="the allreduce.py to time (default: the reference solution)")
-    p.add_argument("--ranks", type=int, nargs="+", default=None, help="world sizes (default 2 4; --quick: 2)")
-    p.add_argument("--sizes", nargs="+", default=None,
-                   help="message sizes, e.g. 4K 64K 1M 16M 64M (default 4 KiB .. 64 MiB, x4 steps)")
-    p.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    # comma lists, as in every course command (space-separated ones still parse)
+    p.add_argument("--ranks", action=comma_items(int), nargs="+", default=None, metavar="W[,W...]",
+                   help="world sizes (default 2,4; --quick: 2)")
+    p.add_argument("--sizes", action=comma_items(), nargs="+", default=None, metavar="SIZE[,SIZE...]",
+                   help="message sizes, e.g. 4K,64K,1M,16M,64M (default 4 KiB .. 64 MiB, x4 steps)")
+    p.add_argument("--algos", action=comma_items(choices=ALGOS), nargs="+", default=None, metavar="ALGO[,ALGO...]",
+                   help=f"the algorithms to time ({','.join(ALGOS)}; default: all)")
     p.add_argument("--quick", action="store_true", help="few sizes and calls, W=2: a first look, CI")
     p.add_argument("--csv", help="write the measurements as CSV here")
     p.add_argument("--plot", help="write the measured-vs-model figure (PNG) here")
@@ -240,7 +244,7 @@ def run(args) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"all-reduce benchmark: W={ranks}, sizes {human(min(sizes))} .. {human(max(sizes))}, float32, "
           f"gloo on {os.cpu_count()} CPU cores (load average {load:.1f}), file {args.path}")
-    result = run_allreduce(args.path, ranks, sizes, tuple(args.algos), args.quick, args.timeout,
+    result = run_allreduce(args.path, ranks, sizes, tuple(args.algos or ALGOS), args.quick, args.timeout,
                            echo=None if args.quiet else print)
     print()
     print(result.text())
@@ -249,7 +253,7 @@ def run(args) -> int:
     if args.plot and result.rows:
         result.plot(args.plot)
         print(f"wrote {args.plot}")
-    left_out = [a for a in args.algos if a in result.skipped]
+    left_out = [a for a in args.algos or ALGOS if a in result.skipped]
     if left_out:
         print(f"course bench: left out: {', '.join(left_out)} (see 'skipped' above)", file=sys.stderr)
         return 1

@@ -38,6 +38,7 @@ import tempfile
 from pathlib import Path
 
 from course_lib.check import AUTO_HELP, ENGINES
+from course_lib.cli import comma_items
 from course_lib.grading.reports import FORMATS
 from course_lib.grading.routes import ROUTES, route_exercises
 from course_lib.registry import EXERCISES
@@ -49,8 +50,8 @@ def add_arguments(p):
     p.add_argument("--out", type=Path, default=None,
                    help="where grades.csv, grades.md and logs/ go (default: grades/<name of SUBMISSIONS_DIR>)")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--exercise", action="append", choices=list(EXERCISES), metavar="EX",
-                       help=f"grade only this exercise ({', '.join(EXERCISES)}); repeat for more; default: all")
+    which.add_argument("--exercise", action=comma_items(choices=list(EXERCISES)), metavar="EX[,EX...]",
+                       help=f"grade only these exercises ({', '.join(EXERCISES)}); default: all")
     which.add_argument("--route", choices=list(ROUTES), default=None,
                        help="grade the exercises of one route of the README's course map: "
                             + "; ".join(f"{r}: {', '.join(route_exercises(r))}" for r in ROUTES))
@@ -58,9 +59,10 @@ def add_arguments(p):
                    help="a CSV with columns learner (the entry's name in SUBMISSIONS_DIR) and id (the student id an "
                         "LMS or Gradescope knows): scores.csv and the exports carry the id; roster learners with no "
                         "entry get 0")
-    p.add_argument("--format", action="append", choices=list(FORMATS), default=[], dest="formats",
-                   help="also write gradescope/<learner>/results.json (gradescope) or lms.csv (lms); repeat for both; "
-                        "grades.csv, scores.csv, grades.md and feedback/ are always written")
+    p.add_argument("--format", action=comma_items(choices=list(FORMATS)), default=[], dest="formats",
+                   metavar="FORMAT[,FORMAT...]",
+                   help="also write gradescope/<learner>/results.json (gradescope) or lms.csv (lms): gradescope,lms "
+                        "for both; grades.csv, scores.csv, grades.md and feedback/ are always written")
     p.add_argument("--jobs", "-j", type=int, default=1, help="checks run at the same time (default 1)")
     p.add_argument("--timeout", type=float, default=None,
                    help="deadline in seconds of each multi-process run, passed to the checker (default: the "

@@ -1,12 +1,14 @@
-"""Where the data sets are, and an opt-in download: ``course data [info|download NAME]``."""
+"""Where the data sets are, and an opt-in download: ``course show data``, ``course download DATASET``."""
 from __future__ import annotations
 
 import sys
 
 
 def add_arguments(p):
-    p.add_argument("action", choices=["info", "download"], nargs="?", default="info")
-    p.add_argument("name", nargs="?", choices=["mnist", "fashion-mnist"], default="mnist")
+    p.add_argument("action", choices=["info", "download"], nargs="?", default="info",
+                   help="info: where the data sets are (course show data); download: fetch DATASET")
+    p.add_argument("name", nargs="?", choices=["mnist", "fashion-mnist"], default="mnist", metavar="DATASET",
+                   help="mnist or fashion-mnist (default: mnist)")
     p.add_argument("--data-dir", default=None, help="default: $COURSE_DATA_DIR or ~/.cache/multigpu-course/data")
 
 
@@ -25,7 +27,7 @@ def run(args) -> int:
     print(f"data dir: {data_dir}")
     for name in ("mnist", "fashion-mnist"):
         folder = data.idx_folder(name, data_dir)
-        print(f"  {name:<14} {folder if folder else 'not found (course data download ' + name + ')'}")
+        print(f"  {name:<14} {folder if folder else 'not found (course download ' + name + ')'}")
     print("  digits         bundled with scikit-learn (always there)")
     print(f"  --dataset auto uses: {data.resolve('auto', data_dir, quiet=True)[0]}")
     return 0

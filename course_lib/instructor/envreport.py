@@ -1,6 +1,6 @@
 """What this machine offers the course: torch, devices, backend, Slurm or local, data.
 
-``course env`` prints it; notebook 00 shows the same table.
+``course show env`` prints it; notebook 00 shows the same table.
 """
 from __future__ import annotations
 

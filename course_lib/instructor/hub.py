@@ -1,4 +1,4 @@
-"""``course lab-settings``: the course's JupyterLab settings for learners, for a hub install or for ``make lab``.
+"""``course write lab-settings``: the course's JupyterLab settings for learners, for a hub install or for ``make lab``.
 
 For a hub (``--prefix``, default: this Python's environment, the one the hub's servers run from) it writes:
 - ``share/jupyter/lab/settings/overrides.json``: the news prompt off (``fetchNews: "false"``), so no learner is
@@ -45,7 +45,7 @@ HIDDEN = ("__pycache__", "*.pyc", "*.pyo", ".DS_Store", "*~", "course_lib", "tes
 NBGRADER_SERVER = ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.validate_assignment",
                    "nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list")
 CUSTOM_CSS = """\
-/* written by `course lab-settings`: long output lines wrap between words, a word is cut only when it alone is too
+/* written by `course write lab-settings`: long output lines wrap between words, a word is cut only when it alone is too
    long (JupyterLab's own rule is word-break: break-all, which cuts words anywhere; "body" outranks that rule,
    which JupyterLab's styles, loaded after this file, would otherwise win at equal specificity) */
 body .jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
@@ -60,7 +60,7 @@ body .jp-OutputArea-output pre { word-break: normal; overflow-wrap: anywhere; }
 """
 # bash's own order for a login shell (bash(1), INVOCATION): /etc/profile, then the first of these that exists
 BASHRC = """\
-# written by `course lab-settings`: the start-up file of this lab's terminals (a login shell's profiles,
+# written by `course write lab-settings`: the start-up file of this lab's terminals (a login shell's profiles,
 # then this course's environment first on PATH, whatever the profiles did to PATH)
 [ -r /etc/profile ] && . /etc/profile
 for f in ~/.bash_profile ~/.bash_login ~/.profile; do [ -r "$f" ] && {{ . "$f"; break; }}; done
@@ -73,7 +73,7 @@ def merge_settings(path: Path, update) -> dict:
     try:
         data = json.loads(path.read_text()) if path.exists() else {}
     except ValueError as e:
-        raise SystemExit(f"course lab-settings: {path} is not valid JSON ({e}); fix or remove it") from e
+        raise SystemExit(f"course write lab-settings: {path} is not valid JSON ({e}); fix or remove it") from e
     update(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -153,7 +153,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     paths = write_lab_dir(args.lab_dir) if args.lab_dir else write_settings(args.prefix)
     if args.lab_dir and args.trust:
-        print(f"course lab-settings: signed {len(trust(args.lab_dir.resolve(), args.trust))} notebooks")
+        print(f"course write lab-settings: signed {len(trust(args.lab_dir.resolve(), args.trust))} notebooks")
     for path in paths:
-        print(f"course lab-settings: wrote {path}")
+        print(f"course write lab-settings: wrote {path}")
     return 0

@@ -1,4 +1,4 @@
-"""Execute every notebook headless: ``course notebooks`` (how an instructor checks a cluster before a workshop).
+"""Execute every notebook headless: ``course run notebooks`` (how an instructor checks a cluster before a workshop).
 
 Each ``notebooks/NN_*.ipynb`` runs through papermill into ``out/notebooks/`` (ignored by git) and one line is
 printed per notebook: name, seconds, ok/failed (with the error). By default the notebooks run against
@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from course_lib.cli import comma_items
 from course_lib.core.paths import course_root, out_dir
 
 
@@ -42,16 +43,19 @@ def execute(path: Path, out_dir: Path, tree: str = "solutions", quick: bool = Fa
 
 
 def add_arguments(p):
-    p.add_argument("--tree", choices=["solutions", "exercises"], default="solutions")
+    p.add_argument("--tree", choices=["solutions", "exercises"], default="solutions",
+                   help="the files the notebooks run against (default: solutions, with STRICT=True)")
     p.add_argument("--quick", action="store_true", help="the small settings CI uses")
-    p.add_argument("--only", default="*", help="glob of notebook names, e.g. '0[12]_*'")
-    p.add_argument("--out", type=Path, default=out_dir() / "notebooks")
+    p.add_argument("--only", action=comma_items(), default=None, metavar="NAME[,NAME...]",
+                   help="the notebooks whose names start so, shell patterns allowed: 01,02 or '0[12]' (default: all)")
+    p.add_argument("--out", type=Path, default=out_dir() / "notebooks", metavar="DIR",
+                   help="where the executed notebooks go (default: out/notebooks)")
     # not --timeout: that name means the deadline of a multi-process run in every course command
     p.add_argument("--cell-timeout", type=int, default=900, help="deadline in seconds of each cell (papermill's)")
 
 
 def run(args) -> int:
-    paths = notebook_paths(args.only)
+    paths = sorted({p for start in args.only or ["*"] for p in notebook_paths(start.rstrip("*") + "*")})
     if not paths:
         print(f"course notebooks: no notebooks match {args.only!r} in {course_root() / 'notebooks'}", file=sys.stderr)
         return 2

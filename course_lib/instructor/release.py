@@ -1,6 +1,6 @@
-"""Write exercises/ from solutions/: ``course release`` (``--check``: fail if exercises/ would change;
-``--nbgrader DIR``: an nbgrader course's ``source/``, learner files only; ``--gradescope DIR``: a Gradescope
-autograder bundle, course_lib.grading.autograder).
+"""Write exercises/ from solutions/: ``course release exercises`` (``--check``: fail if exercises/ would change;
+``course release nbgrader DIR``: an nbgrader course's ``source/``, learner files only; ``course release gradescope
+DIR``: a Gradescope autograder bundle, course_lib.grading.autograder).
 
 solutions/ is the one source. What a learner must write is marked with nbgrader's delimiters::
 
@@ -32,6 +32,7 @@ import re
 import sys
 from pathlib import Path
 
+from course_lib.cli import comma_items
 from course_lib.core.atomic import write_text
 from course_lib.core.paths import course_root
 from course_lib.markers import BEGIN, END, STUB, MarkerError, solution_view  # noqa: F401 (the release's API)
@@ -190,8 +191,10 @@ def _gradescope(dest: Path, exercises: list[str]) -> int:
 
 def add_arguments(p):
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if exercises/ is out of date")
-    p.add_argument("--solutions", type=Path, default=course_root() / "solutions")
-    p.add_argument("--exercises", type=Path, default=course_root() / "exercises")
+    p.add_argument("--solutions", type=Path, default=course_root() / "solutions", metavar="DIR",
+                   help="the complete files to release from (default: the course's solutions/)")
+    p.add_argument("--exercises", type=Path, default=course_root() / "exercises", metavar="DIR",
+                   help="where the starters go (default: the course's exercises/)")
     p.add_argument("--nbgrader", type=Path, default=None, metavar="DIR",
                    help="instead of exercises/: write nbgrader's DIR/source/<exercise folder>/ with the learner's "
                         "files only (nbgrader copies .py files as they are: never give it solutions/)")
@@ -201,9 +204,9 @@ def add_arguments(p):
     p.add_argument("--no-hints", action="store_true",
                    help="the harder starters, into --exercises DIR (not the course's exercises/): a function whose "
                         "stub spells out the algorithm (all-reduce, ZeRO, ...) only raises NotImplementedError")
-    p.add_argument("--exercise", action="append", choices=list(EXERCISES), metavar="EX",
-                   help=f"with --nbgrader: only this exercise's folder; with --gradescope: the exercises the "
-                        f"autograder grades ({', '.join(EXERCISES)}); repeat for more; default: all")
+    p.add_argument("--exercise", action=comma_items(choices=list(EXERCISES)), metavar="EX[,EX...]",
+                   help=f"with nbgrader: only these exercises' folders; with gradescope: the exercises the "
+                        f"autograder grades ({', '.join(EXERCISES)}); default: all")
 
 
 def run(args) -> int:
@@ -240,7 +243,7 @@ def run(args) -> int:
         print(f"no solution for {p}: delete it, or add its source to {args.solutions}")
     if args.check:
         for p in stale:
-            print(f"out of date: {p} (run `course release`)")
+            print(f"out of date: {p} (run `course release exercises`)")
         print(f"{len(files) - len(stale)}/{len(files)} exercise files up to date")
         keys = _quiz_keys(args.solutions)
         return 1 if stale or extra or keys else 0

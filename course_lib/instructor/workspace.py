@@ -1,4 +1,4 @@
-"""A learner's workspace: ``course workspace init DIR``, ``update [DIR]`` and ``restore PATH``.
+"""A learner's workspace: ``course init DIR``, ``course update [DIR]`` and ``course restore PATH``.
 
 A workspace holds the learner's own copy of ``notebooks/``, ``exercises/`` and the ``jobs/*.sbatch`` scripts
 (``solutions/`` too with ``--with-solutions``) and a marker, ``.course-workspace.json``, that records the
@@ -102,9 +102,9 @@ def read_marker(folder: Path) -> dict:
         root = course_root()
         if folder == root or root in folder.parents:   # never tell a learner to write into the install
             raise WorkspaceError(f"{folder} is the course install, not a workspace: give your own "
-                                 f"(`course workspace update ~/course`)") from e
+                                 f"(`course update ~/course`)") from e
         raise WorkspaceError(f"{folder} is not a course workspace ({path}: {e}); "
-                             f"make one with `course workspace init {folder}`") from e
+                             f"make one with `course init {folder}`") from e
 
 
 def to_update(folder: str | Path | None = None) -> Path:
@@ -134,7 +134,7 @@ def init(folder: str | Path, with_solutions: bool = False, exist_ok: bool = Fals
         if exist_ok:
             return folder
         raise WorkspaceError(f"{folder} is already a workspace: bring in a newer course with "
-                             f"`course workspace update {folder}`")
+                             f"`course update {folder}`")
     if folder.exists() and any(folder.iterdir()):
         raise WorkspaceError(f"{folder} is not empty: choose a new folder (nothing in it was changed)")
     root = course_root()
@@ -235,13 +235,14 @@ def restore(path: str | Path) -> tuple[Path, Path | None]:
 def add_arguments(p) -> None:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     i = sub.add_parser("init", help="DIR: a learner's copy of notebooks/ and exercises/")
-    i.add_argument("dir", type=Path)
+    i.add_argument("dir", type=Path, metavar="DIR", help="the folder to make the workspace in")
     i.add_argument("--with-solutions", action="store_true", help="copy solutions/ too (instructors)")
     i.add_argument("--exist-ok", action="store_true", help="a workspace already there is fine (first login)")
     u = sub.add_parser("update", help="[DIR]: bring in a newer course; your edits are kept")
-    u.add_argument("dir", type=Path, nargs="?")
+    u.add_argument("dir", type=Path, nargs="?", metavar="DIR",
+                   help="the workspace (default: the one this folder is in)")
     r = sub.add_parser("restore", help="PATH: the course's version of one file (yours is kept as PATH.mine)")
-    r.add_argument("path", type=Path)
+    r.add_argument("path", type=Path, metavar="PATH", help="a file of the workspace, e.g. exercises/02_ddp/...")
 
 
 def run(args) -> int:

@@ -1,8 +1,8 @@
 """Write the workshop's sbatch scripts into jobs/ from the templates (--check: fail if they drift).
 
-    course jobs                 write jobs/*.sbatch (site 'generic': any Slurm, CPU only)
-    course jobs --check         exit 1, with a diff, when jobs/ differs from what the templates give
-    course jobs --site mysite --out ~/myjobs    the same scripts for your site (GPUs, account, modules)
+    course write jobs                 write jobs/*.sbatch (site 'generic': any Slurm, CPU only)
+    course write jobs --check         exit 1, with a diff, when jobs/ differs from what the templates give
+    course write jobs --site mysite --out ~/myjobs    the same scripts for your site (GPUs, account, modules)
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def _check(out: Path, texts: dict) -> int:
             print("".join(difflib.unified_diff(old.splitlines(True), text.splitlines(True),
                                                f"{path} (in the folder)", f"{path} (from the template)")))
     if drift:
-        print(f"{drift} job script(s) drifted: run `course jobs --force` to rewrite them from the template")
+        print(f"{drift} job script(s) drifted: run `course write jobs --force` to rewrite them from the template")
         return 1
     print(f"{len(texts)} job scripts in {out} match the template")
     return 0

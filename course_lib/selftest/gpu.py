@@ -1,8 +1,8 @@
 """Run every GPU path of the course and report each as PASS, FAIL, NOT POSSIBLE HERE or NOT RUN (``make gpu-check``).
 
-    course selftest --gpu                       # the default plan; report in out/gpu-check/
-    course selftest --gpu --only serial-fp32,throughput --out /tmp/gpu-check
-    course selftest --gpu --all --budget 540 --require throughput,ddp-gloo-cuda
+    course selftest gpu                       # the default plan; report in out/gpu-check/
+    course selftest gpu --only serial-fp32,throughput --out /tmp/gpu-check
+    course selftest gpu --all --budget 540 --require throughput,ddp-gloo-cuda
 
 Each item runs under a deadline and every process it starts is stopped when it ends; the report is rewritten
 after every item. ``--budget SECONDS`` starts an item only while its estimate fits what is left (else NOT RUN,
@@ -101,8 +101,9 @@ def select(only: str | None, everything: bool = False) -> list:
 
 
 def add_arguments(p):
-    p.add_argument("--gpu", action="store_true", help="the GPU self-check (the only one for now)")
-    p.add_argument("--out", type=Path, default=out_dir() / "gpu-check", help="report folder")
+    p.add_argument("--gpu", action="store_true", help="the GPU self-check: what `course selftest gpu` says")
+    p.add_argument("--out", type=Path, default=out_dir() / "gpu-check", metavar="DIR",
+                   help="report folder (default: out/gpu-check)")
     p.add_argument("--only", help="comma-separated item names (default: the default plan)")
     p.add_argument("--all", action="store_true", help="every item, the notebooks too (default: the default plan)")
     p.add_argument("--require", help="comma-separated items that must PASS: one NOT POSSIBLE or NOT RUN makes "

@@ -1,7 +1,7 @@
 # JupyterHub settings for a workshop on one machine (the login node): every learner's server runs as that
 # learner (LocalProcessSpawner, so the hub runs as root) from the shared install that
 # `make shared-install PREFIX=...` made; at each start the server makes the learner's workspace
-# (~/course, `course workspace init --exist-ok`) if it is not there yet, and opens JupyterLab in it.
+# (~/course, `course init --exist-ok`) if it is not there yet, and opens JupyterLab in it.
 #
 #   COURSE_PREFIX=/opt/multigpu-course COURSE_HUB_GROUP=workshop jupyterhub -f scripts/hub/jupyterhub_config.py
 #
@@ -129,7 +129,7 @@ c.JupyterHub.load_roles = roles
 # each learner's server: as the learner, from the shared environment, in their own workspace
 c.JupyterHub.spawner_class = "jupyterhub.spawner.LocalProcessSpawner"
 c.Spawner.cmd = ["/bin/sh", "-c",
-                 f'"{bin_dir}/course" workspace init --exist-ok "$HOME/course" >/dev/null '
+                 f'"{bin_dir}/course" init --exist-ok "$HOME/course" >/dev/null '
                  f'&& cd "$HOME/course" && exec "{bin_dir}/jupyterhub-singleuser" "$@"', "course-singleuser"]
 # the server works in ~/course: a terminal that JupyterLab opens without a folder starts where the server runs
 # (terminado's cwd), so the course's own `course check ... exercises/...` lines work there as printed

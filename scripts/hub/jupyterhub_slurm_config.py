@@ -96,7 +96,7 @@ set -eu
 # srun, whose ranks would then get only the hub's variables (no MASTER_ADDR/MASTER_PORT of the job script)
 unset SLURM_EXPORT_ENV
 # the first start makes the learner's workspace, as in jupyterhub_config.py
-"{bin_dir}/course" workspace init --exist-ok "$HOME/course" >/dev/null
+"{bin_dir}/course" init --exist-ok "$HOME/course" >/dev/null
 # ... and works in it: a terminal opened without a folder starts there
 cd "$HOME/course"
 exec {{{{cmd}}}}

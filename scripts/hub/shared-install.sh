@@ -44,7 +44,7 @@ fi
 "$PREFIX/venv/bin/python" -m compileall -q "$PREFIX/course/course_lib" >/dev/null
 "$PREFIX/venv/bin/python" -m ipykernel install --prefix "$KERNEL_PREFIX" --name multigpu-course \
     --display-name "Multi-GPU course" >/dev/null
-"$PREFIX/venv/bin/course" lab-settings --prefix "$PREFIX/venv"
+"$PREFIX/venv/bin/course" write lab-settings --prefix "$PREFIX/venv"
 # the learners' servers: the course kernel only, and the course's work counts as activity for the idle culler
 "$PREFIX/venv/bin/python" -m course_lib.instructor.hub_server "$PREFIX/venv"
 "$PREFIX/venv/bin/course" jobs --site "${SITE:-generic}" --for-install "$PREFIX" --out "$PREFIX/course/jobs" \

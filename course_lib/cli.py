@@ -1,5 +1,5 @@
 """The ``course`` command, one grammar: ``course VERB [NOUN] [PATH] [--OPTIONS]``. Learner commands first (check,
-show, download, init, update, restore), then the instructor's (grade, release, bench, run, write, selftest).
+show, download, init, update, restore, diagnose), then the instructor's (grade, release, bench, run, write, selftest).
 
 A NOUN follows a verb that acts on more than one kind of thing (``course show env``, ``course release nbgrader
 DIR``); a PATH is the file or folder acted on. Lists are comma lists everywhere (``--exercise ddp,tp``,
@@ -50,6 +50,8 @@ LEARNER = {
                       ("update",)),
     "restore": Command(WORKSPACE, "PATH", "the course's version of one file again (yours is kept as PATH.mine)",
                        ("restore",)),
+    "diagnose": Command("course_lib.runtime.diagnose", "RUN [SCRIPT]",
+                        "why a job failed or hung: hints read from its log and script"),
 }
 INSTRUCTOR = {
     "grade": Command("course_lib.grading.cli", "SUBMISSIONS_DIR", "grade a folder of learners' exercise folders"),

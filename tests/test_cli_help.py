@@ -12,7 +12,8 @@ from conftest import ROOT
 
 from course_lib.cli import ALIASES, COMMANDS, INSTRUCTOR, LEARNER, TABLE, VERBS, command_parser, main
 
-GROUPS = {"learner commands": ["check", "show env", "show data", "download", "init", "update", "restore"],
+GROUPS = {"learner commands": ["check", "show env", "show data", "download", "init", "update", "restore",
+                                "diagnose"],
           "instructor commands": ["grade", "release exercises", "release nbgrader", "release gradescope",
                                   "bench allreduce", "run notebooks", "write jobs", "write lab-settings",
                                   "selftest gpu"]}

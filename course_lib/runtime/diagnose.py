@@ -8,7 +8,7 @@ node's torchrun hosts a rendezvous of its own and waits for nodes that never joi
     from course_lib.runtime.diagnose import hints
     hints(job)        # -> ["MASTER_ADDR=localhost on 2 nodes (node[1-2]): ..."], [] when nothing is known
 
-From a shell, for a job's folder or its output file:  python -m course_lib.runtime.diagnose jobs/runs/ddp-42
+From a shell, for a job's folder or its output file:  course diagnose jobs/runs/ddp-42
 """
 from __future__ import annotations
 
@@ -82,19 +82,22 @@ def hints(job) -> list[str]:
     return diagnose(job.log(), script, job.state, max(job.spec.nodes, nodes_of(job.log())))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m course_lib.runtime.diagnose RUN_DIR_OR_LOG [SCRIPT]``: print the hints; exit 1 if there are some."""
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
-        return 2
-    path = Path(argv[0])
+def add_arguments(p) -> None:
+    p.add_argument("run", type=Path, metavar="RUN",
+                   help="the job's run folder (jobs/runs/NAME-ID) or its output file")
+    p.add_argument("script", type=Path, nargs="?", metavar="SCRIPT",
+                   help="the job's script (default: job.sbatch of the run folder)")
+
+
+def run(args) -> int:
+    """``course diagnose RUN [SCRIPT]``: print the hints; exit 1 if there are some."""
+    path = args.run
     log_path = path / "output.log" if path.is_dir() else path
-    script_path = Path(argv[1]) if len(argv) > 1 else (path / "job.sbatch" if path.is_dir() else None)
+    script_path = args.script or (path / "job.sbatch" if path.is_dir() else None)
     try:
         log = log_path.read_text(errors="replace")
     except OSError as e:
-        print(f"cannot read the job's output: {e}", file=sys.stderr)
+        print(f"course diagnose: cannot read the job's output: {e}", file=sys.stderr)
         return 2
     script = script_path.read_text(errors="replace") if script_path and script_path.is_file() else ""
     found = diagnose(log, script, state="TIMEOUT" if "DUE TO TIME LIMIT" in log else "")
@@ -102,5 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if found else 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":     # the older spelling of ``course diagnose``
+    from course_lib.cli import main
+    raise SystemExit(main(["diagnose", *sys.argv[1:]]))

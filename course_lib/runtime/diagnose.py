@@ -12,6 +12,7 @@ From a shell, for a job's folder or its output file:  course diagnose jobs/runs/
 """
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -105,6 +106,7 @@ def run(args) -> int:
     return 1 if found else 0
 
 
-if __name__ == "__main__":     # the older spelling of ``course diagnose``
-    from course_lib.cli import main
-    raise SystemExit(main(["diagnose", *sys.argv[1:]]))
+if __name__ == "__main__":     # the older spelling of ``course diagnose`` (the runtime imports nothing above it)
+    parser = argparse.ArgumentParser(prog="course diagnose", description=__doc__)
+    add_arguments(parser)
+    raise SystemExit(run(parser.parse_args()))

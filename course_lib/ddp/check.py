@@ -1,6 +1,6 @@
 """Check a DDP training script step by step: ``course check ddp PATH``.
 
-The learner's script runs as real ranks (``course_lib.runtime.launch``: srun-style, the real torchrun and 3 ranks,
+The learner's script runs as real ranks (``course_lib.core.launch``: srun-style, the real torchrun and 3 ranks,
 side by side), each under ``course_lib.ddp.probe``, which watches torch from outside the learner's code
 and leaves one JSON record per rank. The script runs in a temporary folder (its checkpoint lands there;
 nothing of the learner's is touched) with ``--dataset digits --epochs 2 --save-model`` on a small
@@ -43,8 +43,9 @@ from course_lib.ddp import cluster
 from course_lib.ddp.cluster import launch_all, launch_one
 from course_lib.ddp.failures import describe_failure, waiting_in_init
 from course_lib.ddp.launchers import step6
-from course_lib.ddp.runs import Run, local_gpus, prepare_data, start_env, works
+from course_lib.ddp.runs import Run, prepare_data, start_env, works
 from course_lib.ddp.steps import asked_wrong, step1, step2, step3, step4, step5
+from course_lib.runtime.gpus import count as local_gpus
 
 GPU_RANKS = cluster.GPU_NODES * cluster.GPU_PER_NODE
 STEP_NAMES = {1: "Step 1", 2: "Step 2", 3: "Step 3", 4: "Step 4", 5: "Step 5", 6: "Step 6"}
@@ -75,7 +76,7 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
     if reused:
         full, ran_at = _CACHE[key]
     else:
-        from course_lib.runtime import warm
+        from course_lib.core import warm
         with warm.session(start_env(local_gpus() >= 2), warm.DDP_IMPORTS):   # one fork server for every launch
             full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers, simulate)
         if key is not None:

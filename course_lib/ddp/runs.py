@@ -1,15 +1,17 @@
 """Launch the learner's script under the probe and read back what each rank did.
 
-``run_script`` starts the ranks (``course_lib.runtime.launch``, srun-style or the real torchrun), each as
+``run_script`` starts the ranks (``course_lib.core.launch``, srun-style or the real torchrun), each as
 ``python -m course_lib.ddp.probe SCRIPT ARGS``, in a fresh working directory; a ``Run`` holds the
 launcher's result and each rank's record (``rank-<N>.json``), stack dump and trained parameters.
 """
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from course_lib.runtime.gpus import count as local_gpus
+from course_lib.core.launch import launch
 
 SCRIPT_ARGS = ["--dataset", "digits", "--epochs", "2", "--save-model"]
 EPOCHS = int(SCRIPT_ARGS[SCRIPT_ARGS.index("--epochs") + 1])
@@ -21,7 +23,7 @@ class Run:
     """One launch of the script under the probe: the launcher's result and each rank's record."""
     style: str
     nprocs: int
-    result: object                  # course_lib.runtime.launch.LaunchResult
+    result: object                  # course_lib.core.launch.LaunchResult
     folder: Path                    # the probe's records
     workdir: Path                   # the script's working directory
     gpu: bool
@@ -62,23 +64,6 @@ def prepare_data(folder: Path) -> Path:
     return path
 
 
-def local_gpus() -> int:
-    """CUDA devices this process sees (0 without a driver's device files, without importing torch)."""
-    if os.name == "posix" and not _gpu_device_files():
-        return 0   # torch would find none: no need to import it (the warm server starts sooner)
-    try:
-        import torch
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001 - no CUDA at all
-        return 0
-
-
-def _gpu_device_files() -> bool:
-    """Whether /dev shows a GPU: NVIDIA's, AMD's (ROCm) or WSL's."""
-    dev = Path("/dev")
-    return any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists()
-
-
 def start_env(gpu: bool) -> dict:
     """The variables of a probe launch that Python and torch read at start-up (the warm server gets them too)."""
     env = {"PYTHONDONTWRITEBYTECODE": "1"}
@@ -90,7 +75,6 @@ def start_env(gpu: bool) -> dict:
 def run_script(script: Path, style: str, nprocs: int, root: Path, data: Path, timeout: float,
                echo: bool = False, stall: float | None = None, stop=None) -> Run:
     """Launch ``script`` under the probe as ``nprocs`` ranks; read back every rank's record."""
-    from course_lib.runtime.launch import launch
     folder = root / f"{style}-{nprocs}"
     workdir = folder / "work"
     workdir.mkdir(parents=True)

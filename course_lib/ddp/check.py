@@ -1,6 +1,6 @@
 """Check a DDP training script step by step: ``course check ddp PATH``.
 
-The learner's script runs as real ranks (``course_lib.core.launch``: srun-style, the real torchrun and 3 ranks,
+The learner's script runs as real ranks (``course_lib.runtime.launch``: srun-style, the real torchrun and 3 ranks,
 side by side), each under ``course_lib.ddp.probe``, which watches torch from outside the learner's code
 and leaves one JSON record per rank. The script runs in a temporary folder (its checkpoint lands there;
 nothing of the learner's is touched) with ``--dataset digits --epochs 2 --save-model`` on a small
@@ -76,7 +76,7 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
     if reused:
         full, ran_at = _CACHE[key]
     else:
-        from course_lib.core import warm
+        from course_lib.runtime import warm
         with warm.session(start_env(local_gpus() >= 2), warm.DDP_IMPORTS):   # one fork server for every launch
             full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers, simulate)
         if key is not None:

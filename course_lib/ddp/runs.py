@@ -1,6 +1,6 @@
 """Launch the learner's script under the probe and read back what each rank did.
 
-``run_script`` starts the ranks (``course_lib.core.launch``, srun-style or the real torchrun), each as
+``run_script`` starts the ranks (``course_lib.runtime.launch``, srun-style or the real torchrun), each as
 ``python -m course_lib.ddp.probe SCRIPT ARGS``, in a fresh working directory; a ``Run`` holds the
 launcher's result and each rank's record (``rank-<N>.json``), stack dump and trained parameters.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.runtime.gpus import count as local_gpus
-from course_lib.core.launch import launch
+from course_lib.runtime.launch import launch
 
 SCRIPT_ARGS = ["--dataset", "digits", "--epochs", "2", "--save-model"]
 EPOCHS = int(SCRIPT_ARGS[SCRIPT_ARGS.index("--epochs") + 1])
@@ -23,7 +23,7 @@ class Run:
     """One launch of the script under the probe: the launcher's result and each rank's record."""
     style: str
     nprocs: int
-    result: object                  # course_lib.core.launch.LaunchResult
+    result: object                  # course_lib.runtime.launch.LaunchResult
     folder: Path                    # the probe's records
     workdir: Path                   # the script's working directory
     gpu: bool

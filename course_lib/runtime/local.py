@@ -30,8 +30,8 @@ import psutil
 from course_lib.core.atomic import write_text
 from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.core.site import Site
-from course_lib.core.spec import JobSpec, render
-from course_lib.runtime import gpus, warm
+from course_lib.core.spec import JobSpec
+from course_lib.runtime import gpus, slurm, warm
 from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError
 from course_lib.runtime.launch import launch
 from course_lib.runtime.proc import alive, freeze, stop_tree, wait_gone
@@ -45,13 +45,10 @@ PIDS_NAME = "pids"
 def script_for(spec: JobSpec, site: Site, runs_dir: Path) -> str:
     """The sbatch script this job would be on Slurm (written beside the log for reference)."""
     python = site.python or shlex.quote(sys.executable)
-    pattern = f"{runs_dir}/{spec.name}-"
-    return render(spec, site, python=python, torchrun=f"{python} -m torch.distributed.run",
-                  torchrun_logs="torchrun-logs", pythonpath=shlex.quote(str(PACKAGE_PARENT)),
-                  output=shlex.quote(f"{pattern}%j/{LOG_NAME}"),
-                  workdir='"' + f"{pattern}$SLURM_JOB_ID" + '"',
-                  header=["No Slurm here: the local engine ran this job with course_lib.runtime.launch instead",
-                          "(same ranks, environment and time limit; this script is what sbatch would get)."])
+    return slurm.script_for(spec, site, runs_dir, torchrun=f"{python} -m torch.distributed.run",
+                            header=["No Slurm here: the local engine ran this job with course_lib.runtime.launch "
+                                    "instead", "(same ranks, environment and time limit; this script is what sbatch "
+                                    "would get)."])
 
 
 def _write_json(path: Path, data: dict) -> None:

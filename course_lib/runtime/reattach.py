@@ -30,10 +30,6 @@ def _find_runner(run_dir: Path) -> psutil.Process | None:
     return None
 
 
-def _runs(runs=None) -> Path:
-    return runs_dir(runs)
-
-
 def _folder_of(job_id: str, runs: Path) -> Path:
     matches = [p for p in runs.glob(f"*-{job_id}") if (p / INFO_NAME).is_file()]
     if not matches:
@@ -63,7 +59,7 @@ def from_folder(run_dir: Path) -> Job:
 
 def attach(job_id: str, runs=None) -> Job:
     """The job ``job_id`` of this workspace again (after a kernel restart): ``attach(id).wait()``."""
-    job = from_folder(_folder_of(str(job_id), _runs(runs)))
+    job = from_folder(_folder_of(str(job_id), runs_dir(runs)))
     job.refresh()
     return job
 
@@ -77,7 +73,7 @@ def scheduler_ids() -> list[str]:
 def list_jobs(runs=None) -> list:
     """Every job of this workspace, oldest first, each refreshed; Slurm jobs of this user with no run
     folder here are listed after them as ``(job id, "no run folder in this workspace")``."""
-    runs = _runs(runs)
+    runs = runs_dir(runs)
     folders = sorted((p for p in runs.glob("*") if (p / INFO_NAME).is_file()), key=lambda p: p.stat().st_mtime)
     found = []
     for folder in folders:

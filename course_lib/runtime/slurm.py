@@ -68,15 +68,17 @@ def _torchrun_for(site: Site, python: str) -> str:
     return shlex.quote(str(beside)) if beside.exists() else f"{python} -m torch.distributed.run"
 
 
-def script_for(spec: JobSpec, site: Site, runs_dir: Path) -> str:
-    """The script the Slurm engine submits for ``spec`` (what a notebook shows before submitting)."""
+def script_for(spec: JobSpec, site: Site, runs_dir: Path, torchrun: str | None = None, header=None) -> str:
+    """The script the Slurm engine submits for ``spec`` (what a notebook shows before submitting); the local engine's
+    copy for reference names its own ``torchrun`` and ``header``."""
     python = site.python or shlex.quote(sys.executable)
     pattern = f"{runs_dir}/{spec.name}-"
-    return render(spec, site, python=python, torchrun=_torchrun_for(site, python),
+    return render(spec, site, python=python, torchrun=torchrun or _torchrun_for(site, python),
                   torchrun_logs="torchrun-logs", pythonpath=shlex.quote(str(PACKAGE_PARENT)),
                   output=shlex.quote(f"{pattern}%j/{LOG_NAME}"),
                   workdir='"' + f"{pattern}$SLURM_JOB_ID".replace('"', '\\"') + '"',
-                  header=[f"Written by course_lib.jobs for site '{site.name}'; files of this job: {pattern}<job id>/"])
+                  header=header or [f"Written by course_lib.jobs for site '{site.name}'; files of this job: "
+                                    f"{pattern}<job id>/"])
 
 
 def _ordinal(n: int) -> str:

@@ -47,7 +47,6 @@ from course_lib.runtime.rank_env import base_env
 # Not KMP_*: those are Intel OpenMP's, and torch's wheels load GNU OpenMP (torch/lib/libgomp.so.1); scikit-learn
 # sets two of them when imported (a checker that loads the digits would otherwise start every rank cold).
 IMPORT_TIME = ("PYTHON", "TORCH", "PYTORCH", "OMP_", "MKL_", "OPENBLAS", "GOTO", "CUDA", "LD_")
-MAX_MSG = 1 << 20
 READY_TIMEOUT = 300.0     # a loaded machine can take minutes to import torch
 SOCKET_PATH_MAX = 107     # bytes of a Unix socket's path (sun_path holds 108 with the closing NUL: unix(7))
 # what a DDP rank imports after torch, for a server to import once: DistributedDataParallel() imports torch._dynamo

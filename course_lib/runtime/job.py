@@ -1,7 +1,8 @@
 """A submitted job, the same on both engines: state, wait() with a live display, log, cancel, exit code, metrics.
 
 The engines (slurm.py, local.py) subclass Job and fill in ``_query()`` and ``_cancel()``; everything a
-notebook calls lives here.
+notebook calls lives here. Not submitit's Job: that is a pickled function's, in submitit's own folder; this one
+is the learner's sbatch script's, read back from the run folder that script writes.
 """
 from __future__ import annotations
 

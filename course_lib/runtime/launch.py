@@ -12,6 +12,8 @@ Guarantees, because a stuck collective otherwise hangs a notebook forever:
   ``course_lib.runtime.proc`` (psutil), with all its descendants, so even a child that left the group
   (setsid) is not left running when ``launch`` returns;
 - output streams live with a ``[rank N]`` prefix, long lines are cut and only the last lines are kept.
+Not torch.multiprocessing.spawn: it runs a function in ranks of its own, not a learner's script as srun or
+torchrun start it (``style="torchrun"`` runs the real torchrun).
 """
 from __future__ import annotations
 

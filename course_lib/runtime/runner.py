@@ -5,6 +5,8 @@
 ``wait`` (course_lib.runtime.waiting, the course's one loop that waits for a job) follows it until it ends, says that it
 is queued (with Slurm's reason and its place in the partition's queue, again when either changes) and when it starts,
 and cancels it (scancel) at the queue deadline, past its run deadline, when ``stop`` is set, or on Ctrl-C.
+Not submitit's executors: these jobs take the site profile (partition, account, modules, [env]), the course's
+sbatch template and run folder as the learner's own jobs do, and a request as JSON rather than a pickle.
 """
 from __future__ import annotations
 

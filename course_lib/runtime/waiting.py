@@ -6,6 +6,8 @@ Any Job will do (course_lib.runtime.job: ``state``, ``done``, ``reason``, ``canc
 what it waits for). It says that a job is queued (with Slurm's reason and its place in the partition's queue, again
 when either changes) and when it starts, and cancels it (scancel) at the queue deadline, past its run deadline, when
 ``stop`` is set, or on Ctrl-C.
+Not submitit's Job.wait()/result(): they block until the end; what is said while queued and the deadlines are this
+loop's.
 """
 from __future__ import annotations
 

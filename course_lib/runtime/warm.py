@@ -25,6 +25,7 @@ importing torch again. An idle server runs nothing; it ends when that time is up
 with ``close_idle()``. ``COURSE_WARM=0`` turns the warm start off everywhere (back to a fresh interpreter per
 rank). Variables read while Python and torch start (IMPORT_TIME) must be the same for the launch and the server,
 else the launch starts cold.
+Not multiprocessing's forkserver: course_lib.runtime.forkserver says why.
 """
 from __future__ import annotations
 

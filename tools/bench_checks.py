@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from course_lib.core.paths import course_root
-from course_lib.registry import EXERCISES, get
+from course_lib.registry import EXERCISES, reference
 from course_lib.runtime import launch as launch_module
 
 CHECKERS = ("ddp", "allreduce", "tp")    # the default; any exercise with a checker on the command line
@@ -105,7 +105,7 @@ def bench_one(name: str, import_s: float, start_mode: str = "warm") -> dict:
         with LaunchLog() as log:
             start = time.monotonic()
             extra = {"cache": False} if name == "ddp" else {}   # ddp keeps verdicts of an unchanged file
-            report = check(name, course_root() / "solutions" / get(name).file, **extra)
+            report = check(name, reference(name), **extra)
             wall = time.monotonic() - start
     finally:
         os.environ.pop("COURSE_WARM") if saved is None else os.environ.update(COURSE_WARM=saved)
@@ -198,7 +198,7 @@ def deadlock_submission(name: str, dest) -> tuple:
     import importlib
     cases = importlib.import_module(f"{name}_faulty.cases").CASES
     case = next(c for c in cases if c.name == DEADLOCKS[name])
-    solution = course_root() / "solutions" / get(name).file
+    solution = reference(name)
     path = case.write(solution, tests / f"{name}_faulty", dest)
     return path, {k: v for k, v in case.options.items() if k in KEPT_OPTIONS}
 

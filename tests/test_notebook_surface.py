@@ -80,3 +80,17 @@ def test_a_topic_gives_its_modules_as_they_are_named():
     assert not hasattr(tp, "_repr_html_") and not hasattr(tp, "no_such_module")   # IPython probes it
     with pytest.raises(ValueError, match="no topic 'core'"):
         nb.topic("core")
+
+
+def test_every_topic_a_notebook_names_is_one():
+    """Each ``nb.topic("X").module`` a code cell writes resolves (a typo would fail only when that cell runs)."""
+    from course_lib import nb
+    named = set()
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] == "code":
+                named |= set(re.findall(r"""nb\.topic\(["'](\w+)["']\)(?:\.(\w+))?""", "".join(cell["source"])))
+    assert {"tp", "jobs", "lessons"} <= {name for name, _ in named}
+    for name, module in sorted(named):
+        topic = nb.topic(name)
+        assert not module or getattr(topic, module) is not None, (name, module)

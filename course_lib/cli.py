@@ -235,6 +235,13 @@ def main(argv: list[str] | None = None) -> int:
         _, command, rest = resolved
         if any(a in ("-h", "--help") for a in rest):   # help alone: a mode flag's value (--nbgrader DIR) not needed
             rest = [b for b in command.before if not b.startswith("-")] + ["--help"]
+        elif command.before[-1:] and command.before[-1].startswith("-") and command.args:
+            # release nbgrader DIR is the module's --nbgrader DIR: the DIR must come right after the noun
+            value = rest[len(command.before):len(command.before) + 1]
+            if not value or value[0].startswith("-"):
+                print(f"course {words}: {command.args} comes first: course {words} {command.args} [--OPTIONS]",
+                      file=sys.stderr)
+                return 2
         args = command_parser(words, command).parse_args(rest)
         return int(args._run(args) or 0)
     except KeyboardInterrupt:

@@ -159,6 +159,9 @@ def test_a_verb_without_its_noun_names_the_nouns(capsys):
     assert set(COMMANDS) == set(VERBS) | set(ALIASES)
     # a mode's flag that takes a value (release nbgrader: --nbgrader DIR) does not need it for --help
     assert _help(capsys, "release", "nbgrader").startswith("usage: course release nbgrader ")
+    # ... and without --help its value comes right after the noun, or the command says so (not argparse's words)
+    assert main(["release", "nbgrader", "--exercise", "tp", "DIR"]) == 2
+    assert "course release nbgrader: DIR comes first" in capsys.readouterr().err
 
 
 def test_one_list_syntax(capsys, tmp_path):

@@ -102,9 +102,9 @@ def read_marker(folder: Path) -> dict:
         root = course_root()
         if folder == root or root in folder.parents:   # never tell a learner to write into the install
             raise WorkspaceError(f"{folder} is the course install, not a workspace: give your own "
-                                 f"(`course update ~/course`)") from e
+                                 f"(`course workspace update ~/course`)") from e
         raise WorkspaceError(f"{folder} is not a course workspace ({path}: {e}); "
-                             f"make one with `course init {folder}`") from e
+                             f"make one with `course workspace init {folder}`") from e
 
 
 def to_update(folder: str | Path | None = None) -> Path:
@@ -134,7 +134,7 @@ def init(folder: str | Path, with_solutions: bool = False, exist_ok: bool = Fals
         if exist_ok:
             return folder
         raise WorkspaceError(f"{folder} is already a workspace: bring in a newer course with "
-                             f"`course update {folder}`")
+                             f"`course workspace update {folder}`")
     if folder.exists() and any(folder.iterdir()):
         raise WorkspaceError(f"{folder} is not empty: choose a new folder (nothing in it was changed)")
     root = course_root()

@@ -29,7 +29,7 @@ def scan(token: str, roots: set[int], folder: str = "\0") -> dict[int, psutil.Pr
     return {pid: every[pid] for pid in found}
 
 
-def sweep(token: str, roots: set[int], cgroups, folder: str = "\0", rounds: int = 20, grace: float = 0.0) -> int:
+def sweep(token: str, roots: set[int], cgroups, folder: str = "\0", grace: float = 0.0) -> int:
     """Stop, then kill, every process of the check; returns how many were running (leftovers).
 
     SIGSTOP first so that nothing forks or re-parents while the tree is collected; then SIGKILL.

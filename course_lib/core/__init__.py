@@ -1,2 +1,3 @@
-"""The shared core of the course tools: launching ranks, process trees, the rank-process toolkit,
-the check report, loading a learner's file, and where things are (sources and workspace)."""
+"""The shared core of the course tools: the rank-process toolkit, the check report, a job's spec and the site
+profile, loading a learner's file, and where things are (sources and workspace). Launching ranks and process trees
+are course_lib.runtime's."""

@@ -1,0 +1,10 @@
+"""The runtime: what starts, waits on and stops the course's processes and jobs. It imports nothing of course_lib
+above it (only course_lib.core and course_lib.metrics: tests/test_layers.py).
+
+Ranks on this machine: launch (N ranks of a script, srun- or torchrun-style, under one deadline; scope bounds
+every launch inside a check), rank_env and gpus (their environment), warm, forkserver and warm_rank (ranks forked
+from a server that imported torch once), proc (the one way to stop a process tree).
+Jobs: job (the Job both engines give), local and slurm (the engines), waiting (the one loop that waits for a job),
+progress (its live display), reattach (a job again after a kernel restart), runner and run_job (a check's or a
+run's own job), sampler and diagnose (the local engine's top, and why a job failed).
+"""

@@ -1,7 +1,8 @@
 """Grading a class: discover learners, run each check in a sandbox, write grades.csv and grades.md.
 
     discover    what each learner handed in, where (folders, zips, single files)
-    reports     grades.csv and grades.md, written atomically; read_rows reads grades.csv back
+    reports     grades.csv, grades.md and the exports (Gradescope, LMS), written atomically; read_rows reads
+                grades.csv back; scores: scores.csv
     feedback    feedback/<learner>.md and .html: one learner's rows, to hand back
     sandbox     run_check: one checker on one file, with a deadline, bounded output, limits, everything killed
     cgroups, sweep, sandbox_worker   the sandbox's parts: cgroup limits (v2 subtree, systemd scope, v1, chosen

@@ -8,23 +8,19 @@ lab's terminal and notebook 02's Step 1 check cell. Screenshots go to out/lab/; 
 from __future__ import annotations
 
 import json
-import os
 import re
-import secrets
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from browser_lab import CHROMIUM, WAIT_MS, Lab, fresh_clone, run_to, why_no_browser_test
 from conftest import ROOT, processes_under
 
 from course_lib.instructor import hub
 
 OUT = ROOT / "out" / "lab"
-CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
-WAIT_MS = 240_000      # one step on a loaded 2-core machine; progress is what the test waits on
 
 
 def test_lab_dir_settings_keep_nbgrader_and_news_away(tmp_path):
@@ -87,111 +83,6 @@ def test_slurm_client_without_a_controller_is_said_calmly(tmp_path, monkeypatch)
     assert "SLURM_CONF" in why
 
 
-def _why_no_browser_test() -> str | None:
-    if not CHROMIUM.exists():
-        return f"no {CHROMIUM} (Debian's chromium; scripts/system-deps.sh installs it as root)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "no playwright (pip install -e '.[test]')"
-    if not (ROOT / ".venv" / ".installed").is_file():
-        return "no .venv built by make here (make venv)"
-    if not shutil.which("git") or not shutil.which("make"):
-        return "no git or make"
-    return None
-
-
-def _fresh_clone(where: Path) -> Path:
-    """This checkout's HEAD, cloned, with the venv this checkout built (linked, not rebuilt: make sees it is up
-    to date because the clone's pyproject.toml is given the age of this one)."""
-    clone = where / "course"
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(ROOT), str(clone)], check=True, timeout=120)
-    subprocess.run(["git", "checkout", "--quiet", head.stdout.strip()], cwd=clone, check=True, timeout=120)
-    (clone / ".venv").symlink_to((ROOT / ".venv").resolve())
-    stamp = (ROOT / ".venv" / ".installed").stat().st_mtime
-    os.utime(clone / "pyproject.toml", (stamp - 1, stamp - 1))
-    return clone
-
-
-class Lab:
-    """``make lab`` in ``clone`` on a free loopback port with a known token; ``stop`` ends its process group."""
-
-    def __init__(self, clone: Path, log: Path):
-        from course_lib.runtime.launch import free_port
-
-        self.clone, self.log_path = clone, log
-        self.port, self.token = free_port(), secrets.token_hex(16)
-        # the venv is this checkout's (its editable install points here): PYTHONPATH makes the clone's course_lib win
-        env = dict(os.environ, PYTHONPATH=str(clone), COURSE_QUICK="1", COURSE_ENGINE="local")
-        for name in ("COURSE_WORKSPACE", "COURSE_OUT_DIR", "COURSE_RUNS_DIR", "COURSE_HOME"):
-            env.pop(name, None)
-        self.proc = subprocess.Popen(
-            ["make", "lab", f"LAB_ARGS=--port={self.port} --IdentityProvider.token={self.token}"], cwd=clone, env=env,
-            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        self.base = f"http://127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 180) -> str:
-        """The address JupyterLab printed (with the token elided), once it serves."""
-        deadline, wanted = time.monotonic() + timeout, re.compile(rf"http://127\.0\.0\.1:{self.port}(/\S*)")
-        while time.monotonic() < deadline:
-            found = wanted.search(self.log())
-            if found:
-                return found.group(1)
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.5)
-        raise AssertionError(f"make lab printed no address in {timeout} s (exit {self.proc.poll()}):\n"
-                             + self.log()[-3000:])
-
-    def api(self, method: str, path: str, body: dict | None = None) -> dict:
-        import urllib.request
-
-        req = urllib.request.Request(f"{self.base}{path}", method=method, data=json.dumps(body or {}).encode(),
-                                     headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return json.loads(r.read() or b"{}")
-
-    def stop(self, grace: float = 60) -> list[str]:
-        """Stop the lab as Ctrl-C where make runs would (SIGTERM to make and jupyter, whose shutdown ends its kernels
-        and terminals, each in a session of its own); returns what had not ended after ``grace`` seconds, which
-        is then killed."""
-        import psutil
-
-        try:
-            started = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            started = []
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        _, alive = psutil.wait_procs(started, timeout=grace)
-        left = []
-        for p in alive:
-            try:
-                left.append(f"{p.pid}: {' '.join(p.cmdline())[:160]}")
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        self.proc.wait(timeout=30)
-        return left
-
-
-def _run_to(page, marker: str):
-    """Run every cell above the cell holding ``marker``, then that cell (as tests/test_hub.py does)."""
-    cell = page.locator(".jp-Notebook .jp-Cell", has_text=marker).first
-    cell.scroll_into_view_if_needed()
-    cell.locator(".jp-InputPrompt").first.click()
-    page.keyboard.press("Control+Shift+C")
-    page.locator(".lm-CommandPalette-input").fill("Run All Above Selected Cell")
-    page.locator(".lm-CommandPalette-item", has_text="Run All Above Selected Cell").first.click()
-    cell.locator(".jp-InputPrompt").first.click()
-    page.keyboard.press("Shift+Enter")
-    return cell
-
-
 def _new_terminal(page) -> None:
     """File > New > Terminal, as a learner opens one; focus in it."""
     page.locator(".lm-MenuBar-item", has_text="File").first.click()
@@ -203,12 +94,12 @@ def _new_terminal(page) -> None:
 
 @pytest.mark.slow
 def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
-    why = _why_no_browser_test()
+    why = why_no_browser_test()
     if why:
         pytest.skip(f"no browser test of make lab here: {why}")
     from playwright.sync_api import sync_playwright
 
-    clone = _fresh_clone(tmp_path)
+    clone = fresh_clone(tmp_path)
     exercise = clone / "exercises" / "02_ddp" / "mnist_classify_ddp.py"
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)
@@ -247,7 +138,7 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
 
                 # 00 run as a learner runs it: the course map (with 10) from course_map, the start-up measured
                 page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="00_welcome").first.click()
-                cell = _run_to(page, 'quiz.reveal("00-start-s"')
+                cell = run_to(page, 'quiz.reveal("00-start-s"')
                 revealed = cell.locator(".jp-OutputArea-output", has_text="What happened:")
                 revealed.wait_for()
                 seen.append(f"00's start-up reveal: {revealed.inner_text()[:200]!r}")
@@ -288,7 +179,7 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
 
                 page.goto(f"{lab.base}/lab/tree/notebooks/02_ddp_six_steps.ipynb")
                 page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(state="attached")
-                cell = _run_to(page, "steps=[1]")
+                cell = run_to(page, "steps=[1]")
                 verdict = cell.locator(".jp-OutputArea-output", has_text="passed in")
                 verdict.wait_for()
                 seen.append(f"Step 1 cell: {verdict.inner_text()[:300]!r}")

@@ -230,6 +230,8 @@ def walk(page, answers: dict, said: list, timeout_ms: int = WAIT_MS) -> float:
 
 
 def one_line(element) -> bool:
-    """The element's text sits on one line on the screen (not wrapped)."""
+    """The element's text sits on one line on the screen (not wrapped; scrolled into sight first, since the lab lays
+    out no cell out of sight)."""
+    element.scroll_into_view_if_needed()
     return element.evaluate("e => { const r = document.createRange(); r.selectNodeContents(e); "
-                            "return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size <= 1 }")
+                            "return new Set([...r.getClientRects()].map(b => Math.round(b.top))).size === 1 }")

@@ -137,7 +137,6 @@ class Learner:
         assert len(told) <= 1, f"{self.stem}: the Run All line shows in cells {told}, not once"
         wrapped = []
         for item in self.page.locator(".jp-OutputArea-output td[style*='nowrap']").all():
-            item.scroll_into_view_if_needed()
             wrapped += [] if one_line(item) else [item.inner_text()]
         assert not wrapped, f"{self.stem}: check table items wrapped on the screen: {wrapped}"
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_lab import CHROMIUM, WAIT_MS, Lab, fresh_clone, run_to, why_no_browser_test
+from browser_lab import CHROMIUM, WAIT_MS, Lab, fresh_clone, one_line, run_to, why_no_browser_test
 from conftest import ROOT, processes_under
 
 from course_lib.instructor import hub
@@ -186,6 +186,9 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
                 assert "course check ddp" in verdict.inner_text() and str(exercise) in verdict.inner_text()
                 printed = page.locator(".jp-OutputArea-output pre").first     # the lab's custom.css
                 assert printed.evaluate("e => getComputedStyle(e).wordBreak") == "normal", "lines break mid-word"
+                items = cell.locator("td[style*='nowrap']").all()
+                assert items and all(one_line(i) for i in items), \
+                    f"the check table's items wrap: {[i.inner_text() for i in items if not one_line(i)]}"
                 page.screenshot(path=str(OUT / "03-step1-check.png"))
 
                 deadline = time.monotonic() + WAIT_MS / 1000

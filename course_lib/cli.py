@@ -147,6 +147,7 @@ environment:
   COURSE_SBATCH_RUN   1: course check sbatch runs the job on this Slurm too (default: on the local site profiles)
   COURSE_LOCAL_GPUS   the number of GPUs the local engine takes this machine to have (tests: one GPU on a CPU)
   COURSE_SELFTEST_CPU 1: the GPU self-check's collective workers run on CPU over gloo (its tests)
+  COURSE_WAKEUP_LOG   a file where `course run notebooks` logs each kernel reply it had to pick up itself
   set by the course for its own processes: COURSE_PROBE_* (DDP checker), COURSE_GRADE_* (grading sandbox),
   COURSE_WARM_SOCKET (a forked rank's server), COURSE_IN_JOB (a run inside a job), COURSE_WAITS_DIR (hang reports)
 

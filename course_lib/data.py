@@ -209,7 +209,7 @@ def resolve(name: str, data_dir: Path | str | None = None, quiet: bool = False) 
         return "digits", None
     hint = ("apt-get install dataset-fashion-mnist, or " if name == "fashion-mnist" else "")
     raise DataError(f"no {name} IDX files in {data_dir}/{SOURCES[name][0]}/raw: {hint}run "
-                    f"`course data download {name} --data-dir {data_dir}` where there is internet, "
+                    f"`course download {name} --data-dir {data_dir}` where there is internet, "
                     "or use --dataset digits")
 
 

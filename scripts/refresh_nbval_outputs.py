@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import papermill
+
 from course_lib.instructor.papermill_guard import ENGINE
 
 MARK = "# NBVAL_CHECK_OUTPUT"

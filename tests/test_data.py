@@ -125,7 +125,7 @@ def test_broken_files_give_one_clear_error(tmp_path, breakage, expect):
 
 
 def test_missing_dataset_says_how_to_get_it(tmp_path):
-    with pytest.raises(data.DataError, match="course data download mnist"):
+    with pytest.raises(data.DataError, match="course download mnist"):
         data.load_dataset("mnist", tmp_path)
     with pytest.raises(data.DataError, match="unknown dataset"):
         data.load_dataset("cifar", tmp_path)

@@ -287,7 +287,7 @@ def test_learners_cannot_read_each_other(hub):
     a, b = hs.LEARNERS[:2]
     for name in (a, b):   # made at their first login by the browser test; made here where that did not run
         if not (Path(pwd.getpwnam(name).pw_dir) / "course").is_dir():
-            made = hs.as_user(name, f"{hs.HUB_PREFIX}/venv/bin/course workspace init ~/course")
+            made = hs.as_user(name, f"{hs.HUB_PREFIX}/venv/bin/course init ~/course")
             assert made.returncode == 0, made.stderr
     theirs = Path(pwd.getpwnam(b).pw_dir) / "course" / "exercises" / "05_allreduce" / "allreduce.py"
     r = hs.as_user(a, f"cat {theirs}")
@@ -315,7 +315,7 @@ def test_learner_jobs_reach_slurm_as_the_learner(slurm_cluster):
     name = hs.SLURM_LEARNER
     user = hs.fresh_learner(name)
     slurm_cluster.dir.chmod(0o755)   # learners' clients read slurm.conf (the munge key stays 0600)
-    assert hs.as_user(name, f"{hs.HUB_PREFIX}/venv/bin/course workspace init ~/course").returncode == 0
+    assert hs.as_user(name, f"{hs.HUB_PREFIX}/venv/bin/course init ~/course").returncode == 0
     env = {"SLURM_CONF": slurm_cluster.conf, "COURSE_ENGINE": "slurm", "COURSE_SITE": "local"}
     r = _as_learner(name, """
 from pathlib import Path
@@ -696,7 +696,7 @@ def _terminal_says(url: str, token: str, command: str, timeout: float = 120) -> 
 
 def test_terminal_finds_course(hub):
     """A learner's JupyterLab terminal (a login shell, whose /etc/profile sets PATH afresh) finds `course` of the
-    shared install: the terminals start from the bashrc that `make lab` gives its own (course lab-settings)."""
+    shared install: the terminals start from the bashrc that `make lab` gives its own (course write lab-settings)."""
     name = hs.LEARNERS[-1]
     hs.fresh_learner(name, wipe=False)
     hub.add_user(name)
@@ -708,12 +708,12 @@ def test_terminal_finds_course(hub):
     try:
         said = _terminal_says(f"ws://127.0.0.1:{hub.port}/user/{name}/terminals/websocket/{term['name']}", token,
                               "command -v course; echo PATH=$PATH; echo WAIT=$OMP_WAIT_POLICY; echo HERE=$PWD; "
-                              "course workspace update")
+                              "course update")
     finally:
         hs.server_api(hub, name, f"terminals/{term['name']}", token, "DELETE")
     assert f"{hs.HUB_PREFIX}/venv/bin/course" in said, said[-2000:]
     # it opens in the learner's course folder, where the course's `course check ... exercises/...` lines work, and
-    # `course workspace update` there updates it (issue 55: it opened in ~ and was told to init the install)
+    # `course update` there updates it (issue 55: it opened in ~ and was told to init the install)
     home = Path(pwd.getpwnam(name).pw_dir)
     assert f"HERE={home / 'course'}" in said and f"updating {home / 'course'}" in said, said[-2000:]
     # set for the hub (here by conftest), so for the learners' servers and what they start (env_keep)

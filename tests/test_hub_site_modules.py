@@ -75,7 +75,7 @@ def test_the_example_profile_runs_checks_and_jobs_with_its_modules(module_site):
     assert job.state == "COMPLETED", job.summary() + job.log()[-3000:]
     assert all(line in job.log() for line in loaded), job.log()[-3000:]
     assert sys.executable in job.script_path.read_text()
-    # the install's serial.sbatch (course jobs --for-install, as shared-install.sh renders it), from a workspace
+    # the install's serial.sbatch (course write jobs --for-install, as shared-install.sh renders it), from a workspace
     prefix = module_site / "prefix"
     (prefix / "venv" / "bin").mkdir(parents=True)
     (prefix / "venv" / "bin" / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")

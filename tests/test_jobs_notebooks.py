@@ -9,9 +9,9 @@ import nbformat
 import papermill
 import pytest
 from conftest import ROOT
-from course_lib.instructor.papermill_guard import ENGINE
 from test_notebooks import ON_SLURM, assert_solutions_run
 
+from course_lib.instructor.papermill_guard import ENGINE
 from course_lib.jobs import monitor
 
 pytestmark = pytest.mark.slow

@@ -65,7 +65,7 @@ def test_the_lab_lists_what_a_learner_needs(tmp_path):
 
 
 def test_the_notebooks_open_trusted(tmp_path):
-    """Signed by the lab's own notary (make lab: course lab-settings --trust notebooks), each notebook's signature
+    """Signed by the lab's own notary (make lab: course write lab-settings --trust notebooks), each notebook's signature
     checks with the notary the lab's server uses; an unsigned one does not (JupyterLab: "0 of N cells trusted")."""
     import nbformat
     from nbformat.sign import NotebookNotary

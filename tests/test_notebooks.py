@@ -304,6 +304,7 @@ def test_papermill(nb_path, tree, tmp_path, monkeypatch):
     """Against solutions/ every check passes (STRICT=True turns a red check into an error) and every quiz is
     answered with its key."""
     import papermill as pm
+
     from course_lib.instructor.papermill_guard import ENGINE
 
     monkeypatch.setenv("COURSE_QUICK", "1")    # the kernel inherits it, as in CI

@@ -1,4 +1,4 @@
-"""Learner workspaces (``course workspace init/update``), path resolution, lab settings, jobs.list/attach, and
+"""Learner workspaces (``course init/update``), path resolution, lab settings, jobs.list/attach, and
 notebook 05 run headless from two workspaces of one install, which stays untouched."""
 import hashlib
 import json
@@ -79,7 +79,7 @@ def test_course_workspace_env_and_its_errors(home, monkeypatch):
     monkeypatch.setenv("COURSE_WORKSPACE", str(ws))
     assert paths.workspace() == ws and paths.tree_dir("solutions") == ws / "solutions"
     monkeypatch.setenv("COURSE_WORKSPACE", str(home))
-    with pytest.raises(paths.LayoutError, match="course workspace init"):
+    with pytest.raises(paths.LayoutError, match="course init"):
         paths.workspace()
     monkeypatch.delenv("COURSE_WORKSPACE")
     (home / "full").mkdir(); (home / "full" / "mine.txt").write_text("keep me")
@@ -157,7 +157,7 @@ def test_cli_workspace_and_lab_settings(home):
     r = run("workspace", "init", str(home / "ws"))
     assert r.returncode == 0 and "is ready" in r.stdout, r.stderr
     r = run("workspace", "init", str(home / "ws"))
-    assert r.returncode == 2 and "course workspace update" in r.stderr
+    assert r.returncode == 2 and "course update" in r.stderr
     (home / "ws/exercises/02_ddp/mnist_classify_ddp.py").write_text("# mine\n")
     r = run("workspace", "update", str(home / "ws"))
     assert r.returncode == 0 and "kept (you changed it)" in r.stdout and "02_ddp/mnist_classify_ddp.py" in r.stdout
@@ -234,8 +234,9 @@ def test_notebook_05_from_two_workspaces_of_one_install(home, monkeypatch):
     """The one holding a correct allreduce.py passes STRICT and shows what test_papermill asks of 05 against the
     solutions (it is that run: test_notebooks.IN_A_WORKSPACE); the one with the starter fails; install untouched."""
     import papermill as pm
-    from course_lib.instructor.papermill_guard import ENGINE
     from test_notebooks import IN_A_WORKSPACE, assert_solutions_run, text_of
+
+    from course_lib.instructor.papermill_guard import ENGINE
 
     before = tree_digest(paths.course_root())
     monkeypatch.setenv("COURSE_QUICK", "1"); monkeypatch.setenv("COURSE_ENGINE", "local")
@@ -271,7 +272,7 @@ def test_course_out_dir_names_where_outputs_go(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_update_from_anywhere_as_a_learner_never_points_at_the_install():
-    """As a learner account (the install, this checkout, is root's and read-only to them): `course workspace
+    """As a learner account (the install, this checkout, is root's and read-only to them): `course
     update` works from inside the workspace's sub-folders and from the home folder a hub terminal could open in,
     and where there is no workspace it says to give one, never to make one in the install (issue 55)."""
     import hub_support as hs
@@ -294,7 +295,7 @@ def test_update_from_anywhere_as_a_learner_never_points_at_the_install():
         for argv, cwd in (([*course, "update"], "/tmp"), ([*course, "update", ROOT], "/tmp"),
                           ([*course, "update"], str(ROOT / "exercises"))):
             p = hs.run_as(other.pw_name, argv, env, cwd=cwd)
-            assert p.returncode == 2 and "course workspace update ~/course" in p.stderr, (argv, cwd, p.stderr)
+            assert p.returncode == 2 and "course update ~/course" in p.stderr, (argv, cwd, p.stderr)
             assert "init" not in p.stderr, (argv, cwd, p.stderr)
     finally:
         shutil.rmtree(home / "course", ignore_errors=True)

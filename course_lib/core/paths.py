@@ -4,7 +4,7 @@
   In a clone it is the repository; ``$COURSE_HOME`` names it for any other kind of install.
 - ``workspace()``: where a learner's paths resolve (their exercise files, job runs, ``out/``):
   ``$COURSE_WORKSPACE``, else the current folder or the nearest parent holding ``.course-workspace.json``
-  (written by ``course workspace init``), else the course root (a clone is its own workspace).
+  (written by ``course init``), else the course root (a clone is its own workspace).
 - ``tree_dir(tree)``, ``runs_dir()``, ``out_dir()``: the learner's folders inside it. A workspace made
   without ``--with-solutions`` reads ``solutions/`` from the install, which it never writes.
 """
@@ -51,7 +51,7 @@ def find_workspace(start: str | os.PathLike | None = None) -> Path:
         folder = Path(named).expanduser().resolve()
         if not (folder / MARKER).is_file() and not _is_course(folder):
             raise LayoutError(f"COURSE_WORKSPACE={named} is not a course workspace: "
-                              f"make one with `course workspace init {named}`")
+                              f"make one with `course init {named}`")
         return folder
     here = Path(start or os.getcwd()).resolve()
     for folder in (here, *here.parents):

@@ -106,6 +106,6 @@ def run(args) -> int:
     try:
         print(text())
     except (ValueError, RuntimeError) as e:   # COURSE_ENGINE names no engine, or asks for a Slurm not there
-        print(f"course env: {e}", file=sys.stderr)
+        print(f"course show env: {e}", file=sys.stderr)
         return 2
     return 0

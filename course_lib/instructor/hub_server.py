@@ -13,7 +13,7 @@ kernel settings below were ignored there).
   activity, so that a hub's idle culler leaves it running.
 
 - the terminals' shell: ``bash --rcfile PREFIX/lab/bashrc -i``, the start-up file that ``make lab`` gives its
-  terminals (``course lab-settings --lab-dir``, course_lib/instructor/hub.py): the login profiles, then the
+  terminals (``course write lab-settings --lab-dir``, course_lib/instructor/hub.py): the login profiles, then the
   environment's ``bin`` first on PATH, so ``course`` is found in a JupyterLab terminal (a login shell's
   /etc/profile sets PATH afresh and drops it).
 

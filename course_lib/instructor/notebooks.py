@@ -57,7 +57,8 @@ def add_arguments(p):
 def run(args) -> int:
     paths = sorted({p for start in args.only or ["*"] for p in notebook_paths(start.rstrip("*") + "*")})
     if not paths:
-        print(f"course notebooks: no notebooks match {args.only!r} in {course_root() / 'notebooks'}", file=sys.stderr)
+        print(f"course run notebooks: no notebooks match {args.only!r} in {course_root() / 'notebooks'}",
+              file=sys.stderr)
         return 2
     failed = 0
     for path in paths:

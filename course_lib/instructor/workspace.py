@@ -102,9 +102,9 @@ def read_marker(folder: Path) -> dict:
         root = course_root()
         if folder == root or root in folder.parents:   # never tell a learner to write into the install
             raise WorkspaceError(f"{folder} is the course install, not a workspace: give your own "
-                                 f"(`course workspace update ~/course`)") from e
+                                 f"(`course update ~/course`)") from e
         raise WorkspaceError(f"{folder} is not a course workspace ({path}: {e}); "
-                             f"make one with `course workspace init {folder}`") from e
+                             f"make one with `course init {folder}`") from e
 
 
 def to_update(folder: str | Path | None = None) -> Path:
@@ -119,7 +119,7 @@ def to_update(folder: str | Path | None = None) -> Path:
     if (mine / MARKER).is_file():
         return mine.resolve()
     raise WorkspaceError("this folder is not inside a course workspace (a folder with .course-workspace.json): run "
-                         "`course workspace update` inside yours, or give its path (`course workspace update "
+                         "`course update` inside yours, or give its path (`course update "
                          "~/course`); a clone of the course's repository is updated with git pull")
 
 
@@ -134,7 +134,7 @@ def init(folder: str | Path, with_solutions: bool = False, exist_ok: bool = Fals
         if exist_ok:
             return folder
         raise WorkspaceError(f"{folder} is already a workspace: bring in a newer course with "
-                             f"`course workspace update {folder}`")
+                             f"`course update {folder}`")
     if folder.exists() and any(folder.iterdir()):
         raise WorkspaceError(f"{folder} is not empty: choose a new folder (nothing in it was changed)")
     root = course_root()
@@ -249,18 +249,18 @@ def run(args) -> int:
     try:
         if args.action == "init":
             folder = init(args.dir, args.with_solutions, args.exist_ok)
-            print(f"course workspace: {folder} is ready; open notebooks/00_welcome.ipynb there")
+            print(f"course {args.action}: {folder} is ready; open notebooks/00_welcome.ipynb there")
             return 0
         if args.action == "restore":
             target, kept = restore(args.path)
-            print(f"course workspace: {target} is the course's version again"
+            print(f"course {args.action}: {target} is the course's version again"
                   + (f"; your version is in {kept}" if kept else ""))
             return 0
         folder = to_update(args.dir)
-        print(f"course workspace: updating {folder} from {course_root()}")
+        print(f"course {args.action}: updating {folder} from {course_root()}")
         result = update(folder)
     except WorkspaceError as e:
-        print(f"course workspace: {e}", file=sys.stderr)
+        print(f"course {args.action}: {e}", file=sys.stderr)
         return 2
     for label, key in (("added", "added"), ("updated", "refreshed"), ("updated (you had only run it)", "ran"),
                        ("kept (you changed it)", "kept"),
@@ -268,9 +268,9 @@ def run(args) -> int:
         for rel in result[key]:
             print(f"{label:32s}{rel}")
     changed = sum(len(result[k]) for k in ("added", "refreshed", "ran", "kept", "deleted_kept"))
-    print(f"course workspace: {changed} file(s) differ from before; nothing of yours was overwritten")
+    print(f"course {args.action}: {changed} file(s) differ from before; nothing of yours was overwritten")
     if result["beside"]:
-        print("course workspace: the course changed files you changed too: compare each with its .course-new "
-              "copy (a notebook's opens as a notebook); `course workspace restore PATH` takes the course's version "
+        print(f"course {args.action}: the course changed files you changed too: compare each with its .course-new "
+              "copy (a notebook's opens as a notebook); `course restore PATH` takes the course's version "
               "(yours is kept as PATH.mine)")
     return 0

@@ -33,7 +33,7 @@ def run(args) -> int:
     try:
         site = load_site(args.site or DEFAULT_SITE)
     except SiteError as e:
-        print(f"course jobs: {e}", file=sys.stderr)
+        print(f"course write jobs: {e}", file=sys.stderr)
         return 2
     out = Path(args.out).expanduser() if args.out else workspace() / "jobs"
     texts = render_all(site, install=Path(args.for_install).resolve() if args.for_install else None)
@@ -42,7 +42,7 @@ def run(args) -> int:
     try:
         return _write(out, texts, args.force)
     except OSError as e:
-        print(f"course jobs: cannot write into {out}: {e}", file=sys.stderr)
+        print(f"course write jobs: cannot write into {out}: {e}", file=sys.stderr)
         return 2
 
 
@@ -85,10 +85,10 @@ def _check(out: Path, texts: dict) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``course jobs ...`` without the rest of the ``course`` command (tests, ``python -m``)."""
+    """``course write jobs ...`` without the rest of the ``course`` command (tests, ``python -m``)."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="course jobs", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="course write jobs", description=__doc__.splitlines()[0])
     add_arguments(p)
     return run(p.parse_args(argv))
 

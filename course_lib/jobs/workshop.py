@@ -1,7 +1,7 @@
 """The workshop's shell-ready job scripts (jobs/*.sbatch), rendered from the same template as notebook jobs.
 
 With the ``generic`` profile (what jobs/ holds) they ask for CPUs only and run on any Slurm; rendered
-for a GPU site (``COURSE_SITE=mysite course jobs --out DIR``) they ask for one rank per GPU. A shared install
+for a GPU site (``COURSE_SITE=mysite course write jobs --out DIR``) they ask for one rank per GPU. A shared install
 (``make shared-install SITE=...``) renders them for its learners' workspaces (``install``): the install's python and
 course_lib, the serial script from the install (a workspace holds no solutions/), the exercise from the workspace.
 """
@@ -44,7 +44,7 @@ def specs(site: Site) -> dict[str, JobSpec]:
 
 
 def render_all(site: Site, install: Path | None = None) -> dict[str, str]:
-    """file name -> script text, as ``course jobs`` writes them; ``install``: a shared install's PREFIX."""
+    """file name -> script text, as ``course write jobs`` writes them; ``install``: a shared install's PREFIX."""
     python, pythonpath, serial = site.python or "python", '"$SLURM_SUBMIT_DIR"', SERIAL
     if install:
         python = site.python or shlex.quote(str(install / "venv" / "bin" / "python"))
@@ -63,8 +63,8 @@ def render_all(site: Site, install: Path | None = None) -> dict[str, str]:
         if spec.script == DDP:
             header.append("Your exercise by default; the reference: "
                           f"SCRIPT=solutions/{registry.get('ddp').file} sbatch jobs/{filename}")
-        header.append(f"Written by `course jobs` from course_lib/jobs/templates/sbatch.sh.j2 (site '{site.name}'): "
-                      "change the template, not this file.")
+        header.append("Written by `course write jobs` from course_lib/jobs/templates/sbatch.sh.j2 "
+                      f"(site '{site.name}'): change the template, not this file.")
         header.insert(4, "Arguments after the script name go to the training script: "
                          f"sbatch jobs/{filename} --epochs 1")
         spec_for_shell = JobSpec(**{**spec.to_dict(), "script": "SCRIPT_PLACEHOLDER",

@@ -79,7 +79,7 @@ def reference(text: str, site) -> str:
 def render_copy(path, site=None) -> bool:
     """Write the site block of a learner's fresh copy ``path`` for ``site`` (default: ``$COURSE_SITE``, else
     generic), where it is a job script with a block and the block differs; True if the file changed. Meant for
-    a copy just made from the course (``course workspace init``/``update``), never for a learner's edited file."""
+    a copy just made from the course (``course init``/``update``), never for a learner's edited file."""
     from course_lib.core.atomic import write_text
     from course_lib.core.site import load_site
 

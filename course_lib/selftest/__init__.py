@@ -1,4 +1,4 @@
-"""The GPU self-check: ``course selftest --gpu`` (``make gpu-check``) runs every GPU path of the course.
+"""The GPU self-check: ``course selftest gpu`` (``make gpu-check``) runs every GPU path of the course.
 
 probe.py what this machine has (CUDA, GPUs, bf16, nvidia-smi, Slurm) and the cuda-torch item; pick.py which
 python runs the check (the Makefile's side, standard library only); items.py the list of items, each with what

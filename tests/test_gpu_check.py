@@ -64,7 +64,7 @@ def test_bad_input_is_one_clear_message(capsys):
     from course_lib.cli import main
 
     assert main(["selftest"]) == 2
-    assert "--gpu" in capsys.readouterr().err
+    assert "course selftest gpu" in capsys.readouterr().err
     assert main(["selftest", "--gpu", "--only", "serial-fp32,nope"]) == 2
     err = capsys.readouterr().err
     assert "no such item: nope" in err and "ddp-nccl" in err

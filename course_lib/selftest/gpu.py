@@ -12,6 +12,7 @@ NOT POSSIBLE HERE or NOT RUN are listed on the last line and in the report); 1 a
 """
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import time
@@ -101,7 +102,8 @@ def select(only: str | None, everything: bool = False) -> list:
 
 
 def add_arguments(p):
-    p.add_argument("--gpu", action="store_true", help="the GPU self-check: what `course selftest gpu` says")
+    # `course selftest gpu` sets it; the old spelling `course selftest --gpu` still works, unlisted
+    p.add_argument("--gpu", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=out_dir() / "gpu-check", metavar="DIR",
                    help="report folder (default: out/gpu-check)")
     p.add_argument("--only", help="comma-separated item names (default: the default plan)")
@@ -116,7 +118,7 @@ def add_arguments(p):
 
 def run(args) -> int:
     if not (args.gpu or args.list):
-        print("course selftest: say --gpu (the GPU self-check), or --list", file=sys.stderr)
+        print("course selftest: say `course selftest gpu` (the GPU self-check), or --list", file=sys.stderr)
         return 2
     try:
         items, required = select(args.only, args.all), names(args.require)

@@ -1,4 +1,4 @@
-"""``python tools/bench_room.py``: the moment a room clicks "check". N learner workspaces (``course workspace init``),
+"""``python tools/bench_room.py``: the moment a room clicks "check". N learner workspaces (``course init``),
 the reference solution in half of them and the starter in the other half, the same check started in all at once, each
 as a process of its own (as N learners' kernels would run it: ``course_lib.check.check``, the notebooks' call).
 
@@ -168,7 +168,7 @@ def watch(marker: str, waiters: list, every: float = 1.0) -> int:
 
 
 def make_workspace(root: Path, index: int, correct: bool, relative: str) -> Learner:
-    """``course workspace init``; the learners with ``correct`` get the reference file over the starter."""
+    """``course init``; the learners with ``correct`` get the reference file over the starter."""
     from course_lib.core.paths import tree_dir
     ws = root / f"learner{index}"
     subprocess.run([sys.executable, "-m", "course_lib", "workspace", "init", str(ws)], check=True,

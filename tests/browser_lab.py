@@ -204,12 +204,13 @@ def _answer(cell, answers: dict, said: list) -> None:
         said.append(f"answered {question[:70]!r}: {choice!r} -> {box.locator('.widget-output').inner_text()[:120]!r}")
 
 
-def walk(page, answers: dict, said: list, timeout_ms: int = WAIT_MS) -> float:
+def walk(page, answers: dict, said: list, timeout_ms: int = WAIT_MS, last: int | None = None) -> float:
     """Shift+Enter through every cell from the top, each run to its end, the question widgets it shows answered
-    (``_answer``) before the next; returns the seconds it took. ``said`` gets one line per code cell."""
+    (``_answer``) before the next; returns the seconds it took. ``said`` gets one line per code cell. With
+    ``last`` (a cell's index in the notebook), the walk ends after that cell: a learner who stopped there."""
     t0 = time.monotonic()
     every = cells(page)
-    for i in range(every.count()):
+    for i in range(every.count() if last is None else last + 1):
         cell = every.nth(i)
         _select(page, cell)
         page.keyboard.press("Shift+Enter")

@@ -233,11 +233,6 @@ def _row(learner, marker: str, item: str) -> tuple[str, object]:
     return row.locator("td").nth(0).inner_text().strip(), row.locator("td").nth(2)
 
 
-# strict: the day the screen is right this XPASSes and fails, and the mark goes
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "issue 53 item 4 still on the screen (CPU lab): Step 2's cell shows the crash whole but without the device_ids "
-    "hint (only Step 4's row has it), and Step 4's pass on simulated nodes (ddp/cluster.py) does not say why it "
-    "passes before Step 4 is done (only steps.py's single-node pass does)"))
 @pytest.mark.parametrize("learner", ["02_ddp_six_steps"], indirect=True)
 def test_02_shows_a_crash_whole_with_its_hint_and_says_why_step_4_passes_early(learner):
     """Issue 53 item 4: Step 2's crash verdict was cut at "module parameters {de..." before the part that explains

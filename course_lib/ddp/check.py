@@ -227,5 +227,8 @@ def _place_failure(judged: dict, failure, primary: Run) -> int:
     crash = failure.message.splitlines()[0]   # rank, line and error, at every step it hid
     for s in range(1, 6):
         if judged[s] is None:
-            judged[s] = (False, f"not checked: the run stopped before this step could be seen: {crash}")
+            # a step before the one it is filed at may be where the mistake is (DDP's device_ids in Step 2, filed
+            # at Step 4): its row carries the hint too
+            judged[s] = (False, f"not checked: the run stopped before this step could be seen: {crash}"
+                                + (failure.hint if s < target else ""))
     return target

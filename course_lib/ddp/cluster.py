@@ -24,6 +24,7 @@ from course_lib.ddp.failures import describe_failure
 from course_lib.ddp.messages import ranks_text, short, where
 from course_lib.ddp.runs import Run, group, group_ok, run_script, works
 from course_lib.ddp.simulate import SETTINGS
+from course_lib.ddp.steps import BARE_CUDA
 
 GPU_NODES, GPU_PER_NODE = 2, 2
 LOCAL = "the local rank (LOCAL_RANK from torchrun, SLURM_LOCALID from srun)"
@@ -213,7 +214,7 @@ def devices(run: Run | None):
             return False, (f"on {lay}, rank {r} ({_where(run, r)}) put its model on {d or 'the CPU'}{share}: each "
                            f"rank of a node needs its own GPU, cuda:<local rank> ({LOCAL}).")
     late = [r for r, ps in enumerate(picks) if any(p["how"] == "set_device" and p["init"] for p in ps)]
-    note = " (note: set the device before init_process_group)" if late else ""
+    note = " (note: set the device before init_process_group)" if late else BARE_CUDA
     return True, (f"on {lay}, each rank put its model on cuda:<local rank> ({', '.join(used)}){note}")
 
 

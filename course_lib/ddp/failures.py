@@ -31,6 +31,7 @@ DEVICE_IDS_HINT = ("\ndevice_ids names the one GPU the model already sits on: mo
 class Failure:
     step: int | None       # the step the failure belongs to, if the probe saw where it happened
     message: str
+    hint: str = ""         # what to do, also for the steps the failure hid (it sits in message too)
 
 
 def _cuda_error(text: str) -> bool:
@@ -75,7 +76,7 @@ def _crash(run: Run, rank: int, exits: list) -> Failure:
     hint = ""
     if (step in (None, 2, 4)) and _cuda_error(ex.get("error") or ""):
         step, hint = 4, DEVICE_IDS_HINT if DEVICE_IDS.search(ex.get("error") or "") else NO_CUDA
-    return Failure(step, f"rank {rank} crashed: {what}{where(ex.get('where'))}{hint}\n{tail(run, rank)}")
+    return Failure(step, f"rank {rank} crashed: {what}{where(ex.get('where'))}{hint}\n{tail(run, rank)}", hint)
 
 
 def _deadlock(run: Run, script: Path, exits: list, stuck: list, crashed: list, done: list) -> Failure:

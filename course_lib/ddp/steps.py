@@ -324,14 +324,17 @@ def _own_gpus(run: Run, seen: list):
         return False, (f"the ranks used devices {devices}; each rank must use its own GPU, cuda:<local rank> "
                        "(set device = cuda:LOCAL_RANK and torch.cuda.set_device(local_rank) before init)")
     late = [r for r in range(n) if any(not s["before_init"] for s in run.rec(r).get("set_device", []))]
-    # a bare "cuda" is the current device, which Step 1's set_device(local_rank) made each rank's own: a starter
-    # that still says torch.device("cuda") passes Step 4 before the learner reached it, so the message says why
-    note = (" (note: set the device before init_process_group)" if late else
-            " (where the script still says torch.device(\"cuda\"), that is the current device, which Step 1's "
-            "torch.cuda.set_device(local_rank) made each rank's own GPU: so this step can pass before you reach it; "
-            "cuda:LOCAL_RANK says it outright)")
+    note = " (note: set the device before init_process_group)" if late else BARE_CUDA
     return True, (f"every rank computes on its own GPU ({', '.join(d[0] for d in devices)}), inputs on the model's "
                   f"device{note}")
+
+
+# a bare "cuda" is the current device, which Step 1's set_device(local_rank) made each rank's own: a starter that still
+# says torch.device("cuda") passes Step 4 before the learner reached it, so a pass says why (here and on the simulated
+# nodes, ddp.cluster)
+BARE_CUDA = (" (where the script still says torch.device(\"cuda\"), that is the current device, which Step 1's "
+             "torch.cuda.set_device(local_rank) made each rank's own GPU: so this step can pass before you reach it; "
+             "cuda:LOCAL_RANK says it outright)")
 
 
 def _reads_local_rank(run: Run):

@@ -227,7 +227,10 @@ CASES = [
            edits=[(DDP_WRAP, "    model = DDP(model, device_ids=[local_rank])")],
            expect={"Step 4": ("fail", r"rank \d crashed: ValueError: DistributedDataParallel device_ids.*and module "
                                       r"parameters \{device\(type='cpu'\)\}\..*\ndevice_ids names the one GPU the model "
-                                      r"already sits on.*a model on the CPU takes none")}),
+                                      r"already sits on.*a model on the CPU takes none"),
+                   # Step 2 wraps the model: the crash hid it, and its row says what to do too (issue 53 item 4)
+                   "Step 2": ("fail", r"not checked: .*rank \d crashed: ValueError: DistributedDataParallel device_ids"
+                                      r".*\ndevice_ids names the one GPU the model already sits on")}),
     Faulty("no_local_rank", options=CPU_ONLY,
            why="the device comes from the global rank, the local rank is never read: on one node that works; "
                "on two nodes rank 4 asks for cuda:4 on a 4-GPU node",

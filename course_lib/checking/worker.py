@@ -155,6 +155,9 @@ def main(argv=None) -> None:
             break
     else:
         emit("done")
+    # every rank leaves together: rank 0 hosts the store, and a rank still making its groups (a launch with no case
+    # left to run, after a relaunch) lost it when rank 0 left first ("Connection reset by peer" in new_group, rank 1)
+    guard.original("barrier")(group=sync)
     # every verdict is printed: leave at once (an orderly shutdown with torch loaded is slow, and a learner's
     # unfinished isend could make it hang)
     exit_now(0)

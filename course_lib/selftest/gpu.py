@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from course_lib.cli import comma_list
 from course_lib.core.paths import out_dir
 from course_lib.runtime.proc import stop_tree
 from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, NOT_RUN, Context, Outcome
@@ -84,7 +85,7 @@ def names(text: str | None) -> list[str]:
     """The item names of a comma-separated list; ValueError naming the unknown ones."""
     from course_lib.selftest.items import BY_NAME
 
-    asked = [n.strip() for n in (text or "").split(",") if n.strip()]
+    asked = comma_list(text or "")
     unknown = [n for n in asked if n not in BY_NAME]
     if unknown:
         raise ValueError(f"no such item: {', '.join(unknown)} (items: {', '.join(BY_NAME)})")

@@ -3,9 +3,10 @@
 Prints one verdict per step or function. Exit codes: 0 all passed, 1 something failed, 2 bad input
 (no such file, a Slurm job that gave no report); errors go to stderr.
 
-Where the check runs: ``--engine`` (``engine=`` in Python), else ``$COURSE_CHECKS``, else the site profile's
-``checks`` (course_lib.core.site), else ``local``. ``slurm`` runs it as a short Slurm job
-(course_lib.check_slurm) with the same verdicts and text; ``auto`` takes Slurm when it answers, else local.
+Where the check runs (course_lib.jobs.choose("checks")): ``--engine`` (``engine=`` in Python), else
+``$COURSE_CHECKS``, else the site profile's ``checks``, else ``$COURSE_ENGINE``, else the site profile's ``engine``,
+else ``local``. ``slurm`` runs it as a short Slurm job (course_lib.check_slurm) with the same verdicts and text;
+``auto`` takes Slurm when it answers, else local.
 ``course check sbatch`` always runs here, since it submits a job of its own (the registry's ``runs_here``).
 
 A local check (course_lib.check_local; a check job runs it the same way) has one overall deadline, said when it
@@ -32,8 +33,7 @@ AUTO_HELP = "auto: Slurm when sbatch is on PATH and the controller answers, else
 
 
 def engine_for_checks(choice: str | None = None) -> str:
-    """``choice``, else ``$COURSE_CHECKS``, else the site profile's ``checks``: "local" or "slurm" (auto: asks);
-    course_lib.jobs.choose("checks")."""
+    """"local" or "slurm" for a check (auto: asks); course_lib.jobs.choose("checks") has the order."""
     return jobs.choose("checks", choice)[0]
 
 
@@ -44,7 +44,7 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
     """Run the checker of ``exercise`` on ``path``; returns a course_lib.core.report.Report.
 
     ``engine``: "local" (here) or "slurm" (a short Slurm job; ``queue_timeout=`` seconds in the queue at
-    most); None: $COURSE_CHECKS, else the site profile's ``checks``. A local check first says its overall
+    most); None: as ``engine_for_checks`` chooses. A local check first says its overall
     deadline through ``say`` (None: silent)."""
     if not get(exercise).runs_here and engine_for_checks(engine) == "slurm":
         return check_on_slurm(exercise, path, **kwargs) if say is _PRINT else \
@@ -65,7 +65,7 @@ def add_arguments(p):
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.add_argument("--engine", choices=ENGINES, default=None,
                    help=f"local: run the check here; slurm: as a short Slurm job; {AUTO_HELP} (default: "
-                        "$COURSE_CHECKS, else the site profile's checks, else local)")
+                        "$COURSE_CHECKS, the site profile's checks, $COURSE_ENGINE, the site profile's engine, local)")
     p.add_argument("--queue-timeout", type=float, default=None, metavar="SECONDS",
                    help="--engine slurm: cancel the job if it has not started after this long (default 900)")
     p.add_argument("--strict-launchers", action="store_true",
@@ -86,7 +86,7 @@ def run(args) -> int:
         kwargs["strict_launchers"] = True
     try:
         engine = "local" if get(args.exercise).runs_here else engine_for_checks(args.engine)
-    except ValueError as e:         # a bad --engine/COURSE_CHECKS, or a site profile that cannot be read
+    except ValueError as e:         # a bad --engine/COURSE_CHECKS/COURSE_ENGINE, or a site profile that cannot be read
         print(f"course check: {e}", file=sys.stderr)
         return 2
     # --json: stdout holds the JSON alone (the deadline line and anything the checker prints go to stderr)

@@ -134,9 +134,10 @@ environment:
   COURSE_HOME         the course's folder (notebooks/, exercises/, solutions/) when it is not beside course_lib
   COURSE_WORKSPACE    the learner's workspace (default: the nearest folder up with .course-workspace.json)
   COURSE_SITE         site profile for jobs: a name in course_lib/jobs/sites/ or a .toml path (default generic)
-  COURSE_ENGINE       jobs engine: slurm, local or auto (default auto: Slurm when sbatch answers)
-  COURSE_CHECKS       where checks run: local, slurm or auto (default: the site profile's checks, else local)
-  COURSE_RUNS         where the notebooks' runs go: local or slurm (default: the site profile's runs, else local)
+  COURSE_ENGINE       where jobs, checks and runs go: slurm, local or auto (default: the site profile's engine,
+                      else jobs auto, checks and runs here; auto: Slurm when sbatch answers)
+  COURSE_CHECKS       checks only, over COURSE_ENGINE: local, slurm or auto (then the site profile's checks)
+  COURSE_RUNS         the notebooks' runs only, over COURSE_ENGINE: local, slurm or auto (then the site's runs)
   COURSE_RUNS_DIR     where job run folders go (default jobs/runs/ of the workspace)
   COURSE_OUT_DIR      where outputs go: answers, reports, traces (default out/ of the workspace)
   COURSE_DATA_DIR     where the data sets are (default ~/.cache/multigpu-course/data)
@@ -152,7 +153,8 @@ environment:
   COURSE_WARM_SOCKET (a forked rank's server), COURSE_IN_JOB (a run inside a job), COURSE_WAITS_DIR (hang reports)
 
 site profile keys (the profile COURSE_SITE names; docs/site-profiles.md):
-  checks, runs        where checks and the notebooks' runs go: local or slurm
+  engine              where jobs, checks and runs go: local, slurm or auto (under COURSE_ENGINE)
+  checks, runs        where checks or the notebooks' runs alone go: local or slurm (over COURSE_ENGINE)
   partition, account, reservation, qos, time, mem, constraint, gpu_request, gpus_per_node, cpus_per_node
                       what each job asks Slurm for
   check_partition, check_qos

@@ -326,6 +326,58 @@ def test_one_chooser_for_jobs_checks_and_runs(tmp_path, monkeypatch):
             jobs.choose(kind, "lsf")
 
 
+def test_choose_takes_the_first_rung_set_in_its_order(tmp_path, monkeypatch):
+    """jobs.choose's order, one rung taken away at a time, each rung set to the opposite of the one below it (so a
+    rung read in the wrong place changes the answer): the call's choice, the enclosing check's (runs), COURSE_CHECKS
+    or COURSE_RUNS, the profile's checks or runs, COURSE_ENGINE, the profile's engine, the kind's default."""
+    from course_lib.runtime.scope import scope
+
+    def profile(name, **keys):
+        text = (ROOT / "course_lib" / "jobs" / "sites" / "local.toml").read_text()
+        text = "\n".join(line for line in text.splitlines() if not line.startswith(("checks =", "runs =")))
+        path = tmp_path / f"{name}.toml"
+        path.write_text("".join(f'{k} = "{v}"\n' for k, v in keys.items()) + text)
+        return str(path)
+
+    for key in ("COURSE_ENGINE", "COURSE_CHECKS", "COURSE_RUNS", "COURSE_IN_JOB", "SLURM_JOB_ID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))                     # no sbatch: auto takes local, slurm is refused
+    for kind, variable in (("checks", "COURSE_CHECKS"), ("runs", "COURSE_RUNS")):
+        monkeypatch.setenv("COURSE_SITE", profile("all", engine="slurm", checks="slurm", runs="slurm"))
+        monkeypatch.setenv("COURSE_ENGINE", "local")
+        monkeypatch.setenv(variable, "local")
+        assert jobs.choose(kind, "slurm") == ("slurm", "asked for the slurm engine")
+        if kind == "runs":
+            with scope(engine="slurm"):
+                assert jobs.choose(kind, "local") == ("local", "asked for the local engine")
+                assert jobs.choose(kind) == ("slurm", "the enclosing check's engine")
+        assert jobs.choose(kind) == ("local", f"{variable}=local")
+        monkeypatch.delenv(variable)
+        assert jobs.choose(kind) == ("slurm", f"the site profile all's {kind}")
+        monkeypatch.setenv("COURSE_SITE", profile("engine", engine="slurm"))
+        assert jobs.choose(kind) == ("local", "COURSE_ENGINE=local")
+        monkeypatch.delenv("COURSE_ENGINE")
+        assert jobs.choose(kind) == ("slurm", "the site profile engine's engine")
+        monkeypatch.setenv("COURSE_SITE", profile("none"))
+        assert jobs.choose(kind) == ("local", f"the default for {kind}")
+    monkeypatch.setenv("COURSE_IN_JOB", "1")                      # above every rung: a run inside a job stays here
+    assert jobs.choose("runs", "slurm")[0] == "local" and jobs.choose("checks", "slurm")[0] == "slurm"
+    monkeypatch.delenv("COURSE_IN_JOB")
+    # jobs: no rung of their own between the call's and COURSE_ENGINE, and auto by default
+    monkeypatch.setenv("COURSE_SITE", profile("jobs", engine="local", checks="slurm", runs="slurm"))
+    monkeypatch.setenv("COURSE_ENGINE", "slurm")
+    monkeypatch.setenv("COURSE_CHECKS", "local")
+    assert jobs.choose("jobs", "local") == ("local", "asked for the local engine")
+    with pytest.raises(SubmitError, match="the Slurm engine was asked for, but no sbatch on PATH"):
+        jobs.choose("jobs")
+    monkeypatch.delenv("COURSE_ENGINE")
+    assert jobs.choose("jobs") == ("local", "the site profile jobs's engine")
+    monkeypatch.setenv("COURSE_SITE", profile("none"))
+    assert jobs.choose("jobs") == ("local", "no sbatch on PATH")
+    with pytest.raises(SiteError, match="engine must be one of"):
+        load_site(profile("typo", engine="cluster"))
+
+
 @pytest.mark.slow   # a job that runs for seconds
 def test_the_one_wait_leaves_the_job_running_when_told_to(local):
     """runner.wait, the one loop that waits for a job: ``timeout`` returns and a Ctrl-C with interrupt_cancels=False

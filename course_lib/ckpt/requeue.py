@@ -8,13 +8,12 @@ a learner on a shared cluster just waits. Whatever happens, a job that ``follow`
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import time
 from pathlib import Path
 
-from course_lib import registry
+from course_lib import jobs, registry
 from course_lib.core.paths import tree_dir
 from course_lib.runtime import runner, slurm
 from course_lib.runtime.job import Job
@@ -28,15 +27,20 @@ class RequeueError(RuntimeError):
 
 
 def should_run(setting, quick: bool) -> tuple[bool, str]:
-    """Whether notebook 08 runs the requeue job, and why not: ``setting`` is its SLURM parameter (None: where a
-    controller answers, outside a quick run and the local engine). Slurm's client without a controller (a laptop
-    with the client installed) is a reason not to, said in words; with SLURM = True it stops, saying what to set."""
+    """Whether notebook 08 runs the requeue job, and why not: ``setting`` is its SLURM parameter (None: outside a
+    quick run, where the course's jobs go: course_lib.jobs.choose, auto asking the controller). Slurm's client
+    without a controller (a laptop with the client installed) is a reason not to, said in words; with SLURM = True
+    it stops, saying what to set."""
     if setting is False:
         return False, "SLURM = False"
     if setting is None and quick:
         return False, "a quick run"
-    if setting is None and os.environ.get("COURSE_ENGINE") == "local":
-        return False, "COURSE_ENGINE=local"
+    if setting is None:
+        try:
+            name, why = jobs.engine()
+        except (jobs.SubmitError, ValueError) as e:   # Slurm asked for and not there, or no engine of that name
+            return False, str(e)
+        return name == "slurm", "" if name == "slurm" else why
     ok, why = slurm.available()
     if ok:
         return True, ""

@@ -4,9 +4,10 @@ A profile is a TOML file. ``COURSE_SITE`` picks one: a name from ``course_lib/jo
 ``generic``, ``example-gpu-cluster``) or a path to your own ``.toml``. Unset: ``generic``.
 Every key must be present (``""``, ``0`` or ``[]`` for "not used"), so a typo is an error that names the
 key instead of silently losing the account or the reservation. The keys in ``OPTIONAL`` may be left out (profiles
-written before they existed stay valid): ``checks`` (where ``course check`` runs a check: ``"local"``, the default,
-or ``"slurm"``, as a short job; course_lib.check_slurm), ``runs`` (where the notebooks' multi-process runs go, the
-same two choices; course_lib.runs), how a job script reaches the module system
+written before they existed stay valid): ``engine`` (where jobs, checks and runs go: ``"local"``, ``"slurm"`` or
+``"auto"``; unset: jobs auto, checks and runs local), ``checks`` and ``runs`` (the same for ``course check`` and
+the notebooks' multi-process runs alone, over ``engine`` and ``$COURSE_ENGINE``: course_lib.jobs.choose has the
+order), how a job script reaches the module system
 (``module_init``), and more of a job's request (``time``, ``mem``, ``constraint``, ``sbatch_extra``, ``srun_args``,
 ``check_partition``, ``check_qos``).
 """
@@ -36,8 +37,9 @@ KEYS = {
 TABLES = ("env", "nccl")
 # optional keys -> default: profiles written before the key existed stay valid
 OPTIONAL = {
-    "checks": "local",
-    "runs": "local",          # where the notebooks' multi-process runs go: "local" (here) or "slurm" (short jobs)
+    "engine": "",             # where jobs, checks and runs go: "local", "slurm", "auto" ("": jobs auto, the rest local)
+    "checks": "",             # where `course check` runs: "local" or "slurm" (a short job); "" = as engine says
+    "runs": "",               # where the notebooks' multi-process runs go: "local" or "slurm"; "" = as engine says
     # how a job script gets the `module` command: "" (the job's environment has it), "login" (the script runs as a
     # login shell, #!/bin/bash -l, which reads /etc/profile), or a file to source (e.g. /etc/profile.d/lmod.sh)
     "module_init": "",
@@ -50,6 +52,7 @@ OPTIONAL = {
     "check_qos": "",          # ... with this QoS ("" = qos)
 }
 CHECK_ENGINES = ("local", "slurm")
+ENGINES = CHECK_ENGINES + ("auto",)
 GPU_REQUESTS = ("gpus-per-node", "gres")
 
 
@@ -72,8 +75,9 @@ class Site:
     cpus_per_node: int = 1
     gpu_request: str = "gpus-per-node"
     data_dir: str = ""
-    checks: str = "local"     # where `course check` and the notebooks' check cells run: "local" or "slurm"
-    runs: str = "local"       # where the notebooks' multi-process runs go (course_lib.runs): "local" or "slurm"
+    engine: str = ""          # where jobs, checks and runs go (course_lib.jobs.choose): "local", "slurm", "auto"
+    checks: str = ""          # where `course check` and the notebooks' check cells run: "local" or "slurm"
+    runs: str = ""            # where the notebooks' multi-process runs go (course_lib.runs): "local" or "slurm"
     module_init: str = ""
     time: str = ""
     mem: str = ""
@@ -157,9 +161,9 @@ def _checked(data: dict, path: Path) -> dict:
         if isinstance(value, list) and not all(isinstance(v, str) and v.startswith("-") for v in value):
             raise SiteError(f"{path}: {key} must list options as written on the command line, e.g. [\"--exclusive\"]")
         out[key] = tuple(value) if isinstance(value, list) else value
-    for key in ("checks", "runs"):
-        if out[key] not in CHECK_ENGINES:
-            raise SiteError(f"{path}: {key} must be one of {CHECK_ENGINES}, not {out[key]!r}")
+    for key, choices in (("engine", ENGINES), ("checks", CHECK_ENGINES), ("runs", CHECK_ENGINES)):
+        if out[key] not in ("",) + choices:
+            raise SiteError(f"{path}: {key} must be one of {choices}, not {out[key]!r}")
     if out["module_init"] not in ("", "login") and not out["module_init"].startswith("/"):
         raise SiteError(f"{path}: module_init must be \"\", \"login\" or the absolute path of the file that defines "
                         f"`module` (e.g. /etc/profile.d/lmod.sh), not {out['module_init']!r}")

@@ -7,9 +7,10 @@
     job = jobs.submit(spec).wait()    # live display; Slurm where there is one, else local processes
     job.state, job.exit_code, job.metrics()
 
-Engine: ``engine=`` argument, else ``$COURSE_ENGINE`` (``slurm``, ``local`` or ``auto``), else auto:
-Slurm when ``sbatch`` is on PATH and the controller answers, local otherwise. ``choose(kind)`` is the course's one
-engine chooser, for jobs, checks (``$COURSE_CHECKS``, site key ``checks``) and runs (``$COURSE_RUNS``, ``runs``).
+Engine: ``engine=`` argument, else ``$COURSE_ENGINE`` (``slurm``, ``local`` or ``auto``), else the site profile's
+``engine``, else auto: Slurm when ``sbatch`` is on PATH and the controller answers, local otherwise.
+``choose(kind)`` is the course's one engine chooser, for jobs, checks and runs; its docstring has the order, with
+the per-kind overrides (``$COURSE_CHECKS`` and site key ``checks``, ``$COURSE_RUNS`` and ``runs``).
 Site profile: ``site=`` argument, else ``$COURSE_SITE`` (see course_lib.core.site). Run folders: ``runs_dir=``,
 else ``$COURSE_RUNS_DIR``, else ``jobs/runs/`` of the course.
 """
@@ -24,42 +25,45 @@ from course_lib.runtime.runner import IN_JOB
 from course_lib.runtime.scope import scoped_engine
 
 ENGINES = ("slurm", "local")
+CHOICES = ENGINES + ("auto",)
 _probe_cache: dict = {}
 
-# kind -> (its environment variable, its site profile key, its choices, the error's words: the callers' own)
-KINDS = {"jobs": ("COURSE_ENGINE", None, ENGINES + ("auto",),
-                  "engine must be 'slurm', 'local' or 'auto', not {!r} (check COURSE_ENGINE)"),
-         "checks": ("COURSE_CHECKS", "checks", ("local", "slurm", "auto"),
-                    "checks run on local, slurm, auto, not {!r} (check --engine or COURSE_CHECKS)"),
-         "runs": ("COURSE_RUNS", "runs", ("local", "slurm"),
-                  "runs go to local or slurm, not {!r} (engine= or COURSE_RUNS)")}
+# kind -> (its own environment variable, its own site profile key, its engine with nothing set, the error's words)
+KINDS = {"jobs": (None, None, "auto", "engine must be 'slurm', 'local' or 'auto', not {!r} (check engine= or "
+                                      "COURSE_ENGINE)"),
+         "checks": ("COURSE_CHECKS", "checks", "local",
+                    "checks run on local, slurm, auto, not {!r} (check --engine, COURSE_CHECKS or COURSE_ENGINE)"),
+         "runs": ("COURSE_RUNS", "runs", "local",
+                  "runs go to local, slurm or auto, not {!r} (engine=, COURSE_RUNS or COURSE_ENGINE)")}
 
 # jobs.list is left out: a star import would hide the builtin list
 __all__ = ["Job", "JobSpec", "JobSpecError", "Site", "SiteError", "SubmitError", "TERMINAL", "choose", "engine",
            "load_site", "render", "runs_dir", "script", "submit", "time_seconds", "training_spec", "attach"]
 
 
-def choose(kind: str, choice: str | None = None) -> tuple[str, str]:
-    """(engine, why) for ``kind`` ("jobs", "checks" or "runs"): "local" or "slurm".
+def choose(kind: str, choice: str | None = None, site: Site | None = None) -> tuple[str, str]:
+    """(engine, why) for ``kind`` ("jobs", "checks" or "runs"): "local" or "slurm". The first of these that is set:
 
-    The order: a run inside a job (a Slurm job, or a run's or check's job of the course) stays local (no job submits
-    jobs); then ``choice``; for runs, the enclosing check's (a check that runs here keeps its runs here); the
-    kind's environment variable (COURSE_ENGINE, COURSE_CHECKS, COURSE_RUNS); the site profile's key (``checks``,
-    ``runs``; jobs have none: auto). ``auto``: Slurm when sbatch is on PATH and the controller answers, else local.
+    0. a run inside a job (a Slurm job, or a run's or check's job of the course) stays local: no job submits jobs;
+    1. ``choice``: this call's (``engine=``, ``--engine``); for runs next, the enclosing check's (a check that runs
+       here keeps its runs here);
+    2. the kind's own override: ``$COURSE_CHECKS`` or ``$COURSE_RUNS``, then the site profile's ``checks`` or
+       ``runs`` (jobs have neither);
+    3. ``$COURSE_ENGINE``, the one knob for all three kinds;
+    4. the site profile's ``engine`` (``site``, else ``$COURSE_SITE``'s);
+    5. the kind's default: jobs auto, checks and runs local.
+    ``auto``: Slurm when sbatch is on PATH and the controller answers, else local. A job asked onto Slurm where
+    there is none raises SubmitError; a check or run asked onto Slurm is not probed here (its job says).
     """
-    variable, key, choices, wrong = KINDS[kind]
+    wrong = KINDS[kind][3]
     if kind == "runs" and (os.environ.get(IN_JOB) or os.environ.get("SLURM_JOB_ID")):
         return "local", "a run inside a job stays on its node"
-    choice = choice or (scoped_engine() if kind == "runs" else None) or os.environ.get(variable)
-    if not choice and key is not None:
-        site = load_site()
-        return getattr(site, key), f"the site profile {site.name}'s {key}"
-    choice = choice or "auto"
-    if choice.lower() not in choices:
-        raise ValueError(wrong.format(choice if kind == "runs" else choice.lower()))
+    choice, why = next((value, why) for value, why in _settings(kind, choice, site) if value)
+    if choice.lower() not in CHOICES:
+        raise ValueError(wrong.format(choice))
     choice = choice.lower()
     if choice == "local" or (choice == "slurm" and kind != "jobs"):   # a check or run asked for Slurm: no probe
-        return choice, f"asked for the {choice} engine"
+        return choice, why
     from course_lib.runtime import slurm
 
     probe = (os.environ.get("SLURM_CONF"), os.environ.get("PATH"))
@@ -74,16 +78,33 @@ def choose(kind: str, choice: str | None = None) -> tuple[str, str]:
     return "slurm", "sbatch is on PATH and Slurm answers"
 
 
-def engine(choice: str | None = None) -> tuple[str, str]:
+def _settings(kind: str, choice: str | None, site: Site | None):
+    """(value, where it came from) for each rung of choose()'s order, top first; lazily, so that the site profile is
+    read only when every rung above its first is empty."""
+    variable, key, default, _ = KINDS[kind]
+    yield choice, f"asked for the {choice} engine"
+    if kind == "runs":
+        yield scoped_engine(), "the enclosing check's engine"
+    if variable:
+        yield os.environ.get(variable), f"{variable}={os.environ.get(variable)}"
+        site = site or load_site()
+        yield getattr(site, key), f"the site profile {site.name}'s {key}"
+    yield os.environ.get("COURSE_ENGINE"), f"COURSE_ENGINE={os.environ.get('COURSE_ENGINE')}"
+    site = site or load_site()
+    yield site.engine, f"the site profile {site.name}'s engine"
+    yield default, f"the default for {kind}"
+
+
+def engine(choice: str | None = None, site: Site | None = None) -> tuple[str, str]:
     """(engine, why) for a job: ``("slurm", "...")`` or ``("local", "no sbatch on PATH")`` (choose("jobs"))."""
-    return choose("jobs", choice)
+    return choose("jobs", choice, site)
 
 
 def script(spec: JobSpec, site: Site | str | None = None, engine_name: str | None = None,
            runs: str | os.PathLike | None = None) -> str:
     """The sbatch script ``submit`` would write for ``spec`` (to read before submitting)."""
     site = site if isinstance(site, Site) else load_site(site)
-    name = engine_name or engine()[0]
+    name = engine_name or engine(site=site)[0]
     from course_lib.runtime import local, slurm
 
     return (slurm if name == "slurm" else local).script_for(spec, site, runs_dir(runs))
@@ -96,7 +117,7 @@ def submit(spec: JobSpec, engine_name: str | None = None, site: Site | str | Non
     A request the scheduler refuses raises SubmitError with the scheduler's own message.
     """
     site = site if isinstance(site, Site) else load_site(site)
-    name, _ = engine(engine_name)
+    name, _ = engine(engine_name, site)
     from course_lib.runtime import local, slurm
 
     return (slurm if name == "slurm" else local).submit(spec, site, runs_dir(runs))

@@ -85,7 +85,7 @@ def _mode(site, run: bool | None) -> tuple[str, str]:
     from course_lib.runtime.job import SubmitError
 
     try:
-        engine, why = jobs.engine("auto" if os.environ.get("COURSE_ENGINE") != "local" else "local")
+        engine, why = jobs.engine(site=site)
     except (SubmitError, ValueError) as e:
         engine, why = "local", str(e)
     if engine != "slurm":

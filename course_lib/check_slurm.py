@@ -22,7 +22,7 @@ from course_lib.core.atomic import write_text
 from course_lib.core.report import Report
 from course_lib.jobs import SubmitError
 from course_lib.registry import EXERCISES
-from course_lib.runtime import runner
+from course_lib.runtime import runner, slurm
 from course_lib.runtime.runner import JobError, say_on_stderr
 
 REPORT_NAME = "report.json"
@@ -57,7 +57,8 @@ def submit(exercise: str, path, options: dict, site=None):
     # the job's time limit: the whole check (longer when each run may take longer), plus 3 minutes to start,
     # as the grader's array tasks
     deadline = max(CHECK_DEADLINE, 3 * float(options.get("timeout") or 0))
-    return runner.submit(spec_for(exercise, str(path), options, site, math.ceil((deadline + 180) / 60)), site)
+    return slurm.submit(spec_for(exercise, str(path), options, site, math.ceil((deadline + 180) / 60)), site,
+                        jobs.runs_dir())
 
 
 def report_of(job) -> Report:

@@ -34,7 +34,7 @@ from course_lib import jobs
 from course_lib.core.result import LINES_NAME, RESULT_NAME, LaunchResult, RankResult, parse_record
 from course_lib.core.site import load_site
 from course_lib.jobs import SubmitError
-from course_lib.runtime import gpus, runner
+from course_lib.runtime import gpus, runner, slurm
 from course_lib.runtime import launch as local
 from course_lib.runtime import warm as warm_start
 
@@ -154,7 +154,7 @@ def launch_on_slurm(script_args, nprocs: int, style: str, timeout: float, env: d
                "grace": grace, "torchrun_args": [str(a) for a in torchrun_args], "warm": warm}
     spec = job_spec(request, site)
     try:
-        job = runner.submit(spec, site)
+        job = slurm.submit(spec, site, jobs.runs_dir())
     except SubmitError as e:
         here = 'it here: COURSE_RUNS=local (in Python: engine="local")'
         raise RunJobError(runner.not_taken("run", e, here)) from None

@@ -579,7 +579,7 @@ def test_diagnose_from_the_shell(tmp_path):
     run.mkdir()
     (run / "output.log").write_text("job 9 on n[1-2]: MASTER_ADDR=127.0.0.1 MASTER_PORT=1\n"
                                     "slurmstepd: error: *** JOB 9 ON n1 CANCELLED AT x DUE TO TIME LIMIT ***\n")
-    r = subprocess.run([PYTHON, "-m", "course_lib.runtime.diagnose", str(run)], capture_output=True, text=True)
+    r = subprocess.run([PYTHON, "-m", "course_lib.cli", "diagnose", str(run)], capture_output=True, text=True)
     assert r.returncode == 1 and r.stdout.startswith("hint: MASTER_ADDR=127.0.0.1 on 2 nodes"), r.stdout + r.stderr
 
 

@@ -12,7 +12,6 @@ From a shell, for a job's folder or its output file:  course diagnose jobs/runs/
 """
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -104,9 +103,3 @@ def run(args) -> int:
     found = diagnose(log, script, state="TIMEOUT" if "DUE TO TIME LIMIT" in log else "")
     print("\n".join(f"hint: {h}" for h in found) or "no known cause found in the log")
     return 1 if found else 0
-
-
-if __name__ == "__main__":     # the older spelling of ``course diagnose`` (the runtime imports nothing above it)
-    parser = argparse.ArgumentParser(prog="course diagnose", description=__doc__)
-    add_arguments(parser)
-    raise SystemExit(run(parser.parse_args()))

@@ -60,8 +60,8 @@ def serve(path: str | None = None, preload=None):
         rank = _loop(listener, conns, children)
     finally:
         if os.getpid() == server:   # not a forked rank on its way to run()
-            for pid in children:   # the launcher is gone: nothing of ours stays
-                _kill(pid)
+            for pid in children:   # the launcher is gone: nothing of ours stays (each rank leads its own group)
+                stop_tree([pid], group=pid)
             _reap(children)
             shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # the private dir the launcher made for us
     if rank is None:
@@ -88,7 +88,7 @@ def _loop(listener, conns, children):
                 conn.close()
                 if pid in children:
                     children[pid] = None
-                    _kill(pid)
+                    stop_tree([pid], group=pid)
         _reap(children)
 
 
@@ -122,10 +122,6 @@ def _request(conn, listener, conns, children):
     with suppress(OSError):
         conn.send(json.dumps({"pid": pid}).encode())
     return None
-
-
-def _kill(pid: int) -> None:
-    stop_tree([pid], group=pid)   # the rank leads its own group
 
 
 def _reap(children) -> None:

@@ -42,8 +42,7 @@ TORCHRUN_PREFIX_ANY = re.compile(r"\[default(\d+)\]:")
 
 def free_port() -> int:
     """A TCP port that is free now (the OS picks it, so two launches at once get different ones)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+    with reserve_port() as s:
         return s.getsockname()[1]
 
 

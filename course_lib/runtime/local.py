@@ -34,7 +34,7 @@ from course_lib.core.spec import JobSpec
 from course_lib.runtime import gpus, slurm, warm
 from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError
 from course_lib.runtime.launch import launch
-from course_lib.runtime.proc import alive, freeze, stop_tree, wait_gone
+from course_lib.runtime.proc import freeze, stop_tree, wait_gone
 from course_lib.runtime.sampler import Sampler
 from course_lib.runtime.warm import socket_dirs
 
@@ -114,28 +114,11 @@ class LocalJob(Job):
             self.proc.send_signal(signal.SIGTERM)   # the runner stops its ranks (kill_group), records CANCELLED
         tree = self._wait_or_kill()
         if tree is not None:
-            # it did not answer and was killed: then the ranks it recorded (one may have left its tree), wait
-            # until all of that is gone, and write the end state it could not write
-            kill_recorded(self.run_dir)
+            # it did not answer and was killed with all below it (frozen first: nothing left its tree meanwhile):
+            # wait until all of that is gone, and write the end state it could not write
             wait_gone(tree, 10)
             _write_json(self.run_dir / STATE_NAME, {"state": "CANCELLED", "reason": "cancelled (runner killed)",
                                                     "exit_code": -signal.SIGKILL})
-
-
-def kill_recorded(run_dir: Path) -> None:
-    """KILL the ranks of this job (recorded in ``pids`` as they started), with their process groups and
-    everything they started."""
-    try:
-        pids = [int(x) for x in (run_dir / PIDS_NAME).read_text().split()]
-    except (OSError, ValueError):
-        return
-    for pid in alive(pids):
-        try:   # pids get reused: only a rank still running in this job's folder
-            if psutil.Process(pid).cwd() != str(run_dir):
-                continue
-        except psutil.Error:
-            continue
-        stop_tree([pid], group=pid)   # each rank leads its own group: an orphan of the tree is in it
 
 
 def _with_course_on_path(pythonpath: str | None) -> str:
@@ -212,7 +195,7 @@ def _rank_env(info: dict, spec: JobSpec) -> dict:
 
 
 def _pid_recorder(pids_path: Path):
-    def record_pid(pid: int):   # each rank (or torchrun's agent) leads its own process group: a last-resort kill
+    def record_pid(pid: int):   # each rank (or torchrun's agent), for a look at the job from outside (top, tests)
         fd = os.open(pids_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.write(fd, f"{pid}\n".encode())
         os.close(fd)

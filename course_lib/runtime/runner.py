@@ -1,10 +1,11 @@
 """A short job that runs ``python -m MODULE REQUEST`` for the caller and is waited for: a check as a job
 (course_lib.check_slurm) and a notebook's run as a job (course_lib.runs) both go through here.
 
-``submit`` sbatches it (course_lib.runtime.slurm: ``--test-only`` first, then held, its folder made, released);
-``wait`` (course_lib.runtime.waiting, the course's one loop that waits for a job) follows it until it ends, says that it
-is queued (with Slurm's reason and its place in the partition's queue, again when either changes) and when it starts,
-and cancels it (scancel) at the queue deadline, past its run deadline, when ``stop`` is set, or on Ctrl-C.
+``spec`` is its JobSpec, which course_lib.runtime.slurm.submit sbatches (``--test-only`` first, then held, its folder
+made, released); ``wait`` (course_lib.runtime.waiting, the course's one loop that waits for a job) follows it until
+it ends, says that it is queued (with Slurm's reason and its place in the partition's queue, again when either
+changes) and when it starts, and cancels it (scancel) at the queue deadline, past its run deadline, when ``stop`` is
+set, or on Ctrl-C.
 Not submitit's executors: these jobs take the site profile (partition, account, modules, [env]), the course's
 sbatch template and run folder as the learner's own jobs do, and a request as JSON rather than a pickle.
 """
@@ -14,12 +15,10 @@ import json
 import os
 
 from course_lib.core.spec import JobSpec
-from course_lib.runtime import slurm
-from course_lib.runtime.job import runs_dir
 from course_lib.runtime.slurm import TAKES_NO_JOB, forget_the_job
 
 # the one loop that waits for a job lives in waiting.py, which imports nothing of the course's (Job.wait uses it too)
-from course_lib.runtime.waiting import JobError, cancel, say_on_stderr, wait  # noqa: F401 - runner.wait is the API
+from course_lib.runtime.waiting import JobError, say_on_stderr, wait  # noqa: F401 - runner.wait is the API
 
 IN_JOB = "COURSE_IN_JOB"   # set in a run's or a check's job: the runs it starts stay there (jobs.choose)
 
@@ -36,12 +35,6 @@ def spec(name: str, module: str, request: dict, site, minutes: int, cpus: int = 
     return JobSpec(name=name, script="-m", args=[module, json.dumps(request)], launcher="python",
                    cpus_per_task=max(1, min(cpus, site.cpus_per_node)), gpus_per_node=gpus, time=str(minutes),
                    partition=partition, qos=qos)
-
-
-def submit(spec, site):
-    """sbatch ``spec`` into a folder of the runs directory; the SlurmJob. SubmitError (Slurm's words) when Slurm
-    refuses it."""
-    return slurm.submit(spec, site, runs_dir())
 
 
 def not_taken(what: str, refused: Exception, here: str) -> str:

@@ -7,12 +7,13 @@ how to support it. A launcher whose own variables the script reads must work. ``
 instructor who teaches one script for both) requires every launcher tried to work."""
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from course_lib.ddp.cluster import layout_text
 from course_lib.ddp.failures import describe_failure
-from course_lib.ddp.messages import ENV_HELP, cut, first, ranks_text
-from course_lib.ddp.runs import Run, works
+from course_lib.ddp.messages import ENV_HELP, cut, first, ranks_text, tail
+from course_lib.ddp.runs import Run, group_ok, works
 from course_lib.ddp.steps import step1
 
 # the variables each launcher sets for its ranks: a script that reads them means to run under that launcher
@@ -29,6 +30,8 @@ def _why_not(run: Run, script: Path, primary: Run | None, failure) -> str:
     f = failure if run is primary and failure is not None else describe_failure(run, script)
     if f is not None:   # its first line: who, what (first sentence) and where
         return cut(f.message.splitlines()[0], 300)
+    if run.finished() and group_ok(run):   # the script ended well on every rank: what failed came after its end
+        return _exit_after_end(run)[1]
     ok1 = step1(run)
     why = first(ok1[1], 300) if ok1 and not ok1[0] else "the ranks did not form one group"
     return f"{why}" + (" (see Step 1)" if run is primary else "")
@@ -50,6 +53,10 @@ def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None
             return False, f"did not run to the end under {' or '.join(runs)}: {failure.message}"
         return False, (f"did not run to the end under {' or '.join(runs)} (Step {failure_step}): "
                        f"{failure.message.splitlines()[0]}")
+    ended = {s: runs[s] for s in runs if runs[s].finished() and group_ok(runs[s])}
+    unclean = _unclean_shutdown(ended, primary, [s for s in good if s in ended]) if len(ended) > len(good) else None
+    if unclean:   # a process that failed after the script's end, where it runs as meant: that, not the launcher
+        return False, unclean
     tried = [s for s, _ in bad if reads_own_vars(runs[s])]
     if bad and (strict or not good or tried):
         return False, _works_under(runs, good, bad, strict, tried)
@@ -123,9 +130,22 @@ def _unclean_shutdown(runs: dict, primary: Run, good: list) -> str | None:
     if never:
         return (f"works under {' and '.join(good)}, but {ranks_text(never)} never called "
                 "dist.destroy_process_group(): leave the group at the end (after `del model` and gc.collect()).")
-    aborted = [(run.style, r.rank, r.returncode) for run in runs.values() for r in run.result.ranks if r.returncode]
-    if aborted:
-        s, r, c = aborted[0]
-        return (f"under {s}, rank {r} finished the script, but then the process exited with code {c}: an "
-                "unclean shutdown. Drop the DDP model (del model; gc.collect()) before dist.destroy_process_group().")
+    for style, run in runs.items():
+        rank, what = _exit_after_end(run)
+        if rank is not None:
+            return (f"under {style}, {what}: an unclean shutdown, which `python script.py` shows too. With Gloo the "
+                    "usual cause is the DDP model still alive at exit: `del model; gc.collect()` before "
+                    f"dist.destroy_process_group(). Anything the script does at exit (atexit, __del__, threads) "
+                    f"counts.\n{tail(run, rank)}")
     return None
+
+
+def _exit_after_end(run: Run) -> tuple[int | None, str]:
+    """(rank, 'rank 1 finished the script, but then its process ...') for the first rank whose process failed after
+    the script's last line (an exit abort, an atexit handler's exit code); (None, "") when none did."""
+    for r in run.result.ranks:
+        if r.returncode:
+            how = (f"was killed by {signal.Signals(-r.returncode).name}" if r.returncode < 0
+                   else f"exited with code {r.returncode}")
+            return r.rank, f"rank {r.rank} finished the script, but then its process {how}"
+    return None, ""

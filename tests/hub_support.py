@@ -326,8 +326,35 @@ def clean_up_learner(cluster, name: str, uid: int) -> None:
 
 def in_slurm_step(p: psutil.Process) -> bool:
     """Whether ``p`` descends from a slurmstepd: it runs in a job's step on a compute node, not beside the hub.
-    (The local Slurm tracks a step's processes by their parents, proctrack/linuxproc, as this does.)"""
-    return any(parent.name() == "slurmstepd" for parent in p.parents())
+    (The local Slurm tracks a step's processes by their parents, proctrack/linuxproc, as this does.) Each parent's
+    name and parent from one read of its /proc/PID/stat: psutil's parents() read each twice, through a Process
+    object each."""
+    pid = p.ppid()
+    while pid > 0:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()   # "PID (NAME) STATE PPID ..."; NAME may hold spaces
+        except OSError:   # ended meanwhile: the end of the line, as for psutil's parents()
+            return False
+        if stat[stat.index("(") + 1:stat.rindex(")")] == "slurmstepd":
+            return True
+        pid = int(stat[stat.rindex(")") + 2:].split()[1])
+    return False
+
+
+def _pids_of(uid: int) -> list[int]:
+    """The processes whose /proc/PID folder ``uid`` owns: those whose effective uid it is (the kernel gives the folder
+    of a process that is not dumpable to root; a process is dumpable again once it has exec'd after a change of
+    user, as every process of a learner has). One stat per process: psutil reads each one's status file, 3.8 ms
+    for 143 processes, this 0.3 ms (measured), and RankWatch looks four times a second."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    found.append(int(entry.name))
+            except OSError:   # ended meanwhile
+                pass
+    return found
 
 
 class RankWatch:
@@ -361,12 +388,13 @@ class RankWatch:
             self.look()
 
     def look(self) -> None:
-        # the uid first, then the rest of the learner's processes only: reading every process's command line took
-        # 5.7 ms of CPU per look, this 1.7 ms (66 processes on the machine, measured)
-        for p in psutil.process_iter(["uids"]):
-            if not p.info["uids"] or p.info["uids"].real != self.uid:
-                continue
+        # the uid first (_pids_of), then the rest of the learner's processes only: reading every process's command
+        # line took 5.7 ms of CPU per look, this 1.7 ms (66 processes on the machine, measured)
+        for pid in _pids_of(self.uid):
             try:
+                p = psutil.Process(pid)
+                if p.uids().real != self.uid:   # the learner's real uid, as a process of theirs has
+                    continue
                 status, argv = p.status(), p.cmdline()
                 command = " ".join(argv)
                 # a zombie runs nothing (the kernel papermill has just stopped, not yet waited for, is one), and a

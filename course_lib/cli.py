@@ -50,7 +50,7 @@ LEARNER = {
                       ("update",)),
     "restore": Command(WORKSPACE, "PATH", "the course's version of one file again (yours is kept as PATH.mine)",
                        ("restore",)),
-    "diagnose": Command("course_lib.runtime.diagnose", "RUN [SCRIPT]",
+    "diagnose": Command("course_lib.jobs.diagnose", "RUN [SCRIPT]",
                         "why a job failed or hung: hints read from its log and script"),
 }
 INSTRUCTOR = {

@@ -550,13 +550,13 @@ def test_a_job_of_its_own_master_addr_replaces_the_allocations(tmp_path):
 
 @pytest.mark.parametrize("nodelist, count", [("node[1-2]", 2), ("vm", 1), ("a,b[1,3-5]", 5), ("n[01-16]", 16)])
 def test_node_lists_are_counted_without_scontrol(nodelist, count):
-    from course_lib.runtime.diagnose import count_hosts
+    from course_lib.jobs.diagnose import count_hosts
 
     assert count_hosts(nodelist) == count
 
 
 def test_diagnose_names_a_loopback_rendezvous_on_more_than_one_node():
-    from course_lib.runtime.diagnose import diagnose
+    from course_lib.jobs.diagnose import diagnose
 
     hung = "job 9 on node[1-2]: MASTER_ADDR=localhost MASTER_PORT=20009\n0: node1\n1: node2\n"
     (hint,) = diagnose(hung, state="TIMEOUT")

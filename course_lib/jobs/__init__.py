@@ -20,9 +20,13 @@ import os
 
 from course_lib.core.site import Site, SiteError, load_site
 from course_lib.core.spec import JobSpec, JobSpecError, render, time_seconds
+from course_lib.jobs import diagnose
 from course_lib.runtime.job import TERMINAL, Job, SubmitError, runs_dir
 from course_lib.runtime.runner import IN_JOB
 from course_lib.runtime.scope import scoped_engine
+from course_lib.runtime.slurm import SlurmJob
+
+SlurmJob.hints = staticmethod(diagnose.hints)   # a failed Slurm job's summary names the known causes
 
 ENGINES = ("slurm", "local")
 CHOICES = ENGINES + ("auto",)

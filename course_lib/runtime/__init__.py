@@ -6,5 +6,5 @@ every launch inside a check), rank_env and gpus (their environment), warm, forks
 from a server that imported torch once), proc (the one way to stop a process tree).
 Jobs: job (the Job both engines give), local and slurm (the engines), waiting (the one loop that waits for a job),
 progress (its live display), reattach (a job again after a kernel restart), runner and run_job (a check's or a
-run's own job), sampler and diagnose (the local engine's top, and why a job failed).
+run's own job), sampler (the local engine's top). Why a Slurm job failed is read by course_lib.jobs.diagnose.
 """

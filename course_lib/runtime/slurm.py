@@ -23,7 +23,6 @@ from pathlib import Path
 from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.core.site import Site
 from course_lib.core.spec import JobSpec, render
-from course_lib.runtime.diagnose import hints
 from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, TERMINAL, Job, SubmitError
 
 TIMEOUT = 30    # seconds for one Slurm command (a busy controller can be slow)
@@ -87,6 +86,9 @@ def _ordinal(n: int) -> str:
 
 class SlurmJob(Job):
     engine = "slurm"
+    # job -> the known causes of its failure, read from its log and script: course_lib.jobs sets its diagnose.hints
+    # here (what a learner's multi-node script gets wrong is the jobs lesson's, above the runtime)
+    hints = staticmethod(lambda job: [])
 
     def _query(self) -> tuple[str, str, int | None]:
         r = command(["squeue", "-h", "-t", "all", "-j", self.id, "-o", "%T|%r"])
@@ -132,14 +134,11 @@ class SlurmJob(Job):
         place = f"{_ordinal(n)} of {len(ahead)} pending in {part}"
         return place + (f", expected to start {start}" if start[:1].isdigit() else "")
 
-    def hints(self) -> list[str]:
-        """Known causes for a job that failed or hung, read from its log and script (course_lib.runtime.diagnose)."""
-        return hints(self) if self.done and not self.ok else []
-
     def summary(self, tail: int = 15) -> str:
-        """Job.summary, with the hints that name a cause right under the first line."""
+        """Job.summary, with the hints that name a cause of a failed or hung job right under the first line."""
         head, _, rest = super().summary(tail).partition("\n")
-        return "\n".join([head, *(f"hint: {h}" for h in self.hints()), *([rest] if rest else [])])
+        found = self.hints(self) if self.done and not self.ok else []
+        return "\n".join([head, *(f"hint: {h}" for h in found), *([rest] if rest else [])])
 
     def _cancel(self) -> None:
         r = command(["scancel", self.id])

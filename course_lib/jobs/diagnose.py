@@ -5,7 +5,7 @@ The causes are the ones the workshop warns about for jobs on more than one node:
 and wait until the time limit), and a torchrun rendezvous bound to ``127.0.0.1`` or ``--standalone`` (every
 node's torchrun hosts a rendezvous of its own and waits for nodes that never join it).
 
-    from course_lib.runtime.diagnose import hints
+    from course_lib.jobs.diagnose import hints
     hints(job)        # -> ["MASTER_ADDR=localhost on 2 nodes (node[1-2]): ..."], [] when nothing is known
 
 From a shell, for a job's folder or its output file:  course diagnose jobs/runs/ddp-42

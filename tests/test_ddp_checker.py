@@ -2,6 +2,7 @@
 tests/ddp_faulty/cases.py: each fails at the step it names, with a message that matches its regex
 (tests/ddp_faulty/README.md says how an instructor adds one).
 """
+import json
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ from conftest import ROOT, live_processes
 from ddp_faulty.cases import CASES, DEFAULT
 from faulty import ids
 
+from course_lib.core.report import Report
 from course_lib.ddp import check as ddp
 
 FAULTY = ROOT / "tests" / "ddp_faulty"
@@ -60,7 +62,16 @@ def test_checker_names_the_step_and_the_reason(tmp_path, case):
 
 @pytest.mark.slow
 def test_solution_passes_every_step_under_both_launchers_and_3_ranks():
-    report = ddp.check(str(SOLUTION), cache=False)
+    # checked in a process of its own, which must not import torch: the ranks judge what needs it (Step 5's checkpoint)
+    # or leave it readable without (Step 2's parameters), so a check imports torch once, in its fork server
+    code = ("import json, sys\nfrom course_lib.ddp import check\n"
+            f"report = check.check({str(SOLUTION)!r}, cache=False)\n"
+            "print(json.dumps({'report': report.to_dict(), 'torch': 'torch' in sys.modules}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    seen = json.loads(out.stdout.splitlines()[-1])
+    report = Report.from_dict(seen["report"])
+    assert not seen["torch"], f"the checker's own process imported torch:\n{report.text()}"
     assert report.passed, report.text()
     assert [v.item for v in report.verdicts] == [f"Step {n}" for n in range(1, 7)]
     assert "works under srun, torchrun and `srun torchrun`, with 2 and 3 ranks (3 nodes of one rank each)" \

@@ -43,14 +43,19 @@ from course_lib.ddp import cluster
 from course_lib.ddp.cluster import launch_all, launch_one
 from course_lib.ddp.failures import describe_failure, waiting_in_init
 from course_lib.ddp.launchers import step6
-from course_lib.ddp.runs import Run, prepare_data, start_env, works
+from course_lib.ddp.runs import Run, start_env, works
 from course_lib.ddp.steps import asked_wrong, step1, step2, step3, step4, step5
+from course_lib.runtime import warm
 from course_lib.runtime.gpus import count as local_gpus
 
 GPU_RANKS = cluster.GPU_NODES * cluster.GPU_PER_NODE
 STEP_NAMES = {1: "Step 1", 2: "Step 2", 3: "Step 3", 4: "Step 4", 5: "Step 5", 6: "Step 6"}
 ITEMS = tuple(STEP_NAMES.values())   # what the harness's report() takes of a checker's module
 _CACHE: dict = {}
+# what every rank imports, imported once by the fork server instead: what DDP imports, the probe's modules (the digits
+# subset is made as datahooks is imported) and what a training script imports of the course
+PRELOAD = (*warm.DDP_IMPORTS, "course_lib.ddp.hooks", "course_lib.ddp.datahooks", "course_lib.ddp.simulate",
+           "course_lib.checking.deadlock", "course_lib.model", "course_lib.metrics")
 
 
 def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ranks: int | None = 3,
@@ -76,8 +81,7 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
     if reused:
         full, ran_at = _CACHE[key]
     else:
-        from course_lib.runtime import warm
-        with warm.session(start_env(local_gpus() >= 2), warm.DDP_IMPORTS):   # one fork server for every launch
+        with warm.session(start_env(local_gpus() >= 2), PRELOAD):   # one fork server for every launch
             full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers, simulate)
         if key is not None:
             _CACHE[key] = full, time.time()
@@ -138,8 +142,7 @@ class Seen:
 def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks, echo: bool, stall,
             simulate: bool) -> Seen:
     """Every launch of the check, in ``root``: 2 ranks under each style, the extra ranks, the simulated cluster."""
-    data = prepare_data(root)
-    done = launch_all(_jobs(styles, more_ranks, simulate), script, root, data, timeout, echo, stall)
+    done = launch_all(_jobs(styles, more_ranks, simulate), script, root, timeout, echo, stall)
     runs: dict = {}
     for style in styles:
         runs[style] = done[(cluster.PLAIN, style, 2)]
@@ -155,7 +158,7 @@ def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks,
         [(cluster.GPUS, GPU_RANKS)] if simulate else [])
     for sim, n in wanted:
         sims[sim.name] = done.get((sim, style, n)) or (
-            launch_one(sim, style, n, script, root, data, timeout, echo, stall) if primary is not None else None)
+            launch_one(sim, style, n, script, root, timeout, echo, stall) if primary is not None else None)
     if primary is None:
         primary = next((runs[s] for s in runs if runs[s].result.ok and runs[s].finished()), None) or runs[styles[0]]
     more = sims.get("nodes") if primary is not None and works(primary) else None

@@ -57,12 +57,12 @@ SRUN_TORCHRUN = Sim("srun-torchrun", env=ONE_TASK_STEP, stop_at_forward=True)
 TORCHRUN_NODES = Sim("torchrun-nodes", layout=(GPU_NODES, GPU_PER_NODE), stop_at_forward=True)
 
 
-def launch_all(jobs: list, script: Path, root: Path, data: Path, timeout: float, echo: bool, stall) -> dict:
+def launch_all(jobs: list, script: Path, root: Path, timeout: float, echo: bool, stall) -> dict:
     """Run every ``(sim, style, nprocs)`` of ``jobs`` at once (most of a launch is starting interpreters and
     importing torch, which overlaps with the others' waiting); Ctrl-C stops them all."""
     stop = threading.Event()
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        futures = {job: pool.submit(launch_one, *job, script, root, data, timeout, echo, stall, stop) for job in jobs}
+        futures = {job: pool.submit(launch_one, *job, script, root, timeout, echo, stall, stop) for job in jobs}
         try:
             return {job: f.result() for job, f in futures.items()}
         except BaseException:
@@ -70,7 +70,7 @@ def launch_all(jobs: list, script: Path, root: Path, data: Path, timeout: float,
             raise
 
 
-def launch_one(sim: Sim, style: str, nprocs: int, script: Path, root: Path, data: Path, timeout: float,
+def launch_one(sim: Sim, style: str, nprocs: int, script: Path, root: Path, timeout: float,
                echo: bool = False, stall=None, stop=None) -> Run:
     """One launch; a simulated one runs in its own folder, where the probe finds its ``simulate.json``."""
     if sim.name:
@@ -79,7 +79,7 @@ def launch_one(sim: Sim, style: str, nprocs: int, script: Path, root: Path, data
         folder.mkdir(parents=True)
         settings = {"layout": sim.layout, "gpus": sim.gpus, "env": sim.env, "stop_at_forward": sim.stop_at_forward}
         (folder / SETTINGS).write_text(json.dumps(settings))
-    return run_script(script, style, nprocs, root, data, timeout, echo, stall, stop)
+    return run_script(script, style, nprocs, root, timeout, echo, stall, stop)
 
 
 def layout_text(run: Run) -> str:

@@ -1,7 +1,6 @@
 """The probe's hooks for Step 3 (data): every index each DataLoader iteration hands out (the sampler's
-whole epoch), ``set_epoch`` calls, DataLoader errors (``shuffle=True`` with a sampler); and, with
-``$COURSE_PROBE_DATA`` (a file the checker prepares), the ``digits`` data set read from that file: a small
-subset, and no scikit-learn import."""
+whole epoch), ``set_epoch`` calls, DataLoader errors (``shuffle=True`` with a sampler); and the ``digits`` data set
+as ``SUBSET``, a small subset made when this module is imported."""
 from __future__ import annotations
 
 import itertools
@@ -9,6 +8,22 @@ import itertools
 from course_lib.ddp.recorder import Recorder, called, describe
 
 MAX_INDICES = 1_000_000     # a sampler longer than this is recorded only in part (an infinite sampler)
+TRAIN_IMAGES, TEST_IMAGES = 128, 64     # the digits subset each check trains on: seconds, not minutes
+
+
+def _first_digits() -> dict:
+    """split -> (images, targets): the first TRAIN_IMAGES / TEST_IMAGES of the ``digits`` splits."""
+    from course_lib.data import load_digits_split
+    subset = {}
+    for split, n in (("train", TRAIN_IMAGES), ("test", TEST_IMAGES)):
+        ds = load_digits_split(split)
+        subset[split] = (ds.images[:n].clone(), ds.targets[:n].clone())
+    return subset
+
+
+# made once, at import: the check's fork server imports this module before it forks the ranks (ddp.check's PRELOAD),
+# so no rank makes it again, and the checker's own process (which never imports this module) imports no torch
+SUBSET = _first_digits()
 
 
 def install_data(rec: Recorder):
@@ -144,15 +159,12 @@ def _note_sampler(rec: Recorder):
     DistributedSampler.__init__ = called("DistributedSampler", DistributedSampler.__init__, rec)
 
 
-def install_data_file(path: str):
-    import torch
-
+def install_subset():
+    """The script's ``digits`` is ``SUBSET``: the same few images on every rank."""
     import course_lib.data as data
 
-    prepared = torch.load(path, weights_only=True)
-
     def load_digits_split(split: str):
-        images, targets = prepared[split]
+        images, targets = SUBSET[split]
         return data.InMemoryDataset(images, targets, "digits", split)
 
     data.load_digits_split = load_digits_split

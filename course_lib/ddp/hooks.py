@@ -16,9 +16,10 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from pathlib import Path
 
 from course_lib.ddp import averaging
-from course_lib.ddp.recorder import COLLECTIVES, ORIGINAL, Recorder, called
+from course_lib.ddp.recorder import COLLECTIVES, Recorder, called
 
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID",
                "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NODEID", "SLURM_NNODES", "OMPI_COMM_WORLD_RANK",
@@ -264,8 +265,6 @@ def _note_forward_devices(rec: Recorder):
 def install_save(rec: Recorder):
     import torch
 
-    ORIGINAL["save"] = torch.save
-
     def before_save(obj, f, *args, **kwargs):
         rec.data["saves"].append({"rank": rec.dist_rank(), "launch_rank": rec.rank, "type": type(obj).__name__,
                                   "path": os.path.abspath(os.fspath(f)) if isinstance(f, (str, os.PathLike))
@@ -275,3 +274,55 @@ def install_save(rec: Recorder):
         rec.write()
 
     torch.save = called("save", torch.save, rec, before_save)
+
+
+def note_checkpoint(rec: Recorder):
+    """After the script: Step 5's verdict on the file of this rank's last save as rank 0 (``loads_into_net``), with
+    the file's ``stat_of``. The checker takes it while the file is unchanged (else it loads the file itself), so
+    that its own process needs no torch."""
+    mine = [s for s in rec.data["saves"] if s["rank"] in (0, None)]
+    if not mine:
+        return
+    last, path = mine[-1], Path(mine[-1]["path"])
+    before = stat_of(path)
+    try:
+        verdict = loads_into_net(path, last["type"])
+    except Exception:  # noqa: BLE001 - the checker loads it itself
+        return
+    if before is not None and stat_of(path) == before:   # not written while it was read
+        last["loads"] = {"verdict": list(verdict), "stat": before}
+
+
+def stat_of(path: Path) -> list | None:
+    """What changes when a file is written again: [inode, size, mtime in ns]; None when it is not there."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def loads_into_net(path: Path, saved_type: str):
+    """Rank 0's checkpoint: a state_dict without DDP's prefix that loads into Net() with strict=True?"""
+    if not path.is_file():
+        return False, f"rank 0 saved {path.name}, but the file is not there"
+    import torch
+
+    from course_lib.model import Net
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever was saved, say what it is
+        return False, (f"{path.name} does not load as a state_dict ({saved_type} was saved; "
+                       f"{type(e).__name__}): save model.module.state_dict(), not the model object")
+    if not isinstance(state, dict):
+        return False, f"{path.name} holds a {type(state).__name__}: save the model's state_dict"
+    keys = list(state)
+    if keys and all(str(k).startswith("module.") for k in keys):
+        return False, (f"the keys of {path.name} start with 'module.' ({keys[0]}): that is the DDP wrapper's "
+                       "state_dict, which does not load into a plain Net. Save model.module.state_dict().")
+    try:
+        Net().load_state_dict(state, strict=True)
+    except Exception as e:  # noqa: BLE001
+        return False, (f"{path.name} does not load into Net() with strict=True: {str(e).splitlines()[0][:200]} "
+                       f"(keys: {', '.join(map(str, keys[:4]))}{', ...' if len(keys) > 4 else ''})")
+    return True, f"only rank 0 wrote {path.name}; it loads into Net() with strict=True"

@@ -5,13 +5,14 @@
 Before the script runs (``runpy``, as ``python SCRIPT ARGS`` would), the probe wraps the parts of torch
 that the six DDP steps touch (``hooks``, ``datahooks``) and writes what it saw to
 ``$COURSE_PROBE_DIR/rank-<N>.json`` (N: the launcher's rank; ``recorder``), rewritten at every event so
-that a rank killed in a deadlock still leaves its record; the trained parameters go to ``params-<N>.pt``
+that a rank killed in a deadlock still leaves its record; the trained parameters go to ``params-<N>.f32``
 at the end of each epoch and at the end.
 
 A rank that waits in a collective (or in the rendezvous) longer than ``$COURSE_PROBE_STALL`` seconds, or
 runs longer than ``$COURSE_PROBE_HANG`` seconds, dumps its stack to ``stack-<N>.txt`` (``faulthandler``)
-and exits; one stopped by SIGTERM dumps it there too. With ``$COURSE_PROBE_DATA`` (a file the
-checker prepares) the ``digits`` data set is read from that file: a small subset, and no scikit-learn import.
+and exits; one stopped by SIGTERM dumps it there too. The ``digits`` data set is a small subset
+(``datahooks.SUBSET``). After a script that ended well, rank 0's checkpoint is judged here (``hooks.note_checkpoint``):
+the checker then needs no torch of its own.
 """
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ from pathlib import Path
 
 from course_lib.checking.deadlock import Stalls
 from course_lib.core.rankkit import RankEnvError, exit_now, rank_env
-from course_lib.ddp import simulate
-from course_lib.ddp.datahooks import install_data, install_data_file
+from course_lib.ddp import hooks, simulate
+from course_lib.ddp.datahooks import install_data, install_subset
 from course_lib.ddp.hooks import install_env_reads, install_process_group, install_save, install_training
 from course_lib.ddp.recorder import COLLECTIVES, Recorder, describe
 
@@ -131,8 +132,7 @@ def _install(rec: Recorder, folder: Path) -> None:
     install_training(rec)
     install_data(rec)
     install_save(rec)
-    if os.environ.get("COURSE_PROBE_DATA"):
-        install_data_file(os.environ["COURSE_PROBE_DATA"])
+    install_subset()
     rec.write()
 
 
@@ -159,6 +159,8 @@ def _run(rec: Recorder, script: Path, args: list) -> int:
         rec.data["exit"] = {"code": 0, "phase": rec.data["phase"]}
     finally:
         faulthandler.cancel_dump_traceback_later()
+        if code == 0:
+            hooks.note_checkpoint(rec)
         rec.write_params()
         rec.write()
     return code

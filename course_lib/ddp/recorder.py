@@ -1,4 +1,4 @@
-"""What one rank did, as the probe saw it: ``rank-<N>.json`` (and ``params-<N>.pt``) in ``$COURSE_PROBE_DIR``.
+"""What one rank did, as the probe saw it: ``rank-<N>.json`` (and ``params-<N>.f32``) in ``$COURSE_PROBE_DIR``.
 
 The record is rewritten whole at every event, atomically, so that a rank killed in a deadlock still leaves
 its last complete record. ``called`` wraps a torch function so that the record notes the call (and which
@@ -23,7 +23,6 @@ COLLECTIVES = ("all_reduce", "barrier", "broadcast", "all_gather", "all_gather_i
 STDLIB = sysconfig.get_paths()["stdlib"]
 STEPS = {"init_process_group": 1, "DistributedDataParallel": 2, "DataLoader": 3, "DistributedSampler": 3,
          "set_epoch": 3, "set_device": 4, "save": 5, "destroy_process_group": 6, "spawn": 1, "start_processes": 1}
-ORIGINAL = {}   # torch functions the probe replaced and still needs itself ("save")
 
 
 class Recorder:
@@ -47,12 +46,13 @@ class Recorder:
         write_text(self.folder / f"rank-{self.rank}.json", json.dumps(self.data))
 
     def write_params(self):
+        """The parameters, flat, as raw float32 (``ddp.runs.Run.params`` reads them without torch)."""
         if not self._dirty_params or not self.params:
             return
         import torch
         flat = torch.cat([self.params[k] for k in sorted(self.params)])
-        with atomic_writer(self.folder / f"params-{self.rank}.pt", "wb") as f:
-            ORIGINAL["save"](flat, f)
+        with atomic_writer(self.folder / f"params-{self.rank}.f32", "wb") as f:
+            f.write(flat.numpy().tobytes())
         self._dirty_params = False
 
     def phase(self, name: str):

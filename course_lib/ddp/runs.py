@@ -15,7 +15,6 @@ from course_lib.runtime.launch import launch
 
 SCRIPT_ARGS = ["--dataset", "digits", "--epochs", "2", "--save-model"]
 EPOCHS = int(SCRIPT_ARGS[SCRIPT_ARGS.index("--epochs") + 1])
-TRAIN_IMAGES, TEST_IMAGES = 128, 64     # the digits subset each check trains on: seconds, not minutes
 
 
 @dataclass
@@ -34,9 +33,10 @@ class Run:
         return p.read_text(errors="replace") if p.is_file() else ""
 
     def params(self, rank: int):
-        import torch
-        p = self.folder / f"params-{rank}.pt"
-        return torch.load(p, weights_only=True) if p.is_file() else None
+        """The rank's trained parameters, flat (a float32 numpy array), or None."""
+        import numpy as np  # deferred: Step 2 alone reads them
+        p = self.folder / f"params-{rank}.f32"
+        return np.fromfile(p, dtype=np.float32) if p.is_file() else None
 
     def rec(self, rank: int) -> dict:
         return self.records[rank] or {}
@@ -50,20 +50,6 @@ class Run:
         return all(self.exited_normally(r) for r in range(self.nprocs))
 
 
-def prepare_data(folder: Path) -> Path:
-    """The first TRAIN_IMAGES/TEST_IMAGES digits, saved once for all ranks (they skip scikit-learn)."""
-    import torch
-
-    from course_lib.data import load_digits_split
-    prepared = {}
-    for split, n in (("train", TRAIN_IMAGES), ("test", TEST_IMAGES)):
-        ds = load_digits_split(split)
-        prepared[split] = (ds.images[:n].clone(), ds.targets[:n].clone())
-    path = folder / "digits-subset.pt"
-    torch.save(prepared, path)
-    return path
-
-
 def start_env(gpu: bool) -> dict:
     """The variables of a probe launch that Python and torch read at start-up (the warm server gets them too)."""
     env = {"PYTHONDONTWRITEBYTECODE": "1"}
@@ -72,15 +58,14 @@ def start_env(gpu: bool) -> dict:
     return env
 
 
-def run_script(script: Path, style: str, nprocs: int, root: Path, data: Path, timeout: float,
+def run_script(script: Path, style: str, nprocs: int, root: Path, timeout: float,
                echo: bool = False, stall: float | None = None, stop=None) -> Run:
     """Launch ``script`` under the probe as ``nprocs`` ranks; read back every rank's record."""
     folder = root / f"{style}-{nprocs}"
     workdir = folder / "work"
     workdir.mkdir(parents=True)
     gpu = local_gpus() >= nprocs
-    env = {"COURSE_PROBE_DIR": str(folder), "COURSE_PROBE_DATA": str(data),
-           "COURSE_PROBE_HANG": str(max(5.0, timeout - 6)),
+    env = {"COURSE_PROBE_DIR": str(folder), "COURSE_PROBE_HANG": str(max(5.0, timeout - 6)),
            "COURSE_PROBE_STALL": str(stall if stall else max(10.0, min(30.0, timeout / 4))), **start_env(gpu)}
     printer = (lambda rank, line: print(f"[{style} {nprocs}] [rank {rank}] {line}", flush=True)) if echo else None
     result = launch(["-m", "course_lib.ddp.probe", str(script), *SCRIPT_ARGS], nprocs=nprocs,

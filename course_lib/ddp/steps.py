@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from course_lib.ddp import averaging
+from course_lib.ddp.hooks import loads_into_net, stat_of
 from course_lib.ddp.messages import ENV_HELP, first, short
 from course_lib.ddp.runs import EPOCHS, Run, group
 
@@ -138,10 +139,10 @@ def step2(run: Run):
     params = [run.params(r) for r in range(n)]
     if any(p is None for p in params):
         return False, "could not read the trained parameters of every rank"
-    if len({p.numel() for p in params}) > 1:
-        return False, f"the ranks trained models of different sizes ({[p.numel() for p in params]} parameters)"
-    diff = max(float((params[0] - p).abs().max()) for p in params[1:]) if n > 1 else 0.0
-    scale = float(params[0].abs().max()) or 1.0
+    if len({p.size for p in params}) > 1:
+        return False, f"the ranks trained models of different sizes ({[p.size for p in params]} parameters)"
+    diff = max(float(abs(params[0] - p).max()) for p in params[1:]) if n > 1 else 0.0
+    scale = float(abs(params[0]).max()) or 1.0
     ddp_made = [bool(run.rec(r)["ddp"]) for r in range(n)]
     ddp_used = [run.rec(r)["ddp_forward"] > 0 for r in range(n)]
     if diff > 1e-5 * scale + 1e-6:
@@ -152,7 +153,7 @@ def step2(run: Run):
                       "DDP averaged the gradients")
     reduced = [run.rec(r)["collectives"].get("all_reduce:numel", 0)
                + run.rec(r)["collectives"].get("reduce_scatter:numel", 0) for r in range(n)]
-    if all(x >= params[0].numel() for x in reduced):
+    if all(x >= params[0].size for x in reduced):
         if averaging.judge([run.rec(r) for r in range(n)]) == "summed":
             return False, (f"the parameters are identical on all {n} ranks, but the first step used the sum of the "
                            f"ranks' gradients, not their mean: all_reduce sums by default, so every step's gradient "
@@ -370,30 +371,7 @@ def step5(run: Run):
                            "Save on rank 0 only.")
         return False, f"rank {writers} wrote {', '.join(names)}, rank 0 did not: let rank 0 write the checkpoint."
     last = [s for s in saves if s["rank"] in (0, None)][-1]
-    return _loads_into_net(Path(last["path"]), last["type"])
-
-
-def _loads_into_net(path: Path, saved_type: str):
-    """Rank 0's checkpoint: a state_dict without DDP's prefix that loads into Net() with strict=True?"""
-    import torch
-
-    from course_lib.model import Net
-    if not path.is_file():
-        return False, f"rank 0 saved {path.name}, but the file is not there"
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - whatever was saved, say what it is
-        return False, (f"{path.name} does not load as a state_dict ({saved_type} was saved; "
-                       f"{type(e).__name__}): save model.module.state_dict(), not the model object")
-    if not isinstance(state, dict):
-        return False, f"{path.name} holds a {type(state).__name__}: save the model's state_dict"
-    keys = list(state)
-    if keys and all(str(k).startswith("module.") for k in keys):
-        return False, (f"the keys of {path.name} start with 'module.' ({keys[0]}): that is the DDP wrapper's "
-                       "state_dict, which does not load into a plain Net. Save model.module.state_dict().")
-    try:
-        Net().load_state_dict(state, strict=True)
-    except Exception as e:  # noqa: BLE001
-        return False, (f"{path.name} does not load into Net() with strict=True: {str(e).splitlines()[0][:200]} "
-                       f"(keys: {', '.join(map(str, keys[:4]))}{', ...' if len(keys) > 4 else ''})")
-    return True, f"only rank 0 wrote {path.name}; it loads into Net() with strict=True"
+    path, seen = Path(last["path"]), last.get("loads")
+    if seen and seen["stat"] == stat_of(path):   # the probe's verdict on this very file
+        return tuple(seen["verdict"])
+    return loads_into_net(path, last["type"])

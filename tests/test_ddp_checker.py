@@ -15,6 +15,7 @@ from faulty import ids
 
 from course_lib.core.report import Report
 from course_lib.ddp import check as ddp
+from course_lib.ddp import cluster
 
 FAULTY = ROOT / "tests" / "ddp_faulty"
 SOLUTION = ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py"
@@ -85,9 +86,19 @@ def test_solution_passes_every_step_under_both_launchers_and_3_ranks():
 
 
 @pytest.mark.slow
-def test_starter_exercise_fails_every_step_with_a_message():
+def test_starter_exercise_fails_every_step_with_a_message(monkeypatch):
+    launched = []
+
+    def launch_one(sim, style, nprocs, *args, **kwargs):   # the real launch, noted
+        launched.append(sim.name)
+        return real_launch_one(sim, style, nprocs, *args, **kwargs)
+    real_launch_one = cluster.launch_one
+    monkeypatch.setattr(cluster, "launch_one", launch_one)
     report = ddp.check(str(EXERCISE), cache=False, more_ranks=None)
     text = report.text()
+    # no rank joins a group: the launches that only a group makes worth running (srun torchrun, torchrun on 2 nodes)
+    # are not started
+    assert sorted(launched) == ["", "", "gpus"], launched
     expected = {
         1: "no rank called torch.distributed.init_process_group",
         2: "identical on all ranks only because every rank trained on the same data",

@@ -18,7 +18,8 @@ subset of the data. From the records, one verdict per step:
 
 The extra ranks run as that many nodes of one rank each, and three short launches simulate a cluster on CPU
 (``cluster``): 2 nodes x 2 GPUs that record each rank's device (Step 4), ``srun torchrun``, and torchrun on 2 nodes
-of 2 ranks, where LOCAL_RANK and LOCAL_WORLD_SIZE are not RANK and WORLD_SIZE (Step 1).
+of 2 ranks, where LOCAL_RANK and LOCAL_WORLD_SIZE are not RANK and WORLD_SIZE (Step 1). The extra ranks and the two
+torchrun launches start once the ranks of a 2-rank launch have formed one group: nothing is judged on them otherwise.
 
 A crash, a deadlock or a syntax error gets a verdict at the step it stops, naming the rank, where it
 was in the learner's file and the last lines it printed; every process is gone when ``check`` returns.
@@ -43,7 +44,7 @@ from course_lib.ddp import cluster
 from course_lib.ddp.cluster import launch_all, launch_one
 from course_lib.ddp.failures import describe_failure, waiting_in_init
 from course_lib.ddp.launchers import step6
-from course_lib.ddp.runs import Run, start_env, works
+from course_lib.ddp.runs import Run, grouped, start_env, works
 from course_lib.ddp.steps import asked_wrong, step1, step2, step3, step4, step5
 from course_lib.runtime import warm
 from course_lib.runtime.gpus import count as local_gpus
@@ -142,7 +143,8 @@ class Seen:
 def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks, echo: bool, stall,
             simulate: bool) -> Seen:
     """Every launch of the check, in ``root``: 2 ranks under each style, the extra ranks, the simulated cluster."""
-    done = launch_all(_jobs(styles, more_ranks, simulate), script, root, timeout, echo, stall)
+    first, later = _jobs(styles, more_ranks, simulate)
+    done = launch_all(first, script, root, timeout, echo, stall, later, lambda: any(grouped(root, s) for s in styles))
     runs: dict = {}
     for style in styles:
         runs[style] = done[(cluster.PLAIN, style, 2)]
@@ -165,17 +167,17 @@ def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks,
     return Seen(script, runs, primary, more, sims)
 
 
-def _jobs(styles: tuple, more_ranks, simulate: bool) -> list:
-    """The launches to start at once: 2 ranks under each style, the extra ranks as that many nodes, and (``simulate``)
-    the GPU layout, ``srun torchrun`` and torchrun on 2 nodes."""
-    jobs = [(cluster.PLAIN, style, 2) for style in styles]
-    if more_ranks and more_ranks != 2:
-        jobs.append((cluster.nodes(more_ranks), styles[0], more_ranks))
-    if simulate:
-        jobs.append((cluster.GPUS, styles[0], GPU_RANKS))
-        if "torchrun" in styles:
-            jobs += [(cluster.SRUN_TORCHRUN, "torchrun", 2), (cluster.TORCHRUN_NODES, "torchrun", GPU_RANKS)]
-    return jobs
+def _jobs(styles: tuple, more_ranks, simulate: bool) -> tuple[list, list]:
+    """The launches to start at once: 2 ranks under each style and (``simulate``) the GPU layout (Step 4 whatever
+    else the script does); and those to start once the ranks of a 2-rank launch are in one group (``runs.grouped``),
+    since only a script that gets so far is judged on them (``judge``): the extra ranks as that many nodes, and
+    (``simulate``) ``srun torchrun`` and torchrun on 2 nodes."""
+    first = [(cluster.PLAIN, style, 2) for style in styles]
+    first += [(cluster.GPUS, styles[0], GPU_RANKS)] if simulate else []
+    later = [(cluster.nodes(more_ranks), styles[0], more_ranks)] if more_ranks and more_ranks != 2 else []
+    if simulate and "torchrun" in styles:
+        later += [(cluster.SRUN_TORCHRUN, "torchrun", 2), (cluster.TORCHRUN_NODES, "torchrun", GPU_RANKS)]
+    return first, later
 
 
 def judge(report: Report, spec, seen: Seen, general: list) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from course_lib.ddp.simulate import SETTINGS
 from course_lib.ddp.steps import BARE_CUDA
 
 GPU_NODES, GPU_PER_NODE = 2, 2
+WATCH_S = 0.2     # how often launch_all asks whether the later launches are wanted
 LOCAL = "the local rank (LOCAL_RANK from torchrun, SLURM_LOCALID from srun)"
 # the variables of `srun torchrun` in a one-node job: Slurm's describe the one task that runs torchrun
 ONE_TASK_STEP = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "1", "SLURM_NPROCS": "1",
@@ -57,13 +58,26 @@ SRUN_TORCHRUN = Sim("srun-torchrun", env=ONE_TASK_STEP, stop_at_forward=True)
 TORCHRUN_NODES = Sim("torchrun-nodes", layout=(GPU_NODES, GPU_PER_NODE), stop_at_forward=True)
 
 
-def launch_all(jobs: list, script: Path, root: Path, timeout: float, echo: bool, stall) -> dict:
+def launch_all(jobs: list, script: Path, root: Path, timeout: float, echo: bool, stall, later: list = (),
+               wanted=None) -> dict:
     """Run every ``(sim, style, nprocs)`` of ``jobs`` at once (most of a launch is starting interpreters and
-    importing torch, which overlaps with the others' waiting); Ctrl-C stops them all."""
+    importing torch, which overlaps with the others' waiting), and those of ``later`` too once ``wanted()`` is true
+    while ``jobs`` run (or when they have ended): a launch that only some outcomes of ``jobs`` need costs nothing when
+    they do not come. Ctrl-C stops them all."""
     stop = threading.Event()
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=len(jobs) + len(later)) as pool:
         futures = {job: pool.submit(launch_one, *job, script, root, timeout, echo, stall, stop) for job in jobs}
+        first = list(futures.values())
         try:
+            while later:
+                ended = all(f.done() for f in first)   # before wanted(): it then reads their last records
+                if wanted():
+                    futures.update({job: pool.submit(launch_one, *job, script, root, timeout, echo, stall, stop)
+                                    for job in later})
+                    break
+                if ended:
+                    break
+                wait(first, timeout=WATCH_S)
             return {job: f.result() for job, f in futures.items()}
         except BaseException:
             stop.set()   # every launch kills its ranks within a fraction of a second

@@ -91,6 +91,14 @@ def group(run: Run):
     return out
 
 
+def grouped(root: Path, style: str, nprocs: int = 2) -> bool:
+    """The ranks of the launch ``run_script(..., style, nprocs, root)`` are, by their records so far, in one group of
+    them all (``group_ok``)."""
+    folder = root / f"{style}-{nprocs}"
+    records = [_record(folder / f"rank-{rank}.json") for rank in range(nprocs)]
+    return all(records) and group_ok(Run(style, nprocs, None, folder, folder / "work", False, records))
+
+
 def group_ok(run: Run) -> bool:
     g = group(run)
     return all(g) and sorted(r for r, _ in g) == list(range(run.nprocs)) and all(w == run.nprocs for _, w in g)

@@ -1,6 +1,6 @@
-"""``course check --engine slurm`` (and a site profile's ``checks = "slurm"``) on the project's local Slurm: the
-same verdicts as the local check, Slurm's refusal in one message with exit code 2, and a job that cannot start
-cancelled at the queue deadline, leaving nothing in the queue.
+"""``course check --engine slurm`` (and a site profile's ``checks = "slurm"``, or COURSE_ENGINE=slurm where the profile
+leaves checks to it) on the project's local Slurm: the same verdicts as the local check, Slurm's refusal in one
+message with exit code 2, and a job that cannot start cancelled at the queue deadline, leaving nothing in the queue.
 """
 import os
 import re
@@ -84,6 +84,19 @@ def test_a_job_slurm_refuses_is_one_message_and_exit_code_2(slurm, tmp_path):
     assert err.splitlines()[-1].startswith("Fix the site profile's partition") and "--engine local" in err, err
     assert "Traceback" not in err and r.stdout == ""
     assert not any((tmp_path / "runs").glob("check-*")), "a refused job left a folder"
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_course_engine_alone_sends_the_check_to_slurm(slurm, tmp_path):
+    """The one knob on the command line's path: COURSE_ENGINE=slurm and a profile that leaves checks to it (checks
+    = "", as the default profile does) make `course check` a Slurm job; the profile's partition, which this Slurm
+    refuses, shows it went there (a check run here would pass)."""
+    env = {**os.environ, "COURSE_RUNS_DIR": str(tmp_path / "runs"), "COURSE_ENGINE": "slurm",
+           "COURSE_SITE": str(profile(tmp_path, partition="nosuchpartition", checks=""))}
+    env.pop("COURSE_CHECKS", None)
+    r = course_check("tp", TP_SOLUTION, env=env)
+    assert r.returncode == 2 and "Slurm did not take the check's job" in r.stderr, r.stdout + r.stderr
 
 
 @pytest.mark.slurm

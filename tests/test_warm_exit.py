@@ -23,10 +23,16 @@ atexit.register(lambda: print("atexit: log closed, leaving with 3", flush=True) 
 """
 
 
-def _step6(tmp_path, tail: str):
+THREAD_LEFT = """
+import threading, time
+threading.Thread(target=lambda: (print("uploader thread still running", flush=True), time.sleep(3600))).start()
+"""
+
+
+def _step6(tmp_path, tail: str, **kw):
     path = tmp_path / "mnist_classify_ddp.py"
     path.write_text((ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py").read_text() + tail)
-    report = ddp.check(str(path), cache=False)
+    report = ddp.check(str(path), cache=False, **kw)
     verdicts = {v.item: v for v in report.verdicts}
     assert [i for i, v in verdicts.items() if v.result != "pass"] == ["Step 6"], report.text()  # the clean exit
     return verdicts["Step 6"].message
@@ -44,3 +50,11 @@ def test_an_atexit_handler_runs_and_its_exit_code_and_print_show(tmp_path):
     message = _step6(tmp_path, ATEXIT_EXIT)
     assert "finished the script, but then its process exited with code 3" in message, message
     assert "atexit: log closed, leaving with 3" in message, message   # what the handler printed, as python shows it
+
+
+def test_a_non_daemon_thread_left_running_keeps_the_rank_from_exiting_as_python_does(tmp_path):
+    # python joins non-daemon threads before it exits: the rank finishes the script and never ends (Step 6 said
+    # "works under no launcher; under srun:" with no reason at all). A short deadline: the check waits it out.
+    message = _step6(tmp_path, THREAD_LEFT, timeout=40)
+    assert "finished the script, but its process had not exited when the launch's deadline" in message
+    assert "non-daemon thread" in message and "uploader thread still running" in message, message

@@ -131,21 +131,27 @@ def _unclean_shutdown(runs: dict, primary: Run, good: list) -> str | None:
         return (f"works under {' and '.join(good)}, but {ranks_text(never)} never called "
                 "dist.destroy_process_group(): leave the group at the end (after `del model` and gc.collect()).")
     for style, run in runs.items():
-        rank, what = _exit_after_end(run)
+        rank, what, advice = _exit_after_end(run)
         if rank is not None:
-            return (f"under {style}, {what}: an unclean shutdown, which `python script.py` shows too. With Gloo the "
-                    "usual cause is the DDP model still alive at exit: `del model; gc.collect()` before "
-                    f"dist.destroy_process_group(). Anything the script does at exit (atexit, __del__, threads) "
-                    f"counts.\n{tail(run, rank)}")
+            return f"under {style}, {what}. {advice}\n{tail(run, rank)}"
     return None
 
 
-def _exit_after_end(run: Run) -> tuple[int | None, str]:
-    """(rank, 'rank 1 finished the script, but then its process ...') for the first rank whose process failed after
-    the script's last line (an exit abort, an atexit handler's exit code); (None, "") when none did."""
+def _exit_after_end(run: Run) -> tuple[int | None, str, str]:
+    """(rank, 'rank 1 finished the script, but then its process ...', what to do) for the first rank whose process
+    failed after the script's last line (an exit abort, an atexit handler's exit code, an exit that never came);
+    (None, "", "") when none did."""
     for r in run.result.ranks:
+        if r.returncode is None and run.result.timed_out:   # python waits for non-daemon threads before it exits
+            return r.rank, (f"rank {r.rank} finished the script, but its process had not exited when the launch's "
+                            f"deadline ({run.result.elapsed:.0f} s) stopped it"), (
+                "A non-daemon thread still running, or an atexit handler that waits, keeps `python script.py` from "
+                "exiting too: join or stop what the script started before its end.")
         if r.returncode:
             how = (f"was killed by {signal.Signals(-r.returncode).name}" if r.returncode < 0
                    else f"exited with code {r.returncode}")
-            return r.rank, f"rank {r.rank} finished the script, but then its process {how}"
-    return None, ""
+            return r.rank, f"rank {r.rank} finished the script, but then its process {how}", (
+                "An unclean shutdown, which `python script.py` shows too. With Gloo the usual cause is the DDP model "
+                "still alive at exit: `del model; gc.collect()` before dist.destroy_process_group(). Anything the "
+                "script does at exit (atexit, __del__, threads) counts.")
+    return None, "", ""

@@ -11,6 +11,9 @@ The peak number of marked processes seen while the checks ran is printed too: it
 is left sees the checks' processes at all (on Slurm: the jobs' ranks under slurmstepd, which inherit the marker).
 
 ``--engine slurm`` runs each check as a Slurm job (course_lib.check_slurm), where ``sbatch`` works.
+``--accounts`` runs learner i as Unix user ``roomlearner<i>`` (made with useradd where missing: root only), in a
+workspace it made and owns, as on a hub: then ``--python`` must be an install every user can run, e.g. one made by
+``scripts/hub/shared-install.sh /opt/room-bench`` (``--python /opt/room-bench/venv/bin/python``).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class Learner:
     index: int
     workspace: Path
     correct: bool                # holds the reference solution
+    user: str | None = None      # the learner's own Unix account (--accounts), else this process's
     proc: subprocess.Popen | None = None
     started: float = 0.0
     seconds: float = 0.0
@@ -84,6 +88,10 @@ def add_arguments(p):
     p.add_argument("--engine", choices=("local", "slurm"), default="local",
                    help="where the checks run (default local; slurm: as Slurm jobs)")
     p.add_argument("--keep", action="store_true", help="keep the workspaces (their path is printed)")
+    p.add_argument("--accounts", action="store_true",
+                   help="each learner as a Unix user of its own (roomlearner<i>; root only)")
+    p.add_argument("--python", default=sys.executable, metavar="PATH",
+                   help="the learners' Python, i.e. the install they share (default: this one)")
 
 
 def run(args) -> int:
@@ -91,7 +99,11 @@ def run(args) -> int:
         print("tools/bench_room.py: --learners must be at least 1", file=sys.stderr)
         return 2
     worlds = tuple(int(w) for w in args.world_sizes.split(",")) if args.world_sizes else None
-    result = room(args.learners, args.exercise, worlds, args.engine, keep=args.keep)
+    if args.accounts and os.geteuid() != 0:
+        print("tools/bench_room.py: --accounts starts the learners as other users: run it as root", file=sys.stderr)
+        return 2
+    result = room(args.learners, args.exercise, worlds, args.engine, keep=args.keep, accounts=args.accounts,
+                  python=args.python)
     print(result.table())
     return 0 if result.all_right() and not result.left else 1
 
@@ -134,16 +146,19 @@ def percentile(sorted_values: list, q: float) -> float:
     return statistics.quantiles(sorted_values, n=100, method="inclusive")[int(q) - 1] if q < 100 else sorted_values[-1]
 
 
-def room(n: int, exercise: str = "allreduce", world_sizes=None, engine: str = "local", keep: bool = False):
+def room(n: int, exercise: str = "allreduce", world_sizes=None, engine: str = "local", keep: bool = False,
+         accounts: bool = False, python: str = sys.executable):
     """Make ``n`` workspaces, start the check in all at once, wait for every verdict: a RoomResult."""
     from course_lib.registry import get
     root = Path(tempfile.mkdtemp(prefix="room-"))    # short: fork servers put their sockets under it
+    root.chmod(0o755)                                 # each account reaches its own workspace below it
     marker = f"{root}:{os.getpid()}"
     load_before = os.getloadavg()[0]
     try:
-        learners = [make_workspace(root, i, i % 2 == 0, get(exercise).file) for i in range(n)]
+        learners = [make_workspace(root, i, i % 2 == 0, get(exercise).file, python,
+                                   account(f"roomlearner{i}") if accounts else None) for i in range(n)]
         for lr in learners:
-            start(lr, exercise, world_sizes, engine, marker)
+            start(lr, exercise, world_sizes, engine, marker, python)
         waiters = [threading.Thread(target=finish, args=(lr,)) for lr in learners]   # each timed as it ends
         for t in waiters:
             t.start()
@@ -167,27 +182,49 @@ def watch(marker: str, waiters: list, every: float = 1.0) -> int:
     return peak
 
 
-def make_workspace(root: Path, index: int, correct: bool, relative: str) -> Learner:
-    """``course init``; the learners with ``correct`` get the reference file over the starter."""
+def account(name: str) -> str:
+    """A Unix user ``name``, made (with its home) where missing."""
+    if subprocess.run(["id", name], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", name], check=True, capture_output=True, timeout=60)
+    return name
+
+
+def as_user(user: str | None) -> dict:
+    """Popen's arguments that start a process as ``user`` (nothing for None: as this process)."""
+    return {"user": user, "group": user, "extra_groups": []} if user else {}
+
+
+def make_workspace(root: Path, index: int, correct: bool, relative: str, python: str = sys.executable,
+                   user: str | None = None) -> Learner:
+    """``course init`` (by the learner's account); the learners with ``correct`` get the reference file over the
+    starter."""
     from course_lib.core.paths import tree_dir
     ws = root / f"learner{index}"
-    subprocess.run([sys.executable, "-m", "course_lib", "workspace", "init", str(ws)], check=True,
-                   stdout=subprocess.DEVNULL, timeout=120)
+    if user:
+        ws.mkdir()
+        shutil.chown(ws, user, user)
+    subprocess.run([python, "-m", "course_lib", "init", str(ws)], check=True, stdout=subprocess.DEVNULL,
+                   timeout=120, cwd=ws.parent, **as_user(user))
     if correct:
         shutil.copyfile(tree_dir("solutions") / relative, ws / "exercises" / relative)
     (ws / "tmp").mkdir()
-    return Learner(index, ws, correct)
+    if user:
+        for path in (ws / "exercises" / relative, ws / "tmp"):
+            shutil.chown(path, user, user)
+    return Learner(index, ws, correct, user)
 
 
-def start(lr: Learner, exercise: str, world_sizes, engine: str, marker: str) -> None:
+def start(lr: Learner, exercise: str, world_sizes, engine: str, marker: str, python: str = sys.executable) -> None:
     from course_lib.registry import get
     env = {**os.environ, MARKER: marker, "TMPDIR": str(lr.workspace / "tmp"), "COURSE_WORKSPACE": str(lr.workspace)}
+    if lr.user:
+        env.update(HOME=os.path.expanduser(f"~{lr.user}"), USER=lr.user, LOGNAME=lr.user)
     path = lr.workspace / "exercises" / get(exercise).file
-    args = [sys.executable, str(Path(__file__).resolve()), "--learner", exercise, str(path), engine,
+    args = [python, str(Path(__file__).resolve()), "--learner", exercise, str(path), engine,
             ",".join(map(str, world_sizes or ()))]
     lr.started = time.monotonic()
     lr.proc = subprocess.Popen(args, cwd=lr.workspace, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, text=True)
+                               stdin=subprocess.DEVNULL, text=True, **as_user(lr.user))
 
 
 def finish(lr: Learner) -> None:

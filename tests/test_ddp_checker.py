@@ -168,6 +168,29 @@ def test_strict_launchers_flag_reaches_the_ddp_checker_only(tmp_path, monkeypatc
     assert "--strict-launchers is for `course check ddp` only" in capsys.readouterr().err
 
 
+def test_step5_takes_the_ranks_verdict_only_on_the_file_it_read(tmp_path):
+    import torch
+
+    from course_lib.ddp.hooks import stat_of
+    from course_lib.ddp.runs import Run
+    from course_lib.ddp.steps import step5
+    from course_lib.model import Net
+    path = tmp_path / "mnist_cnn.pt"
+    torch.save(Net().state_dict(), path)
+    said = (False, "what rank 0 said of the file it read")
+
+    def judged(stat):
+        save = {"rank": 0, "launch_rank": 0, "type": "OrderedDict", "path": str(path),
+                "loads": {"verdict": list(said), "stat": stat}}
+        records = [{"exit": {"code": 0}, "saves": [save] if r == 0 else []} for r in range(2)]
+        return step5(Run("srun", 2, None, tmp_path, tmp_path, False, records))
+
+    assert judged(stat_of(path)) == said   # the very file the rank read: its verdict, without torch here
+    rewritten = stat_of(path)
+    rewritten[2] -= 1                      # the file changed after the rank read it: judged again, here
+    assert judged(rewritten) == (True, "only rank 0 wrote mnist_cnn.pt; it loads into Net() with strict=True")
+
+
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_a_simulated_layout_gives_the_variables_of_a_multi_node_step(monkeypatch, launcher):
     from course_lib.ddp import simulate

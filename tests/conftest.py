@@ -202,8 +202,8 @@ def pytest_collection_modifyitems(items):
     The order within a group stays as written."""
     seconds = _durations()
     for item in items:
-        # a test already in a group keeps it (a hub test with jobs: with two marks xdist would make a third group,
-        # "hub_slurm", on another worker beside the hub group's hub); its worker starts a Slurm of its own
+        # a test already in a group keeps it (test_hub's runs on Slurm, group "hub_slurm": a second mark would make
+        # xdist join the names into yet another group); its worker starts a Slurm of its own
         if "slurm_cluster" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("slurm"))
         if seconds.get(item.nodeid, 0) >= FAST_LIMIT and not item.get_closest_marker("slow"):

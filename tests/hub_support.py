@@ -28,12 +28,12 @@ from conftest import ROOT
 HUB_PREFIX = Path(os.environ.get("COURSE_HUB_PREFIX", "/opt/multigpu-course-test"))
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 LEARNERS = ("hublearner1", "hublearner2", "hublearner3")
-# The Slurm test's own account: it runs on the Slurm tests' worker, beside the browser tests, whose hub wipes and
-# uses the three learners' workspaces
+# The Slurm test's own account: it runs in test_hub's group hub_slurm, on a worker beside the hub group, whose hub
+# wipes and uses the three learners' workspaces
 SLURM_LEARNER = "hublearner4"
-# The account whose server is a Slurm job (tests/test_hub_slurm.py, on the Slurm worker too)
+# The account whose server is a Slurm job (tests/test_hub_slurm.py, on the Slurm tests' worker)
 SLURM_HUB_LEARNER = "hublearner5"
-# The account whose server runs notebooks with the site's runs on Slurm (tests/test_hub.py, on the Slurm worker)
+# The account whose server runs notebooks with the site's runs on Slurm (tests/test_hub.py, group hub_slurm)
 RUNS_LEARNER = "hublearner8"
 TP_RANK = "-m course_lib.tp.train --tp-file"   # notebook 06's dp x tp ranks, as ps shows them (warm or cold)
 

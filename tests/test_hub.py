@@ -30,7 +30,12 @@ import nbformat
 import pytest
 from conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hub")]
+pytestmark = pytest.mark.slow
+# The tests of the module's hub and its learners run one after another on one worker (xdist's loadgroup): a second
+# worker's hub would wipe the learners' workspaces. A test with a hub and accounts of its own runs beside them: the
+# runs on Slurm (their worker starts its own Slurm) and the culler, each minutes long, off the hub group's path.
+ON_THE_HUB = pytest.mark.xdist_group("hub")
+ON_SLURM_FROM_A_HUB = pytest.mark.xdist_group("hub_slurm")
 OUT = ROOT / "out" / "hub"
 # a bound for one step (a login, a cell's verdict) on a loaded 2-core machine: 165-244 s were measured at load 20;
 # a step that takes longer is reported with its evidence (_evidence) instead of waited on for 15 minutes
@@ -201,15 +206,25 @@ def _palette(page, cell, command: str, budget: Budget, tries: int = 4) -> None:
     raise AssertionError(f"the command palette never offered {command!r} in {tries} tries")
 
 
-def _open(page, base: str, notebook: str, budget: Budget):
-    page.goto(f"{base}/lab/tree/notebooks/{notebook}", timeout=budget.ms())
-    page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=budget.ms())
-    page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(state="attached",
+def _open(page, notebook: str, budget: Budget, folder: str | None = None):
+    """Open ``notebook`` with a double click in the lab's file browser (into ``folder`` first), in a new tab beside
+    those open, as a learner opens one: going to its address loaded JupyterLab anew, 3-5 CPU-s of the browser's each
+    time (measured). Returns once it is the current tab, its cells shown and its kernel idle. (Not the command
+    palette's Open from Path: on the first page, a late start-up step closed it, a minute's retry each time.)"""
+    listing = page.locator(".jp-FileBrowser .jp-DirListing-content")
+    for name in filter(None, (folder, notebook)):
+        listing.locator(f".jp-DirListing-item[title*='{name}']").first.dblclick(timeout=budget.ms())
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current", has_text=notebook).first.wait_for(
+        timeout=budget.ms())
+    panel = page.locator(".jp-NotebookPanel:visible")   # the current tab's notebook, not one open behind it
+    panel.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=budget.ms())
+    panel.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(state="attached",
                                                                                         timeout=budget.ms())
 
 
 # pyproject's 600 s per test is too short for a hub on a loaded 2-core machine; the test's own waits end earlier.
 # func_only: the hub's start (the module's fixture, bounded by Hub.start's own 300 s) is not counted in it
+@ON_THE_HUB
 @pytest.mark.timeout(LEARNER_TIMEOUT_S, func_only=True)
 @pytest.mark.parametrize("name", hs.LEARNERS)
 def test_learner_logs_in_checks_and_submits(hub, browser, name):
@@ -230,11 +245,10 @@ def test_learner_logs_in_checks_and_submits(hub, browser, name):
         page.wait_for_url(f"**/user/{name}/lab**", timeout=budget.ms())
         page.locator("#jp-main-dock-panel").wait_for(timeout=budget.ms())
         t_lab = time.monotonic() - t0
-        base = f"{hub.url}/user/{name}"
         assert (home / "course" / ".course-workspace.json").is_file(), "no workspace made at first login"
 
         step = "open notebook 02"
-        _open(page, base, "02_ddp_six_steps.ipynb", budget)
+        _open(page, "02_ddp_six_steps.ipynb", budget, folder="notebooks")
         step = "run notebook 02 down to the Step 1 check"
         cell = _run_to(page, "steps=[1]", budget)
         step = "the Step 1 check's verdict"
@@ -254,7 +268,7 @@ def test_learner_logs_in_checks_and_submits(hub, browser, name):
         assert kernels.get("notebooks/02_ddp_six_steps.ipynb") == "multigpu-course", kernels
 
         step, cell = "open notebook 03", None
-        _open(page, base, "03_launching_jobs.ipynb", budget)
+        _open(page, "03_launching_jobs.ipynb", budget)
         step = "run notebook 03 down to the job's submission"
         cell = _run_to(page, "job = jobs.submit(spec, ENGINE_NAME)", budget)
         step = "the job's COMPLETED"
@@ -283,6 +297,7 @@ def test_learner_logs_in_checks_and_submits(hub, browser, name):
     assert json.loads((runs[0] / "job.json").read_text())["state"] == "COMPLETED"
 
 
+@ON_THE_HUB
 def test_learners_cannot_read_each_other(hub):
     a, b = hs.LEARNERS[:2]
     for name in (a, b):   # made at their first login by the browser test; made here where that did not run
@@ -308,6 +323,7 @@ def _as_learner(name: str, code: str, env: dict) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+@ON_SLURM_FROM_A_HUB
 @pytest.mark.slurm
 def test_learner_jobs_reach_slurm_as_the_learner(slurm_cluster):
     """A learner's kernel submits to the local Slurm: the job is the learner's (squeue/sacct user column), runs
@@ -354,6 +370,7 @@ NOTEBOOK_TIMEOUT_S = 480
 ON_SLURM_TIMEOUT_S = 1800
 
 
+@ON_SLURM_FROM_A_HUB
 @pytest.mark.slurm
 @pytest.mark.timeout(ON_SLURM_TIMEOUT_S)
 def test_notebook_runs_go_to_slurm_as_the_learners_jobs(slurm_cluster, tmp_path):
@@ -464,6 +481,7 @@ def _jobs_not_the_learners(cluster, home: Path, name: str, uid: int) -> list[str
     return [f"job {ids[i]}: sacct says {rows.get(i)}" for i in ids if rows.get(i) != [f"{name}({uid})", "COMPLETED"]]
 
 
+@ON_THE_HUB
 def test_hub_state_is_private_and_holds_its_pid_files(hub):
     """The database, cookie secret and both pid files in the hub's own folder (0700), none where it started."""
     state = Path(hub.env({})["COURSE_HUB_DIR"])
@@ -473,6 +491,7 @@ def test_hub_state_is_private_and_holds_its_pid_files(hub):
     assert [p.name for p in hub.cwd.iterdir()] == [], "the hub wrote into the folder it was started in"
 
 
+@ON_THE_HUB
 def test_hub_refuses_to_let_every_account_in(tmp_path):
     """PAM or a shared password with no group and no explicit opt-in: the hub stops with one message; a group
     and its admins are what the authenticator is given; the state folder by default is the install's own, 0700.
@@ -509,6 +528,7 @@ def test_hub_refuses_to_let_every_account_in(tmp_path):
     assert stat.S_IMODE(state.stat().st_mode) == 0o700, oct(state.stat().st_mode)
 
 
+@ON_THE_HUB
 def test_hub_refuses_a_name_outside_the_group(hub, browser):
     """The shared password with a name that is no member of the hub's group: the login page again, no server."""
     page = browser.new_page()
@@ -529,6 +549,7 @@ def test_hub_refuses_a_name_outside_the_group(hub, browser):
     assert all(u["name"] != "nosuchlearner" for u in hub.api("GET", "/users"))
 
 
+@ON_THE_HUB
 def test_activity_sees_a_live_job_and_a_course_command(tmp_path):
     """The extension's looks, on a real local job and a real process run as ``course``: live while they run,
     not after."""
@@ -694,6 +715,7 @@ def _terminal_says(url: str, token: str, command: str, timeout: float = 120) -> 
         return pool.submit(lambda: asyncio.run(asyncio.wait_for(talk(), timeout))).result(timeout + 30)
 
 
+@ON_THE_HUB
 def test_terminal_finds_course(hub):
     """A learner's JupyterLab terminal (a login shell, whose /etc/profile sets PATH afresh) finds `course` of the
     shared install: the terminals start from the bashrc that `make lab` gives its own (course write lab-settings)."""

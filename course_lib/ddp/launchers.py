@@ -13,7 +13,7 @@ from pathlib import Path
 from course_lib.ddp.cluster import layout_text
 from course_lib.ddp.failures import describe_failure
 from course_lib.ddp.messages import ENV_HELP, cut, first, ranks_text, tail
-from course_lib.ddp.runs import Run, group_ok, works
+from course_lib.ddp.runs import Run, ended, works
 from course_lib.ddp.steps import step1
 
 # the variables each launcher sets for its ranks: a script that reads them means to run under that launcher
@@ -30,7 +30,7 @@ def _why_not(run: Run, script: Path, primary: Run | None, failure) -> str:
     f = failure if run is primary and failure is not None else describe_failure(run, script)
     if f is not None:   # its first line: who, what (first sentence) and where
         return cut(f.message.splitlines()[0], 300)
-    if run.finished() and group_ok(run):   # the script ended well on every rank: what failed came after its end
+    if ended(run):   # the script ended well on every rank: what failed came after its end
         return _exit_after_end(run)[1]
     ok1 = step1(run)
     why = first(ok1[1], 300) if ok1 and not ok1[0] else "the ranks did not form one group"
@@ -53,8 +53,8 @@ def step6(runs: dict, primary: Run, more: Run | None, script: Path, failure=None
             return False, f"did not run to the end under {' or '.join(runs)}: {failure.message}"
         return False, (f"did not run to the end under {' or '.join(runs)} (Step {failure_step}): "
                        f"{failure.message.splitlines()[0]}")
-    ended = {s: runs[s] for s in runs if runs[s].finished() and group_ok(runs[s])}
-    unclean = _unclean_shutdown(ended, primary, [s for s in good if s in ended]) if len(ended) > len(good) else None
+    done = {s: run for s, run in runs.items() if ended(run)}
+    unclean = _unclean_shutdown(done, primary, [s for s in good if s in done]) if len(done) > len(good) else None
     if unclean:   # a process that failed after the script's end, where it runs as meant: that, not the launcher
         return False, unclean
     tried = [s for s, _ in bad if reads_own_vars(runs[s])]

@@ -104,8 +104,13 @@ def group_ok(run: Run) -> bool:
     return all(g) and sorted(r for r, _ in g) == list(range(run.nprocs)) and all(w == run.nprocs for _, w in g)
 
 
+def ended(run: Run) -> bool:
+    """Every rank ran the script to its end in one whole group (whatever the processes did after that)."""
+    return run.finished() and group_ok(run)
+
+
 def works(run: Run) -> bool:
-    return run.result.ok and run.finished() and group_ok(run)
+    return run.result.ok and ended(run)
 
 
 def placement(nprocs: int, gpus: int | None = None, compared_with: int = 0) -> tuple[dict, str]:

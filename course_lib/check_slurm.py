@@ -7,21 +7,26 @@ that drops the job's Slurm variables as the grader's array tasks do (course_lib.
 the check sees what it sees here, runs the same checker in the submitter's folder and writes ``report.json``
 into the job's folder. The caller waits (in the queue at most ``queue_timeout`` seconds, then the job's time
 limit), cancels the job at that deadline or on Ctrl-C, and rebuilds the Report from the JSON: the same
-verdicts and text as a local check.
+verdicts and text as a local check. Where the checker reuses its verdicts on an unchanged file (ddp's ``cache``),
+the job's are reused the same way in this process: notebook 02's seven check cells make one job, not seven.
 """
 from __future__ import annotations
 
+import hashlib
+import importlib
+import inspect
 import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 
 from course_lib import check_local, jobs
 from course_lib.core.atomic import write_text
 from course_lib.core.report import Report
 from course_lib.jobs import SubmitError
-from course_lib.registry import EXERCISES
+from course_lib.registry import EXERCISES, get
 from course_lib.runtime import runner, slurm
 from course_lib.runtime.runner import JobError, say_on_stderr
 
@@ -30,6 +35,7 @@ QUEUE_TIMEOUT = 900.0   # seconds a check may wait in the queue before it is can
 CHECK_DEADLINE = 600.0  # seconds for a whole check once it runs (the grader's --check-timeout default)
 # the most ranks each checker runs at once: the registry's ``slurm_cpus``
 RANKS = {e.name: e.slurm_cpus for e in EXERCISES.values()}
+_REPORTS: dict = {}   # (exercise, file, its sha256, options) -> (a job's report of every step, when it was made)
 
 
 class CheckJobError(JobError):
@@ -72,7 +78,36 @@ def report_of(job) -> Report:
 
 def check_on_slurm(exercise: str, path, site=None, queue_timeout: float = QUEUE_TIMEOUT, say=say_on_stderr,
                    **options) -> Report:
-    """Run ``course check EXERCISE PATH`` as a Slurm job; its Report. CheckJobError when it gives none."""
+    """Run ``course check EXERCISE PATH`` as a Slurm job; its Report. CheckJobError when it gives none.
+
+    A checker with a ``cache`` (ddp) has the job's verdicts reused as it reuses its own: the job checks every step,
+    ``steps=`` picks those shown, and a repeated call on the unchanged file with the same other options submits
+    nothing (``cache=False``: a new job)."""
+    checker = importlib.import_module(get(exercise).checker)
+    if "cache" not in inspect.signature(checker.check).parameters:
+        return _job_report(exercise, path, options, site, queue_timeout, say)
+    steps, cache = options.pop("steps", None), options.pop("cache", True)
+    file = Path(path).resolve()
+    key = file.is_file() and (exercise, str(file), hashlib.sha256(file.read_bytes()).hexdigest(),
+                              json.dumps({k: v for k, v in options.items() if k != "echo"}, sort_keys=True,
+                                         default=str))
+    reused = cache and key in _REPORTS
+    if reused:
+        full, ran_at = _REPORTS[key]
+    else:
+        full = _job_report(exercise, path, options, site, queue_timeout, say)
+        if key:
+            _REPORTS[key] = full, time.time()
+    verdicts = full.verdicts
+    if steps is not None:
+        wanted = {checker.STEP_NAMES[int(s)] for s in ([steps] if isinstance(steps, int) else steps)}
+        verdicts = [v for v in verdicts if v.item in wanted]
+    if reused:
+        return checker.Reused(exercise, str(path), verdicts, full.seconds, ran_at=ran_at)
+    return Report(exercise, str(path), verdicts, full.seconds)
+
+
+def _job_report(exercise: str, path, options: dict, site, queue_timeout: float, say) -> Report:
     try:
         job = submit(exercise, path, options, site)
     except SubmitError as e:

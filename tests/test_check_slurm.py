@@ -15,6 +15,7 @@ from course_lib.core.site import SiteError, load_site
 
 TP_SOLUTION = ROOT / "solutions" / "06_tensor_parallel" / "tp.py"
 TP_FAULTY = ROOT / "tests" / "tp_faulty" / "matmul_transposed.py"
+DDP_SOLUTION = ROOT / "solutions" / "02_ddp" / "mnist_classify_ddp.py"
 
 
 def profile(tmp_path, name="checks-on-slurm", **values):
@@ -69,6 +70,31 @@ def test_checks_on_slurm_give_the_local_verdicts_text_and_exit_code(slurm, tmp_p
     folders = sorted((tmp_path / "runs").iterdir())
     assert [f.name.rsplit("-", 1)[0] for f in folders] == ["check-tp"] * 2, folders
     assert all((f / "report.json").is_file() and (f / "output.log").is_file() for f in folders)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_check_job_is_reused_while_the_file_is_unchanged_as_a_local_check_is(slurm, tmp_path, monkeypatch):
+    """Notebook 02's check cells on Slurm, each asking for one step: one job checks every step and the next cell
+    reuses its verdicts, as the local check's cache does; a changed file, or cache=False, makes a new job."""
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("COURSE_RUNS_DIR", str(runs))
+    script = tmp_path / "mnist_classify_ddp.py"
+    script.write_text(DDP_SOLUTION.read_text())
+    options = dict(engine="slurm", say=None, timeout=120, more_ranks=None, simulate=False)
+    reused = "reused: the file has not changed since"
+
+    def jobs_made():
+        return len(list(runs.glob("check-ddp-*")))
+    first, second = (check("ddp", script, steps=[step], **options) for step in (1, 2))
+    assert [v.item for v in first.verdicts] == ["Step 1"] and [v.item for v in second.verdicts] == ["Step 2"]
+    assert first.passed and second.passed, first.text() + second.text()
+    assert reused in second.text() and jobs_made() == 1, second.text()
+    script.write_text(script.read_text() + "\n# changed\n")
+    changed = check("ddp", script, steps=[2], **options)
+    assert changed.passed and reused not in changed.text() and jobs_made() == 2, changed.text()
+    again = check("ddp", script, steps=[2], cache=False, **options)
+    assert again.passed and reused not in again.text() and jobs_made() == 3, again.text()
 
 
 @pytest.mark.slurm

@@ -53,12 +53,12 @@ def test_a_gpu_machine_with_an_item_not_possible_exits_non_zero(tmp_path, monkey
     from course_lib.selftest import gpu
     from course_lib.selftest.items import Item, nvidia_smi
 
-    monkeypatch.setattr("course_lib.selftest.probe.probe_within", lambda: machine(1, nvidia_smi=""))
+    monkeypatch.setattr("course_lib.selftest.gpu.probe_within", lambda: machine(1, nvidia_smi=""))
     passes = Item("passes", "passes", lambda p: "", lambda ctx: Outcome(PASS, "ok"))
     smi = Item("smi", "needs nvidia-smi", nvidia_smi, lambda ctx: Outcome(PASS, "ok"))
     assert gpu.check([passes], tmp_path / "a") == 0
     assert gpu.check([passes, smi], tmp_path / "b") == 1
-    monkeypatch.setattr("course_lib.selftest.probe.probe_within", lambda: machine(0, nvidia_smi=""))
+    monkeypatch.setattr("course_lib.selftest.gpu.probe_within", lambda: machine(0, nvidia_smi=""))
     assert gpu.check([passes, smi], tmp_path / "c") == 0      # no GPU: NOT POSSIBLE HERE, as before
 
 

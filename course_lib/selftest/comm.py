@@ -1,13 +1,6 @@
-"""Items that communicate on GPUs: the NCCL all-reduce baseline, the NCCL_ALGO ring/tree experiment of
-notebook 05, the solution's tensor parallelism over NCCL, NCCL with one rank, and DDP on gloo with CUDA tensors.
-
-The physical limit a bus bandwidth is compared with: GPU 0's NVLink, else its PCIe link, per direction.
-nccl-tests defines busbw so that it can be held against the hardware's peak: for all-reduce, busbw = algbw x
-2(W-1)/W, the bytes each GPU sends over its links per second. The limit here is what GPU 0 can send in one
-direction: the sum of its active NVLink links (``nvidia-smi nvlink -s``: 18 x 26.562 GB/s on an H100 SXM), else
-its PCIe link at the generation and width the system allows (``pcie.link.gen.max``, ``pcie.link.width.max``;
-per lane after encoding: gen3 0.985, gen4 1.969, gen5 3.938 GB/s). Reaching 70-85 % of it with large messages is
-usual; far below says the GPUs talk over a slower path (through the CPU, or the network).
+"""Items that communicate on GPUs: NCCL all-reduce, NCCL_ALGO ring/tree, the solution's TP over NCCL, NCCL with one
+rank, DDP on gloo with CUDA tensors. A busbw (nccl-tests: algbw x 2(W-1)/W) is held against GPU 0's link per
+direction: its active NVLink links, else its PCIe gen x width (docs/gpu-check.md).
 """
 from __future__ import annotations
 
@@ -81,16 +74,8 @@ def nccl_algo(ctx: Context) -> Outcome:
     return Outcome(PASS, f"W={ctx.probe.gpus}: " + " | ".join(parts), figures)
 
 
-def tp_ranks(gpus: int) -> int:
-    """The world size of the TP item: the largest power of two <= the GPU count (the MLP splits 256 ways)."""
-    w = 1
-    while w * 2 <= gpus:
-        w *= 2
-    return w
-
-
 def tp_nccl(ctx: Context) -> Outcome:
-    w = tp_ranks(ctx.probe.gpus)
+    w = 1 << (ctx.probe.gpus.bit_length() - 1)    # the largest power of two <= the GPUs: the MLP splits 256 ways
     line, failed = worker(ctx, "tp_nccl", w, source(TP))
     return failed or Outcome(PASS, line, {"ranks": w})
 

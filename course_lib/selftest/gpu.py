@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 import traceback
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -25,18 +26,23 @@ import psutil
 from course_lib.cli import comma_list
 from course_lib.core.paths import out_dir
 from course_lib.runtime.proc import stop_tree
+from course_lib.selftest import report
+from course_lib.selftest.items import BY_NAME, ITEMS, plan_seconds, runs_on_one_gpu
+from course_lib.selftest.probe import probe_within
 from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, NOT_RUN, Context, Outcome
 
 
 def run_item(item, probe, folder: Path, scale: float = 1.0, left: float | None = None, starting=None) -> dict:
-    """One item: NOT POSSIBLE from its needs (a FAIL on a GPU machine when one GPU would do), NOT RUN when its
-    estimate or its least deadline exceeds ``left`` seconds (the budget), else its outcome (an exception is a
-    FAIL) within its deadline, cut to ``left`` (a FAIL at a deadline the budget cut is NOT RUN; ``starting``
-    is told the item and that deadline first); nothing left running."""
+    """One item: NOT POSSIBLE from its needs, NOT RUN when its estimate or least deadline exceeds ``left`` (the
+    budget), else its outcome within its deadline cut to ``left``; nothing left running."""
     start = time.monotonic()
     why, full = item.needs(probe), item.timeout * scale
-    if why:
-        outcome = _not_possible(item, why, probe)
+    if why and probe.gpus and runs_on_one_gpu(item):
+        # where there is a GPU the check exists to run it: a green report without it would have tested nothing
+        outcome = Outcome(FAIL, f"not possible on this machine with {probe.gpus} GPU(s): {why}. It runs on one GPU: "
+                                "where there is a GPU it must run")
+    elif why:
+        outcome = Outcome(NOT_POSSIBLE, why)
     elif left is not None and max(item.estimate, item.floor) > left:
         least = f", a deadline of at least {item.floor:.0f} s" if item.floor > item.estimate else ""
         outcome = Outcome(NOT_RUN, f"budget: estimated {item.estimate:.0f} s on one H100{least}, "
@@ -53,38 +59,17 @@ def run_item(item, probe, folder: Path, scale: float = 1.0, left: float | None =
             outcome = Outcome(FAIL, f"{type(e).__name__}: {e} (at {Path(where.filename).name}:{where.lineno})")
         finally:    # the backstop (its runs stop their own trees); what was there before (a notebook's) stays
             stop_tree([p for p in psutil.Process().children(recursive=True) if p not in before])
-        outcome = _budget_cut(outcome, deadline, full, time.monotonic() - start)
+        if outcome.status == FAIL and deadline < full and time.monotonic() - start >= deadline - 1:
+            # the FAIL came when a deadline the budget had cut ran out: the budget stopped it
+            first = outcome.detail.splitlines()[0][:200] if outcome.detail else ""
+            outcome = Outcome(NOT_RUN, f"budget: stopped at its deadline of {deadline:.0f} s, cut by --budget from "
+                                       f"{full:.0f} s; it had: {first}", outcome.figures)
     return {"name": item.name, "what": item.what, "precision": item.precision, "status": outcome.status,
             "detail": outcome.detail, "figures": outcome.figures, "seconds": round(time.monotonic() - start, 1),
             "estimate_s": item.estimate}
 
 
-def _not_possible(item, why: str, probe) -> Outcome:
-    """NOT POSSIBLE HERE, except on a machine with a GPU for an item that one GPU can run: there the check
-    exists to run it, and a green report without it would have tested nothing (a FAIL, saying why)."""
-    from course_lib.selftest.items import runs_on_one_gpu
-
-    if probe.gpus and runs_on_one_gpu(item):
-        return Outcome(FAIL, f"not possible on this machine with {probe.gpus} GPU(s): {why}. It runs on one GPU: "
-                             "where there is a GPU it must run")
-    return Outcome(NOT_POSSIBLE, why)
-
-
-def _budget_cut(outcome: Outcome, deadline: float, full: float, seconds: float) -> Outcome:
-    """A FAIL that came when a deadline the budget had cut ran out is NOT RUN: the budget stopped it."""
-    if outcome.status != FAIL or deadline >= full or seconds < deadline - 1:
-        return outcome
-    first = outcome.detail.splitlines()[0][:200] if outcome.detail else ""
-    return Outcome(NOT_RUN, f"budget: stopped at its deadline of {deadline:.0f} s, cut by --budget from "
-                            f"{full:.0f} s; it had: {first}", outcome.figures)
-
-
-
-
 def names(text: str | None) -> list[str]:
-    """The item names of a comma-separated list; ValueError naming the unknown ones."""
-    from course_lib.selftest.items import BY_NAME
-
     asked = comma_list(text or "")
     unknown = [n for n in asked if n not in BY_NAME]
     if unknown:
@@ -94,8 +79,6 @@ def names(text: str | None) -> list[str]:
 
 def select(only: str | None, everything: bool = False) -> list:
     """The items named in ``only`` (else all with ``everything``, else the default plan), in run order."""
-    from course_lib.selftest.items import ITEMS
-
     asked = names(only)
     if asked:
         return [i for i in ITEMS if i.name in asked]
@@ -123,16 +106,13 @@ def run(args) -> int:
         return 2
     try:
         items, required = select(args.only, args.all), names(args.require)
+        outside = [n for n in required if n not in {i.name for i in items}]
+        if outside:
+            raise ValueError(f"--require {','.join(outside)}: not in the items run (add it to --only, or --all)")
+        if args.budget is not None and args.budget <= 0:
+            raise ValueError("--budget takes a number of seconds above 0")
     except ValueError as e:
         print(f"course selftest: {e}", file=sys.stderr)
-        return 2
-    outside = [n for n in required if n not in {i.name for i in items}]
-    if outside:
-        print(f"course selftest: --require {','.join(outside)}: not in the items run (add it to --only, or --all)",
-              file=sys.stderr)
-        return 2
-    if args.budget is not None and args.budget <= 0:
-        print("course selftest: --budget takes a number of seconds above 0", file=sys.stderr)
         return 2
     if args.list:
         for item in items:
@@ -141,19 +121,14 @@ def run(args) -> int:
     return check(items, args.out, args.timeout_scale, budget=args.budget, required=required)
 
 
-def _terminated(signum, _frame):
-    raise SystemExit(128 + signum)
-
-
 def check(items, out: Path, scale: float = 1.0, budget: float | None = None, required=()) -> int:
-    """Run ``items`` in order, the report rewritten before the first and after each; the exit code (module doc).
-    SIGTERM (a wrapper's ``timeout``) ends it as Ctrl-C does: the running item's processes are stopped (they run
-    in sessions of their own, out of reach of a signal to this process group) and the report stays incomplete."""
+    """Run ``items``, the report rewritten before the first and after each; the exit code. SIGTERM (a wrapper's
+    ``timeout``) ends it as Ctrl-C does: the running item's processes, in sessions of their own, are stopped."""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return _check(items, out, scale, budget, required)
-    before = signal.signal(signal.SIGTERM, _terminated)
+    before = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
     try:
         return _check(items, out, scale, budget, required)
     finally:
@@ -161,10 +136,6 @@ def check(items, out: Path, scale: float = 1.0, budget: float | None = None, req
 
 
 def _check(items, out: Path, scale: float, budget: float | None, required) -> int:
-    from course_lib.selftest import report
-    from course_lib.selftest.items import plan_seconds
-    from course_lib.selftest.probe import probe_within
-
     out = Path(out).resolve()   # the items' folders: a child started elsewhere (the warm server) finds them
     started, start = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.monotonic()
     machine = probe_within()
@@ -172,18 +143,16 @@ def _check(items, out: Path, scale: float, budget: float | None, required) -> in
           + (f", budget {budget:.0f} s" if budget else ""), flush=True)
     results = []
 
-    def starting(item, deadline):
-        print(f"{item.name:<19} running (estimate {item.estimate:.0f} s, deadline {deadline:.0f} s)", flush=True)
-
     def save(pending, running=""):
-        data = report.as_json(machine.as_dict(), results, started, time.monotonic() - start, pending=pending,
+        data = report.as_json(asdict(machine), results, started, time.monotonic() - start, pending=pending,
                               running=running, required=required, budget=budget)
         return data, report.write(out, data, machine.summary())
 
     for n, item in enumerate(items):
         save([i.name for i in items[n + 1:]], running=item.name)
         left = None if budget is None else budget - (time.monotonic() - start)
-        r = run_item(item, machine, out, scale, left, starting=starting)
+        r = run_item(item, machine, out, scale, left, starting=lambda i, deadline: print(
+            f"{i.name:<19} running (estimate {i.estimate:.0f} s, deadline {deadline:.0f} s)", flush=True))
         results.append(r)
         first = r["detail"].splitlines()[0][:100] if r["detail"] else ""
         print(f"{item.name:<19} {r['status']:<17} {r['seconds']:5.0f} s  {first}".rstrip(), flush=True)

@@ -1,10 +1,5 @@
-"""The items of the GPU self-check, in the order they run, each with what it needs of the machine.
-
-``needs(probe)`` returns why the item cannot run here ("" when it can); ``run(ctx)`` returns its Outcome.
-``estimate`` is the seconds the item is expected to take on one H100 (written before any of it ran on one:
-a guess from the work it does, to be replaced by measured times); ``--budget`` skips an item whose estimate
-no longer fits. The default plan (``default=True``) is what runs without ``--only``/``--all``; on one GPU its
-runnable items add up to at most ONE_GPU_PLAN_S (tests pin that).
+"""The items of the GPU self-check in run order: ``needs(probe)`` says why one cannot run here ("" when it can),
+``estimate`` is a guess of its seconds on one H100 (``--budget`` plans with it; docs/gpu-check.md).
 """
 from __future__ import annotations
 

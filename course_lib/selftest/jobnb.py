@@ -1,10 +1,5 @@
-"""Items around the notebooks: a local-engine GPU job (the throughput worker, 20 s of training) with the
-template's monitoring lines run beside it (their ``nvidia-smi dmon`` log read back), and notebooks 00-02
-executed on the solutions through papermill.
-
-The template writes a block that starts ``nvidia-smi dmon -s um -d 5`` (and ``top -b``) in the background
-and a trap that stops them when the script exits. ``monitor_block`` cuts that block out of a rendered job
-script so that the self-check can run exactly those lines; ``parse_dmon`` (the notebooks' own) reads the log.
+"""Items around the notebooks: a local-engine GPU job with the job template's ``nvidia-smi dmon`` block run beside
+it (its log read back), and notebooks 00-02 through papermill on the solutions.
 """
 from __future__ import annotations
 
@@ -39,14 +34,11 @@ def monitor_block(script: str) -> str:
 
 def summarize(rows: list[dict]) -> dict:
     """Figures of a dmon log: samples, peak SM use (%) and peak frame-buffer memory (MB)."""
-    def peak(name):
-        values = [r[name] for r in rows if r.get(name) is not None]
-        return max(values) if values else None
-
     out = {"dmon_samples": len(rows)}
     for name, key in (("sm", "peak_sm_pct"), ("fb", "peak_fb_mb")):
-        if peak(name) is not None:
-            out[key] = peak(name)
+        values = [r[name] for r in rows if r.get(name) is not None]
+        if values:
+            out[key] = max(values)
     return out
 
 
@@ -87,17 +79,6 @@ def _stop_monitor(mon: subprocess.Popen, folder) -> bool:
         kill_group(mon)
 
 
-def _run_job(ctx: Context, spec):
-    """Submit ``spec`` to the local engine and wait for it within the item's deadline."""
-    from course_lib import jobs
-
-    job = jobs.submit(spec, engine_name="local", runs=ctx.folder / "runs")
-    job.wait(timeout=max(10.0, ctx.timeout - MONITOR_S), progress=False)
-    if not job.done:
-        job.cancel()
-    return job
-
-
 def job_monitor(ctx: Context) -> Outcome:
     from course_lib import jobs
 
@@ -111,7 +92,10 @@ def job_monitor(ctx: Context) -> Outcome:
     mon = _start_monitor(block, ctx.folder, job_id)
     try:
         time.sleep(2)    # dmon's first sample before the training starts
-        job = _run_job(ctx, spec)
+        job = jobs.submit(spec, engine_name="local", runs=ctx.folder / "runs")
+        job.wait(timeout=max(10.0, ctx.timeout - MONITOR_S), progress=False)
+        if not job.done:
+            job.cancel()
         time.sleep(6)    # one more sample after (dmon samples every 5 s)
     finally:
         stopped = _stop_monitor(mon, ctx.folder)

@@ -1,17 +1,9 @@
-"""Which python runs the GPU self-check, and a venv that can see a venv python's torch (the Makefile's side).
+"""Which python runs the GPU self-check (the Makefile's side; standard library only: it runs before anything is
+installed). A venv made with ``--system-site-packages`` from a python that is itself a venv sees the base's
+site-packages, not that venv's torch, hence ``--see-site`` (docs/gpu-check.md):
 
-A GPU image often ships a ``python3`` that is itself a virtual environment holding CUDA PyTorch. A venv made
-from it with ``--system-site-packages`` sees the *base* interpreter's site-packages, not that venv's, so its
-torch is gone (``import torch`` fails, or finds a CPU torch). Hence:
-
-    python -m course_lib.selftest.pick PYTHON...     # print the first PYTHON whose torch has CUDA
+    python -m course_lib.selftest.pick PYTHON...     # the first PYTHON whose torch has CUDA (where a GPU is)
     python -m course_lib.selftest.pick --see-site VENV_PYTHON SITE_PYTHON
-
-The first form prefers, when ``nvidia-smi -L`` lists a GPU, the first candidate whose torch has CUDA, and
-stops with exit code 2 and one message when none has (a check run by a torch without CUDA would only say
-NOT POSSIBLE); without a GPU it prints the first candidate that exists. The second form, for
-``make venv SITE_TORCH=1``, adds a ``.pth`` file to the new venv naming SITE_PYTHON's own site-packages when
-SITE_PYTHON is a venv. Standard library only: it runs before anything is installed.
 """
 from __future__ import annotations
 

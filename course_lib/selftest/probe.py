@@ -1,14 +1,13 @@
-"""What this machine offers the GPU self-check, asked once: CUDA, how many GPUs, bf16, nvidia-smi, Slurm.
-
-The items decide from a ``Probe`` whether they can run (``Probe`` is a plain record so that unit tests
-can hand the items a made-up machine).
-"""
+"""What this machine offers the GPU self-check, asked once (a plain record: tests hand the items a made-up one)."""
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, PASS, Outcome
 
 
 @dataclass
@@ -25,9 +24,6 @@ class Probe:
     sbatch: str = ""                 # its path, "" when not on PATH
     python: str = platform.python_version()
     error: str = ""                  # why torch could not be asked (it raised, or did not answer in time)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
     def summary(self) -> str:
         if not self.torch:
@@ -95,10 +91,6 @@ def cuda_torch(ctx):
 
 def compare(listed: int, said: str, p: Probe):
     """The cuda-torch verdict from what nvidia-smi listed (``listed`` GPUs, its output ``said``) and the probe."""
-    import os
-
-    from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, PASS, Outcome
-
     if listed == 0:
         return Outcome(NOT_POSSIBLE, f"nvidia-smi lists no GPU ({said.splitlines()[0] if said else 'no output'})")
     if not p.cuda:

@@ -52,11 +52,8 @@ def _said(env, name: str, ok: bool, rest: str) -> int:
     return 0 if ok else 1
 
 
-# ---- warm-fork-cuda -------------------------------------------------------------------------------------
-# CUDA cannot be used in a child forked from a process that had initialised it: torch marks such a child
-# (``torch.cuda._is_in_bad_fork()``) and its first CUDA call raises "Cannot re-initialize CUDA in forked
-# subprocess". The warm fork server imports torch but runs no torch op, so its children should be clean.
-
+# CUDA cannot be used in a child forked from a process that had initialised it (torch marks it a bad fork); the
+# warm fork server imports torch but runs no torch op, so its children should be clean.
 def _try_cuda() -> str:
     """"ok" or the error of a first CUDA op in this process."""
     try:
@@ -68,9 +65,8 @@ def _try_cuda() -> str:
 
 
 def fork_rank(argv: list[str]) -> int:
-    """One rank: is it a bad fork, does a CUDA op run? ``warm=yes``: torch was imported when the rank began (it
-    was forked from the warm server, not started cold). ``--control``: the same, in a child forked after CUDA
-    was initialised here (what a rank forked after CUDA init would meet: it must be refused)."""
+    """One rank: is it a bad fork, does a CUDA op run? ``--control``: the same in a child forked after CUDA was
+    initialised here (it must be refused)."""
     if argv == ["--control"]:
         parent = _try_cuda()                  # initialises CUDA in this process
         read, write = os.pipe()
@@ -92,13 +88,9 @@ def fork_rank(argv: list[str]) -> int:
     return 0 if result == "ok" else 1
 
 
-# ---- ddp-gloo-cuda --------------------------------------------------------------------------------------
-
 def gloo_cuda(_argv) -> int:
-    """With a single GPU, NCCL cannot run two ranks (it refuses two ranks on one device), but gloo can: it copies
-    CUDA tensors through host memory. Each rank trains the course's CNN for a few steps on its own random batch;
-    afterwards every rank's parameters must be equal (DDP averaged the gradients) and an all-reduce of CUDA
-    tensors must give the sum."""
+    """NCCL refuses two ranks on one GPU, gloo does not (it copies CUDA tensors through the host): a few DDP steps,
+    each rank on its own batch; then every rank's parameters must be equal and an all-reduce give the sum."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from course_lib.model import Net
@@ -128,13 +120,9 @@ def gloo_cuda(_argv) -> int:
                                        f"allreduce={ones[0].item():g} (want {want:g})")
 
 
-# ---- nccl-1rank -----------------------------------------------------------------------------------------
-
 def nccl_one(_argv) -> int:
-    """What one GPU can show of NCCL: ``init_process_group("nccl", device_id=...)`` binds the rank to its GPU,
-    the communicator is built, and all-reduce, broadcast and barrier return the right values on CUDA tensors.
-    What it cannot show: with one rank nothing crosses between GPUs (no NVLink, no PCIe, no network; the
-    all-reduce of one rank is a copy), so neither bandwidth nor a hang between ranks is tested."""
+    """What one GPU can show of NCCL: a group bound to the GPU (``device_id``) whose all-reduce, broadcast and
+    barrier give the right values; with one rank nothing crosses between GPUs."""
     env, device = _join("nccl")
     x = torch.full((ELEMENTS,), float(env.rank + 1), device=device)
     dist.all_reduce(x)
@@ -149,12 +137,9 @@ def nccl_one(_argv) -> int:
                                       f"broadcast={'ok' if b[7].item() == 7 else 'WRONG'}")
 
 
-# ---- tp-nccl --------------------------------------------------------------------------------------------
-
 def tp_nccl(argv: list[str]) -> int:
-    """Every rank builds the same serial MLP (fc1, GELU, fc2) on its GPU, copies its shards into the solution's
-    (``argv[0]``) ColumnParallelLinear and RowParallelLinear, runs the same batch forward and backward over an
-    NCCL group, and compares output, input gradient and its weight-gradient shards with the serial ones."""
+    """The solution's (``argv[0]``) Column/RowParallelLinear, loaded with this rank's shards of a serial MLP, over
+    NCCL: output, input gradient and weight-gradient shards against the serial ones."""
     from course_lib.core.loader import import_path
 
     tp = import_path(argv[0], "tp_under_check")

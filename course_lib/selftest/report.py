@@ -1,8 +1,5 @@
-"""The self-check's report: ``report.json`` (for programs) and ``report.md`` (for people) in one folder.
-
-It is written before the first item and again after every item (atomically: a reader never sees half a
-file), so a run killed at any point leaves a report of the items it finished, marked incomplete, with the
-item that was running and those that never started.
+"""The self-check's report.json and report.md, rewritten atomically before the first item and after each, so a
+killed run leaves a report marked incomplete.
 """
 from __future__ import annotations
 
@@ -79,10 +76,7 @@ def as_markdown(data: dict, machine: str) -> str:
 
 
 def write(folder: Path, data: dict, machine: str) -> tuple[Path, Path]:
-    """Write report.md, then report.json, into ``folder``, each atomically.
-
-    The markdown goes first: whoever sees a state in report.json (a program polling it, or a run killed just
-    after) then finds report.md at that state or later, never at the one before."""
+    """Write report.md, then report.json (whoever sees a state in report.json finds report.md at it or later)."""
     folder.mkdir(parents=True, exist_ok=True)
     js, md = folder / "report.json", folder / "report.md"
     write_text(md, as_markdown(data, machine))

@@ -1,8 +1,5 @@
-"""What the items share: their outcome, the deadline-bound subprocesses and ranks they start, the paths they run.
-
-Every process an item starts runs in its own session under a deadline and is killed with its whole tree
-(course_lib.runtime.launch.kill_group, or the launch of its ranks) when it ends, fails or runs out of time: an
-item never leaves a process behind.
+"""What the items share: their outcome, and the subprocesses and ranks they start, each under a deadline and
+stopped with its whole tree when it ends (an item never leaves a process behind).
 """
 from __future__ import annotations
 

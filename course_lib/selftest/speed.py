@@ -1,21 +1,8 @@
-"""The throughput item: how fast this GPU trains the course's CNN, per numeric format, on a workload big
-enough to show it.
+"""The throughput item: images/s of the course's CNN per numeric format, on a workload big enough to show it.
 
-The digits data set (1,437 training images) keeps a GPU busy for a few milliseconds per epoch: its images/s
-measure Python and kernel launches, not the GPU. Here the data are MNIST-sized (60,000 random 28x28 images
-and labels, made on the GPU, so no loader is timed) and every variant trains one timed epoch after a few
-warm-up steps, synchronised before the clock stops. Variants, each with its TF32 switches stated:
-
-    fp32-strict  TF32 off for convolutions and matmuls (the IEEE fp32 baseline)
-    fp32         PyTorch's default: TF32 in cuDNN convolutions, matmuls fp32
-    tf32         TF32 for both
-    bf16, fp16   autocast (fp16 with GradScaler), TF32 switches at PyTorch's default
-    compile      torch.compile at PyTorch's default; the first steps (the compilation) timed apart
-
-Worker: ``python -m course_lib.selftest.speed [--images N] [--variants ...] [--min-seconds S]``; first a
-``device=... dataset=synthetic`` line (as the course's training scripts print), then one ``speed ...`` line per
-variant. ``--min-seconds`` repeats each variant's timed epoch until that long has passed (the job-monitor item
-keeps the GPU busy for several of ``nvidia-smi dmon``'s 5-second samples this way).
+60,000 synthetic MNIST-sized images made on the GPU (the digits set keeps a GPU busy for milliseconds: it would
+time Python, not the GPU), one timed epoch per variant (docs/gpu-check.md). Worker:
+``python -m course_lib.selftest.speed [--variants ...] [--min-seconds S]``.
 """
 from __future__ import annotations
 
@@ -84,24 +71,15 @@ def _one(variant: str, x, y, device, batch: int, warmup: int = WARMUP, min_secon
         epochs += 1
     epoch_s = (time.perf_counter() - start) / epochs
     graphs = counters["stats"]["unique_graphs"] - graphs_before     # the graphs torch.compile made
+    seen = []     # the dtype the last Linear computes in, one eager forward under the variant's autocast
+    hook = model.fc2.register_forward_hook(lambda _m, _i, out: seen.append(str(out.dtype).removeprefix("torch.")))
+    with torch.no_grad(), torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+        model(x[:8])
+    hook.remove()
     return (f"speed variant={variant} device={device} images_per_s={steps * batch / epoch_s:.1f} "
             f"epoch_s={epoch_s:.3f} compile_s={warm_s if variant == 'compile' else 0:.2f} tf32_conv={int(conv)} "
-            f"tf32_matmul={int(matmul)} loss={loss.item():.4f} out_dtype={_linear_dtype(model, x[:8], amp)} "
+            f"tf32_matmul={int(matmul)} loss={loss.item():.4f} out_dtype={seen[0]} "
             f"graphs={graphs}")
-
-
-def _linear_dtype(model, xb, amp) -> str:
-    """The dtype the model's last Linear computes in, one eager forward under the variant's autocast."""
-    import torch
-
-    seen = []
-    hook = model.fc2.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
-    try:
-        with torch.no_grad(), torch.autocast(xb.device.type, dtype=amp, enabled=amp is not None):
-            model(xb)
-    finally:
-        hook.remove()
-    return str(seen[0]).removeprefix("torch.")
 
 
 def main(argv=None) -> int:

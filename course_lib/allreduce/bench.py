@@ -1,19 +1,6 @@
-"""Benchmarks: ``course bench allreduce`` times naive, ring and tree against gloo's all_reduce.
-
-For each world size W (local gloo processes) and message size it times the learner's (or the
-reference) functions and ``torch.distributed.all_reduce`` in the same run, reports algbw and busbw as
-nccl-tests defines them (busbw = algbw * 2(W-1)/W; time: the slowest rank's mean over ``iters`` calls,
-best of a few interleaved repetitions), fits the alpha-beta model of each algorithm
-(course_lib.allreduce.costmodel) and prints the ring/gloo busbw ratio at 16 MiB and above.
-
-    course bench allreduce                          # W = 2 and 4, 4 KiB .. 64 MiB, solutions/ file
-    course bench allreduce --ranks 2 --sizes 4K,1M,16M --quick --csv out/allreduce.csv --plot out/ar.png
-    course bench allreduce exercises/05_allreduce/allreduce.py
-
-Exit codes: 0 measured; 1 one of the file's functions was left out (it failed the quick test or hung);
-2 bad input, or nothing could be measured. Errors go to stderr.
-
-Figures depend on what else the machine runs: on a shared machine say so when you quote them.
+"""``course bench allreduce``: the learner's naive, ring and tree against gloo's all_reduce in the same run, per W
+and message size, as algbw and busbw (nccl-tests), with the alpha-beta fit (costmodel) and the ring/gloo busbw ratio
+from 16 MiB up. Figures depend on what else the machine runs: on a shared machine say so when you quote them.
 """
 from __future__ import annotations
 
@@ -145,13 +132,9 @@ class BenchResult:
 
 
 def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS, quick=False, timeout: float = 600,
-                  echo=print, sanity_timeout: float = 20, engine: str | None = None) -> BenchResult:
-    """Time ``algos`` for each W in ``ranks`` and each size; fit the model. ``echo`` sees progress lines.
-
-    Each algorithm first runs once on a small tensor; one that hangs for ``sanity_timeout`` s is left out. The ranks
-    run where the site runs them (course_lib.runs), or on ``engine`` ("local", "slurm"): a fit compared with step
-    times of Slurm jobs is measured in a Slurm job too.
-    """
+                  echo=print, sanity_timeout: float = 20) -> BenchResult:
+    """Time ``algos`` for each W and size where the site runs ranks (course_lib.runs); fit the model. An algorithm
+    that hangs ``sanity_timeout`` s on a small tensor first is left out."""
     from course_lib import runs
     from course_lib.allreduce import costmodel as model
     result = BenchResult()
@@ -167,11 +150,11 @@ def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS,
                 elif echo is not None and rank >= 0:
                     echo(f"[rank {rank}] {line}")
 
-            with runs.session(WORKER_ENV, engine=engine):   # here: ranks forked from a server that imported torch once
+            with runs.session(WORKER_ENV):   # here: ranks forked from a server that imported torch once
                 res = runs.launch(["-m", WORKER, os.path.abspath(path), "--sizes", ",".join(map(str, sizes)),
                                    "--algos", ",".join(todo), "--sanity-timeout", str(sanity_timeout)]
                                   + (["--quick"] if quick else []),
-                                  nprocs=world, timeout=timeout, on_line=on_line, env=WORKER_ENV, engine=engine)
+                                  nprocs=world, timeout=timeout, on_line=on_line, env=WORKER_ENV)
             for ev in events:
                 if ev["ev"] == "skip":
                     result.skipped[ev["algo"]] = ev["why"]
@@ -209,7 +192,6 @@ def add_arguments(p):
     """The options of ``course bench allreduce`` (course_lib.bench dispatches the topics)."""
     p.add_argument("path", nargs="?", default=str(SOLUTION),
                    help="the allreduce.py to time (default: the reference solution)")
-    # comma lists, as in every course command (space-separated ones still parse)
     p.add_argument("--ranks", action=comma_items(int), nargs="+", default=None, metavar="W[,W...]",
                    help="world sizes (default 2,4; --quick: 2)")
     p.add_argument("--sizes", action=comma_items(), nargs="+", default=None, metavar="SIZE[,SIZE...]",
@@ -230,7 +212,8 @@ def _error(message: str) -> int:
 
 
 def run(args) -> int:
-    """``course bench allreduce``: exit 0 measured, 1 a function of the file was left out, 2 bad input."""
+    """``course bench allreduce``: exit 0 measured, 1 a function of the file was left out (it failed the quick test or
+    hung), 2 bad input or nothing measured (errors on stderr)."""
     default = QUICK_SIZES if args.quick else DEFAULT_SIZES
     try:
         sizes = [parse_size(s) for s in args.sizes] if args.sizes else list(default)

@@ -1,13 +1,6 @@
 """One rank of ``course bench allreduce``: times the learner's all-reduces and gloo's on the same tensors.
 
-Started by ``course_lib.allreduce.bench`` through ``course_lib.runtime.launch.launch``::
-
-    python -m course_lib.allreduce.bench_worker PATH --sizes 4096,1048576 --algos naive,ring,tree,gloo
-
-Each algorithm is first run once on a small tensor and compared with the true sum (a watchdog stops a
-hang); one that fails is left out with a ``skip`` marker. Then, for each size and algorithm: warm-up,
-``iters`` timed calls between two barriers, and the slowest rank's mean time per call; the best of
-``reps`` such repetitions is printed by rank 0 as ``@@ {"ev": "time", ...}``.
+An algorithm that fails a first small sum (a watchdog stops a hang) is left out with a ``skip`` marker.
 """
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Pictures of the all-reduce algorithms for notebook 05: who sends which chunk to whom, step by step.
-
-The schedules are computed by simulating each algorithm on sets ("chunk c on rank r holds the
-contributions of ranks {0, 2}"), the same index arithmetic as the reference solutions, so the pictures
-and the code cannot drift apart silently (tests/test_allreduce_model.py checks the simulated results).
+"""Pictures of the all-reduce algorithms for notebook 05: who sends which chunk to whom, step by step, simulated on
+sets of contributions with the reference solutions' index arithmetic (tests/test_allreduce_model.py checks them).
 """
 from __future__ import annotations
 
@@ -15,20 +12,14 @@ def ring_states(world: int):
     """
     state = [[frozenset([r]) for _ in range(world)] for r in range(world)]
     out = [([row[:] for row in state], [], "start: every rank holds its own input, cut into W chunks")]
-    for step in range(world - 1):                      # reduce-scatter
-        sends = [(r, (r + 1) % world, (r - step) % world) for r in range(world)]
-        new = [row[:] for row in state]
-        for src, dst, c in sends:
-            new[dst][c] = state[dst][c] | state[src][c]
-        state = new
-        out.append(([row[:] for row in state], sends, f"reduce-scatter step {step + 1} of {world - 1}"))
-    for step in range(world - 1):                      # all-gather
-        sends = [(r, (r + 1) % world, (r + 1 - step) % world) for r in range(world)]
-        new = [row[:] for row in state]
-        for src, dst, c in sends:
-            new[dst][c] = state[src][c]
-        state = new
-        out.append(([row[:] for row in state], sends, f"all-gather step {step + 1} of {world - 1}"))
+    for phase, shift in (("reduce-scatter", 0), ("all-gather", 1)):
+        for step in range(world - 1):
+            sends = [(r, (r + 1) % world, (r + shift - step) % world) for r in range(world)]
+            new = [row[:] for row in state]
+            for src, dst, c in sends:   # the reduce-scatter adds the chunk it receives, the all-gather copies it
+                new[dst][c] = state[src][c] | (state[dst][c] if phase == "reduce-scatter" else frozenset())
+            state = new
+            out.append(([row[:] for row in state], sends, f"{phase} step {step + 1} of {world - 1}"))
     return out
 
 
@@ -45,18 +36,6 @@ def tree_rounds(world: int):
 def naive_rounds(world: int):
     """Messages of the naive algorithm, one at a time: W-1 into rank 0, then W-1 out of it."""
     return [[(r, 0)] for r in range(1, world)], [[(0, r)] for r in range(1, world)]
-
-
-def simulate_rounds(world: int, reduce_rounds, bcast_rounds):
-    """What each rank holds (a set of contributions) after the rounds: to test the schedules."""
-    held = [frozenset([r]) for r in range(world)]
-    for rnd in reduce_rounds:
-        for src, dst in rnd:
-            held[dst] = held[dst] | held[src]
-    for rnd in bcast_rounds:
-        for src, dst in rnd:
-            held[dst] = held[src]
-    return held
 
 
 def _label(s: frozenset, world: int) -> str:

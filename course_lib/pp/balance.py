@@ -3,8 +3,11 @@ so that the slowest stage, which sets the pipeline's pace, is as fast as it can 
 from __future__ import annotations
 
 import functools
+import itertools
 import statistics
 import time
+
+from course_lib.pp.pipe import split_layers as by_count  # noqa: F401 - notebook 12's partition by layer count
 
 
 def time_layers(layers, x, reps: int = 5) -> list[float]:
@@ -24,32 +27,19 @@ def time_layers(layers, x, reps: int = 5) -> list[float]:
     return out
 
 
-def by_count(n: int, p: int) -> list[range]:
-    """Consecutive layers, as even in number as possible (the first stages one more)."""
-    from course_lib.pp.pipe import split_layers
-    return split_layers(n, p)
-
-
 def by_time(times: list[float], p: int) -> list[range]:
     """Consecutive layers whose largest stage time is the smallest possible (exact, by dynamic programming)."""
-    n = len(times)
-    prefix = [0.0]
-    for t in times:
-        prefix.append(prefix[-1] + t)
+    n, prefix = len(times), [0.0, *itertools.accumulate(times)]
 
     @functools.lru_cache(maxsize=None)
     def best(start: int, parts: int) -> tuple[float, tuple]:
         if parts == 1:
             return prefix[n] - prefix[start], (n,)
-        options = []
-        for end in range(start + 1, n - parts + 2):
-            rest, cuts = best(end, parts - 1)
-            options.append((max(prefix[end] - prefix[start], rest), (end, *cuts)))
-        return min(options)
+        options = ((end, *best(end, parts - 1)) for end in range(start + 1, n - parts + 2))
+        return min((max(prefix[end] - prefix[start], rest), (end, *cuts)) for end, rest, cuts in options)
 
     _, cuts = best(0, p)
-    starts = (0, *cuts[:-1])
-    return [range(a, b) for a, b in zip(starts, cuts)]
+    return [range(a, b) for a, b in zip((0, *cuts[:-1]), cuts)]
 
 
 def stage_times(times: list[float], stages: list[range]) -> list[float]:

@@ -1,16 +1,10 @@
-"""The cases of ``course check pp`` (course_lib.checking runs them), on p = 2 and 4 real gloo ranks, one stage per
-rank, a model of 2p blocks (Linear + Tanh, width 6, float64) cut into p stages:
-
-- ``communicate``: forward along the chain, backward along it, then 1F1B's steady-state exchange (stage s sends an
-  activation to s+1 while s+1 sends a gradient to s): what each stage receives is what its neighbour sent, of
-  ``pipe.shape``; a blocking send first deadlocks there, and the harness names each rank's line in seconds;
-- ``forward_step`` / ``backward_step`` on each rank alone: the output (the last stage: the loss divided by m), x's
-  gradient, and the parameters' gradients accumulated over two micro-batches;
-- ``afab`` / ``one_f_one_b`` (cases_schedule.py): the learner's schedule, with their communicate, forward_step and
-  backward_step watched, against one process with the whole batch (loss and every gradient), plus the order of
-  forwards and backwards on each stage and the micro-batches in flight (1F1B: warm-up p - stage - 1, at most
-  p - stage held at once).
-"""
+"""The cases of ``course check pp`` (course_lib.checking runs them) on p = 2 and 4 real gloo ranks, one stage per
+rank, a model of 2p blocks cut into p stages: ``communicate`` along the chain and in 1F1B's steady-state exchange,
+``forward_step`` / ``backward_step`` on each rank alone, then the schedules ``afab`` and ``one_f_one_b``, their
+forward_step and backward_step watched (the module's names swapped while the schedule runs) and the result compared
+with one process with the whole batch. The watcher tells micro-batches apart by value (against each micro-batch's
+serial activation and gradient at this stage), counts those in flight, and notes the first thing out of order but
+lets the schedule go on: a rank that stopped would leave its neighbours waiting."""
 from __future__ import annotations
 
 import functools
@@ -18,9 +12,9 @@ import functools
 from course_lib import checking
 from course_lib.checking import case as harness
 from course_lib.checking.case import Case, Fail, need
-from course_lib.checking.learner import explain
+from course_lib.checking.learner import error_where, explain
+from course_lib.checking.worker import peer_gone
 from course_lib.pp import pipe as pp
-from course_lib.pp.cases_schedule import case_schedule
 
 FILE = LOAD_ITEM = "pp.py"
 ITEMS = ("communicate", "forward_step", "backward_step", "afab", "one_f_one_b")
@@ -57,7 +51,8 @@ def cases(world: int) -> list[Case]:
            Case("forward_step", "forward_step", case_forward, f"p={world}, m=3"),
            Case("backward_step", "backward_step", case_backward, f"p={world}, m=2")]
     for name in ("afab", "one_f_one_b"):
-        for m in micro_batches(world):
+        # more micro-batches than stages (1F1B has a steady state on every stage), then fewer (warm-up cut at m)
+        for m in (world + 2,) if world == 2 else (world + 2, 2):
             out.append(Case(f"{name}:m{m}", name, functools.partial(case_schedule, name, m), f"p={world}, m={m}"))
     return out
 
@@ -69,21 +64,9 @@ def pass_text(item: str, recs) -> str:
     return f"p={worlds}: " + next((v["message"] for r in recs for v in r.verdicts.values() if v["message"]), "")
 
 
-def micro_batches(world: int) -> tuple:
-    """More micro-batches than stages (1F1B has a steady state on every stage), then fewer (warm-up cut at m)."""
-    return (world + 2,) if world == 2 else (world + 2, 2)
-
-
 class Ctx(harness.Ctx):
-    """The harness's context, with the learner's functions looked up by name in ``FILE``."""
-
     def need(self, name: str):
         return need(self.mod, name, FILE)
-
-    def explain(self, e: BaseException) -> str:
-        """What went wrong, with its line in the learner's file; a stub's NotImplementedError quotes the stub's
-        own words (what to write)."""
-        return explain(e, self.path, FILE)
 
     def calling(self, name: str):
         """The learner's ``name``, where a stub's NotImplementedError becomes a verdict that says what to write."""
@@ -93,16 +76,15 @@ class Ctx(harness.Ctx):
             try:
                 return fn(*args, **kw)
             except NotImplementedError as e:
-                raise Fail(self.explain(e), kind="todo") from e
+                raise Fail(explain(e, self.path, FILE), kind="todo") from e
         return call
 
 
 def setting(ctx, m: int):
-    """The model, this rank's Pipe, the micro-batches and the serial reference (the same on every rank)."""
+    """This rank's Pipe, the micro-batches and the serial reference (the same on every rank)."""
     model = pp.make_model(2 * ctx.world, WIDTH)
     xs, ys = pp.make_batch(m, MICRO, WIDTH)
-    ref = pp.reference(model, ctx.world, xs, ys)
-    return model, pp.make_pipe(model, ctx.world, ctx.rank, m, MICRO), xs, ys, ref
+    return pp.make_pipe(model, ctx.world, ctx.rank, m, MICRO), xs, ys, pp.reference(model, ctx.world, xs, ys)
 
 
 def pattern(sender: int, tag: int):
@@ -112,7 +94,7 @@ def pattern(sender: int, tag: int):
 
 
 def case_communicate(part: str, ctx):
-    _, pipe, _, _, _ = setting(ctx, 3)
+    pipe = setting(ctx, 3)[0]
     fn = ctx.calling("communicate")
     s = ctx.rank
     # 1: activations forward along the chain; 2: gradients backward; 3: 1F1B's steady state, pairs (s, s+1) with
@@ -131,8 +113,7 @@ def case_communicate(part: str, ctx):
         if (part == "chain") != (tag <= 2):
             continue
         got = fn(pipe, **kw)
-        problem = judge_exchange(got, kw, s, tag, what, pipe)
-        ctx.agree_or_fail(problem)
+        ctx.agree_or_fail(judge_exchange(got, kw, s, tag, what, pipe))
     return ("forward and backward along the chain" if part == "chain"
             else "1F1B's steady-state exchange: both directions at once")
 
@@ -163,7 +144,7 @@ def judge_exchange(got, kw, s, tag, what, pipe) -> str | None:
 
 def case_forward(ctx):
     import torch
-    model, pipe, xs, ys, ref = setting(ctx, 3)
+    pipe, _, ys, ref = setting(ctx, 3)
     fn = ctx.calling("forward_step")
     x = ref.inputs[pipe.stage][1].clone()
     y = fn(pipe, x, ys[1] if pipe.last else None)
@@ -183,15 +164,14 @@ def case_forward(ctx):
         if not torch.allclose(y.detach(), loss / pipe.m, **TOL):
             raise Fail(f"last stage: forward_step returned {y.detach().reshape(-1)[:3].tolist()}, expected the loss "
                        f"pipe.loss_fn(y, target) / pipe.m = {float(loss / pipe.m):.6g}")
-        return "the stage's output; on the last stage the micro-batch's loss / m"
-    if tuple(y.shape) != tuple(out.shape) or not torch.allclose(y.detach(), out, **TOL):
+    elif tuple(y.shape) != tuple(out.shape) or not torch.allclose(y.detach(), out, **TOL):
         raise Fail(f"stage {pipe.stage}: forward_step's output differs from pipe.module(x)")
     return "the stage's output; on the last stage the micro-batch's loss / m"
 
 
 def case_backward(ctx):
     import torch
-    model, pipe, xs, ys, ref = setting(ctx, 2)
+    pipe, _, ys, ref = setting(ctx, 2)
     fn = ctx.calling("backward_step")
     params = list(pipe.module.parameters())
     shares = []
@@ -221,3 +201,183 @@ def case_backward(ctx):
                            f"They must accumulate; zero them once per step, before the schedule")
             raise Fail(f"stage {pipe.stage}: after two micro-batches .grad is not the sum of their gradients")
     return "x's gradient back, parameters' gradients accumulated over micro-batches"
+
+
+class Watcher:
+    """One stage's view of a schedule: the events in order, the micro-batches in flight, the first problem."""
+
+    def __init__(self, mod, pipe, ref):
+        self.pipe, self.ref = pipe, ref
+        self.events: list = []           # ("F", i) / ("B", i)
+        self.by_output: dict = {}        # id(y) -> (micro-batch, y): which forward a backward belongs to
+        self.in_flight = self.peak = 0
+        self.first_backward_after = None   # forwards run before the first backward
+        self.problem: str | None = None
+        self.inside: str | None = None     # the watched call running now
+        self.originals = {name: getattr(mod, name) for name in ("forward_step", "backward_step")}
+
+    def note(self, text: str) -> None:
+        self.problem = self.problem or text
+
+    def which(self, t, candidates) -> int | None:
+        import torch
+        for i, want in enumerate(candidates):
+            if (isinstance(t, torch.Tensor) and want is not None and t.shape == want.shape
+                    and torch.allclose(t.detach().to(want.dtype), want, rtol=1e-9, atol=1e-12)):
+                return i
+        return None
+
+    def forward(self, pipe, x, target=None):
+        s, done = self.pipe.stage, sum(1 for e in self.events if e[0] == "F")
+        i = self.which(x, self.ref.inputs[s])
+        if i is None:
+            shape = tuple(x.shape) if hasattr(x, "shape") else type(x).__name__
+            self.note(f"stage {s}'s forward number {done} got an input of shape {shape} that is no micro-batch's "
+                      f"activation at this stage (expected shape {tuple(self.ref.inputs[s][0].shape)}, "
+                      f"pipe.shape): the tensor sent and the one received disagree")
+        elif i != done:
+            self.note(f"stage {s} received micro-batch {i} for its forward number {done}: every stage runs the "
+                      f"micro-batches in order 0..m-1 (the wrong micro-batch reached it)")
+        self.inside = "forward_step"          # left set if it raises: a crash in it is not a schedule's
+        y = self.originals["forward_step"](pipe, x, target)
+        self.inside = None
+        self.events.append(("F", done if i is None else i))
+        self.by_output[id(y)] = (done if i is None else i, y)
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        return y
+
+    def backward(self, pipe, x, y, grad):
+        s, p = self.pipe.stage, self.pipe.stages
+        if self.first_backward_after is None:
+            self.first_backward_after = sum(1 for e in self.events if e[0] == "F")
+        i, _ = self.by_output.pop(id(y), (None, None))
+        done = sum(1 for e in self.events if e[0] == "B")
+        if i is None:
+            self.note(f"stage {s}'s backward number {done} got a y that no forward_step of this stage returned"
+                      + (" (on the last stage its backward started before its loss)" if s == p - 1 else ""))
+        elif not self.pipe.last:
+            j = self.which(grad, self.ref.out_grads[s])
+            if grad is None:
+                self.note(f"stage {s}'s backward of micro-batch {i} got grad=None: the gradient of y comes from "
+                          f"the next stage (communicate(pipe, recv_next=True))")
+            elif j is None and self.which(grad / self.pipe.m, self.ref.out_grads[s][i:i + 1]) == 0:
+                self.note(f"the gradient of micro-batch {i} that stage {s} received is m = {self.pipe.m} times one "
+                          f"process's: each micro-batch's loss must be divided by the number of micro-batches m")
+            elif j is None:
+                self.note(f"stage {s}'s backward of micro-batch {i} got a gradient that is no micro-batch's "
+                          f"(shape {tuple(grad.shape)}; expected {tuple(self.ref.out_grads[s][i].shape)})")
+            elif j != i:
+                self.note(f"stage {s} applied the gradient of micro-batch {j} (received from stage {s + 1}) to the "
+                          f"activations of micro-batch {i}: it received the wrong micro-batch; backwards go in the "
+                          f"order the forwards went, the oldest kept (x, y) first")
+        self.inside = "backward_step"
+        dx = self.originals["backward_step"](pipe, x, y, grad)
+        self.inside = None
+        self.events.append(("B", i))
+        self.in_flight -= 1
+        return dx
+
+
+def case_schedule(name: str, m: int, ctx):
+    pipe, xs, ys, ref = setting(ctx, m)
+    schedule = ctx.need(name)
+    for fn in ("forward_step", "backward_step", "communicate"):
+        ctx.need(fn)
+    watcher = Watcher(ctx.mod, pipe, ref)
+    ctx.mod.forward_step, ctx.mod.backward_step = watcher.forward, watcher.backward
+    try:
+        loss = schedule(pipe, list(xs), list(ys))
+    except NotImplementedError as e:
+        raise Fail(explain(e, ctx.path, FILE), kind="todo") from e
+    except Exception as e:
+        if peer_gone(e):     # a neighbour's process ended first: the harness reports the neighbour
+            raise
+        raise Fail(crash_text(name, watcher, explain(e, ctx.path, FILE)), kind="error",
+                   where=error_where(e, ctx.path)) from e
+    finally:
+        ctx.mod.forward_step, ctx.mod.backward_step = watcher.originals.values()
+    problem = watcher.problem or order_problem(name, watcher, m) or result_problem(pipe, ref, loss, TOL, m)
+    if problem:
+        raise Fail(f"stage {pipe.stage} of {pipe.stages}: {problem}" if not problem.startswith("stage") else problem,
+                   figures=figures(watcher))
+    held = {"afab": "m", "one_f_one_b": "min(p - stage, m)"}[name]
+    return f"loss and every gradient equal one process; {held} micro-batches held per stage", figures(watcher)
+
+
+def figures(w: Watcher) -> dict:
+    return {"peak_in_flight": w.peak, "warmup": (w.first_backward_after or 0) - 1,
+            "order": "".join(e[0] for e in w.events)}
+
+
+def crash_text(name, w: Watcher, text: str) -> str:
+    if w.problem:                 # what the watcher saw first explains the crash
+        return f"{w.problem}\n(then {text})"
+    if w.inside:
+        return f"stage {w.pipe.stage}: {text}"
+    if w.pipe.last and name == "one_f_one_b" and w.in_flight == 0 and len(w.events) < 2 * w.pipe.m:
+        return (f"last stage: {text}: it tried a backward with no micro-batch in flight; its backward started "
+                f"before its loss. On the last stage 1F1B's warm-up is p - stage - 1 = 0: each steady step runs the "
+                f"forward (which computes the loss) first, then that micro-batch's backward")
+    p, s = w.pipe.stages, w.pipe.stage
+    forwards = sum(e[0] == "F" for e in w.events)
+    if name == "one_f_one_b" and w.first_backward_after is None and forwards > min(p - s - 1, w.pipe.m):
+        return (f"stage {s}: {text}, after {forwards} forwards and no backward: more than 1F1B's warm-up of "
+                f"p - stage - 1 = {p - s - 1} forwards before its first backward (the last stage has no warm-up "
+                f"and sends nothing on)")
+    return f"stage {s}: {text}"
+
+
+def order_problem(name: str, w: Watcher, m: int) -> str | None:
+    p, s = w.pipe.stages, w.pipe.stage
+    if len(w.events) != 2 * m or sum(e[0] == "F" for e in w.events) != m:
+        return (f"{name} ran {sum(e[0] == 'F' for e in w.events)} forward_step and "
+                f"{sum(e[0] == 'B' for e in w.events)} backward_step calls for m = {m} micro-batches (one of each "
+                f"per micro-batch, through the module's forward_step and backward_step)")
+    if name == "afab":
+        if w.peak != m:
+            return (f"afab held at most {w.peak} micro-batches' activations at once: all m = {m} forwards come "
+                    f"before any backward")
+        return None
+    warmup, want = w.first_backward_after - 1, min(p - s - 1, m)
+    if w.first_backward_after != min(p - s, m):
+        return (f"stage {s} ran {w.first_backward_after} forwards before its first backward, a warm-up of {warmup}: "
+                f"1F1B's warm-up is p - stage - 1 = {p - s - 1} forwards (at most m), then one forward and one "
+                f"backward per step, so that a stage holds at most p - stage = {p - s} micro-batches")
+    if w.peak > min(p - s, m):
+        return (f"stage {s} held {w.peak} micro-batches' activations at once; 1F1B holds at most p - stage = "
+                f"{p - s} (order of its calls: {''.join(e[0] for e in w.events)})")
+    steady = "".join(e[0] for e in w.events)[want:2 * m - want]
+    if steady != "FB" * (m - want):
+        return (f"stage {s}'s steady state ran {steady}: after the {want} warm-up forwards, one forward then one "
+                f"backward per step ({'FB' * (m - want)})")
+    return None
+
+
+def result_problem(pipe, ref, loss, tol, m) -> str | None:
+    import torch
+    if pipe.last:
+        if not isinstance(loss, (float, int)) and not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
+            return f"the last stage returned {loss!r}, not the step's loss (the sum of the m returned losses)"
+        got = float(loss)
+        if abs(got - ref.loss * m) <= 1e-9 * abs(ref.loss * m) and m > 1:
+            return (f"the step's loss is {got:.6g}, m = {m} times one process's {ref.loss:.6g}: each micro-batch's "
+                    f"loss must be divided by the number of micro-batches m")
+        if abs(got - ref.loss) > 1e-9 * max(1.0, abs(ref.loss)):
+            return f"the step's loss is {got:.6g}, one process with the whole batch has {ref.loss:.6g}"
+    for k, (p, want) in enumerate(zip(pipe.module.parameters(), ref.grads[pipe.stage])):
+        if p.grad is None:
+            return f"parameter {k} of this stage has no gradient after the step"
+        if torch.allclose(p.grad, want, **tol):
+            continue
+        if m > 1 and torch.allclose(p.grad, want * m, **tol):
+            return (f"every gradient is m = {m} times one process's: each micro-batch's loss must be divided by "
+                    f"the number of micro-batches m")
+        if m > 1 and torch.allclose(p.grad, ref.last_share[pipe.stage][k], **tol):
+            return (f"parameter {k}'s gradient is the last micro-batch's share alone: the gradients were zeroed "
+                    f"between micro-batches (zero_grad or .grad = None inside the schedule or backward_step). The m "
+                    f"micro-batches' gradients must add up in .grad; zero them once per step, before the schedule")
+        return (f"parameter {k}'s gradient differs from one process with the whole batch (max |difference| "
+                f"{float((p.grad - want).abs().max()):.3g}): the gradients of the m micro-batches must add up in "
+                f".grad (zeroed once per step, never between micro-batches)")
+    return None

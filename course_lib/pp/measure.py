@@ -1,13 +1,10 @@
-"""Time a pipeline schedule stage by stage: ``python -m course_lib.pp.measure --pp-file PATH`` as p ranks (notebook
-12 starts them with ``course_lib.runs.launch``), one stage per rank, gloo.
+"""Time a pipeline schedule stage by stage: ``python -m course_lib.pp.measure --pp-file PATH`` as p ranks, one stage
+per rank, gloo; each rank prints one ``PPEVENT {json}`` line per step, read back by ``timeline.parse``.
 
-For each schedule (afab, one_f_one_b) and each m, one step runs with the learner's ``forward_step`` and
-``backward_step`` wrapped: each call is timed (start and end, seconds after a barrier that starts the step) and
-made to last ``--forward-ms`` / ``--backward-ms`` at least, with a sleep standing for a GPU kernel. On a laptop the
-ranks share fewer cores than there are stages, so real arithmetic of that length would measure the machine's
-contention, not the schedule; a sleep keeps each stage's work fixed, and what is left to measure is what the
-schedule decides: when each stage can start (the bubble) and how many micro-batches it holds. Every call prints
-one line ``PPEVENT {json}``; ``timeline.parse`` reads them back.
+Each forward_step / backward_step call is made to last ``--forward-ms`` / ``--backward-ms`` at least with a sleep
+standing for a GPU kernel: on a laptop the ranks share fewer cores than there are stages, so real arithmetic would
+measure the machine's contention; what is left to measure is what the schedule decides (the bubble, the
+micro-batches held).
 """
 from __future__ import annotations
 
@@ -25,7 +22,6 @@ def wrap(mod, fwd_s: float, bwd_s: float, events: list, clock):
     by_output: dict = {}
 
     def timed(kind, i, fn, least, *args):
-        """``fn(*args)``, made to last ``least`` seconds at least; its event recorded."""
         t0 = clock()
         out = fn(*args)
         left = least - (clock() - t0)
@@ -65,8 +61,7 @@ def step(mod, schedule: str, m: int, a, rank: int, world: int) -> dict:
         mod.forward_step, mod.backward_step = originals
     end = time.monotonic() - start
     dist.barrier()
-    return {"schedule": schedule, "p": world, "m": m, "stage": rank, "events": events, "end": end,
-            "loss": loss}
+    return {"schedule": schedule, "p": world, "m": m, "stage": rank, "events": events, "end": end, "loss": loss}
 
 
 def main(argv=None) -> None:

@@ -1,14 +1,10 @@
 """What a pipeline stage is given (``Pipe``), the small model the checker and notebook 12 split into stages, and
-the serial reference every schedule must equal: one process with the whole batch.
-
-A model of ``layers`` blocks (Linear + Tanh, width ``width``) is cut into p stages of consecutive blocks, as even
-as the layer counts allow (GPipe's partition by layers; notebook 12 then balances by measured time). The loss is
-the mean squared error over the whole batch, so with m equal micro-batches it is the mean of the m micro-batch
-losses: each micro-batch's loss is divided by m before its backward, and the gradients add up in ``.grad``.
+the serial reference every schedule must equal: one process with the whole batch (the loss is the mean over the
+batch, so each of m equal micro-batches' losses is divided by m and the gradients add up in ``.grad``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 
@@ -25,7 +21,6 @@ class Pipe:
     dtype: object = None           # the activations' dtype (torch.float64 in the checker)
     loss_fn: Callable = None       # loss_fn(output, target) -> the micro-batch's mean loss
     group: object = None           # the pipeline's process group (None: the default group)
-    extra: dict = field(default_factory=dict)
 
     @property
     def first(self) -> bool:
@@ -37,23 +32,18 @@ class Pipe:
 
 
 def split_layers(layers: int, stages: int) -> list[range]:
-    """Consecutive blocks per stage, the first stages taking one more when they do not divide evenly."""
+    """Consecutive blocks per stage, the first stages taking one more when they do not divide evenly (GPipe's)."""
     base, extra = divmod(layers, stages)
-    out, start = [], 0
-    for s in range(stages):
-        n = base + (1 if s < extra else 0)
-        out.append(range(start, start + n))
-        start += n
-    return out
+    starts = [s * base + min(s, extra) for s in range(stages + 1)]
+    return [range(a, b) for a, b in zip(starts, starts[1:])]
 
 
-def make_model(layers: int, width: int, seed: int = 0, dtype=None):
-    """``layers`` blocks of Linear(width, width) + Tanh: the serial model (float64 unless ``dtype``)."""
+def make_model(layers: int, width: int, seed: int = 0):
+    """``layers`` blocks of Linear(width, width) + Tanh, float64: the serial model."""
     import torch
     from torch import nn
     torch.manual_seed(seed)
-    blocks = [nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(layers)]
-    return nn.Sequential(*blocks).to(dtype or torch.float64)
+    return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(layers)]).double()
 
 
 def stage_module(model, stages: int, stage: int):
@@ -62,14 +52,11 @@ def stage_module(model, stages: int, stage: int):
     return nn.Sequential(*[model[i] for i in split_layers(len(model), stages)[stage]])
 
 
-def make_batch(m: int, micro: int, width: int, seed: int = 1, dtype=None):
-    """m micro-batches of inputs and targets, each (micro, width)."""
+def make_batch(m: int, micro: int, width: int):
+    """m micro-batches of inputs and targets, each (micro, width), float64."""
     import torch
-    g = torch.Generator().manual_seed(seed)
-    dtype = dtype or torch.float64
-    xs = [torch.randn(micro, width, generator=g, dtype=torch.float64).to(dtype) for _ in range(m)]
-    ys = [torch.randn(micro, width, generator=g, dtype=torch.float64).to(dtype) for _ in range(m)]
-    return xs, ys
+    g = torch.Generator().manual_seed(1)
+    return [[torch.randn(micro, width, generator=g, dtype=torch.float64) for _ in range(m)] for _ in "xy"]
 
 
 def mse(out, target):
@@ -79,17 +66,15 @@ def mse(out, target):
 
 def make_pipe(model, stages: int, stage: int, m: int, micro: int, ranks=None, group=None) -> Pipe:
     """The Pipe of ``stage`` (``ranks``: the global rank of each stage; default 0..p-1)."""
-    ranks = list(ranks) if ranks is not None else list(range(stages))
-    width = model[0][0].in_features
+    ranks = list(ranks or range(stages))
     return Pipe(stage_module(model, stages, stage), stage, stages, ranks[stage - 1] if stage else None,
-                ranks[stage + 1] if stage < stages - 1 else None, (micro, width), m,
+                ranks[stage + 1] if stage < stages - 1 else None, (micro, model[0][0].in_features), m,
                 next(model.parameters()).dtype, mse, group)
 
 
 @dataclass
 class Reference:
-    """One process with the whole batch: the loss, every parameter's gradient by stage, and per micro-batch the
-    activation entering each stage and the gradient of the loss w.r.t. each stage's output."""
+    """One process with the whole batch."""
     loss: float
     grads: list              # [stage] -> [gradient per parameter]
     inputs: list             # [stage][i] -> activation entering stage (stage 0: the micro-batch's input)
@@ -98,8 +83,8 @@ class Reference:
 
 
 def reference(model, stages: int, xs, ys) -> Reference:
-    """The serial computation on a copy of ``model``: the whole batch for the loss and gradients (one forward and
-    one backward), the stages' boundaries micro-batch by micro-batch for what each stage should see."""
+    """The serial computation on a copy of ``model``: the whole batch for the loss and gradients, the stages'
+    boundaries micro-batch by micro-batch for what each stage should see."""
     import copy
 
     import torch
@@ -107,9 +92,8 @@ def reference(model, stages: int, xs, ys) -> Reference:
     loss = mse(serial(torch.cat(xs)), torch.cat(ys))
     loss.backward()
     parts = [stage_module(serial, stages, s) for s in range(stages)]
-    grads = [[p.grad.clone() for p in part.parameters()] for part in parts]
     params = [list(part.parameters()) for part in parts]
-    last_share = []
+    grads = [[p.grad.clone() for p in ps] for ps in params]
     inputs = [[None] * len(xs) for _ in range(stages)]
     out_grads = [[None] * len(xs) for _ in range(stages)]
     for i, (x, y) in enumerate(zip(xs, ys)):

@@ -1,11 +1,7 @@
 """dp x pp training with the learner's 1F1B: ``python -m course_lib.pp.train --pp-file PATH --dp 2 --pp 2`` as
-dp * pp ranks (notebook 12 starts them with ``course_lib.runs.launch``); ``--serial``: one process, the whole batch.
-
-The ranks are laid out as Megatron-core does by default (``order="tp-cp-dp-pp"``, the first name fastest, with
-``course_lib.tp.grid.reference_rank_groups``): a dp group is neighbouring ranks (one node), the pipeline stages
-vary slowest (across nodes: a stage sends its neighbour one activation per micro-batch, point to point). Each
-pipeline trains on its dp replica's share of the batch in ``--m`` micro-batches; each stage then averages its
-gradients over its dp group and takes an SGD step. In float64 the loss curve equals the serial one to rounding.
+dp * pp ranks; ``--serial``: one process, the whole batch. The ranks lie on Megatron-core's default grid (a dp group
+is neighbouring ranks, one node; the stages vary slowest, across nodes); each stage averages its gradients over its
+dp group before its SGD step, so in float64 the loss curve equals the serial one to rounding.
 """
 from __future__ import annotations
 
@@ -20,7 +16,7 @@ ORDER = "tp-cp-dp-pp"
 
 
 def data(steps: int, batch: int, width: int):
-    """A regression task: inputs and the outputs of a fixed 'teacher' network, one batch per step."""
+    """A regression task: inputs and a fixed 'teacher' network's outputs, one batch per step."""
     import torch
 
     from course_lib.pp import pipe as pp

@@ -1,10 +1,6 @@
-"""What notebook 07's bug-hunt scripts (exercises/07_bughunt/) share: the rank as srun or torchrun gave it,
-a process group with a deadline, and a stack dump of every thread after a while (what ``py-spy dump`` shows,
-from the rank itself); and ``summary``, the notebook's account of a run: which rank's failure is the cause.
-
-``python -m course_lib.bughunt`` is bug 5 where GPUs are: each rank sees only its own GPU, as
-``--gpus-per-task=1`` arranges it (``BUG_GPUS_PER_TASK=1``), and picks ``cuda:LOCAL_RANK`` as the course's
-DDP script does.
+"""What notebook 07's bug-hunt scripts (exercises/07_bughunt/) share: the rank, a process group with a deadline, a
+stack dump of every thread after a while (``py-spy dump`` from the rank itself), and ``summary``: which rank's
+failure is the cause. ``python -m course_lib.bughunt`` is bug 5 where GPUs are (``BUG_GPUS_PER_TASK=1``).
 """
 import datetime
 import faulthandler

@@ -31,8 +31,8 @@ class Item:
     floor: float = 0.0         # the least deadline in which it can judge anything (--budget: else NOT RUN)
 
 
-def gpus(n: int, why: str = "") -> Callable[[Probe], str]:
-    """Needs CUDA and at least ``n`` GPUs (and NCCL for n >= 2)."""
+def gpus(n: int, why: str = "", also: str = "", lacking: str = "") -> Callable[[Probe], str]:
+    """Needs CUDA and at least ``n`` GPUs (and NCCL for n >= 2), and the probe's field ``also`` (else ``lacking``)."""
     def need(p: Probe) -> str:
         if not p.torch:
             return p.error or "torch does not import"
@@ -42,13 +42,13 @@ def gpus(n: int, why: str = "") -> Callable[[Probe], str]:
             return f"{p.gpus} GPU(s) here; this needs {n}" + (f" ({why})" if why else "")
         if n >= 2 and not p.nccl:
             return "this torch has no NCCL"
-        return ""
+        return lacking if also and not getattr(p, also) else ""
     return need
 
 
-def nccl(p: Probe) -> str:
-    """Needs one GPU and NCCL (the one-rank NCCL items)."""
-    return gpus(1)(p) or ("" if p.nccl else "this torch has no NCCL")
+nccl = gpus(1, also="nccl", lacking="this torch has no NCCL")
+bf16 = gpus(1, also="bf16", lacking="this GPU has no bf16 (Ampere or newer has)")
+nvidia_smi = gpus(1, also="nvidia_smi", lacking="nvidia-smi is not on PATH")
 
 
 # a machine with one GPU and everything else an item may need: what "runs on one GPU" is judged against
@@ -58,14 +58,6 @@ ONE_GPU = Probe(torch="any", cuda=True, cuda_version="any", gpus=1, names=["any"
 
 def runs_on_one_gpu(item: Item) -> bool:
     return not item.needs(ONE_GPU)
-
-
-def bf16(p: Probe) -> str:
-    return gpus(1)(p) or ("" if p.bf16 else "this GPU has no bf16 (Ampere or newer has)")
-
-
-def nvidia_smi(p: Probe) -> str:
-    return gpus(1)(p) or ("" if p.nvidia_smi else "nvidia-smi is not on PATH")
 
 
 def smi_only(p: Probe) -> str:

@@ -14,10 +14,6 @@ STATUSES = (PASS, FAIL, NOT_POSSIBLE, NOT_RUN)
 OK, FAILED, BAD_INPUT, REQUIRED_MISSING = 0, 1, 2, 3
 
 
-def counts(results: list[dict]) -> dict:
-    return {s: sum(r["status"] == s for r in results) for s in STATUSES}
-
-
 def exit_code(results: list[dict], required=()) -> int:
     """0: every item that could run here passed; 1: an item FAILed; 3: none failed, but an item named in
     ``required`` did not PASS (NOT POSSIBLE HERE, or NOT RUN for the budget)."""
@@ -32,11 +28,11 @@ def as_json(probe: dict, results: list[dict], started: str, seconds: float, *, p
     """The report as data. ``pending``: items not started yet; ``running``: the item under way (a report read
     while ``complete`` is false comes from a run that is still going or was killed)."""
     code = exit_code(results, required)
-    return {"probe": probe, "started": started, "seconds": round(seconds, 1), "counts": counts(results),
+    return {"probe": probe, "started": started, "seconds": round(seconds, 1),
+            "counts": {s: sum(r["status"] == s for r in results) for s in STATUSES},
             "complete": not pending and not running, "running": running, "pending": list(pending),
             "required": list(required), "budget_s": budget, "exit_code": code, "ok": code == OK,
-            "not_possible": [r["name"] for r in results if r["status"] in (NOT_POSSIBLE, NOT_RUN)],
-            "items": results}
+            "not_possible": [r["name"] for r in results if r["status"] in (NOT_POSSIBLE, NOT_RUN)], "items": results}
 
 
 def _cell(text: str) -> str:

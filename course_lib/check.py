@@ -9,7 +9,8 @@ else ``local``. ``slurm`` runs it as a short Slurm job (course_lib.check_slurm) 
 ``auto`` takes Slurm when it answers, else local.
 ``course check sbatch`` always runs here, since it submits a job of its own (the registry's ``runs_here``).
 
-A local check (course_lib.check_local; a check job runs it the same way) has one overall deadline, said when it
+A local check (course_lib.check_local; a check job runs it the same way, with no slot) first takes a check
+slot of the machine's (``$COURSE_CHECK_SLOTS``, said when it waits), then has one overall deadline, said when it
 starts ("checking: up to N s"): the sum of its own launches' deadlines, plus a margin for starting the fork server
 and stopping ranks. Every launch inside the check ends by it (course_lib.runtime.scope: each runs for min(its own
 timeout, what is left)); a run cut short by it makes the report's first row a "check run" FAIL that says so, so a
@@ -45,15 +46,16 @@ def check(exercise: str, path, engine: str | None = None, say=_PRINT, **kwargs):
 
     ``engine``: "local" (here) or "slurm" (a short Slurm job; ``queue_timeout=`` seconds in the queue at
     most); None: as ``engine_for_checks`` chooses. A local check first says its overall
-    deadline through ``say`` (None: silent)."""
+    deadline through ``say`` (None: silent), and there a wait for a check slot (course_lib.check_local.slot)."""
     if not get(exercise).runs_here and engine_for_checks(engine) == "slurm":
         return check_on_slurm(exercise, path, **kwargs) if say is _PRINT else \
             check_on_slurm(exercise, path, say=say or (lambda text: None), **kwargs)
     seconds = check_local.overall_deadline(exercise, kwargs)
+    say = print if say is _PRINT else say
     if say is not None:
-        (print if say is _PRINT else say)(f"checking: up to {seconds:.0f} s (the whole check's deadline, every launch "
-                                          "at most its timeout one after another; most checks end in seconds)")
-    return check_local.check_here(exercise, path, seconds, **kwargs)
+        say(f"checking: up to {seconds:.0f} s (the whole check's deadline, every launch at most its timeout one after "
+            "another; most checks end in seconds)")
+    return check_local.check_here(exercise, path, seconds, say, **kwargs)
 
 
 def add_arguments(p):

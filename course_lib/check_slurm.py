@@ -124,6 +124,7 @@ def main(argv: list[str]) -> int:
     runner.become_the_job(request)
     os.chdir(request["cwd"])
     options = request["options"]
+    os.environ[check_local.HELD] = "slurm"     # its CPUs are the job's: no slot of the node's to wait for
     report = check_local.check_here(request["exercise"], request["path"],
                                     check_local.overall_deadline(request["exercise"], options), **options)
     write_text(out, json.dumps(report.to_dict(), indent=1))

@@ -1,23 +1,18 @@
-"""The cases of ``course check cp`` (course_lib.checking runs them): every comparison is against one process in
-float64, within ``course_lib.tp.numerics.TOL``.
-
-``split_positions`` and ``merge_partials`` run in one process (pure functions); the rest as real gloo ranks with
-cp = 1, 2, 3, 4 (the group: every rank) and, on 4 ranks, dp = 2 x cp = 2 (cp groups [0, 1] and [2, 3], dp groups
-[0, 2] and [1, 3]: ``group=`` must be honoured, and the two dp replicas hold different data). Each distributed case
-builds the whole sequence in every rank from a seed, gives each rank its shard at the checker's own positions
-(plain and load-balanced), and compares the learner's output and every gradient with the same computation done on
-the whole sequence in one process. The cases live in cases_local.py, cases_attention.py and cases_grads.py.
-"""
+"""The cases of ``course check cp`` (course_lib.checking runs them), each against one process in float64 within
+``course_lib.tp.numerics.TOL``: ``split_positions`` and ``merge_partials`` in one process, the rest on cp = 1..4
+gloo ranks and dp=2 x cp=2 (``group=`` honoured, different data per dp replica), every rank given its shard at the
+checker's own positions (plain and load-balanced)."""
 from __future__ import annotations
 
 import functools
 
 from course_lib import checking
-from course_lib.checking.case import Case
+from course_lib.checking.case import Case, Fail
+from course_lib.cp import reference
 from course_lib.cp.cases_attention import case_attention, case_gather, case_ring, case_unshard
 from course_lib.cp.cases_grads import case_reduce, case_train_step
-from course_lib.cp.cases_local import case_merge, case_split
 from course_lib.tp import numerics
+from course_lib.tp.numerics import close, diff, rand
 
 FILE = LOAD_ITEM = "cp.py"
 ITEMS = ("split_positions", "unshard_sequence", "gather_sequence", "cp_attention", "merge_partials",
@@ -53,18 +48,14 @@ def check(path, **options):
     return checking.check("cp", path, **options)
 
 
-def setting_text(world: int, grid: bool) -> str:
-    return "4 ranks, dp=2 x cp=2, group= given" if grid else f"cp={world}"
-
-
 def cases(world: int) -> list[Case]:
     out = []
     if world == 1:
         out += [Case("split_positions", "split_positions", case_split, "one process"),
                 Case("merge_partials", "merge_partials", case_merge, "one process")]
     for grid in (True, False) if world == 4 else (False,):   # dp x cp first: it names dp-only mistakes
-        name = "dp2cp2" if grid else f"cp{world}"
-        out += [Case(f"{item}:{name}:{short}", item, functools.partial(in_setting, grid, fn), setting_text(world, grid))
+        name, label = ("dp2cp2", "4 ranks, dp=2 x cp=2, group= given") if grid else (f"cp{world}", f"cp={world}")
+        out += [Case(f"{item}:{name}:{short}", item, functools.partial(in_setting, grid, fn), label)
                 for item, short, fn in DIST_CASES]
     return out
 
@@ -73,25 +64,9 @@ class Ctx(numerics.Ctx):
     FILE = FILE
 
 
-class Setting:
-    """What a distributed case needs: the module, the cp and dp groups, their sizes, this rank's indices, a seed
-    (per dp replica: different data in different replicas)."""
-
-    def __init__(self, ctx, cp_group, dp_group, grid: bool):
-        import torch.distributed as dist
-        self.mod, self.need, self.take_counts, self.grid = ctx.mod, ctx.need, ctx.take_counts, grid
-        self.agree_or_fail = ctx.agree_or_fail     # every rank stops at the same sub-case (no rank left waiting)
-        self.cp_group, self.dp_group = cp_group, dp_group
-        self.group = cp_group if grid else None           # what the learner's cp functions get
-        self.kw = {"group": cp_group} if grid else {}
-        self.cp, self.r = dist.get_world_size(cp_group), dist.get_rank(cp_group)
-        self.dp, self.dp_rank = dist.get_world_size(dp_group), dist.get_rank(dp_group)
-        self.rank = dist.get_rank()
-        self.seed = 1000 * self.dp_rank
-
-
-def groups(ctx, grid: bool):
-    """(cp group, dp group) of this rank, made once per launch; every rank creates every group in the same order."""
+def in_setting(grid: bool, fn, ctx):
+    """Run ``fn`` with ctx given this rank's cp and dp groups, their sizes, its indices in them and a seed per dp
+    replica (different data in different replicas); every rank creates every group once per launch, in order."""
     import torch.distributed as dist
     key = "grid" if grid else "flat"
     if key not in ctx.cache:
@@ -102,12 +77,12 @@ def groups(ctx, grid: bool):
         else:      # every rank in one cp group; dp = 1: a group of this rank alone
             alone = [dist.new_group([r]) for r in range(ctx.world)]
             ctx.cache[key] = (dist.group.WORLD, alone[ctx.rank])
-    return ctx.cache[key]
-
-
-def in_setting(grid: bool, fn, ctx):
-    cp_group, dp_group = groups(ctx, grid)
-    return fn(Setting(ctx, cp_group, dp_group, grid))
+    ctx.cp_group, ctx.dp_group = ctx.cache[key]
+    ctx.kw = {"group": ctx.cp_group} if grid else {}     # what the learner's cp functions get
+    ctx.cp, ctx.r = dist.get_world_size(ctx.cp_group), dist.get_rank(ctx.cp_group)
+    ctx.dp, ctx.dp_rank = dist.get_world_size(ctx.dp_group), dist.get_rank(ctx.dp_group)
+    ctx.seed = 1000 * ctx.dp_rank
+    return fn(ctx)
 
 
 def pass_text(item: str, recs) -> str:
@@ -131,3 +106,102 @@ def hint(item: str, first, recs) -> str:
         return ("\n(it passes when the group is every rank but not with dp=2 x cp=2: pass group=... to every "
                 "collective, and use dist.get_world_size(group) / dist.get_rank(group) / dist.get_global_rank)")
     return ""
+
+
+# The cases run in one process: split_positions (every rank's share, asked rank by rank) and merge_partials.
+MAX_SEQ = 13
+
+
+def _as_positions(got, what):
+    import torch
+    try:
+        t = torch.as_tensor(got)
+    except Exception:
+        raise Fail(f"{what} must return a LongTensor of positions; it returned {type(got).__name__}") from None
+    if t.dim() != 1 or (t.numel() and t.is_floating_point()):
+        raise Fail(f"{what} must return a 1-D LongTensor of positions; it returned {t.dtype} of shape {list(t.shape)}")
+    return t.long()
+
+
+def _tokens_once(shares, seq_len, cp, mode):
+    """Every token 0..S-1 on exactly one rank: name the lost and the duplicated ones."""
+    import torch
+    where = f"seq_len={seq_len}, cp={cp}, {mode}"
+    every = torch.cat(shares) if shares else torch.empty(0, dtype=torch.long)
+    outside = sorted({int(p) for p in every if not 0 <= int(p) < seq_len})
+    if outside:
+        raise Fail(f"{where}: positions {outside} are outside 0..{seq_len - 1}")
+    count = torch.bincount(every, minlength=seq_len)
+    lost = (count == 0).nonzero().flatten().tolist()
+    if lost:
+        raise Fail(f"{where}: the split loses tokens {lost} (no rank holds them; S is not divisible by cp: the "
+                   f"remainder must go somewhere, e.g. one more token on the first S % cp ranks)")
+    dup = (count > 1).nonzero().flatten().tolist()
+    if dup:
+        holders = [r for r, s in enumerate(shares) if dup[0] in s.tolist()]
+        raise Fail(f"{where}: the split duplicates tokens {dup} (token {dup[0]} is on ranks {holders})")
+
+
+def case_split(ctx):
+    fn = ctx.need("split_positions")
+    for cp in range(1, 5):
+        for seq_len in range(cp, MAX_SEQ + 1):
+            for balanced in (False, True):
+                mode = "balanced" if balanced else "plain"
+                shares = [_as_positions(fn(seq_len, cp, r, balanced=balanced), f"split_positions({seq_len}, {cp}, "
+                                        f"{r}, balanced={balanced})") for r in range(cp)]
+                _tokens_once(shares, seq_len, cp, mode)
+                for r, s in enumerate(shares):
+                    if s.numel() > 1 and not bool((s[1:] > s[:-1]).all()):
+                        raise Fail(f"seq_len={seq_len}, cp={cp}, {mode}: rank {r}'s positions {s.tolist()} are not "
+                                   f"ascending")
+                (_balanced if balanced else _plain)(shares, seq_len, cp)
+    return None
+
+
+def _plain(shares, seq_len, cp):
+    sizes = [s.numel() for s in shares]
+    flat = [p for s in shares for p in s.tolist()]
+    if flat != list(range(seq_len)):
+        raise Fail(f"seq_len={seq_len}, cp={cp}, plain: each rank must hold a contiguous block, rank 0 first; got "
+                   f"{[s.tolist() for s in shares]}")
+    if max(sizes) - min(sizes) > 1:
+        raise Fail(f"seq_len={seq_len}, cp={cp}, plain: shard sizes {sizes} differ by more than one (the last rank "
+                   f"is short or idle); give the remainder one token each to the first ranks (tensor_split's rule)")
+
+
+def _balanced(shares, seq_len, cp):
+    want = [reference.positions(seq_len, cp, r, balanced=True).tolist() for r in range(cp)]
+    got = [s.tolist() for s in shares]
+    if got != want:
+        raise Fail(f"seq_len={seq_len}, cp={cp}, balanced: expected {want} (of 2*cp={2 * cp} chunks, "
+                   f"torch.tensor_split's sizes, rank r holds chunks r and {2 * cp - 1}-r), got {got}")
+
+
+def case_merge(ctx):
+    import torch
+    fn = ctx.need("merge_partials")
+    q, k, v = rand(1, 2, 3, 4), rand(2, 2, 8, 4), rand(3, 2, 8, 4)
+    q_pos, k_pos = torch.tensor([2, 5, 7]), torch.arange(8)
+    a, b = slice(0, 3), slice(3, 8)          # query 0 (position 2) sees nothing of block b: lse_b = -inf there
+    out_a, lse_a = reference.block(q, k[:, a], v[:, a], q_pos, k_pos[a])
+    out_b, lse_b = reference.block(q, k[:, b], v[:, b], q_pos, k_pos[b])
+    want = reference.attention(q, k, v, q_pos, k_pos)
+    want_lse = torch.logaddexp(lse_a, lse_b)
+    got = fn(out_a.clone(), lse_a.clone(), out_b.clone(), lse_b.clone())
+    if not (isinstance(got, tuple) and len(got) == 2):
+        raise Fail("merge_partials must return a tuple (out, lse)")
+    out, lse = got
+    if not close(out, want):
+        if close(out, (out_a + out_b) / 2):
+            raise Fail("merge_partials averages the two partial outputs: each was normalised over its own block, so "
+                       "they must be weighed by their share of the joint softmax denominator, exp(lse_x - lse) with "
+                       "lse = logaddexp(lse_a, lse_b): the log-sum-exp correction")
+        if out is not None and torch.isnan(out).any():
+            raise Fail("merge_partials returns nan where a block is fully masked (its lse is -inf): torch.logaddexp "
+                       "and exp(lse_b - lse) give 0 weight there without special cases")
+        raise Fail(f"merge_partials: out differs from the softmax over both blocks; {diff(out, want)}")
+    if not close(lse, want_lse):
+        raise Fail(f"merge_partials: lse must be the log of the joint denominator, logaddexp(lse_a, lse_b); "
+                   f"{diff(lse, want_lse)}")
+    return None

@@ -1,9 +1,6 @@
 """``reduce_shared_grads``: the weights are replicated over dp and cp, so their gradients are averaged over both.
-
-Two cases: gradients made up per rank (each mistake has its own number: not reduced, over dp only, over cp only,
-summed), then one training step of a tiny attention model, sharded over dp x cp with the checker's own cp
-attention, whose gradients after the learner's reduction must equal one process's on the whole batch.
-"""
+First gradients made up per rank (each mistake gives its own numbers), then one training step of a tiny attention
+model over dp x cp with the checker's own cp attention, against one process on the whole batch."""
 from __future__ import annotations
 
 from course_lib.checking.case import Fail
@@ -30,7 +27,7 @@ def case_reduce(c):
     fn(params, c.dp_group, c.cp_group)
     if params[2].grad is not None:
         raise Fail("reduce_shared_grads gave a parameter without a grad one: skip those (p.grad is None)")
-    members = {"dp": _ranks(c.dp_group), "cp": _ranks(c.cp_group)}
+    members = {"dp": dist.get_process_group_ranks(c.dp_group), "cp": dist.get_process_group_ranks(c.cp_group)}
     everyone = list(range(world))                      # dp * cp = every rank, in both settings
 
     def mean_over(ranks, divide):
@@ -55,12 +52,6 @@ def case_reduce(c):
         if n > 1 and all(close(g, w) for g, w in zip(got, values)):
             raise Fail(f"the gradients are {text}")
     raise Fail(f"the gradients are not the mean over the dp x cp ranks; {diff(got[0], want[0])}")
-
-
-def _ranks(group):
-    """The global ranks of ``group``."""
-    import torch.distributed as dist
-    return [dist.get_global_rank(group, r) for r in range(dist.get_world_size(group))]
 
 
 def case_train_step(c):

@@ -1,20 +1,13 @@
-"""Notebook 11's measurements, on real gloo ranks: per-rank activation memory, bytes per step, causal work per rank.
+"""Notebook 11's measurements on real gloo ranks: per-rank activation memory, bytes per step, causal work per rank.
 
     (4 ranks)  python -m course_lib.cp.lab --seq-lens 64,128,256
 
-All with the course's reference context-parallel attention (course_lib.cp.reference: K, V and the positions
-all-gathered, backward reduce-scatter), so the figures do not depend on how far a learner's cp.py is. For cp = 1,
-2 and 4 (groups [0], [0, 1], [0, 1, 2, 3]: every rank creates every group; ranks outside one wait) and each
-sequence length, one forward and backward of the model of course_lib.cp.train (float32) on the load-balanced split:
-
-- memory: the bytes of the tensors autograd saves for backward (``torch.autograd.graph.saved_tensors_hooks``),
-  each storage counted once, parameters left out: what a rank holds between forward and backward;
-- communication: the payload each rank's calls hand to torch.distributed, counted per call (all-gather: what the
-  rank receives, the gathered size less its own part; reduce-scatter: what it sends, the input less its own part;
-  all-reduce: 2 (n-1)/n of the tensor, the ring's bound, notebook 05);
-- work: the (query, key) pairs the causal mask leaves in each rank's scores, plain and balanced split.
-
-Rank 0 prints one ``@cp {json}`` line per measurement.
+With the checker's own cp attention (course_lib.cp.reference), so the figures do not depend on the learner's cp.py:
+for cp = 1, 2, 4 and each sequence length, one forward and backward of course_lib.cp.train's model (float32, the
+load-balanced split). Memory: the storages autograd saves for backward (parameters left out), each once;
+communication: the payload each call hands to torch.distributed (all-gather: what the rank receives;
+reduce-scatter: what it sends; all-reduce: 2 (n-1)/n of the tensor, the ring's bound). Rank 0 prints one
+``@cp {json}`` line per measurement.
 """
 from __future__ import annotations
 
@@ -75,20 +68,15 @@ def counted_payload():
     real = {name: getattr(dist, name) for name in ("all_gather", "reduce_scatter", "all_reduce")}
     size = lambda t: t.numel() * t.element_size()   # noqa: E731
 
-    def all_gather(parts, t, group=None, **kw):
-        out["activations"] += sum(size(p) for p in parts) - size(t)
-        return real["all_gather"](parts, t, group=group, **kw)
-
-    def reduce_scatter(t, parts, group=None, **kw):
-        out["activations"] += sum(size(p) for p in parts) - size(t)
-        return real["reduce_scatter"](t, parts, group=group, **kw)
-
-    def all_reduce(t, group=None, **kw):
-        n = dist.get_world_size(group)
-        out["gradients"] += round(2 * (n - 1) / n * size(t))
-        return real["all_reduce"](t, group=group, **kw)
-    for name, fn in (("all_gather", all_gather), ("reduce_scatter", reduce_scatter), ("all_reduce", all_reduce)):
-        setattr(dist, name, fn)
+    def counted(name, kind, payload):
+        def call(*args, group=None, **kw):
+            out[kind] += payload(*args, dist.get_world_size(group))
+            return real[name](*args, group=group, **kw)
+        return call
+    for name, kind, payload in (("all_gather", "activations", lambda parts, t, n: sum(map(size, parts)) - size(t)),
+                                ("reduce_scatter", "activations", lambda t, parts, n: sum(map(size, parts)) - size(t)),
+                                ("all_reduce", "gradients", lambda t, n: round(2 * (n - 1) / n * size(t)))):
+        setattr(dist, name, counted(name, kind, payload))
     try:
         yield out
     finally:

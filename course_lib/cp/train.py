@@ -3,15 +3,10 @@
     python -m course_lib.cp.train --serial                                  # one process, the reference
     (4 ranks)  python -m course_lib.cp.train --cp-file CP_FILE --cp 2 --dp 2  # the cp exercise's file
 
-The task: from a sequence of random feature vectors, predict at every position the mean of the vectors up to it
-(a causal running mean: uniform attention over the past solves it). The model is q, k, v = Linear(x), causal
-attention, an output Linear, in float64. The ranks form the grid of Megatron's order ``tp-cp-dp-pp`` (cp fastest:
-cp groups [0, 1] and [2, 3], dp groups [0, 2] and [1, 3]). Each dp replica takes its share of the batch; inside a
-replica each cp rank takes its tokens (the load-balanced split), computes its loss as the mean over its tokens,
-and the learner's ``reduce_shared_grads`` averages every gradient over dp x cp. So every step is the serial step on
-the whole batch, and the loss curves agree to rounding. One line per step::
-
-    step=1 loss=0.123456789
+The task: predict at every position the mean of the random feature vectors up to it (uniform attention over the
+past solves it), in float64. On Megatron's grid (cp fastest) each dp replica takes its share of the batch, each cp
+rank its tokens (the balanced split) and the mean loss over them; the learner's ``reduce_shared_grads`` averages
+over dp x cp, so the loss curve equals the serial one to rounding. One line per step: ``step=1 loss=0.123456789``.
 """
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """Notebook 10's timing run, as W ranks: ``python -m course_lib.owndp.bench PATH [--steps N] [--width D] ...``.
 
-Every rank trains copies of the same MLP (``layers`` linear layers of width x width, float32, SGD) on a batch of
-its own: one with no communication at all (the compute a step needs), one in each of the learner's four wrappers
-from PATH, one in torch's DistributedDataParallel (same bucket size). They take turns, a step each, ``warmup``
-untimed steps then ``steps`` timed ones. Markers (rankkit): ``time`` (variant, rank, step_ms, finish_ms: the median
-time of a whole step and of its ``finish_gradient_synchronization``), ``error`` (variant, rank, message) for a
-wrapper that raised, ``allreduce`` (rank, bytes, ms) for plain all-reduces of a few sizes, from which the notebook
-fits the alpha-beta model.
-With ``--trace DIR``, one more step of each of TRACED is profiled into ``DIR/<variant>/trace-rank<R>.json``
-(course_lib.trace.timeline reads it: the all-reduces against backward's compute).
+The same MLP with no communication, in each of the learner's four wrappers and in torch's DDP, a step each in
+turn; markers ``time``, ``error``, ``buckets`` and ``allreduce`` (for the alpha-beta fit); ``--trace DIR``
+profiles one more step of each of TRACED.
 """
 from __future__ import annotations
 
@@ -103,8 +97,8 @@ def trace_step(net, finish, opt, x, y, out):
     prof.export_chrome_trace(str(out))
 
 
-def time_allreduce(rank, repeats=5):
-    """The median time of ``repeats`` all-reduces of each of SIZES."""
+def time_allreduce(rank):
+    """The median time of 5 all-reduces of each of SIZES."""
     import statistics
 
     import torch
@@ -113,7 +107,7 @@ def time_allreduce(rank, repeats=5):
         t = torch.ones(nbytes // 4)
         dist.all_reduce(t)                         # warm-up: the connections are made
         took = []
-        for _ in range(repeats):
+        for _ in range(5):
             dist.barrier()
             t0 = time.perf_counter()
             dist.all_reduce(t)

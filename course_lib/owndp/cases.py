@@ -1,15 +1,9 @@
 """The cases of ``course check ownddp`` (course_lib.checking runs them): one per DDP variant of the learner's
 own_ddp.py, on W = 2 and 3 ranks.
 
-Each rank wraps a float64 model that starts from a seed of its own (so that a missing broadcast shows) in the
-learner's class, trains it ``STEPS`` SGD steps on its slice of a global batch, and compares the parameters
-after every step with a single-process run of rank 0's initial model on the whole global batch. Two models:
-``plain`` (three linear layers of different sizes) and ``tied`` (an embedding tied to the output layer, a frozen
-layer, one that forward never uses and a random buffer that forward multiplies by, so that a broadcast of the
-parameters alone shows). Seen on the way (``Recorder``): the all-reduces each step issues, with
-their sizes and whether async, their waits, and when backward produced each gradient (naive: one per gradient;
-flat: one; overlapped: one per gradient; bucketed: one per bucket, for bucket sizes that make 1, 2 and 3 buckets;
-the overlapped variants start communicating during backward and do not wait there).
+Each rank's model starts from a seed of its own (a missing broadcast shows) and must equal, after every step, a
+single-process run of rank 0's model on the whole batch; the ``Recorder`` sees the all-reduces, their waits and
+when backward produced each gradient.
 """
 from __future__ import annotations
 
@@ -235,7 +229,8 @@ def update_ratio(before, after, ref_before, ref_after):
 
 def train(c, variant, kind, cap):
     """STEPS steps of the learner's wrapper next to the single-process run; returns (the recorder's logs of the
-    first and the last step, the sizes of the parameters that require a gradient, 0 for those that got none)."""
+    first and the last step, the sizes of the parameters that require a gradient, the same with 0 for those that got
+    none)."""
     import torch
     make = plain_model if kind == "plain" else tied_model
     c.model_kind = kind
@@ -265,15 +260,15 @@ def train(c, variant, kind, cap):
         ref_opt.zero_grad()
         problem = None
         wrong = params_differ(c, model, ref)
+        every = [p.numel() for p in ref.parameters() if p.requires_grad]
         if wrong:
             ratio = update_ratio(before, [p.detach() for p in model.parameters()], ref_before,
                                  [p.detach() for p in ref.parameters()])
             problem = _step_problem(c, kind, step, wrong, ratio)
-            every = [p.numel() for p in ref.parameters() if p.requires_grad]
             sent = bucket_problem(logs[-1], every, cap, f"{kind} model") if variant == "bucketed" else None
             problem += f"\n{sent}" if sent else ""
         c.agree_or_fail(problem)
-    return (logs[0], logs[-1]), sizes
+    return (logs[0], logs[-1]), every, sizes
 
 
 def _finish(c, ddp):
@@ -366,9 +361,7 @@ def case_variant(c, variant):
     if variant == "bucketed":
         runs += [("plain", CAPS[1]), ("plain", CAPS[2])]
     for kind, cap in runs:
-        (first, log), used = train(c, variant, kind, cap)
-        sizes = [p.numel() for p in (plain_model(0) if kind == "plain" else tied_model(0)).parameters()
-                 if p.requires_grad]
+        (first, log), sizes, used = train(c, variant, kind, cap)
         label = f"{kind} model, W={c.world}"
         problem = (bucket_problem(log, sizes, cap, label) if variant == "bucketed"
                    else count_problem(variant, log, used, label))

@@ -17,17 +17,16 @@ QUICK = {"steps": 5, "warmup": 2, "width": 256, "layers": 4, "bucket_mb": 0.125}
 FULL = {"steps": 20, "warmup": 3, "width": 1024, "layers": 6, "bucket_mb": 4.0}
 
 
-def timing(path, world=2, quick=False, timeout=300, trace=True):
+def timing(path, world=2, quick=False, timeout=300):
     """{"world", "config", "ms": {variant: (step ms, finish ms)}, "errors": {variant: msg}, "allreduce": [(bytes,
     ms)], "torch buckets": [bytes], "timelines": {variant: [Timeline per rank]}, "summary"}: times are the mean
-    over the ranks of each rank's median step; ``trace``: profile one more step of some variants (timelines)."""
+    over the ranks of each rank's median step."""
     config = QUICK if quick else FULL
     args = ["-m", "course_lib.owndp.bench", str(path)] + [
         a for k, v in config.items() for a in (f"--{k.replace('_', '-')}", str(v))]
     # where the site runs the ranks (runs.launch); here, forked from a server that imported torch once
     with runs.workdir("own-ddp-trace-") as traces, runs.session():
-        res = runs.launch(args + (["--trace", traces] if trace else []), nprocs=world, timeout=timeout,
-                          on_line=None, grace=3.0)
+        res = runs.launch(args + ["--trace", traces], nprocs=world, timeout=timeout, on_line=None, grace=3.0)
         found = timelines(traces)
     per = defaultdict(list)
     out = {"world": world, "config": config, "ms": {}, "errors": {}, "allreduce": [], "torch buckets": [],
@@ -127,7 +126,7 @@ def plot(run):
 
 
 def timelines(trace_dir):
-    """{variant: [Timeline per rank]} of the steps ``timing(..., trace=trace_dir)`` profiled."""
+    """{variant: [Timeline per rank]} of the steps ``timing`` profiled into ``trace_dir``."""
     out = {}
     for variant in ORDER:
         files = sorted((Path(trace_dir) / variant.replace(" ", "_")).glob("trace-rank*.json"))

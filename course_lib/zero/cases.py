@@ -1,16 +1,7 @@
-"""The cases of ``course check zero`` (course_lib.checking runs them), on W = 2 and 4 real gloo ranks, in order,
-each later piece built on the earlier ones:
+"""The cases of ``course check zero`` (course_lib.checking runs them), on W = 2 and 4 real gloo ranks: shard_range,
+reduce_scatter and all_gather on point-to-point operations only, then ZeRO-1/2 (zerocase.py).
 
-- ``shard_range``: every element of a flat vector owned by exactly one rank, in rank order, no shard longer
-  than ceil(n/W) (also for n < W and n not divisible by W);
-- ``reduce_scatter`` / ``all_gather``: this rank's shard of the sum / every shard in its place, on point-to-point
-  operations only (any collective the learner's code calls is counted and named);
-- ``ZeRO-1`` / ``ZeRO-2`` (zerocase.py): the learner's ZeroOptimizer against torch's DistributedDataParallel, step
-  by step. It runs on the learner's own collectives once those passed, else on the library's (the verdict says
-  which), so a broken ring does not hide a correct optimizer.
-
-Sub-cases end with ``ctx.agree_or_fail`` so that all ranks stop at the same sub-case when one fails (a rank running
-ahead into the next call would wait forever).
+Sub-cases end with ``ctx.agree_or_fail``: a rank running ahead into the next call would wait forever.
 """
 from __future__ import annotations
 

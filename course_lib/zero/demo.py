@@ -1,18 +1,8 @@
-"""The runs of notebook 09, one rank each (launched by ``course_lib.zero.lab`` through ``core.launch``).
+"""The runs of notebook 09, one rank each (launched by ``course_lib.zero.lab``).
 
-    python -m course_lib.zero.demo accum  [--micro K] [--batch B]
-    python -m course_lib.zero.demo sharded --zero-file PATH [--steps S] [--collectives mine|torch]
-
-``accum``: one DDP step three ways from the same start, float64: the large batch (K*B per rank) at once;
-K micro-batches of B with ``no_sync`` on all but the last; K micro-batches without it. A DDP communication
-hook counts the buckets all-reduced. Emits one ``accum`` marker per way (rank 0).
-
-``sharded``: the same model (784 -> 128 -> 10, float32, SGD with momentum: unlike Adam's normalised step, it
-shows a gradient off by a factor, a missing divide by W) trained on the same global batches of the digits set
-with DDP, the learner's ZeroOptimizer (stage 1 and 2) and PyTorch's FSDP2 ``fully_shard``. Emits the losses
-(rank 0) and, on every rank after the last step, the bytes this rank holds of parameters, gradients, optimizer
-state and, for ZeRO, every other tensor its optimizer object or the model keeps alive (``memory``; measured by
-course_lib.zero.measure, not only ``p.grad``). A method that fails emits ``error`` and the others go on.
+``accum``: one DDP step as a large batch, as micro-batches with ``no_sync``, and without it. ``sharded``: DDP, the
+learner's ZeroOptimizer (stage 1 and 2) and FSDP2 on the same batches, with SGD + momentum (unlike Adam's
+normalised step, it shows a gradient off by a factor); a method that fails emits ``error`` and the others go on.
 """
 from __future__ import annotations
 

@@ -1,22 +1,12 @@
-"""What a ZeroOptimizer holds and sends, measured rather than inferred from its values (the ZeRO case, zerocase.py).
-
-``nbytes``, ``state_bytes``: a tensor's and an optimizer state's bytes on this rank (notebook 09's runs too).
-``held(roots, params)``: every tensor reachable from the optimizer object and the model (attributes, dicts, lists,
-the inner optimizer's state, each tensor's ``.grad``), counted once per storage, less the parameters' own storage,
-with the path it was reached by: a full-size gradient kept in an attribute of any name is seen. ``SendMeter``: the
-bytes this rank hands to point-to-point sends (``ProcessGroup.send``, which dist.send, dist.isend and
-batch_isend_irecv all reach with gloo) while it is active; the library's collectives move their bytes inside gloo,
-where they are not seen (the verdict says so).
+"""What a ZeroOptimizer holds and sends, measured rather than inferred from its values (the ZeRO case, zerocase.py):
+a full-size gradient kept in an attribute of any name is seen; the library's collectives move their bytes inside
+gloo, where ``SendMeter`` does not see them.
 """
 from __future__ import annotations
 
 import types
 
 DEPTH = 8      # attribute hops from a root: far more than any optimizer object nests
-
-
-def _nbytes(t) -> int:
-    return t.untyped_storage().nbytes()
 
 
 def nbytes(t) -> int:
@@ -60,9 +50,9 @@ def held(roots: dict, params) -> dict:
             continue
         seen.add(id(obj))
         if isinstance(obj, torch.Tensor):
-            key = obj.untyped_storage().data_ptr()
-            if key not in skip and key not in found and _nbytes(obj):
-                found[key] = (_nbytes(obj), obj.numel(), path)
+            key, size = obj.untyped_storage().data_ptr(), obj.untyped_storage().nbytes()
+            if key not in skip and key not in found and size:
+                found[key] = (size, obj.numel(), path)
             if obj.grad is not None:
                 stack.append((f"{path}.grad", obj.grad, depth + 1))
             continue
@@ -79,7 +69,8 @@ def largest(found: dict, count: int = 2) -> str:
 
 
 class SendMeter:
-    """``with SendMeter() as m: ...`` -> ``m.bytes``: bytes given to point-to-point sends on this rank."""
+    """``with SendMeter() as m: ...`` -> ``m.bytes``: bytes given to point-to-point sends on this rank
+    (``ProcessGroup.send``, which dist.send, dist.isend and batch_isend_irecv all reach with gloo)."""
 
     def __enter__(self) -> SendMeter:
         import torch.distributed.distributed_c10d as c10d

@@ -1,14 +1,6 @@
-"""``course grade --engine slurm``: the class as one Slurm job array, one task per learner.
-
-The grader finds the learners (course_lib.grading.discover), writes ``<out>/slurm/manifest.json`` and an
-sbatch script (``--array=<learners>%<throttle>``, partition, account, reservation, qos, modules and env
-from the site profile; ``--time`` from the checks' deadlines unless given), submits it, and waits with a
-progress bar (tqdm in a terminal, a widget in Jupyter). Each task (course_lib.grading.array_task) grades
-its learner in the same sandbox as the local engine and writes ``<out>/slurm/<job id>/rows/<task>.json``.
-The grader merges those rows into grades.csv, grades.md and feedback/. A task that Slurm ended before it
-finished (time limit, node failure, cancelled) gives a ``fail`` row per exercise it did not finish, saying
-so: no learner goes missing. ``--resume`` submits only the learners that grades.csv does not hold whole.
-Ctrl-C cancels the array (scancel) and keeps what is done.
+"""``course grade --engine slurm``: the class as one Slurm job array, a task per learner (docs/grading.md, "A class
+as a Slurm job array"). Each task (course_lib.grading.array_task) writes ``<out>/slurm/<job id>/rows/<task>.json``;
+the grader merges them, and a task Slurm ended early gives a ``fail`` row per exercise it did not finish.
 """
 from __future__ import annotations
 
@@ -73,22 +65,6 @@ def script(manifest: Path, site, todo: list[int], throttle: int, minutes: int, c
     return "\n".join(lines) + "\n"
 
 
-def submit(text: str, slurm_dir: Path) -> str:
-    """sbatch the array script; its job id (SubmitError with Slurm's words when it refuses)."""
-    path = slurm_dir / "grade.sbatch"
-    write_text(path, text)
-    r = command(["sbatch", "--parsable", str(path)])
-    if r.returncode != 0:
-        raise SubmitError("sbatch refused the grading array: " + ((r.stderr or r.stdout).strip()
-                                                                  or f"exit {r.returncode}"))
-    return r.stdout.strip().split(";")[0]
-
-
-def _minutes(exercises: list[str], limits) -> int:
-    """A task's time limit: every check to its deadline, plus a few minutes to start and find the files."""
-    return math.ceil((len(exercises) * limits.deadline + 180) / 60)
-
-
 def _state(states: dict, i: int) -> str:
     state = states.get(i, ("", ""))[0]
     return state.split()[0] if state else ""       # sacct says "CANCELLED by 0"
@@ -124,16 +100,6 @@ class _Array(SlurmJob):
         pass   # the tasks write their own rows; the array has no job.json
 
 
-def wait(job_id: str, todo: list[int], slurm_dir: Path) -> dict[int, tuple[str, str]]:
-    """Wait until every task in ``todo`` has ended; their Slurm states. Ctrl-C propagates (the caller cancels)."""
-    array = _Array(job_id, todo, slurm_dir)
-    try:
-        runner.wait(array, say=None, run_timeout=float("inf"), poll=POLL, interrupt_cancels=False)
-        return array.states
-    finally:
-        array.bar.close()
-
-
 def slurm_states(job_id: str, todo: list[int]) -> dict[int, tuple[str, str]]:
     """task index -> (state, reason) from ``squeue -r -t all``, else the job-completion log (``sacct -c``)."""
     states = {}
@@ -154,13 +120,6 @@ def slurm_states(job_id: str, todo: list[int]) -> dict[int, tuple[str, str]]:
     return states
 
 
-def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def collect(job_id: str, todo: list[int], learners: list, exercises: list[str], rows_dir: Path,
             states: dict[int, tuple[str, str]], interrupted: bool = False) -> tuple[list[dict], dict, str]:
     """(rows, timing notes per learner, the isolation the tasks reported) of the tasks in ``todo``.
@@ -170,7 +129,10 @@ def collect(job_id: str, todo: list[int], learners: list, exercises: list[str], 
     rows, timing, isolation = [], {}, set()
     for i in todo:
         name = learners[i].name
-        data = _read(rows_dir / f"{i}.json") or {"rows": [], "done": [], "finished": False, "timing": []}
+        try:
+            data = json.loads((rows_dir / f"{i}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):   # the task never started, or Slurm killed it before its first write
+            data = {"rows": [], "done": [], "finished": False, "timing": []}
         if data.get("isolation"):
             isolation.add(data["isolation"].removeprefix("Isolation: "))
         if data.get("timing"):
@@ -236,18 +198,27 @@ def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_row
           f"learners to grade, {len(learners) - len(todo)} already in {out / 'grades.csv'}", flush=True)
     timing, isolation, code = {}, "", 0
     if todo:
-        job_id = submit(script(manifest_path.resolve(), site, todo, throttle, minutes or _minutes(exercises, limits),
-                               cpus), slurm_dir)
+        # a task's time limit: every check to its deadline, plus a few minutes to start and find the files
+        minutes = minutes or math.ceil((len(exercises) * limits.deadline + 180) / 60)
+        write_text(slurm_dir / "grade.sbatch", script(manifest_path.resolve(), site, todo, throttle, minutes, cpus))
+        r = command(["sbatch", "--parsable", str(slurm_dir / "grade.sbatch")])
+        if r.returncode != 0:
+            raise SubmitError("sbatch refused the grading array: " + ((r.stderr or r.stdout).strip()
+                                                                      or f"exit {r.returncode}"))
+        job_id = r.stdout.strip().split(";")[0]
         print(f"submitted job array {job_id} ({len(todo)} tasks, at most {throttle} at a time); task logs in "
               f"{slurm_dir}", flush=True)
         old = signal.signal(signal.SIGTERM, raise_interrupt) if threading.current_thread() is \
             threading.main_thread() else None      # SIGTERM stops as Ctrl-C does
+        array = _Array(job_id, todo, slurm_dir)
         try:
-            states = wait(job_id, todo, slurm_dir)
+            runner.wait(array, say=None, run_timeout=float("inf"), poll=POLL, interrupt_cancels=False)
+            states = array.states
         except KeyboardInterrupt:
             command(["scancel", job_id])
             states, code = slurm_states(job_id, todo), 130
         finally:
+            array.bar.close()
             if old is not None:
                 signal.signal(signal.SIGTERM, old)
         new, timing, isolation = collect(job_id, todo, learners, exercises, slurm_dir / job_id / "rows", states,

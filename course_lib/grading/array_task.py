@@ -45,14 +45,10 @@ def grade_task(manifest: dict, index: int, rows_dir: Path) -> dict:
         _write(path, data)
         try:
             for ex in exercises:
-                f = learner.found[ex]
-                if f.problem:
-                    rows, outcome = [{"item": "file", "result": f.problem[0], "message": f.problem[1]}], None
-                else:
-                    rows, outcome = check_one(learner, ex, limits, out, kills.append)
-                    kills.clear()      # only the running check may be killed: a finished one's pid is reused
-                    if outcome is not None:
-                        data["timing"].append(timing_note(ex, outcome))
+                rows, outcome = check_one(learner, ex, limits, out, kills.append)
+                kills.clear()      # only the running check may be killed: a finished one's pid is reused
+                if outcome is not None:
+                    data["timing"].append(timing_note(ex, outcome))
                 data["rows"] += [{"learner": learner.name, "exercise": ex, **r} for r in rows]
                 data["done"].append(ex)
                 _write(path, data)

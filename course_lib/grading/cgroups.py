@@ -1,17 +1,6 @@
-"""Limits for one check through a cgroup: pids (processes and threads) and memory, chosen at run time.
-
-In order of preference, the first this machine allows:
-1. cgroup v2, a delegated subtree: ``$COURSE_GRADE_CGROUP`` (a v2 folder the grader may write that holds no
-   process itself) or the grader's own v2 cgroup, when its ``cgroup.controllers`` offers pids and pids can be
-   turned on for its children (v2's "no internal processes" rule refuses that where the cgroup holds
-   processes); a child cgroup per check with ``pids.max`` and ``memory.max``.
-2. a transient systemd scope (v2 hosts where systemd runs but hands out no subtree): the worker is started
-   by ``systemd-run --scope -p TasksMax= -p MemoryMax=``.
-3. cgroup v1: a pids cgroup (and a memory cgroup where possible), where the v1 controllers are mounted and
-   the grader may create cgroups (root).
-4. under Slurm, none of these, and the job's own cgroup from Slurm's task/cgroup plugin: that is the limit.
-5. none: the sandbox relies on rlimits and its sweep.
-``describe`` says which one is in force (the report's header shows it).
+"""Limits for one check: pids (processes and threads) and memory, through the first of a delegated cgroup v2
+subtree, a transient systemd scope, cgroup v1, or a Slurm job's own cgroup that this machine allows, chosen at run
+time (docs/grading.md, "Isolation"); else rlimits and the sweep. ``describe`` names the one in force.
 """
 from __future__ import annotations
 
@@ -120,12 +109,8 @@ def _mkdir_with(d: Path, files: dict[str, str]) -> bool:
 
 
 class Cgroups:
-    """The cgroup(s) of one check, or a systemd scope for it, or nothing (see the module docstring).
-
-    ``limits``: a course_lib.grading.sandbox.Limits (cgroups, max_processes, memory_mb), or None for none.
-    ``kind``: "cgroup v2", "systemd scope", "cgroup v1", "slurm cgroup" or "sweep".
-    ``dirs``: the cgroups the worker joins; ``prefix``: the command the worker is started through.
-    """
+    """The cgroup(s) of one check (``dirs``, which the worker joins), or a systemd scope for it (``prefix``, the
+    command the worker is started through), or nothing; ``kind`` says which (or "sweep")."""
 
     def __init__(self, limits=None, host: Host | None = None):
         self.dirs: list[Path] = []

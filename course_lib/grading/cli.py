@@ -1,34 +1,10 @@
-"""Grade a class: ``course grade SUBMISSIONS_DIR`` runs the checkers on every learner's exercise folder.
+"""``course grade SUBMISSIONS_DIR``: grade a class, each learner's exercises checked in a sandbox; docs/grading.md
+says what it writes (grades.csv, scores.csv, grades.md, feedback/, logs/, the exports) and how.
 
-Each entry of SUBMISSIONS_DIR is one learner: a copy of exercises/ (complete or not), a zip of one, or a
-single exercise file (course_lib.grading.discover). For each learner and exercise the checker runs on a
-temporary copy, in a sandbox (course_lib.grading.sandbox: deadline, bounded output, process limits,
-everything killed afterwards); the submissions are only read. Results go to ``--out``
-(course_lib.grading.reports):
-- ``grades.csv``: learner, exercise, item, result (pass, fail, missing or skipped), message; one row per verdict,
-  and a ``missing`` row for an exercise that was not handed in; ``skipped`` is a check that could not be
-  established here (shown NOT RUN), never a pass and left out of the score;
-- ``scores.csv``: a row per learner: id (``--roster``), a column per exercise (each worth one point: the share of
-  its judged checks that pass), total, max, graded_at (course_lib.grading.scores);
-- ``--format gradescope``: ``gradescope/<learner>/results.json``; ``--format lms``: ``lms.csv``
-  (course_lib.grading.reports);
-- ``grades.md``: one table for the class, then one section per learner with what was found and the messages;
-- ``feedback/<learner>.md`` and ``.html``: one learner's verdicts and messages, to hand back (nothing of others);
-- ``logs/``: what each check printed (its first and last KB).
-Both files are rewritten as each learner finishes, so an interrupted run loses nothing; ``--resume`` skips
-what is in grades.csv.
-
-Engines: ``--engine local`` (default) runs the checks here, ``--jobs`` at a time; ``--engine slurm`` submits one
-job array, a task per learner (course_lib.grading.array); ``auto`` takes Slurm when it answers. nbgrader: its
-course folder or ``submitted/`` is taken as it is, ``--nbgrader-db`` fills its gradebook
-(course_lib.grading.nbgrader_layout). See docs/grading.md.
-
-Deadlines: ``--timeout`` is the checker's deadline for each multi-process run (as in ``course check``);
-``--check-timeout`` is the grader's deadline for one whole check, after which everything it started is killed.
-
-Exit codes: 0 grading ran (learners' failures are results, in the report); 2 it could not (bad arguments,
---out not writable, a check the grader itself could not run); 130 interrupted (Ctrl-C or SIGTERM: what is
-done is kept, --resume continues). Errors go to stderr.
+``--timeout`` is the checker's deadline for each multi-process run (as in ``course check``); ``--check-timeout`` is
+the grader's for one whole check, after which everything it started is killed. Exit codes: 0 grading ran (learners'
+failures are results), 2 it could not (bad arguments, --out not writable, a check the grader itself could not run),
+130 interrupted (Ctrl-C or SIGTERM: what is done is kept, --resume continues). Errors go to stderr.
 """
 from __future__ import annotations
 
@@ -37,10 +13,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from course_lib import jobs
 from course_lib.check import AUTO_HELP, ENGINES
 from course_lib.cli import comma_items
-from course_lib.grading.reports import FORMATS
+from course_lib.grading.array import grade_on_slurm
+from course_lib.grading.cgroups import describe
+from course_lib.grading.nbgrader_layout import assignment_names, submitted_folder, write_gradebook
+from course_lib.grading.reports import FORMATS, Outputs, read_rows
 from course_lib.grading.routes import ROUTES, route_exercises
+from course_lib.grading.run import grade
+from course_lib.grading.sandbox import Limits
+from course_lib.grading.scores import RosterError, read_graded_at, read_roster
 from course_lib.registry import EXERCISES
 
 
@@ -89,111 +72,72 @@ def add_arguments(p):
                    help="also write each learner's score per exercise into this nbgrader gradebook (gradebook.db)")
 
 
-def _fail(message: str) -> int:
-    print(f"course grade: {message}", file=sys.stderr)
-    return 2
-
-
-def _done_rows(csv_path: Path, resume: bool) -> list[dict] | str:
-    """The rows of an earlier run to keep (--resume), or why grading cannot go on."""
-    from course_lib.grading.reports import read_rows
-
-    if not csv_path.exists():
-        return []
-    if not resume:
-        return f"{csv_path} exists from an earlier run: --resume continues it, or choose another --out"
-    try:
-        return read_rows(csv_path)
-    except (OSError, ValueError) as e:
-        return f"cannot resume: {e}"
+class _Refused(Exception):
+    """Why grading cannot go on (exit 2)."""
 
 
 def _where(args):
-    """(submissions folder, layout note, out, exercises, rows to keep), or why grading cannot go on."""
-    from course_lib.grading.nbgrader_layout import submitted_folder
-
+    """(submissions folder, layout note, out, exercises, rows to keep, outputs), or _Refused."""
     subs: Path = args.submissions
     if not subs.is_dir():
-        return f"{subs} is not a folder (give the folder that holds one folder per learner)"
+        raise _Refused(f"{subs} is not a folder (give the folder that holds one folder per learner)")
     subs, layout = submitted_folder(subs)
     if args.nbgrader_db is not None:
         if not args.nbgrader_db.parent.is_dir():
-            return f"--nbgrader-db {args.nbgrader_db}: its folder does not exist"
+            raise _Refused(f"--nbgrader-db {args.nbgrader_db}: its folder does not exist")
         try:
-            import nbgrader.api  # noqa: F401
+            import nbgrader.api  # noqa: F401 - only checked for here; nbgrader_layout imports it when it writes
         except ImportError:
-            return "--nbgrader-db needs nbgrader in this environment: pip install nbgrader"
+            raise _Refused("--nbgrader-db needs nbgrader in this environment: pip install nbgrader") from None
     chosen = args.exercise or (route_exercises(args.route) if args.route else list(EXERCISES))
     exercises = [ex for ex in EXERCISES if ex in chosen]
     out: Path = args.out or Path("grades") / (args.submissions.resolve().name or "class")
     if Path(os.path.realpath(out)).is_relative_to(Path(os.path.realpath(subs))):
-        return f"--out {out} is inside SUBMISSIONS_DIR, which grading never writes into"
+        raise _Refused(f"--out {out} is inside SUBMISSIONS_DIR, which grading never writes into")
     if args.jobs < 1 or args.check_timeout <= 0 or args.throttle < 1 or args.cpus_per_task < 1:
-        return "--jobs, --throttle and --cpus-per-task must be 1 or more and --check-timeout positive"
-    done_rows = _done_rows(out / "grades.csv", args.resume)
-    if isinstance(done_rows, str):
-        return done_rows
+        raise _Refused("--jobs, --throttle and --cpus-per-task must be 1 or more and --check-timeout positive")
+    csv_path = out / "grades.csv"
+    if csv_path.exists() and not args.resume:
+        raise _Refused(f"{csv_path} exists from an earlier run: --resume continues it, or choose another --out")
+    try:
+        done_rows = read_rows(csv_path) if csv_path.exists() else []
+    except (OSError, ValueError) as e:
+        raise _Refused(f"cannot resume: {e}") from None
     try:
         (out / "logs").mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        return f"cannot write to {out}: {e}"
-    outputs = _outputs(args, out)
-    if isinstance(outputs, str):
-        return outputs
-    return subs, layout, out, exercises, done_rows, outputs
-
-
-def _outputs(args, out: Path):
-    """The exports, the roster and the times of an earlier run (--resume), or why not."""
-    from course_lib.grading.reports import Outputs
-    from course_lib.grading.scores import RosterError, read_graded_at, read_roster
-
-    try:
         roster = read_roster(args.roster) if args.roster is not None else None
+    except OSError as e:
+        raise _Refused(f"cannot write to {out}: {e}") from None
     except RosterError as e:
-        return str(e)
+        raise _Refused(str(e)) from None
     graded_at = read_graded_at(out / "scores.csv") if args.resume else {}
-    return Outputs(tuple(dict.fromkeys(args.formats)), roster, graded_at)
-
-
-def _engine(choice: str):
-    """("slurm" or "local", the site profile for Slurm) or why not."""
-    from course_lib import jobs
-
-    try:
-        name, why = jobs.engine(choice)
-        return name, (jobs.load_site() if name == "slurm" else None)
-    except (jobs.SubmitError, jobs.SiteError, ValueError) as e:
-        return str(e)
+    return subs, layout, out, exercises, done_rows, Outputs(tuple(dict.fromkeys(args.formats)), roster, graded_at)
 
 
 def run(args) -> int:
-    from course_lib.grading.cgroups import describe
-    from course_lib.grading.run import grade
-    from course_lib.grading.sandbox import Limits
+    try:
+        return _run(args)
+    except (_Refused, jobs.SubmitError) as e:
+        print(f"course grade: {e}", file=sys.stderr)
+        return 2
 
-    where = _where(args)
-    if isinstance(where, str):
-        return _fail(where)
-    subs, layout, out, exercises, done_rows, outputs = where
-    engine = _engine(args.engine)
-    if isinstance(engine, str):
-        return _fail(engine)
+
+def _run(args) -> int:
+    subs, layout, out, exercises, done_rows, outputs = _where(args)
+    try:
+        engine = jobs.engine(args.engine)[0]
+        site = jobs.load_site() if engine == "slurm" else None
+    except ValueError as e:     # a site profile that does not load (SiteError), an engine name not known
+        raise _Refused(str(e)) from None
     limits = Limits(deadline=args.check_timeout, run_timeout=args.timeout, max_processes=args.max_processes,
                     memory_mb=args.memory_mb, checker=args.checker, strict_launchers=args.strict_launchers)
     on_done = _gradebook_writer(args.nbgrader_db, exercises)
     with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
-        if engine[0] == "local":
+        if engine == "local":
             return grade(subs, out, exercises, limits, args.jobs, done_rows, Path(scratch),
                          [layout, describe(limits)], on_done, outputs)
-        from course_lib.grading.array import grade_on_slurm
-        from course_lib.jobs import SubmitError
-
-        try:
-            return grade_on_slurm(subs, out, exercises, limits, done_rows, Path(scratch), [layout], on_done,
-                                  engine[1], args.throttle, args.slurm_time, args.cpus_per_task, outputs)
-        except SubmitError as e:
-            return _fail(str(e))
+        return grade_on_slurm(subs, out, exercises, limits, done_rows, Path(scratch), [layout], on_done, site,
+                              args.throttle, args.slurm_time, args.cpus_per_task, outputs)
 
 
 def _gradebook_writer(db: Path | None, exercises: list[str]):
@@ -202,8 +146,6 @@ def _gradebook_writer(db: Path | None, exercises: list[str]):
         return None
 
     def write(rows, learners):
-        from course_lib.grading.nbgrader_layout import assignment_names, write_gradebook
-
         assignments = assignment_names(learners, exercises)
         n = write_gradebook(db, rows, assignments)
         print(f"nbgrader gradebook {db}: {n} scores written (assignments: "

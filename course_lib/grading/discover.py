@@ -109,35 +109,23 @@ def locate(folder: Path, exercise: str, files=None) -> Found:
     note = f"`{rel}`" + ("" if how == "at its place" else f" ({how})")
     if len(ranked) > 1:
         note += "; also there, not graded: " + ", ".join(f"`{r[1]}`" for r in ranked[1:4])
-    return _started(_usable(Found(path=path, seen=path, note=note), folder, rel), exercise)
+    return _usable(Found(path=path, seen=path, note=note), folder, rel, exercise)
 
 
-def _started(found: Found, exercise: str) -> Found:
-    """A released starter, unchanged, is not run: the learner did nothing that earns a mark (grading.starters)."""
-    if found.path is not None and is_starter(found.path, exercise):
-        found.problem, found.path = ("fail", NOT_STARTED), None
-    return found
-
-
-def _usable(found: Found, folder: Path, rel) -> Found:
-    """Refuse symlinks that leave the learner's folder and files that are not Python."""
+def _usable(found: Found, folder: Path, rel, exercise: str) -> Found:
+    """Refuse symlinks that leave the learner's folder, files that are not Python, and a released starter,
+    unchanged: the learner did nothing that earns a mark (grading.starters)."""
     path = found.path
     if path.is_symlink():
-        target = Path(os.path.realpath(path))
-        if not target.is_relative_to(Path(os.path.realpath(folder))) or not target.is_file():
-            found.problem = ("fail", f"{rel} is a symbolic link to {os.readlink(path)}, outside your folder; "
-                                     "it is not followed: hand in the file itself")
-            found.path = None
-            return found
-        found.path = target
-    elif not path.is_file():
-        found.problem = ("fail", f"{rel} is not a regular file")
-        found.path = None
-        return found
-    why = precheck(found.path)
+        found.path = Path(os.path.realpath(path))
+        inside = found.path.is_relative_to(Path(os.path.realpath(folder))) and found.path.is_file()
+        why = None if inside else (f"{rel} is a symbolic link to {os.readlink(path)}, outside your folder; "
+                                   "it is not followed: hand in the file itself")
+    else:
+        why = None if path.is_file() else f"{rel} is not a regular file"
+    why = why or precheck(found.path) or (NOT_STARTED if is_starter(found.path, exercise) else None)
     if why:
-        found.problem = ("fail", why)
-        found.path = None
+        found.problem, found.path = ("fail", why), None
     return found
 
 
@@ -255,8 +243,8 @@ def _file_learner(path: Path, exercises: list[str], name: str) -> Learner:
         learner.notes.append(f"{where}, graded as {exercise} (by {how})")
     for ex in exercises:
         if ex == exercise:
-            learner.found[ex] = _started(_usable(Found(path=path, seen=path, note=f"`{path.name}` (a single file)"),
-                                                 path.parent, path.name), ex)
+            learner.found[ex] = _usable(Found(path=path, seen=path, note=f"`{path.name}` (a single file)"),
+                                        path.parent, path.name, ex)
         else:
             learner.found[ex] = Found(problem=("missing", f"not handed in (only the single file {path.name})"))
     return learner

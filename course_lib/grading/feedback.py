@@ -95,16 +95,13 @@ def to_html(name: str, own: dict[str, list[dict]], found_notes: list[str]) -> st
     return "\n".join(parts)
 
 
-def write_feedback(out: Path, rows: list[dict], learners: list) -> list[Path]:
-    """Write ``out/feedback/<learner>.md`` and ``.html`` for every learner that has rows; the .md paths."""
+def write_feedback(out: Path, rows: list[dict], learners: list) -> None:
+    """Write ``out/feedback/<learner>.md`` and ``.html`` for every learner that has rows."""
     folder = out / "feedback"
     folder.mkdir(parents=True, exist_ok=True)
     notes = {lr.name: [f"{ex}: {f.note or f.problem[1]}" for ex, f in lr.found.items()] + list(lr.notes)
              for lr in learners}
-    written = []
     for name, own in sorted(by_learner(rows).items()):
         stem = file_stem(name)
         write_text(folder / f"{stem}.md", markdown(name, own, notes.get(name, [])))
         write_text(folder / f"{stem}.html", to_html(name, own, notes.get(name, [])))
-        written.append(folder / f"{stem}.md")
-    return written

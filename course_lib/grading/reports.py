@@ -1,19 +1,7 @@
-"""The grader's reports: ``grades.csv`` (one row per verdict), ``scores.csv`` (a row per learner:
-course_lib.grading.scores), ``grades.md`` (for people), feedback/ and the exports that ``--format`` asks for
-(Gradescope's results.json per learner, one CSV for an LMS: the same rows and scores), all rewritten whole.
-
-Each write is atomic (course_lib.core.atomic): a reader, or an interrupted run, sees the old file or the new
-one, never half of one. ``read_rows`` reads grades.csv back (``--resume``).
-
-Gradescope (its autograder specification, "Output format"): ``gradescope/<learner>/results.json`` with ``score``,
-``execution_time``, ``output``, ``visibility``, ``extra_data`` and ``tests``: one test per verdict, named
-"exercise: item", with its ``score``, ``max_score``, ``status``, ``output`` (the message the learner acts on) and
-``visibility`` "visible"; per exercise one more test, "visibility": "hidden", that only instructors see: what the
-grader found where, how long the check took, and the last lines of the check's log (tracebacks of the course's
-internals, the grader's paths). ``extra_data`` holds the learner, the roster id, the maximum and the time.
-
-LMS (``lms.csv``): a row per learner, columns id (the roster's, else the learner's name), learner, one per
-exercise (points out of 1), total; blank where nothing could be judged.
+"""The grader's reports, each rewritten whole and atomically (a reader, or an interrupted run, sees the old file or
+the new one): ``grades.csv`` (a row per verdict; ``read_rows`` reads it back for ``--resume``), ``scores.csv``
+(course_lib.grading.scores), ``grades.md``, feedback/ and the exports ``--format`` asks for: Gradescope's
+results.json per learner and ``lms.csv`` (docs/grading.md, "Exports", gives both formats).
 """
 from __future__ import annotations
 
@@ -202,25 +190,21 @@ def results_json(out: Path, learner: str, own: dict[str, list[dict]], line: dict
             "extra_data": {"learner": learner, "id": line["id"], "max": line["max"], "graded_at": line["graded_at"]}}
 
 
-def write_gradescope(out: Path, rows: list[dict], learners: list, exercises: list[str], roster=None,
-                     graded_at=None, timing=None) -> list[Path]:
-    """``out/gradescope/<learner>/results.json`` for every learner with rows; the paths."""
+def write_gradescope(out: Path, rows: list[dict], learners: list, exercises: list[str], roster, graded_at,
+                     timing: dict) -> None:
+    """``out/gradescope/<learner>/results.json`` for every learner with rows."""
     by = by_learner(rows)
     found = {lr.name: {ex: f.note or f.problem[1] for ex, f in lr.found.items()} for lr in learners}
-    written = []
     for line in table(rows, exercises, roster, graded_at):
         name = line["learner"]
-        if name not in by:
-            continue
-        data = results_json(out, name, by[name], line, exercises, found.get(name, {}), (timing or {}).get(name, ""))
-        path = out / "gradescope" / file_stem(name) / "results.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-        written.append(path)
-    return written
+        if name in by:
+            data = results_json(out, name, by[name], line, exercises, found.get(name, {}), timing.get(name, ""))
+            path = out / "gradescope" / file_stem(name) / "results.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
 
 
-def write_lms(path: Path, rows: list[dict], exercises: list[str], roster=None) -> None:
+def write_lms(path: Path, rows: list[dict], exercises: list[str], roster) -> None:
     """One CSV for an LMS: id, learner, a column per exercise, total."""
     with atomic_writer(path, "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f)

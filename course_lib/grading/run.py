@@ -31,9 +31,12 @@ def timing_note(ex: str, outcome) -> str:
 
 
 def check_one(learner: Learner, ex: str, limits: Limits, out: Path, on_start=None) -> tuple[list[dict], object]:
-    """Run one learner's ``ex`` in the sandbox, its output to ``out/logs``: (rows, outcome); outcome is None
-    when the grader itself could not run the check (disk full, no /tmp): a ``grader`` row says so."""
+    """Run one learner's ``ex`` in the sandbox, its output to ``out/logs``: (rows, outcome); outcome is None when
+    there is nothing to run (a ``file`` row says why) or the grader itself could not run the check (disk full, no
+    /tmp: a ``grader`` row)."""
     found = learner.found[ex]
+    if found.problem:
+        return [{"item": "file", "result": found.problem[0], "message": found.problem[1]}], None
     try:
         outcome = run_check(ex, found.path, EXERCISES[ex].file, limits, on_start=on_start)
     except OSError as e:
@@ -70,13 +73,10 @@ class _Grading:
 
     def task(self, n: int, learner: Learner, ex: str):
         """Grade one (learner, exercise) in a pool thread: (learner, ex, rows, outcome), or None when stopped."""
-        found = learner.found[ex]
-        if found.problem:
-            return learner, ex, [{"item": "file", "result": found.problem[0], "message": found.problem[1]}], None
-        if self.stopping.is_set():
+        if self.stopping.is_set() and not learner.found[ex].problem:
             return None
         rows, outcome = check_one(learner, ex, self.limits, self.out, lambda kill: self._started(n, kill))
-        if outcome is None:
+        if outcome is None and not learner.found[ex].problem:
             self.errors.append(f"{learner.name} / {ex}: {rows[0]['message']}")
         self.kills.pop(n, None)
         return learner, ex, rows, outcome

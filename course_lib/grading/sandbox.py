@@ -9,10 +9,10 @@ course_lib.grading.sandbox_worker``) that is given:
 - limits: pids (processes and threads) and memory through a cgroup v2 subtree, a systemd scope or cgroup v1,
   whichever this machine allows (course_lib.grading.cgroups chooses at run time); otherwise RLIMIT_NPROC for a
   non-root user (root ignores it); always RLIMIT_FSIZE (largest file written) and no core files;
-- a sweep after the check (course_lib.grading.sweep): every process of the check's cgroup, every descendant
-  of the worker and every process that still carries the check's token in its environment or works in its
-  folder is stopped, then killed. The checkers' ranks run in sessions of their own (course_lib.runtime.launch),
-  so a process-group kill alone would miss them.
+- a sweep after the check (``sweep``): every process of the check's cgroup, every descendant of the worker and
+  every process that still carries the check's token in its environment or works in its folder (one that cleared
+  its environment) is stopped, then killed (course_lib.runtime.proc.stop_tree). The checkers' ranks run in
+  sessions of their own (course_lib.runtime.launch), so a process-group kill alone would miss them.
 
 It is not a security boundary: the learner's code runs as the grader's user and can read (and write)
 whatever that user can outside the copy. Grade as an unprivileged user, or in a container or a batch job.
@@ -33,8 +33,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from course_lib.grading.cgroups import Cgroups
-from course_lib.grading.sweep import sweep
+from course_lib.runtime import proc
 
 __all__ = ["Cgroups", "Limits", "Outcome", "BoundedOutput", "run_check", "TOKEN_VAR", "CGROUPS_VAR"]
 
@@ -66,7 +68,6 @@ class Outcome:
     output_bytes: int                # everything it printed
     leftovers: int = 0               # processes still there after the worker ended (killed by the sweep)
     isolation: str = ""              # course_lib.grading.cgroups.Cgroups.kind: "cgroup v1", ..., "sweep"
-    notes: list[str] = field(default_factory=list)
     events: dict[str, int] = field(default_factory=dict)   # Cgroups.events(): what the limits refused
 
     def last_lines(self, n: int = 8, width: int = 200) -> str:
@@ -103,6 +104,26 @@ class BoundedOutput:
 
 
 # ---------------------------------------------------------------- one check
+
+def _marked(p: psutil.Process, token: str, folder: str) -> bool:
+    env, cwd = p.info["environ"] or {}, p.info["cwd"] or ""
+    return any(token in v for v in env.values()) or cwd == folder or cwd.startswith(folder + os.sep)
+
+
+def sweep(token: str, roots: set[int], cgroups, folder: str, grace: float = 0.0) -> int:
+    """Stop, then kill, every process of the check (the module docstring); how many were running (leftovers).
+    ``grace``: seconds given to those found first to end by themselves before they count: processes the
+    checker has just killed are still exiting, they are not leftovers."""
+    def found():
+        members = roots | cgroups.pids()   # the cgroups' members, and below: what descends from them
+        every = {p.pid: p for p in proc.live(("ppid", "environ", "cwd")) if p.pid != os.getpid()}
+        marked = {pid for pid, p in every.items() if pid in members or _marked(p, token, folder)}
+        return [every[pid] for pid in marked | proc.below(marked, every.values()).keys()]
+    first = found()
+    if grace and first:
+        first = [p for p in first if p.pid in set(proc.wait_gone(first, grace))]
+    return len(proc.stop_tree(first, more=found)) if first else 0
+
 
 def _remove_tree(path: Path) -> None:
     def retry(func, p, _exc):
@@ -212,8 +233,5 @@ def run_check(exercise: str, source: Path, relative: str, limits: Limits, on_sta
         timed_out, leftovers = check.wait()
     finally:
         verdicts = check.end()
-    outcome = Outcome(verdicts, check.proc.returncode, timed_out, time.monotonic() - start, check.out.text(),
-                      check.out.total, leftovers, isolation, events=check.events)
-    if check.stopped.is_set():
-        outcome.notes.append("stopped by the grader (interrupted)")
-    return outcome
+    return Outcome(verdicts, check.proc.returncode, timed_out, time.monotonic() - start, check.out.text(),
+                   check.out.total, leftovers, isolation, events=check.events)

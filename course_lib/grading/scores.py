@@ -89,14 +89,11 @@ def table(rows: list[dict], exercises: list[str], roster: dict[str, str] | None 
     return out
 
 
-def write_scores(path: Path, rows: list[dict], exercises: list[str], roster=None, graded_at=None) -> list[dict]:
-    """Write scores.csv atomically; its rows."""
-    lines = table(rows, exercises, roster, graded_at)
+def write_scores(path: Path, rows: list[dict], exercises: list[str], roster, graded_at) -> None:
     with atomic_writer(path, "w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIXED + list(exercises) + TAIL)
         w.writeheader()
-        w.writerows(lines)
-    return lines
+        w.writerows(table(rows, exercises, roster, graded_at))
 
 
 def read_graded_at(path: Path) -> dict[str, str]:

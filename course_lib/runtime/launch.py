@@ -1,19 +1,9 @@
-"""Run a script as N processes on this machine, the way srun or torchrun would on one node.
-
-``launch(["train.py", "--epochs", "1"], nprocs=2)`` starts two Python processes with the variables
-srun gives each task (SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS, ...) plus MASTER_ADDR/MASTER_PORT
-as the course's job script exports them. ``style="torchrun"`` runs the real
-``torchrun --standalone --nproc_per_node N`` instead (RANK, LOCAL_RANK, WORLD_SIZE).
-
-Guarantees, because a stuck collective otherwise hangs a notebook forever:
-- a deadline (``timeout`` seconds) for the whole run;
-- the first rank that fails stops the others (after ``grace`` seconds to let them print why);
-- every process started runs in its own session; it is killed by process group and, through
-  ``course_lib.runtime.proc`` (psutil), with all its descendants, so even a child that left the group
-  (setsid) is not left running when ``launch`` returns;
-- output streams live with a ``[rank N]`` prefix, long lines are cut and only the last lines are kept.
+"""Run a script as N processes on this machine, as srun (SLURM_PROCID, ..., MASTER_ADDR/PORT as the course's job
+script exports them) or the real ``torchrun --standalone`` would on one node, under one deadline: the first rank
+that fails stops the others after ``grace`` seconds, every process runs in its own session and is stopped with all
+it started (``proc.stop_tree``), output comes live with a ``[rank N]`` prefix, long lines cut, the last ones kept.
 Not torch.multiprocessing.spawn: it runs a function in ranks of its own, not a learner's script as srun or
-torchrun start it (``style="torchrun"`` runs the real torchrun).
+torchrun start it.
 """
 from __future__ import annotations
 
@@ -70,11 +60,8 @@ def _reader(stream, rank, q, closed):
 
 
 def kill_group(popen: subprocess.Popen, grace: float = 3.0) -> None:
-    """TERM the process group of ``popen`` (it leads its own session) and all it started, then KILL what is left
-    (``proc.stop_tree``), and reap it. Its pid counts only while it is ours (not yet reaped): a reused pid is not it."""
-    proc.stop_tree([popen.pid] if popen.poll() is None else [], group=popen.pid, grace=grace)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        popen.wait(5)
+    """Stop ``popen`` (it leads its own session) with all it started, and reap it (``proc.Started.stop``)."""
+    proc.Started(popen.pid, popen=popen).stop(grace)
 
 
 def default_printer(rank: int, line: str) -> None:
@@ -99,16 +86,17 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     ``on_start(pid)`` is told each process started (a rank, or torchrun's agent), cold or warm. Inside a
     ``course_lib.runtime.scope.scope(seconds)`` (a check) the deadline is min(``timeout``, what is left of the scope's).
     """
-    _validate(style, torchrun_args)
+    if style not in ("srun", "torchrun"):
+        raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
+    if torchrun_args and style != "torchrun":
+        raise ValueError("torchrun_args need style='torchrun'")
     timeout, cutting = bounded(timeout)
     result = LaunchResult(style, nprocs, [RankResult(r) for r in range(nprocs)], timed_out=timeout <= 0)
     if result.timed_out:      # the enclosing check's deadline has passed: start nothing
         return _cut(result, cutting)
     base = base_env(env)
     q: queue.Queue = queue.Queue()
-    procs: list[subprocess.Popen] = []
-    popen = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
-                 start_new_session=True)
+    procs: list[proc.Started] = []
     log_dir = held = None
     server, own_server = warm_start.for_launch(warm, base, script_args, within=timeout)
     start = time.monotonic()
@@ -117,12 +105,16 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
             held = reserve_port()
             port = held.getsockname()[1]
             for rank in range(nprocs):
-                procs.append(_start_rank(script_args, srun_env(rank, nprocs, port, base), popen, server))
+                procs.append(_start(script_args, srun_env(rank, nprocs, port, base), cwd, server))
         else:
             log_dir = tempfile.TemporaryDirectory(prefix="torchrun-logs-")
             args = ["--standalone", f"--nproc_per_node={nprocs}", "--tee=3", f"--log-dir={log_dir.name}",
                     *torchrun_args]
-            procs.append(_start_torchrun(args, script_args, base, popen, server))
+            # warm: the server forks torchrun's agent, whose worker for each rank (warm_rank) has it fork the rank
+            run = ["-m", "torch.distributed.run", *args]
+            procs.append(_start([*run, *script_args], base, cwd, server,
+                                ([*run, "-m", "course_lib.runtime.warm_rank", *script_args],
+                                 {**base, SOCKET_VAR: server and server.path})))
         for p in procs if on_start else ():
             on_start(p.pid)
         closed: dict = {}
@@ -131,7 +123,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
         _supervise(result, procs, q, start + timeout, grace, on_line, stop, closed)
     finally:
         for p in procs:
-            kill_group(p)
+            p.stop()
         result.elapsed = time.monotonic() - start
         if held is not None:
             held.close()
@@ -142,13 +134,6 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
     return _cut(result, cutting)
 
 
-def _validate(style: str, torchrun_args: Sequence[str]) -> None:
-    if style not in ("srun", "torchrun"):
-        raise ValueError(f"style must be 'srun' or 'torchrun', not {style!r}")
-    if torchrun_args and style != "torchrun":
-        raise ValueError("torchrun_args need style='torchrun'")
-
-
 def _cut(result: LaunchResult, cutting: list) -> LaunchResult:
     """Mark the scopes whose deadline ended ``result``."""
     if result.timed_out:
@@ -157,22 +142,15 @@ def _cut(result: LaunchResult, cutting: list) -> LaunchResult:
     return result
 
 
-def _start_rank(script_args, env: dict, popen: dict, server):
-    """One srun-style rank: forked by the warm server if there is one (cold if it fails), else Popen."""
-    if server is not None and not server.broken:
-        with contextlib.suppress(OSError):   # the server says why it cannot: this rank and the next start cold
-            return server.spawn(script_args, env, popen["cwd"])
-    return subprocess.Popen([sys.executable, *script_args], env=env, **popen)
-
-
-def _start_torchrun(args: list, script_args, env: dict, popen: dict, server):
-    """The real torchrun. With a warm server, the server forks torchrun's agent, and torchrun's worker for each
-    rank is ``course_lib.runtime.warm_rank``, which has the server fork the rank (cold if the server cannot)."""
+def _start(argv: list, env: dict, cwd, server, warm: tuple | None = None) -> proc.Started:
+    """``python *argv``, forked by the warm server if there is one (``warm``: the (argv, env) it gets there instead),
+    else, or when the server says why it cannot (then the next ones start cold too), a fresh interpreter."""
     if server is not None and not server.broken:
         with contextlib.suppress(OSError):
-            return server.spawn(["-m", "torch.distributed.run", *args, "-m", "course_lib.runtime.warm_rank",
-                                 *script_args], {**env, SOCKET_VAR: server.path}, popen["cwd"])
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *args, *script_args], env=env, **popen)
+            return server.spawn(*(warm or (argv, env)), cwd)
+    p = subprocess.Popen([sys.executable, *argv], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc.Started(p.pid, p.stdout, p)
 
 
 def _route(result: LaunchResult, style: str, stream_idx: int, line: str) -> list[tuple[int, str]]:
@@ -222,7 +200,7 @@ def _supervise(result, procs, q, deadline, grace, on_line, stop, closed):
         _collect_exit_codes(result, procs, closed)
         if stop_at is None and _failed(result):   # (a named failed rank is one of these)
             stop_at = time.monotonic() + grace
-        if all(p.poll() is not None for p in procs) and open_streams == 0:
+        if all(p.exit_code() is not None for p in procs) and open_streams == 0:
             break
         now = time.monotonic()
         if now >= deadline:
@@ -245,7 +223,7 @@ def _collect_exit_codes(result, procs, closed, final=False):
     if result.style != "srun":
         return
     for rank, p in enumerate(procs):
-        code = p.poll()
+        code = p.exit_code()
         if code is not None and result.ranks[rank].returncode is None:
             result.ranks[rank].returncode = code
     failed = _failed(result)
@@ -263,7 +241,7 @@ FAILURE_ROW = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 
 def _torchrun_codes(result, leader):
     """torchrun reports only its own exit code; read the failed ranks from its failure summary."""
-    result.returncode = leader.poll()
+    result.returncode = leader.exit_code()
     if result.returncode is None:
         return   # still running: deadline or stopped, per-rank codes stay unknown
     if result.returncode == 0:

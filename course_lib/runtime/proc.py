@@ -1,17 +1,46 @@
-"""Process trees, through psutil: what a process started, stopping all of it, and waiting until it is gone.
-
-psutil checks a process's start time before it signals it, so a pid the system reused for another
-process is never hit. Zombies (exited, not yet reaped by their parent) count as gone everywhere here.
-"""
+"""Process trees, through psutil (which checks a process's start time before it signals it, so a reused pid is
+never hit): what a process started, stopping all of it, waiting until it is gone. Zombies count as gone."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
 import signal
+import subprocess
 import time
 from typing import Iterable
 
 import psutil
+
+
+class Started:
+    """A process launch() started (a rank, or torchrun's agent): its pid, its output pipe and its exit code once
+    known, from its Popen (a cold start) or from the fork server's message on ``conn`` (a forked rank is the
+    server's child, not ours: course_lib.runtime.warm)."""
+
+    def __init__(self, pid: int, stdout=None, popen: subprocess.Popen | None = None, conn=None):
+        self.pid, self.stdout, self.popen, self.conn = pid, stdout, popen, conn
+        self.code: int | None = None
+
+    def exit_code(self, timeout: float = 0.0) -> int | None:
+        """Its exit code, waiting up to ``timeout`` seconds for it; None while it runs."""
+        if self.code is None and self.popen is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.code = self.popen.wait(timeout)
+        elif self.code is None and select.select([self.conn], [], [], timeout)[0]:
+            msg = self.conn.recv(4096)
+            self.conn.close()
+            self.code = json.loads(msg)["code"] if msg else -signal.SIGKILL
+            if not msg:   # the server is gone without a word: make sure the rank is too
+                stop_tree([], group=self.pid)
+        return self.code
+
+    def stop(self, grace: float = 3.0) -> None:
+        """TERM its process group (it leads its own session) and all it started, then KILL what is left
+        (``stop_tree``), and wait for its exit code. Its pid counts only while it runs: a reused pid is not it."""
+        stop_tree([self.pid] if self.exit_code() is None else [], group=self.pid, grace=grace)
+        self.exit_code(5)
 
 
 def signal_all(procs: Iterable[psutil.Process], sig: int) -> int:

@@ -1,30 +1,11 @@
-"""Warm start for launches: a fork server that has imported torch once, so a rank costs a fork.
+"""Warm start: ranks forked from a server (``course_lib.runtime.forkserver``) that imported torch once, so a rank
+costs a fork instead of an interpreter's start and torch's import (seconds of CPU each).
 
-Most of a check is starting ranks: every rank of every launch starts an interpreter and imports torch.
-The server (``python -c "...serve()"``) imports torch and torch.distributed, runs no torch op and checks
-that it has no thread but its own (fork copies one thread only; with ``OMP_NUM_THREADS=1``, as launch sets,
-neither torch nor numpy's OpenBLAS starts one at import). It listens on a Unix socket in a private temp dir.
-A request carries argv, env, cwd and the write end of the rank's output pipe (SCM_RIGHTS); the server forks a
-child that does what ``python script.py`` / ``python -m module`` would after start-up: its own session,
-stdin from /dev/null, stdout and stderr into the pipe, exactly the rank's environment, cwd, ``sys.argv`` and
-``sys.path[0]``, then runs the script and leaves through the interpreter's own exit (``forkserver``). The server
-reaps its children and sends each exit code back on the request's connection (a forked rank is not the launcher's
-child); ``WarmProcess`` gives launch() the part of Popen it uses (pid, stdout, poll, wait), so deadlines and kills
-work as for a cold rank.
-
-Under torchrun (``launch(style="torchrun")``) the server forks torchrun's agent, and the worker torchrun starts
-for each rank is ``course_lib.runtime.warm_rank``, which sends its own environment, working directory, stdout and
-stderr in the same request and stands in for the rank towards torchrun (signals in, exit status out). A request
-whose connection closes before its child has ended (the launcher or that worker was killed) gets the child killed.
-
-The server ends when its standard input reaches EOF (the process that started it closed it or died) and
-kills what it still runs. A session's server (or that of a ``launch(warm=True)`` outside a session) is kept
-for the next session with the same start-up variables and preloads, for ``COURSE_WARM_KEEP`` seconds (default
-120; 0: end it with its session): the second check in a notebook or a test run starts at once instead of
-importing torch again. An idle server runs nothing; it ends when that time is up, when the process exits, or
-with ``close_idle()``. ``COURSE_WARM=0`` turns the warm start off everywhere (back to a fresh interpreter per
-rank). Variables read while Python and torch start (IMPORT_TIME) must be the same for the launch and the server,
-else the launch starts cold.
+A request on the server's Unix socket carries argv, env, cwd and the rank's output pipe; the reply is the pid, and
+later, on the same connection, the exit code (a forked rank is the server's child, not the launcher's). Under
+torchrun the server forks torchrun's agent, whose workers (``course_lib.runtime.warm_rank``) ask it for their ranks.
+A session's server is kept ``COURSE_WARM_KEEP`` seconds (default 120) for the next check with the same start-up
+variables (IMPORT_TIME) and preloads; it ends at its stdin's EOF. ``COURSE_WARM=0``: every rank a fresh python.
 Not multiprocessing's forkserver: course_lib.runtime.forkserver says why.
 """
 from __future__ import annotations
@@ -35,7 +16,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +23,7 @@ import tempfile
 import threading
 import time
 
+from course_lib.runtime.proc import Started
 from course_lib.runtime.rank_env import base_env
 
 # Not KMP_*: those are Intel OpenMP's, and torch's wheels load GNU OpenMP (torch/lib/libgomp.so.1); scikit-learn
@@ -98,39 +79,6 @@ def _keep_s() -> float:
 
 # ----- the launcher's side -----
 
-class WarmProcess:
-    """A rank forked by the server, with the part of subprocess.Popen that launch() uses."""
-
-    def __init__(self, conn: socket.socket, pid: int, stdout):
-        self.conn, self.pid, self.stdout, self.returncode = conn, pid, stdout, None
-        self.args = ["<warm>", pid]
-
-    def _read(self, timeout: float | None) -> None:
-        ready, _, _ = select.select([self.conn], [], [], timeout)
-        if not ready:
-            return
-        msg = self.conn.recv(4096)
-        if msg:
-            self.returncode = json.loads(msg)["code"]
-        else:   # the server is gone without a word: make sure the rank is too
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGKILL)
-            self.returncode = -signal.SIGKILL
-        self.conn.close()
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            self._read(0)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            self._read(timeout)   # one message: the exit code, or the server's end
-        if self.returncode is None:
-            raise subprocess.TimeoutExpired(self.args, timeout)
-        return self.returncode
-
-
 class Server:
     """One fork server (started here, ready when first used); ``close()`` ends it and removes its dir."""
 
@@ -169,7 +117,7 @@ class Server:
         return (not self.broken and self.proc.poll() is None
                 and (self._ready is None or bool(self._ready) and os.path.exists(self.path)))
 
-    def spawn(self, argv, env: dict, cwd) -> WarmProcess:
+    def spawn(self, argv, env: dict, cwd) -> Started:
         """Fork one rank; OSError when the server cannot (the caller starts that rank cold)."""
         r, w = os.pipe()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -183,7 +131,7 @@ class Server:
             if "pid" not in reply:
                 raise OSError(reply.get("error", "no pid"))
             conn.settimeout(None)
-            return WarmProcess(conn, reply["pid"], os.fdopen(r, "rb"))
+            return Started(reply["pid"], os.fdopen(r, "rb"), conn=conn)
         except (OSError, ValueError) as e:
             self.broken = True
             conn.close()

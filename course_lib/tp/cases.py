@@ -1,13 +1,6 @@
-"""The cases of ``course check tp`` (course_lib.checking runs them): every comparison is against the serial
-computation in float64, within ``numerics.TOL``.
-
-For every layer the case builds the serial ``nn.Linear`` (float64, fixed seed), copies this rank's shard into the
-learner's layer (column-parallel: rows ``[out/tp, in]``; row-parallel: columns ``[out, in/tp]``, whole bias), then
-compares forward outputs, input grads and weight grads with the serial layer's. ``rank_groups`` runs in one process
-(pure Python); the operators and layers on 2 ranks (tp=2) and on 4 ranks (tp=4, then two tp=2 groups inside the 4
-ranks, which shows whether ``group=`` is honoured). The cases live in cases_fg.py, cases_linear.py, cases_blocks.py
-and cases_groups.py.
-"""
+"""The cases of ``course check tp`` (course_lib.checking runs them), each against the serial computation in float64
+within ``numerics.TOL``: ``rank_groups`` in one process, the operators and layers on tp=2, tp=4 and two tp=2 groups
+inside 4 ranks (which shows whether ``group=`` is honoured), ``init_rank_groups`` on 4 ranks."""
 from __future__ import annotations
 
 import functools
@@ -16,17 +9,14 @@ from course_lib import checking
 from course_lib.checking.case import Case
 from course_lib.tp import numerics
 from course_lib.tp.cases_blocks import case_attention, case_mlp
-from course_lib.tp.cases_fg import case_f, case_g
 from course_lib.tp.cases_groups import case_init_groups, case_rank_groups
-from course_lib.tp.cases_linear import case_column, case_row
+from course_lib.tp.cases_linear import case_column, case_f, case_g, case_row
 
 FILE = LOAD_ITEM = "tp.py"
 ITEMS = ("copy_to_parallel_region", "reduce_from_parallel_region", "ColumnParallelLinear", "RowParallelLinear",
          "ParallelMLP", "ParallelSelfAttention", "rank_groups", "init_rank_groups")
 FIRST_WORLDS, WORLDS = (1,), (2, 4)      # rank_groups in one process, then the layers
-# the collectives whose calls ParallelMLP's case counts
-COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast")
-GUARD = (COUNTED, "count")
+GUARD = (("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"), "count")
 SETTING_TEXT = {"tp2": "tp=2", "tp4": "tp=4", "tp2of4": "tp=2 groups inside 4 ranks, group= given",
                 "grid4": "4 ranks, tp=2 x dp=2"}
 LAYERS = ITEMS[:4]
@@ -68,24 +58,17 @@ class Ctx(numerics.Ctx):
     FILE = FILE
 
 
-class Setting:
-    """What a layer case needs: the module, its group (None: all ranks), tp, this rank's index, a seed offset."""
-
-    def __init__(self, ctx, group):
-        import torch.distributed as dist
-        self.mod, self.need, self.group, self.take_counts = ctx.mod, ctx.need, group, ctx.take_counts
-        self.tp, self.r = dist.get_world_size(group), dist.get_rank(group)
-        self.rank = dist.get_rank()
-        self.seed = 1000 * (self.rank // self.tp)   # different data in different groups: mixing shows
-        self.kw = {} if group is None else {"group": group}
-
-
 def in_setting(setting: str, fn, ctx):
+    """Run ``fn`` with ctx given the setting's group (None: all ranks), tp, this rank's index in it, a seed."""
+    import torch.distributed as dist
     if setting == "tp2of4" and "tp2of4" not in ctx.cache:
-        import torch.distributed as dist
         subgroups = [dist.new_group([0, 1]), dist.new_group([2, 3])]   # every rank creates both, same order
         ctx.cache["tp2of4"] = subgroups[ctx.rank // 2]
-    return fn(Setting(ctx, ctx.cache.get(setting)))
+    group = ctx.cache.get(setting)
+    ctx.tp, ctx.r = dist.get_world_size(group), dist.get_rank(group)
+    ctx.seed = 1000 * (ctx.rank // ctx.tp)   # different data in different groups: mixing shows
+    ctx.kw = {} if group is None else {"group": group}
+    return fn(ctx)
 
 
 def pass_text(item: str, recs) -> str:

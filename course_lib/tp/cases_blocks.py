@@ -1,30 +1,22 @@
-"""Cases for the blocks built from the layers: ParallelMLP (column, GELU, row) and ParallelSelfAttention."""
+"""Cases for the blocks built from the layers: ParallelMLP (column, GELU, row) and ParallelSelfAttention, whose
+output, where it differs from serial, is compared with the usual mistakes (the scale, a missing transpose of the
+heads), each computed on the same weights shard by shard as the ranks do."""
 from __future__ import annotations
 
 from course_lib.checking.case import Fail
-from course_lib.tp import attention
 from course_lib.tp.cases_linear import N_IN
 from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
 
 
-def _calls(counts):
-    return ", ".join(f"{v} x {k}" for k, v in counts.items() if v) or "none"
-
-
-def _more_than_one_all_reduce(counts):
-    return {k: v for k, v in counts.items() if v and not (k == "all_reduce" and v <= 1)}
-
-
 def _mlp_communication(fwd, bwd):
     """Column then row needs one all-reduce each way; more is right but wasteful."""
-    if _more_than_one_all_reduce(fwd):
-        raise Fail(f"ParallelMLP is right but communicates more than it needs in forward: {_calls(fwd)}; column then "
-                   f"row needs ONE all-reduce (g after fc2): keep fc1's output split (gather_output=False, "
-                   f"input_is_parallel=True)")
-    if _more_than_one_all_reduce(bwd):
-        raise Fail(f"ParallelMLP is right but communicates more than it needs in backward: {_calls(bwd)}; "
-                   f"column then row needs ONE all-reduce (f before fc1)")
+    for when, counts, which in (("forward", fwd, "g after fc2): keep fc1's output split (gather_output=False, "
+                                                 "input_is_parallel=True"), ("backward", bwd, "f before fc1")):
+        if any(v and not (k == "all_reduce" and v <= 1) for k, v in counts.items()):
+            calls = ", ".join(f"{v} x {k}" for k, v in counts.items() if v)
+            raise Fail(f"ParallelMLP is right but communicates more than it needs in {when}: {calls}; column then "
+                       f"row needs ONE all-reduce ({which})")
 
 
 def case_mlp(c):
@@ -83,10 +75,10 @@ def case_attention(c):
     x0 = rand(c.seed + 25, b, t, h)
     x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
     y = as_tensor(attn(x), "ParallelSelfAttention")
-    want = attention.sharded(serial, xs, (b, t, h, heads), 1)   # one rank: serial multi-head attention
+    want = sharded(serial, xs, (b, t, h, heads), 1)   # one rank: serial multi-head attention
     if not close(y.detach(), want.detach()):
         with torch.no_grad():
-            why = attention.explain(y.detach(), serial, xs, (b, t, h, heads), c.tp)
+            why = explain(y.detach(), serial, xs, (b, t, h, heads), c.tp)
         raise Fail(f"ParallelSelfAttention: forward output differs from serial multi-head attention with "
                    f"{heads} heads ({diff(y.detach(), want.detach())}); {why}")
     grad_out = rand(c.seed + 26, b, t, h)
@@ -100,3 +92,65 @@ def case_attention(c):
     pairs.append(("proj weight grads", attn.proj.weight.grad, serial["proj"].weight.grad[:, sl], None, "unused?"))
     pairs.append(("proj bias grads", attn.proj.bias.grad, serial["proj"].bias.grad, None, "unused?"))
     compare_grads("ParallelSelfAttention", pairs)
+
+
+def sharded(serial, xs, shape, tp: int, scale=None, split_t: bool = True, merge_t: bool = True):
+    """Attention as ``tp`` ranks compute it with ``serial``'s weights (rank r: heads r*H/tp ..; q, k, v column
+    shards, proj a row shard, its bias once), ``scale`` and the two transposes as given; ``tp`` = 1: the serial
+    layer."""
+    import torch.nn.functional as F
+    b, t, h, heads = shape
+    d, lh = h // heads, heads // tp
+    out = serial["proj"].bias.expand(b, t, h)
+    for r in range(tp):
+        sl = slice(r * h // tp, (r + 1) * h // tp)
+        q, k, v = (F.linear(xs, serial[n].weight[sl], serial[n].bias[sl]).view(b, t, lh, d) for n in "qkv")
+        if split_t:
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v, scale=scale)
+        o = o.transpose(1, 2) if merge_t else o
+        out = out + F.linear(o.reshape(b, t, lh * d), serial["proj"].weight[:, sl])
+    return out
+
+
+def reference(shape, tp: int) -> str:
+    b, t, h, heads = shape
+    d = h // heads
+    return (f"the serial reference: per head softmax(q k^T / sqrt(head_dim)) v, head_dim = hidden_size/num_heads = "
+            f"{h}/{heads} = {d}; q, k, v split into heads as .view(b, t, heads, head_dim).transpose(1, 2) (rank r "
+            f"computes heads r*{heads}/tp .. (r+1)*{heads}/tp - 1, tp={tp}), merged back as .transpose(1, 2)"
+            f".reshape(b, t, ...), then proj")
+
+
+def mistakes(shape, tp: int) -> list[tuple[str, dict]]:
+    """(what the learner did, how to compute it) for the usual mistakes, the scales grouped by value."""
+    _, _, h, heads = shape
+    d = h // heads
+    scales: dict = {}
+    for label, value in ((f"1/sqrt(hidden_size) = 1/sqrt({h})", h ** -0.5),
+                         (f"1/sqrt(hidden_size/tp) = 1/sqrt({h // tp})", (h // tp) ** -0.5),
+                         (f"1/head_dim = 1/{d}", 1 / d), ("1 (no scale)", 1.0)):
+        if abs(value - d ** -0.5) > 1e-12:
+            scales.setdefault(round(value, 12), []).append(label)
+    out = [(f"the scores scaled by {' = '.join(labels)} instead of 1/sqrt(head_dim) = 1/sqrt({d}) (the default "
+            f"of F.scaled_dot_product_attention): a head's dot products sum head_dim terms, not hidden_size",
+            {"scale": value})
+           for value, labels in scales.items()]
+    return out + [
+        ("the heads split without .transpose(1, 2): on [b, t, heads, head_dim] attention runs across the heads at "
+         "each position, not across the sequence", {"split_t": False, "merge_t": False}),
+        ("the heads split without .transpose(1, 2) (and merged back with it): attention runs across the heads, "
+         "not the sequence", {"split_t": False}),
+        ("the heads merged back without .transpose(1, 2) before .reshape(b, t, ...): the reshape mixes heads and "
+         "positions", {"merge_t": False})]
+
+
+def explain(y, serial, xs, shape, tp: int) -> str:
+    """The message for an output ``y`` that differs from serial: the reference, then the mistake it matches, or
+    the usual causes."""
+    for what, how in mistakes(shape, tp):
+        if close(y, sharded(serial, xs, shape, tp, **how).detach()):
+            return f"{reference(shape, tp)}. Your output matches {what}"
+    return (f"{reference(shape, tp)}. Usual causes: the scale (1/sqrt(head_dim), not 1/sqrt(hidden_size)), a "
+            f"missing .transpose(1, 2) when splitting q, k, v into heads or merging them back, or this rank's heads "
+            f"taken from the wrong slice")

@@ -2,41 +2,20 @@
 combinations ``course check tp`` tries ``rank_groups`` on."""
 from __future__ import annotations
 
+import math
+
 
 def reference_rank_groups(world_size, tp=1, dp=1, cp=1, pp=1, order="tp-cp-pp-dp"):
-    """Megatron-LM's RankGenerator (megatron/core/parallel_state.py), written out independently.
-
-    Each rank has a coordinate per name of ``order`` (first name fastest: stride 1); a group of kind k
-    holds the ranks whose coordinates agree except along k. Names of size 1 may be missing from ``order``.
-    """
+    """Megatron-LM's RankGenerator (megatron/core/parallel_state.py), written out independently: each rank has a
+    coordinate per name of ``order`` (the first name fastest); a group of kind k holds the ranks whose coordinates
+    agree except along k. Names of size 1 may be missing from ``order``."""
+    import numpy as np
     sizes = {"tp": tp, "dp": dp, "cp": cp, "pp": pp}
     names = order.lower().split("-")
     names += [n for n in sizes if n not in names]
-    shape = [sizes[n] for n in names]
-    stride = [1]
-    for s in shape:
-        stride.append(stride[-1] * s)
-    assert stride[-1] == world_size, (world_size, sizes)
-
-    def decompose(index, dims):
-        out = []
-        for d in dims:
-            out.append(index % d)
-            index //= d
-        return out
-
-    result = {}
-    for kind in sizes:
-        mask = [n == kind for n in names]
-        masked = [(s, st) for s, st, m in zip(shape, stride, mask) if m]
-        unmasked = [(s, st) for s, st, m in zip(shape, stride, mask) if not m]
-        group_size = masked[0][0]
-        groups = []
-        for g in range(world_size // group_size):
-            base = sum(i * st for i, (_, st) in zip(decompose(g, [s for s, _ in unmasked]), unmasked))
-            groups.append([base + i * masked[0][1] for i in range(group_size)])
-        result[kind] = groups
-    return result
+    assert math.prod(sizes[n] for n in names) == world_size, (world_size, sizes)
+    grid = np.arange(world_size).reshape([sizes[n] for n in reversed(names)])   # the first name: the last axis
+    return {k: np.moveaxis(grid, len(names) - 1 - names.index(k), -1).reshape(-1, sizes[k]).tolist() for k in sizes}
 
 
 def rank_group_cases():

@@ -9,8 +9,7 @@ TOL = 1e-10
 
 
 class Ctx(harness.Ctx):
-    """The harness's context in float64, with ``need(name)``: the learner's ``name``, or Missing naming ``FILE``
-    (the exercise's file, set by the cases module's subclass)."""
+    """The harness's context in float64; ``FILE``: the exercise's file, set by the cases module's subclass."""
     FILE = ""
 
     def __init__(self, *args):

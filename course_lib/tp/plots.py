@@ -81,13 +81,9 @@ def crossings(groups: dict, gpus_per_node: int) -> dict:
     return {k: sum(len({r // gpus_per_node for r in g}) > 1 for g in gs) for k, gs in groups.items()}
 
 
-def mlp_params(hidden: int, ffn: int, tp: int = 1) -> int:
-    """Parameters of one tensor-parallel MLP per rank: fc1 and fc2's weight split, fc2's bias whole."""
-    return (hidden * ffn + ffn + ffn * hidden) // tp + hidden
-
-
-def block_params(width: int, tp: int = 1, mlp_ratio: int = 4) -> int:
-    """Parameters of one transformer block per rank: attention (q, k, v, proj) and MLP split; LayerNorms whole."""
+def block_params(width: int, tp: int = 1) -> int:
+    """Parameters of one transformer block per rank: attention (q, k, v, proj) and the MLP (fc1, fc2: 4 x width)
+    split, except proj's and fc2's biases and the two LayerNorms."""
     attn = (3 * (width * width + width) + width * width) // tp + width
-    norms = 4 * width
-    return attn + mlp_params(width, mlp_ratio * width, tp) + norms
+    ffn = 4 * width
+    return attn + (width * ffn + ffn + ffn * width) // tp + width + 4 * width

@@ -3,13 +3,9 @@
     python -m course_lib.tp.train --serial                                   # one process, the reference
     (4 ranks)  python -m course_lib.tp.train --tp-file TP_FILE --tp 2 --dp 2    # the tp exercise's file
 
-The model is ``fc1 -> GELU -> fc2 -> log_softmax`` on flattened 28x28 images: fc1 a ColumnParallelLinear
-(784 -> hidden, split over tp), fc2 a RowParallelLinear (hidden -> 10): one all-reduce per step forward,
-one backward, inside each tp group. Each dp replica takes its share of the global batch; gradients are
-averaged over the dp group (what DDP does), so every step equals the serial step on the whole batch.
-
-All in float64, with the serial model's initial weights copied shard by shard into the parallel layers,
-so the loss curve equals the serial one to rounding. One line per step, then one line on memory::
+``fc1 -> GELU -> fc2 -> log_softmax`` on flattened 28x28 images, fc1 column- and fc2 row-parallel inside each tp
+group, the gradients averaged over the dp group; in float64 from the serial model's initial weights, shard by
+shard, so the loss curve equals the serial one to rounding. One line per step, then one on memory::
 
     step=1 loss=2.3123456789012345
     params_per_rank=50890 bytes_per_rank=407120 serial_params=101770 serial_bytes=814160 tp=2 dp=2
@@ -17,14 +13,12 @@ so the loss curve equals the serial one to rounding. One line per step, then one
 from __future__ import annotations
 
 import argparse
-import re
+import itertools
 import sys
 
 from course_lib import gridrun
 from course_lib.core.loader import import_path
 from course_lib.tp.shards import load_column, load_row
-
-MEMORY_LINE = re.compile(r"^params_per_rank=(\d+) bytes_per_rank=(\d+) serial_params=(\d+) serial_bytes=(\d+)")
 
 
 def parse_args(argv=None):
@@ -63,15 +57,13 @@ def batches(args):
     from course_lib.data import load_dataset
     train, _ = load_dataset(args.dataset)
     g = torch.Generator().manual_seed(args.seed)
-    step = 0
-    while True:
-        for idx in torch.randperm(len(train), generator=g).split(args.batch_size):
-            if len(idx) < args.batch_size:
-                break   # equal-sized batches only, so dp shares are equal
-            yield train.images[idx].double(), train.targets[idx]
-            step += 1
-            if step == args.steps:
-                return
+
+    def epochs():
+        while True:
+            for idx in torch.randperm(len(train), generator=g).split(args.batch_size):
+                if len(idx) == args.batch_size:   # equal-sized batches only, so dp shares are equal
+                    yield train.images[idx].double(), train.targets[idx]
+    return itertools.islice(epochs(), args.steps)
 
 
 def param_bytes(model):
@@ -127,12 +119,10 @@ def train_parallel(args):
 
 def parse_output(lines):
     """(losses, memory dict or None) from the lines of a run."""
-    lines, memory = list(lines), None
-    for m in map(MEMORY_LINE.match, (line.strip() for line in lines)):
-        if m:
-            memory = dict(zip(("params_per_rank", "bytes_per_rank", "serial_params", "serial_bytes"),
-                              map(int, m.groups())))
-    return gridrun.parse_losses(lines), memory
+    lines = [line.strip() for line in lines]
+    memory = [dict((k, int(v)) for k, v in (f.split("=") for f in line.split()))
+              for line in lines if line.startswith("params_per_rank=")]
+    return gridrun.parse_losses(lines), memory[-1] if memory else None
 
 
 def main(argv=None):

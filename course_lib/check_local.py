@@ -33,7 +33,7 @@ ROUNDS = {e.name: e.rounds for e in EXERCISES.values() if e.rounds}
 SLOTS_DIR = "/tmp/course-check-slots"
 # set while a check holds a slot (and by a check job, whose CPUs are Slurm's): a check inside it takes none, so a
 # check that runs another (its ranks, a job it starts) cannot wait for itself
-HELD = "COURSE_CHECK_SLOT"
+HELD = "COURSE_IN_CHECK"
 
 
 def check_here(exercise: str, path, seconds: float, say=None, **kwargs):

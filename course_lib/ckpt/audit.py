@@ -1,15 +1,6 @@
 """What a rank writes, and a crash in the middle of a write: the tools of the checkpoint checker's worker.
 
-``WriteAudit`` records every file this process opens for writing (``open``, ``io.open``, ``os.open``), every
-``torch.save`` and every rename (``os.replace``, ``os.rename``) while it is active, so the checker can say
-which ranks wrote the snapshot; for each rename also where the file came from and whether it had been fsynced
-(``os.fsync``), so that the write can be judged for a cluster's file system, not only for this disk.
-``LoadAudit`` records how ``torch.load`` was called (``weights_only``).
-``CrashingSave`` replaces ``torch.save``: it writes the first half of the bytes
-to wherever it was asked to, then the process dies at once (``os._exit``), as it would if the node went down
-mid-write; what is left on disk shows whether the write was atomic.
-
-Both also rebind names the learner's module took at import (``from torch import save``, ``from os import replace``).
+Each also rebinds names the learner's module took at import (``from torch import save``, ``from os import replace``).
 """
 from __future__ import annotations
 
@@ -42,7 +33,7 @@ def _target(f) -> str:
 class _Patch:
     """Replace attributes (module, name) -> function while active; also in the learner's module namespace."""
 
-    def __init__(self, learner=None):
+    def __init__(self, learner):
         self.learner = learner
         self._saved: list = []
 
@@ -51,11 +42,10 @@ class _Patch:
         original = getattr(module, name)
         self._saved.append((module, name, original))
         setattr(module, name, fn)
-        if self.learner is not None:
-            for key, value in list(vars(self.learner).items()):
-                if value is original:
-                    self._saved.append((self.learner, key, value))
-                    setattr(self.learner, key, fn)
+        for key, value in list(vars(self.learner).items()):
+            if value is original:
+                self._saved.append((self.learner, key, value))
+                setattr(self.learner, key, fn)
         return original
 
     def _set_torch(self, name, fn):
@@ -73,7 +63,9 @@ class _Patch:
 
 
 class WriteAudit(_Patch):
-    """``with WriteAudit(learner) as audit: ...`` -> ``audit.writes``: [(how, path)] in order."""
+    """``with WriteAudit(learner) as audit: ...`` -> ``audit.writes``: [(how, path)] in order (open, os.open,
+    torch.save, renames), and ``audit.renames``: where each rename came from and whether it was fsynced first (a
+    write judged for a cluster's file system, not only for this disk)."""
 
     def __enter__(self) -> WriteAudit:
         self.writes: list[tuple[str, str]] = []
@@ -137,9 +129,10 @@ class LoadAudit(_Patch):
 
 
 class CrashingSave(_Patch):
-    """While active, ``torch.save`` writes half of its bytes, calls ``on_crash(target)``, and the process dies."""
+    """While active, ``torch.save`` writes half of its bytes, calls ``on_crash(target)``, and the process dies (as
+    if the node went down mid-write: what is left on disk shows whether the write was atomic)."""
 
-    def __init__(self, learner=None, on_crash=None):
+    def __init__(self, learner, on_crash):
         super().__init__(learner)
         self.on_crash = on_crash
 
@@ -157,8 +150,7 @@ class CrashingSave(_Patch):
             else:
                 f.write(half)
                 f.flush()
-            if self.on_crash is not None:
-                self.on_crash(_target(f))
+            self.on_crash(_target(f))
             sys.stdout.flush()
             os._exit(CRASH_CODE)
 

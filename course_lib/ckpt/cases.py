@@ -1,12 +1,6 @@
 """The cases of ``course check ckpt PATH`` (exercises/08_checkpoint/snapshot.py), on 2 gloo ranks (course_lib.checking
-runs them), then notebook 08's experiment (resume.py).
-
-Each rank trains a few steps, puts its random generators in a state of its own, then calls the learner's
-``save_snapshot`` (every file it writes is recorded: "rank 0 writes"), builds a fresh model, optimizer and scheduler,
-scrambles its generators and calls ``load_snapshot``: what comes back is compared with what was saved, piece by
-piece (model ... RNG states, on every rank). Last, ``torch.save`` is made to die halfway through writing a second
-snapshot (``audit.CrashingSave``), and the previous one must still be there, whole ("atomic write"). Each case
-builds on the one before, so the first failure ends the run.
+runs them), then notebook 08's experiment (resume.py): save, load into fresh objects and compare piece by piece, then
+a save that dies halfway (``audit.CrashingSave``). Each case builds on the one before: the first failure ends the run.
 """
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""What came back from ``load_snapshot``, piece by piece, against what was saved: one verdict per piece.
-
-Used inside a rank of the checker (course_lib.ckpt.cases); each verdict is ``[ok, message]`` with a message a
-learner can act on.
-"""
+"""What came back from ``load_snapshot``, piece by piece, against what was saved: one ``[ok, message]`` per piece."""
 from __future__ import annotations
 
 import hashlib

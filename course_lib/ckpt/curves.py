@@ -1,10 +1,5 @@
-"""Loss curves of notebook 08: an uninterrupted run against one where a rank is killed and torchrun restarts it.
-
-``run(...)`` trains with ``course_lib.ckpt.train`` under the real ``torchrun`` (``--max-restarts``) through
-``course_lib.runtime.launch`` (a deadline, every process stopped on return) and reads rank 0's lines back:
-per attempt, the loss of each global step, the snapshots written and where the attempt resumed. A step done
-in the first attempt after the last snapshot is done again in the second; the run's curve keeps the last value.
-``compare`` says whether two curves are equal, step by step.
+"""Loss curves of notebook 08: an uninterrupted run against one where a rank is killed and torchrun restarts it,
+read per attempt from rank 0's lines; a step done twice keeps the last attempt's value.
 """
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""The snapshot file as another program finds it, and the learner's way of writing it: used by the checkpoint
-checker (course_lib.ckpt.cases).
-
-``model_problem``: read with ``torch.load(weights_only=True)`` (tensors, numbers, strings and containers only: no
-code runs while reading, torch's default since 2.6), its model must load into the plain, unwrapped ``Net()``, as
-evaluation, fine-tuning or a run on another number of GPUs would build it. ``write_problem``: the snapshot must
-come into place by a rename of a file from its own folder that was fsynced first; a rename is atomic only within
-one file system, and on a cluster /tmp is the node's own disk while the snapshot lives on a shared one.
+"""The snapshot file as another program finds it (``weights_only=True``, a plain ``Net()``), and the learner's way of
+writing it (a rename of a fsynced file from its own folder): used by the checkpoint checker.
 """
 from __future__ import annotations
 

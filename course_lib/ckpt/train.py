@@ -1,20 +1,8 @@
-"""The training loop of notebook 08: notebook 02's DDP training of the MNIST CNN, with snapshots and resume.
+"""The training loop of notebook 08: notebook 02's DDP training of the MNIST CNN, with the learner's
+``save_snapshot`` and ``load_snapshot`` (none: never saves, the reference run).
 
-The learner's file (the ckpt exercise's, course_lib.registry) holds ``save_snapshot`` and ``load_snapshot``; this loop
-calls them: ``load_snapshot`` once at the start when the snapshot file exists, ``save_snapshot`` on every rank
-every ``--every`` steps and after each epoch. A position is ``(epoch, step)``: the next batch to train is batch
-``step`` (0-based) of epoch ``epoch`` (1-based), so ``step`` batches of that epoch are done.
-
-Run it through the learner's file (``python snapshot.py ...`` runs ``main`` with that file's functions) or as
-``python -m course_lib.ckpt.train --snapshots PATH``; without ``--snapshots`` it never saves (the reference).
-Rank 0 prints one line per step, ``step=G epoch=E batch=B loss=L`` with L in full precision (the mean over
-ranks), so two runs can be compared exactly. For the experiments of the notebook and the tests:
-
-- ``--kill-rank R --kill-at G``: rank R sends itself SIGKILL before global step G, on the first attempt only
-  (torchrun's TORCHELASTIC_RESTART_COUNT and Slurm's SLURM_RESTART_COUNT are 0 or unset): a crash of one rank;
-- ``--stop-file PATH``: when the file exists (on any rank), every rank saves a snapshot at the next step and
-  the run ends (exit code 0, "stopped"): what a job does when Slurm warns it that its time is nearly up;
-- ``--step-seconds S``: each step lasts at least S seconds (sleeping), so a short job meets its time limit.
+A position is ``(epoch, step)``: ``step`` batches (0-based) of epoch ``epoch`` (1-based) are done. Rank 0 prints
+``step=G epoch=E batch=B loss=L`` with L in full precision (the mean over ranks), so two runs compare exactly.
 """
 from __future__ import annotations
 
@@ -51,9 +39,11 @@ def parse_args(argv=None):
     p.add_argument("--every", type=int, default=3, help="save every N steps within an epoch (0: at epoch ends only)")
     p.add_argument("--snapshots", default=None, help="a file with save_snapshot/load_snapshot (none: never save)")
     p.add_argument("--kill-rank", type=int, default=1)
-    p.add_argument("--kill-at", type=int, default=0, help="global step before which --kill-rank dies (0: never)")
-    p.add_argument("--stop-file", default=None)
-    p.add_argument("--step-seconds", type=float, default=0.0)
+    p.add_argument("--kill-at", type=int, default=0, help="global step before which --kill-rank dies (SIGKILL, on the "
+                   "first attempt only; 0: never)")
+    p.add_argument("--stop-file", default=None, help="once it exists, every rank saves and the run ends (stopped)")
+    p.add_argument("--step-seconds", type=float, default=0.0, help="each step lasts at least this (a job meets its "
+                   "time limit)")
     return p.parse_args(argv)
 
 

@@ -1,19 +1,11 @@
 """The course's work counts as activity on a hub: a Jupyter server extension for the learners' servers.
 
-A hub's idle culler (jupyterhub-idle-culler) stops a server whose ``last_activity``, as the hub records it, is older
-than its timeout. The server reports that time itself: jupyterhub-singleuser posts ``web_app.last_activity()`` to
-the hub every ``$JUPYTERHUB_ACTIVITY_INTERVAL`` seconds, and jupyter_server takes the latest of its API requests,
-terminal I/O, kernel messages and every setting whose name ends in ``_last_activity``. A learner who waits on a
-queued job, or on a check whose ranks print nothing for a while, makes none of those, and the server would look
-idle. So this extension sets ``course_last_activity`` to now, every few seconds, while any of these holds:
-- a kernel of this server is busy (a cell runs: a check, a job's ``wait()``, training);
-- a job of the learner's workspace is queued or running (its run folder under ``jobs/runs``, asked afresh);
-- a Slurm job of the learner other than this server's own is in the queue (a check on Slurm, a job from a shell);
-- a ``course`` command runs under this server (``course check`` in a JupyterLab terminal).
-Once none holds, the server's last activity stays where it was, and the culler's timeout runs from there.
-
-It is on for the servers of the shared install (its ``etc/jupyter/jupyter_server_config.json``, written by
-``course_lib.instructor.hub_server``) and does nothing outside a hub (no ``$JUPYTERHUB_ACTIVITY_URL``).
+A hub's idle culler stops a server whose last activity is older than its timeout, and a learner who waits on a
+queued job or a quiet check makes no activity jupyter_server counts (docs/jupyterhub.md, the idle culler). So while
+a kernel is busy, a job of the workspace is queued or running, a Slurm job of the learner's other than this
+server's own is in the queue, or a ``course`` command runs under this server, this extension sets
+``course_last_activity`` (jupyter_server takes the latest of the settings named ``*_last_activity``) to now. It
+does nothing outside a hub (no ``$JUPYTERHUB_ACTIVITY_URL``).
 """
 from __future__ import annotations
 
@@ -22,8 +14,6 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-
-import psutil
 
 SETTING = "course_last_activity"
 
@@ -63,33 +53,20 @@ def live_jobs(runs: Path) -> list[str]:
     return live
 
 
-def queued_slurm_jobs(own_job: str | None) -> list[str]:
-    """This user's jobs in Slurm's queue, less this server's own job (a server that runs as a Slurm job)."""
-    from course_lib.runtime.reattach import scheduler_ids
-
-    return [i for i in scheduler_ids() if i != own_job]
-
-
 def course_commands(server_pid: int) -> list[str]:
     """``course`` commands running under this server (a check started in a terminal)."""
-    found = []
-    try:
-        children = psutil.Process(server_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return found
-    for p in children:
-        try:
-            cmd = p.cmdline()
-        except psutil.Error:
-            continue
-        if any(Path(part).name == "course" for part in cmd[:2]):
-            found.append(" ".join(cmd[:4]))
-    return found
+    from course_lib.runtime import proc
+
+    cmds = [p.info["cmdline"] or [] for p in proc.below({server_pid}, proc.live(("ppid", "cmdline"))).values()]
+    return [" ".join(cmd[:4]) for cmd in cmds if any(Path(part).name == "course" for part in cmd[:2])]
 
 
 def reasons(runs: Path, own_job: str | None, server_pid: int) -> list[str]:
-    """What of the course runs now, outside the kernels (blocking: called off the server's event loop)."""
-    return ([f"job {j}" for j in live_jobs(runs)] + [f"Slurm job {j}" for j in queued_slurm_jobs(own_job)]
+    """What of the course runs now, outside the kernels (blocking: called off the server's event loop): live jobs,
+    this user's Slurm jobs less this server's own (a server that runs as a Slurm job), course commands."""
+    from course_lib.runtime.reattach import scheduler_ids
+
+    return ([f"job {j}" for j in live_jobs(runs)] + [f"Slurm job {j}" for j in scheduler_ids() if j != own_job]
             + course_commands(server_pid))
 
 

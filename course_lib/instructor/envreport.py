@@ -14,14 +14,12 @@ def collect() -> dict:
     import torch
     import torch.distributed as dist
 
-    from course_lib import data
+    from course_lib import data, jobs
 
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
         if torch.cuda.is_available() else []
     backends = [b for b, ok in (("gloo", dist.is_gloo_available()), ("nccl", dist.is_nccl_available()),
                                 ("mpi", dist.is_mpi_available())) if ok]
-    from course_lib import jobs
-
     engine, why = jobs.engine()
     dataset, folder = data.resolve("auto", quiet=True)
     return {

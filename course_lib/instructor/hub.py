@@ -1,28 +1,12 @@
-"""``course write lab-settings``: the course's JupyterLab settings for learners, for a hub install or for ``make lab``.
+"""``course write lab-settings``: the course's JupyterLab settings for learners (docs/jupyterhub.md lists them).
 
-For a hub (``--prefix``, default: this Python's environment, the one the hub's servers run from) it writes:
-- ``share/jupyter/lab/settings/overrides.json``: the news prompt off (``fetchNews: "false"``), so no learner is
-  asked whether Jupyter may fetch news from the internet;
-- ``etc/jupyter/labconfig/page_config.json``: nbgrader's JupyterLab extension disabled, so learners see no
-  "Create Assignment" or "Validate" menus, and the Extension Manager (PyPI's extensions, with its warning). An
-  instructor turns nbgrader back on for themselves only with
-  ``jupyter labextension enable --level=user @jupyter/nbgrader`` (a user-level setting wins over the environment's).
-Existing settings in those files are kept; only these keys are set.
-
-For ``make lab`` (``--lab-dir DIR``, a folder of the clone that git ignores) it writes the same two settings where
-only that server reads them, so neither the environment nor the user's ``~/.jupyter`` changes. DIR is that server's
-Jupyter config folder (the Makefile sets ``JUPYTER_CONFIG_DIR=DIR`` and keeps ``~/.jupyter`` on
-``JUPYTER_CONFIG_PATH``, below it); JupyterLab keeps this course's user settings and workspaces there too:
-- ``DIR/labconfig/``: ``page_config.json`` and ``default_setting_overrides.json``;
-- ``DIR/jupyter_server_config.json``: nbgrader's server extensions off (they log "No nbgrader_config.py file
-  found" and serve the instructor's pages), the terminals' shell, the custom CSS on, the clone's scaffolding
-  (course_lib/, tests/, scripts/, the egg-info, Makefile, pyproject.toml) left out of the file browser;
-- ``DIR/nbsignatures.db``, ``DIR/notebook_secret``: the lab's notary, which signs the notebooks of ``--trust``;
-- ``DIR/custom/custom.css``: output text wraps between words (JupyterLab's outputs break lines anywhere, mid-word);
-  the file browser lists notebooks/ and exercises/ first and marks solutions/ as the answers;
-- ``DIR/bashrc``: the terminals' start-up file. JupyterLab's terminal runs a login shell, and a login profile may
-  set PATH afresh (Debian's /etc/profile does), which drops the environment's ``bin``; this file reads the same
-  profiles a login shell does, then puts the environment's ``bin`` first, so ``course`` is found.
+For a hub (``--prefix``, default: this Python's environment, the one the hub's servers run from): Jupyter's news
+prompt off and nbgrader's JupyterLab extension off (an instructor turns it on for themselves with ``jupyter
+labextension enable --level=user @jupyter/nbgrader``); other settings in those files are kept. For ``make lab``
+(``--lab-dir DIR``, the lab server's own Jupyter config folder, which git ignores): the same two settings, the server's
+config (no nbgrader server extensions, the terminals' shell, custom.css, the clone's scaffolding hidden), the notary
+that ``--trust`` signs the notebooks with, and the terminals' bashrc, so that neither the environment nor the user's
+``~/.jupyter`` changes.
 """
 from __future__ import annotations
 

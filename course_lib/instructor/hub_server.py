@@ -1,24 +1,11 @@
-"""The settings of every learner's server started from a shared install (``make shared-install``).
-
-``python -m course_lib.instructor.hub_server VENV`` sets, in ``VENV/etc/jupyter/jupyter_server_config.json``
-(other settings there are kept), what every Jupyter server run from that environment reads (the hub's servers, on
-the login node or as Slurm jobs, and a centre's own hub that starts its servers from this environment). Not a
-``jupyter_server_config.d/`` file: jupyter_server reads those for ``jpserver_extensions`` only (checked: the
-kernel settings below were ignored there).
-- the course kernel only: ``KernelSpecManager.allowed_kernelspecs = ["multigpu-course"]`` and it is the default.
-  The notebooks name ``python3`` in their metadata (what a clone's ``make lab`` and the CI's papermill use); with
-  that kernel hidden, JupyterLab opens a notebook whose kernel is missing on the one installed kernel of the same
-  language, the course's, instead of asking, and a new notebook starts on it too;
-- ``course_lib.instructor.activity`` on: a busy kernel, a live job or a course command counts as the server's
-  activity, so that a hub's idle culler leaves it running.
-
-- the terminals' shell: ``bash --rcfile PREFIX/lab/bashrc -i``, the start-up file that ``make lab`` gives its
-  terminals (``course write lab-settings --lab-dir``, course_lib/instructor/hub.py): the login profiles, then the
-  environment's ``bin`` first on PATH, so ``course`` is found in a JupyterLab terminal (a login shell's
-  /etc/profile sets PATH afresh and drops it).
-
-``server_choices(site, time)``: what a learner may ask for when their server is a Slurm job (the spawn form of
-scripts/hub/jupyterhub_slurm_config.py), from the site profile's node shape.
+"""The settings of every learner's server started from a shared install (``make shared-install``): ``python -m
+course_lib.instructor.hub_server VENV`` sets them in ``VENV/etc/jupyter/jupyter_server_config.json``, keeping the
+others there (docs/jupyterhub.md). Not a ``jupyter_server_config.d/`` file: jupyter_server reads those for
+``jpserver_extensions`` only (checked: the kernel settings were ignored there). The course kernel only, and the
+default (the notebooks name ``python3``, which JupyterLab then maps to the one installed kernel of that language);
+``course_lib.instructor.activity`` on; the terminals' shell of ``make lab`` (its bashrc puts the environment's
+``bin`` first on PATH, which a login shell's /etc/profile drops). ``server_choices``: the spawn form of
+scripts/hub/jupyterhub_slurm_config.py.
 """
 from __future__ import annotations
 
@@ -28,20 +15,6 @@ from pathlib import Path
 from course_lib.instructor.hub import merge_settings, server_config, write_lab_dir
 
 KERNEL = "multigpu-course"
-
-
-def settings(terminal: dict | None = None) -> dict:
-    server = {"jpserver_extensions": {"course_lib.instructor.activity": True}}
-    return {"ServerApp": {**server, **(terminal or {})}, "KernelSpecManager": {"allowed_kernelspecs": [KERNEL]},
-            "MappingKernelManager": {"default_kernel_name": KERNEL}}
-
-
-def terminal(venv: Path) -> dict:
-    """The terminals' settings of ``make lab``, for an install: its bashrc written into ``PREFIX/lab`` (beside
-    ``PREFIX/venv``) by the same function."""
-    lab_dir = venv.parent / "lab"
-    write_lab_dir(lab_dir, venv)
-    return {"terminado_settings": server_config(lab_dir)["ServerApp"].get("terminado_settings", {})}
 
 
 def server_choices(site, time: str, partition: str = "") -> list[dict]:
@@ -71,9 +44,13 @@ def server_choices(site, time: str, partition: str = "") -> list[dict]:
 
 
 def write(venv: str | Path) -> Path:
-    path = Path(venv) / "etc" / "jupyter" / "jupyter_server_config.json"
-
-    new = settings(terminal(Path(venv)))
+    venv = Path(venv)
+    lab_dir = venv.parent / "lab"     # the terminals of ``make lab``: its bashrc, in PREFIX/lab beside PREFIX/venv
+    write_lab_dir(lab_dir, venv)
+    server = {"jpserver_extensions": {"course_lib.instructor.activity": True},
+              "terminado_settings": server_config(lab_dir)["ServerApp"].get("terminado_settings", {})}
+    new = {"ServerApp": server, "KernelSpecManager": {"allowed_kernelspecs": [KERNEL]},
+           "MappingKernelManager": {"default_kernel_name": KERNEL}}
 
     def update(data: dict) -> None:
         for section, values in new.items():
@@ -81,6 +58,7 @@ def write(venv: str | Path) -> Path:
                 old = data.setdefault(section, {}).get(key)
                 data[section][key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
 
+    path = venv / "etc" / "jupyter" / "jupyter_server_config.json"
     merge_settings(path, update)
     return path
 

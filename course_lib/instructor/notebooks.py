@@ -18,8 +18,7 @@ def notebook_paths(pattern: str = "*") -> list[Path]:
     return sorted(p for p in (course_root() / "notebooks").glob(f"{pattern}.ipynb") if p.name[:2].isdigit())
 
 
-def execute(path: Path, out_dir: Path, tree: str = "solutions", quick: bool = False, strict: bool | None = None,
-            cell_timeout: int = 900) -> tuple[bool, float, str]:
+def execute(path: Path, out_dir: Path, tree: str, quick: bool, cell_timeout: int) -> tuple[bool, float, str]:
     """Run one notebook, each cell within ``cell_timeout`` seconds; (ok, seconds, the error's first line or '')."""
     import logging
 
@@ -30,7 +29,7 @@ def execute(path: Path, out_dir: Path, tree: str = "solutions", quick: bool = Fa
     # papermill warns that it cannot parse `QUICK = os.environ...` as a literal; it injects QUICK anyway
     logging.getLogger("papermill").setLevel(logging.ERROR)
     out_dir.mkdir(parents=True, exist_ok=True)
-    params = {"TREE": tree, "QUICK": quick, "STRICT": tree == "solutions" if strict is None else strict}
+    params = {"TREE": tree, "QUICK": quick, "STRICT": tree == "solutions"}
     start = time.monotonic()
     try:
         papermill.execute_notebook(str(path), str(out_dir / f"{path.stem}.{tree}.ipynb"), parameters=params,
@@ -62,7 +61,7 @@ def run(args) -> int:
         return 2
     failed = 0
     for path in paths:
-        ok, seconds, error = execute(path, args.out, args.tree, args.quick, cell_timeout=args.cell_timeout)
+        ok, seconds, error = execute(path, args.out, args.tree, args.quick, args.cell_timeout)
         failed += not ok
         print(f"{path.stem:<28} {seconds:7.1f} s  {'ok' if ok else 'failed'}  {error}".rstrip(), flush=True)
     print(f"{len(paths) - failed}/{len(paths)} notebooks ok; outputs in {args.out}")

@@ -19,12 +19,8 @@ unless it is exactly the marker. A notebook in solutions/ is released cell by ce
 text cells with nbgrader's conventions (a marked region, or a cell whose nbgrader metadata says
 ``solution``, becomes "YOUR ANSWER HERE"), outputs cleared.
 
-nbgrader clears solution regions in notebook cells only: any other file of an assignment's ``source/`` folder
-(a ``.py``, a ``.sbatch``) is copied into ``release/`` as it is. So nbgrader must never be given solutions/.
-``--nbgrader DIR`` writes ``DIR/source/<exercise folder>/`` with the starter files exactly as exercises/ holds
-them, plus what nbgrader needs to accept an assignment: a notebook (``<folder>.ipynb``: which file to edit, and
-a cell that runs the course's check on it) and, when DIR has none, an ``nbgrader_config.py``. It never
-overwrites a file that differs.
+nbgrader clears solution regions in notebook cells only, so it is never given solutions/: ``--nbgrader DIR`` writes
+the learner's files and a guide notebook per exercise folder (docs/grading.md, "nbgrader, end to end").
 """
 from __future__ import annotations
 
@@ -101,10 +97,8 @@ def plan(solutions: Path, exercises: Path, hints: bool = True) -> dict[Path, str
 
 
 def orphans(files: dict[Path, str], exercises: Path) -> list[Path]:
-    """Sources in exercises/ that no solution produces (a renamed or deleted solution leaves them behind).
-
-    Only .py, .ipynb and .sbatch files count: a run leaves other files (mnist_cnn.pt, logs) that are not sources.
-    """
+    """Sources in exercises/ that no solution produces (a renamed or deleted solution leaves them behind); only .py,
+    .ipynb and .sbatch files count: a run leaves other files (mnist_cnn.pt, logs) that are not sources."""
     if not exercises.is_dir():
         return []
     return [p for p in sorted(exercises.rglob("*")) if p.suffix in (".py", ".ipynb", ".sbatch") and p.is_file()
@@ -176,19 +170,6 @@ def release_for_nbgrader(solutions: Path, course: Path, exercises: list[str] | N
     return 0
 
 
-def _gradescope(dest: Path, exercises: list[str]) -> int:
-    """``course release --gradescope DIR``: the autograder bundle (course_lib.grading.autograder)."""
-    from course_lib.grading.autograder import write_bundle
-
-    try:
-        archive = write_bundle(dest, exercises)
-    except FileExistsError as e:
-        print(f"course release: {e}", file=sys.stderr)
-        return 2
-    print(f"Gradescope autograder for {', '.join(exercises)}: upload {archive} (its folder shows what it holds)")
-    return 0
-
-
 def add_arguments(p):
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if exercises/ is out of date")
     p.add_argument("--solutions", type=Path, default=course_root() / "solutions", metavar="DIR",
@@ -227,11 +208,16 @@ def run(args) -> int:
         return 2
     try:
         if args.gradescope is not None:
-            return _gradescope(args.gradescope, args.exercise or list(EXERCISES))
+            from course_lib.grading.autograder import write_bundle  # deferred: the grader, for this option only
+
+            ex = args.exercise or list(EXERCISES)
+            print(f"Gradescope autograder for {', '.join(ex)}: upload {write_bundle(args.gradescope, ex)} (its folder "
+                  "shows what it holds)")
+            return 0
         if args.nbgrader is not None:
             return release_for_nbgrader(args.solutions, args.nbgrader, args.exercise)
         files = plan(args.solutions, args.exercises, hints=not args.no_hints)
-    except MarkerError as e:
+    except (MarkerError, FileExistsError) as e:
         print(f"course release: {e}", file=sys.stderr)
         return 2
     except OSError as e:

@@ -1,15 +1,8 @@
-"""A learner's workspace: ``course init DIR``, ``course update [DIR]`` and ``course restore PATH``.
-
-A workspace holds the learner's own copy of ``notebooks/``, ``exercises/`` and the ``jobs/*.sbatch`` scripts
-(``solutions/`` too with ``--with-solutions``) and a marker, ``.course-workspace.json``, that records the
-course version and the digest of every file as it was copied. Inside it every learner path resolves there
-(course_lib.core.paths); the install is only read. ``update`` merges a newer course the way nbgitpuller
-does: a file the learner never changed is refreshed, a new file is added, a file the learner changed (or
-deleted) is kept and reported. Where the course changed a file the learner changed too, the course's new version
-is written beside it (``NAME.course-new``; a notebook's ``NAME.course-new.ipynb``) so that nothing is lost on either
-side. A notebook the learner only ran (outputs, execution counts: its cells as copied) is no edit: it is
-refreshed like an untouched file. ``restore`` brings back the
-course's version of one file (a deleted one, or an edit the learner gives up; the edit is kept as ``NAME.mine``).
+"""A learner's workspace: ``course init DIR``, ``course update [DIR]`` and ``course restore PATH`` (README, "Running
+a workshop on JupyterHub"; docs/jupyterhub.md). Its marker, ``.course-workspace.json``, records the course version
+and the digest of every file (and of a notebook's cells) as copied, so that ``update`` tells an edit from an
+untouched file, as nbgitpuller does; a notebook the learner only ran is no edit. Inside it every learner path
+resolves there (course_lib.core.paths); the install is only read.
 """
 from __future__ import annotations
 
@@ -213,7 +206,8 @@ def restore(path: str | Path) -> tuple[Path, Path | None]:
     target = Path(path).expanduser().resolve()
     folder = find_workspace(target.parent if target.parent.exists() else None)
     rel = target.relative_to(folder).as_posix() if folder in target.parents else None
-    sources = source_files(course_root(), tuple(read_marker(folder).get("trees", TREES)))
+    marker = read_marker(folder)
+    sources = source_files(course_root(), tuple(marker.get("trees", TREES)))
     if rel not in sources:
         raise WorkspaceError(f"{path} is not a course file of the workspace {folder}: give a path such as "
                              f"{folder / 'exercises' / registry.get('ddp').file}")
@@ -224,7 +218,6 @@ def restore(path: str | Path) -> tuple[Path, Path | None]:
             raise WorkspaceError(f"{kept} is already there: move it away first (nothing was changed)")
         shutil.copyfile(target, kept)
     target.parent.mkdir(parents=True, exist_ok=True)
-    marker = read_marker(folder)
     marker.setdefault("files", {})[rel] = _copy(sources[rel], target)
     cells = dict(marker.get("cells", {}))
     _record_cells(cells, rel, target)

@@ -145,12 +145,16 @@ environment:
   COURSE_WARM         0: every rank starts in a fresh interpreter (default 1: forked from a server that has
                       imported torch once)
   COURSE_WARM_KEEP    seconds an idle warm server waits for the next check (default 120; 0: it ends with its check)
+  COURSE_CHECK_SLOTS  local checks that run at once on this machine, every user's together (default: the CPUs this
+                      process may use; 0: no limit); the others wait, said, each deadline starting once it runs;
+                      the slot files are in $COURSE_CHECK_SLOTS_DIR (default /tmp/course-check-slots)
   COURSE_SBATCH_RUN   1: course check sbatch runs the job on this Slurm too (default: on the local site profiles)
   COURSE_LOCAL_GPUS   the number of GPUs the local engine takes this machine to have (tests: one GPU on a CPU)
   COURSE_SELFTEST_CPU 1: the GPU self-check's collective workers run on CPU over gloo (its tests)
   COURSE_WAKEUP_LOG   a file where `course run notebooks` logs each kernel reply it had to pick up itself
   set by the course for its own processes: COURSE_PROBE_* (DDP checker), COURSE_GRADE_* (grading sandbox),
-  COURSE_WARM_SOCKET (a forked rank's server), COURSE_IN_JOB (a run inside a job), COURSE_WAITS_DIR (hang reports)
+  COURSE_WARM_SOCKET (a forked rank's server), COURSE_IN_JOB (a run inside a job), COURSE_IN_CHECK
+  (a check holding a slot), COURSE_WAITS_DIR (hang reports)
 
 site profile keys (the profile COURSE_SITE names; docs/site-profiles.md):
   engine              where jobs, checks and runs go: local, slurm or auto (under COURSE_ENGINE)

@@ -1,7 +1,9 @@
 """Shared fixtures. Slurm fixtures are added by the jobs tests' owner; keep others in their own test files."""
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -103,7 +105,12 @@ def run_mark(monkeypatch) -> str:
 def _offline_defaults():
     # the tests never download: pin the data dir to an empty folder unless one is given
     os.environ.setdefault("COURSE_DATA_DIR", str(ROOT / "out" / "test-data"))
+    # each worker's checks take slots of its own: a test that times a check or counts what it says must not wait
+    # behind another worker's check (or another run's on this machine); tests/test_check_slots.py sets its own
+    slots = tempfile.mkdtemp(prefix="course-check-slots-")
+    os.environ.setdefault("COURSE_CHECK_SLOTS_DIR", slots)
     yield
+    shutil.rmtree(slots, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------- Slurm

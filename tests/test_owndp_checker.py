@@ -12,7 +12,7 @@ from conftest import ROOT, live_processes
 from faulty import ids
 from owndp_faulty.cases import CASES
 
-from course_lib import registry
+from course_lib import checking, registry
 from course_lib.owndp import cases as owndp_check
 from course_lib.owndp.cases import CAPS, TIED_CAP, plain_model, reference_buckets, tied_model
 
@@ -39,7 +39,7 @@ def batch(tmp_path_factory):
     from_import.write_text(SOLUTION.read_text().replace("dist.all_reduce(", "all_reduce(").replace(
         line, line + "from torch.distributed import all_reduce\n"))
     paths = [starter, from_import] + [c.write(SOLUTION, FOLDER, tmp_path_factory.mktemp(c.name)) for c in BATCH]
-    reports = owndp_check.check_many(paths, world_sizes=(2,))
+    reports = checking.check_many("ownddp", paths, world_sizes=(2,))
     for path, report in zip(paths, reports):
         print(report.text())
         assert not live_processes(str(path)), f"a worker process for {path} survived the check"

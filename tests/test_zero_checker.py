@@ -14,6 +14,7 @@ from conftest import ROOT, live_processes
 from faulty import ids
 from zero_faulty.cases import CASES, HONEST
 
+from course_lib import checking
 from course_lib.zero import cases as zero_check
 from course_lib.zero.cases import range_problem, reference_range
 
@@ -64,7 +65,7 @@ def batch(tmp_path_factory):
     for copy, original in zip(own, (SOLUTION, EXERCISE)):
         copy.write_text(original.read_text())
     paths = own + [c.write(SOLUTION, FOLDER, tmp_path_factory.mktemp(c.name)) for c in BATCH]
-    reports = zero_check.check_many(paths, world_sizes=(2,))
+    reports = checking.check_many("zero", paths, world_sizes=(2,))
     for path, report in zip(paths, reports):
         print(report.text())
         assert not live_processes(str(path)), f"a worker process for {path} survived the check"

@@ -42,11 +42,6 @@ def check(path, **options):
     return checking.check("ownddp", path, **options)
 
 
-def check_many(paths, **options):
-    """``check`` of each of ``paths`` in one launch per world size (the tests' faulty submissions)."""
-    return checking.check_many("ownddp", paths, **options)
-
-
 def cases(world: int) -> list[Case]:
     return [Case(v, v, functools.partial(case_variant, variant=v), f"W={world}") for v in ITEMS]
 

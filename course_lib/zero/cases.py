@@ -33,11 +33,6 @@ def check(path, **options):
     return checking.check("zero", path, **options)
 
 
-def check_many(paths, **options):
-    """``check`` for several files, in one launch per world size (the tests' faulty submissions)."""
-    return checking.check_many("zero", paths, **options)
-
-
 def cases(world: int) -> list[Case]:
     return [Case(item, item, run, f"W={world}") for item, run in (
         ("shard_range", case_shard_range), ("reduce_scatter", case_reduce_scatter), ("all_gather", case_all_gather),

@@ -3,8 +3,6 @@
 
 Each topic's module gives ``add_arguments(parser)`` and ``run(args) -> int`` (neither imports torch at the top).
 """
-from __future__ import annotations
-
 import importlib
 
 TOPICS = {"allreduce": ("course_lib.allreduce.bench", "naive, ring and tree against gloo's all_reduce")}

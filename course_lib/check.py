@@ -16,8 +16,6 @@ and stopping ranks. Every launch inside the check ends by it (course_lib.runtime
 timeout, what is left)); a run cut short by it makes the report's first row a "check run" FAIL that says so, so a
 learner's cell never spins without an end. A local check's runs stay here, whatever the site's ``runs``.
 """
-from __future__ import annotations
-
 import contextlib
 import json
 import sys

@@ -12,8 +12,6 @@ checks' wall-clock rules (a rank's stall, torchrun's rendezvous) failed correct 
 file in one folder every user can write (``$COURSE_CHECK_SLOTS_DIR``, default /tmp/course-check-slots): the kernel
 releases it when the check's process ends, however it ends. The check's deadline starts once it holds a slot.
 """
-from __future__ import annotations
-
 import contextlib
 import fcntl
 import math

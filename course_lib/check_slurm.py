@@ -10,8 +10,6 @@ limit), cancels the job at that deadline or on Ctrl-C, and rebuilds the Report f
 verdicts and text as a local check. Where the checker reuses its verdicts on an unchanged file (ddp's ``cache``),
 the job's are reused the same way in this process: notebook 02's seven check cells make one job, not seven.
 """
-from __future__ import annotations
-
 import hashlib
 import importlib
 import inspect

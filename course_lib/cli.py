@@ -12,8 +12,6 @@ Each command lives in the module that does the work; this file only wires the co
 --help`` stays fast (no torch). A command's ``before`` is what that module's own parser reads ahead of the rest
 (``course init DIR`` is the workspace module's ``init DIR``).
 """
-from __future__ import annotations
-
 import argparse
 import importlib
 import os

@@ -11,8 +11,6 @@ Three data sets:
 ``load_dataset("auto")`` takes MNIST when it is present, else says so in one line and uses ``digits``.
 Every problem with a file raises ``DataError`` with one message that names the file and the fix.
 """
-from __future__ import annotations
-
 import functools
 import gzip
 import hashlib

@@ -3,8 +3,6 @@
 srun's) environment, this rank's process groups on Megatron's rank grid, plain SGD steps, and the
 ``step=N loss=X`` lines rank 0 prints and the notebook reads back.
 """
-from __future__ import annotations
-
 import datetime
 import re
 import sys

@@ -7,8 +7,6 @@ lessons that show a solution (``ddp.stepdiff``) and by the release that writes e
     train_sampler = DistributedSampler(train_set)
     ### END SOLUTION
 """
-from __future__ import annotations
-
 import re
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"

@@ -4,8 +4,6 @@ A line looks like ``epoch=1 train_loss=0.3012 test_loss=0.1001 test_acc=0.9690 i
 images_per_s_rank=2617.0 epoch_s=11.46``: ``key=value`` pairs after ``epoch=``. In a multi-rank log a line
 may carry a rank label in front (``[rank 1] `` from course_lib.runtime.launch, ``1: `` from ``srun --label``).
 """
-from __future__ import annotations
-
 import re
 
 EPOCH_LINE = re.compile(r"^(?:\[rank (?P<r1>\d+)\] |(?P<r2>\d+): )?(?P<body>epoch=\S+(?: \S+=\S+)*)\s*$")

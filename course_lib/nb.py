@@ -6,8 +6,6 @@ Notebook protocol (papermill ``parameters`` cell in each notebook)::
     QUICK = os.environ.get("COURSE_QUICK") == "1"   # small settings (CI, a first look)
     STRICT = False                              # True: a failing check stops the notebook (CI on solutions)
 """
-from __future__ import annotations
-
 import contextlib
 import html
 import importlib

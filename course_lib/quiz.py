@@ -20,8 +20,6 @@ Headless runs (papermill, CI) cannot click: ``quiz.AUTO = "key"`` commits the ke
 (the solutions run), ``"first"`` commits the first choice (the exercises run); a ``predict`` without choices then
 commits 0. Notebooks set it from their ``ANSWERS`` parameter.
 """
-from __future__ import annotations
-
 import ast
 import json
 import re

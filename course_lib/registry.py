@@ -2,8 +2,6 @@
 
 ``check``, ``grade``, ``release``, ``bench`` and the notebooks look exercises up here; nothing else lists them.
 """
-from __future__ import annotations
-
 import importlib
 import re
 from dataclasses import dataclass

@@ -19,8 +19,6 @@ course_lib.runtime.launch directly: where a check runs is the site's ``checks``,
 GPU choices (fp16, NCCL, ``torch.compile`` on ``cuda``) are made for the node that will run the ranks:
 ``node_gpus()`` is the site profile's GPUs per node when runs go to Slurm, else this machine's.
 """
-from __future__ import annotations
-
 import contextlib
 import json
 import math

@@ -4,8 +4,6 @@ The data goes to a temporary file in the same folder (so the rename stays on one
 flushed to disk, then renamed over the target with ``os.replace``. On an error the temporary file is
 removed and the target is left as it was.
 """
-from __future__ import annotations
-
 import os
 import secrets
 from contextlib import contextmanager

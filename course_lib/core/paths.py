@@ -8,8 +8,6 @@
 - ``tree_dir(tree)``, ``runs_dir()``, ``out_dir()``: the learner's folders inside it. A workspace made
   without ``--with-solutions`` reads ``solutions/`` from the install, which it never writes.
 """
-from __future__ import annotations
-
 import os
 from functools import lru_cache
 from pathlib import Path

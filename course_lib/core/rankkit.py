@@ -3,8 +3,6 @@
 A launcher's caller reads a rank's markers, one JSON object per line after ``@@ `` (``emit`` here, ``parse`` on
 the reading side). The checking harness (``course_lib.checking``) builds its protocol on these.
 """
-from __future__ import annotations
-
 import json
 import os
 import sys

@@ -3,8 +3,6 @@
 Every checker returns a ``Report``; the grader writes its rows, the CLI prints ``report.text()`` and
 exits non-zero unless ``report.passed``, a notebook shows it as a table.
 """
-from __future__ import annotations
-
 import html
 from dataclasses import asdict, dataclass, field
 

@@ -4,8 +4,6 @@ code and last lines, the deadline, the first rank that failed.
 A run in a job sends its ranks' lines to the submitter through a file in the job's folder, one ``RANK<TAB>text``
 line per line (rank -1: the launcher's own messages), and its outcome as JSON (``to_dict``/``from_dict``).
 """
-from __future__ import annotations
-
 from collections import deque
 from dataclasses import dataclass, field
 

@@ -11,8 +11,6 @@ order), how a job script reaches the module system
 (``module_init``), and more of a job's request (``time``, ``mem``, ``constraint``, ``sbatch_extra``, ``srun_args``,
 ``check_partition``, ``check_qos``).
 """
-from __future__ import annotations
-
 import difflib
 import os
 import shlex

@@ -4,8 +4,6 @@
 ntasks_per_node=2, launcher="srun")`` says *what* to run; the site profile (course_lib.core.site) says
 *where*: partition, account, modules, NCCL settings. Both engines take the same JobSpec.
 """
-from __future__ import annotations
-
 import re
 import shlex
 from dataclasses import asdict, dataclass, field

@@ -9,8 +9,6 @@ does after backward), and the gradient the step used. A fingerprint is one numbe
 dot product with a fixed vector, which is linear, so the averaged gradient's fingerprint is the mean of the ranks'
 own and the summed one's their sum. ``judge`` compares them across ranks.
 """
-from __future__ import annotations
-
 import weakref
 
 KEY = "grad_fingerprints"

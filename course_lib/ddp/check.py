@@ -29,8 +29,6 @@ This module runs the launches and hands what they saw to the harness's ``checkin
 ones and their verdicts, ``steps`` and ``launchers`` judge Steps 1-5 and 6, ``failures`` describes a crash or a
 deadlock.
 """
-from __future__ import annotations
-
 import hashlib
 import sys
 import tempfile

@@ -12,8 +12,6 @@ rank's side):
 - ``srun-torchrun``: the real torchrun inside the variables of a one-task Slurm step, as ``srun torchrun`` in
   ``jobs/ddp_torchrun.sbatch`` runs it; each rank ends at its first forward (Step 1).
 """
-from __future__ import annotations
-
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait

@@ -1,8 +1,6 @@
 """The probe's hooks for Step 3 (data): every index each DataLoader iteration hands out (the sampler's
 whole epoch), ``set_epoch`` calls, DataLoader errors (``shuffle=True`` with a sampler); and the ``digits`` data set
 as ``SUBSET``, a small subset made when this module is imported."""
-from __future__ import annotations
-
 import itertools
 
 from course_lib.ddp.recorder import Recorder, called, describe

@@ -1,8 +1,6 @@
 """What went wrong in a run that did not finish: a crash, a collective on some ranks only, a deadlock, a
 process killed without a Python error. Each becomes one message naming the rank, where it was in the
 learner's file and the last lines it printed."""
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass
 from pathlib import Path

@@ -11,8 +11,6 @@ rank's record; the learner's calls still run as they would.
 - Step 5: every ``torch.save``: which rank, where, the keys of the saved dict;
 - Step 6: ``destroy_process_group``, and whether a DDP model was still alive then.
 """
-from __future__ import annotations
-
 import os
 import sys
 import traceback

@@ -5,8 +5,6 @@ A script written for one launcher (the ENCCS slides show a separate srun script 
 when it runs cleanly under the launcher whose variables it reads; the verdict names the other launcher and
 how to support it. A launcher whose own variables the script reads must work. ``strict=True`` (an
 instructor who teaches one script for both) requires every launcher tried to work."""
-from __future__ import annotations
-
 import signal
 from pathlib import Path
 

@@ -1,7 +1,5 @@
 """How a run's evidence is quoted in a learner's message: file names, a rank's last lines, the first
 sentence of a library's error, a line of the learner's file."""
-from __future__ import annotations
-
 import re
 from pathlib import Path
 

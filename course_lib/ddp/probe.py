@@ -14,8 +14,6 @@ and exits; one stopped by SIGTERM dumps it there too. The ``digits`` data set is
 (``datahooks.SUBSET``). After a script that ended well, rank 0's checkpoint is judged here (``hooks.note_checkpoint``):
 the checker then needs no torch of its own.
 """
-from __future__ import annotations
-
 import faulthandler
 import functools
 import json

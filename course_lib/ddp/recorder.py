@@ -4,8 +4,6 @@ The record is rewritten whole at every event, atomically, so that a rank killed 
 its last complete record. ``called`` wraps a torch function so that the record notes the call (and which
 wrapped call an exception escaped from).
 """
-from __future__ import annotations
-
 import functools
 import json
 import sys

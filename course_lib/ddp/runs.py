@@ -4,8 +4,6 @@
 ``python -m course_lib.ddp.probe SCRIPT ARGS``, in a fresh working directory; a ``Run`` holds the
 launcher's result and each rank's record (``rank-<N>.json``), stack dump and trained parameters.
 """
-from __future__ import annotations
-
 import json
 from dataclasses import dataclass, field
 from pathlib import Path

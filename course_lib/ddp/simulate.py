@@ -16,8 +16,6 @@ script runs, ``install(rec)`` reads it and
 Apart from that, the learner's own writes are noted in every run: launcher variables set in ``os.environ``
 (a hard-coded MASTER_ADDR) and files opened for writing (a file name that repeats on every node).
 """
-from __future__ import annotations
-
 import builtins
 import json
 import os

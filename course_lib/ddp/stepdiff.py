@@ -4,8 +4,6 @@ Every changed hunk of the DDP exercise's solution (its clean view: no exercise m
 script it starts from (both named by course_lib.registry) carries a ``# Step N`` comment; ``hunks()`` returns them
 with the steps they name, ``show(step)`` displays one step's hunks (HTML in Jupyter, text elsewhere).
 """
-from __future__ import annotations
-
 import ast
 import difflib
 import html

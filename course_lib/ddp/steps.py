@@ -3,8 +3,6 @@
 Each ``stepN(run)`` returns (ok, message), or None when the run stopped before the evidence for that
 step was there (the failure is then reported at the step it stopped in).
 """
-from __future__ import annotations
-
 from pathlib import Path
 
 from course_lib.ddp import averaging

@@ -14,8 +14,6 @@ the per-kind overrides (``$COURSE_CHECKS`` and site key ``checks``, ``$COURSE_RU
 Site profile: ``site=`` argument, else ``$COURSE_SITE`` (see course_lib.core.site). Run folders: ``runs_dir=``,
 else ``$COURSE_RUNS_DIR``, else ``jobs/runs/`` of the course.
 """
-from __future__ import annotations
-
 import os
 
 from course_lib.core.site import Site, SiteError, load_site

@@ -4,8 +4,6 @@
     course write jobs --check         exit 1, with a diff, when jobs/ differs from what the templates give
     course write jobs --site mysite --out ~/myjobs    the same scripts for your site (GPUs, account, modules)
 """
-from __future__ import annotations
-
 import difflib
 import sys
 from pathlib import Path

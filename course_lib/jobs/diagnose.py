@@ -10,8 +10,6 @@ node's torchrun hosts a rendezvous of its own and waits for nodes that never joi
 
 From a shell, for a job's folder or its output file:  course diagnose jobs/runs/ddp-42
 """
-from __future__ import annotations
-
 import re
 import sys
 from pathlib import Path

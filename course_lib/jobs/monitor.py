@@ -5,8 +5,6 @@ With ``monitor=True`` the job script (templates/sbatch.sh.j2) runs ``top -b -d 2
 the local engine writes the same ``top``-style frames for the job's own processes (course_lib.runtime.sampler).
 Everything here reads text; nothing raises on a missing or odd log: an empty result, and ``why_no_*`` says why.
 """
-from __future__ import annotations
-
 import re
 import shutil
 from pathlib import Path

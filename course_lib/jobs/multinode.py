@@ -7,8 +7,6 @@
 The course's test cluster has two nodes with ``scripts/local-slurm/start.sh --nodes 2 DIR`` (network
 namespaces; docs/two-node-slurm.md); a real cluster has them anyway.
 """
-from __future__ import annotations
-
 import os
 import re
 

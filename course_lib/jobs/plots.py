@@ -1,6 +1,4 @@
 """A job's CPU and GPU use over its run, drawn from the logs its monitoring wrote (course_lib.jobs.monitor)."""
-from __future__ import annotations
-
 from pathlib import Path
 
 from course_lib.jobs import monitor

@@ -5,8 +5,6 @@ for a GPU site (``COURSE_SITE=mysite course write jobs --out DIR``) they ask for
 (``make shared-install SITE=...``) renders them for its learners' workspaces (``install``): the install's python and
 course_lib, the serial script from the install (a workspace holds no solutions/), the exercise from the workspace.
 """
-from __future__ import annotations
-
 import shlex
 from pathlib import Path
 

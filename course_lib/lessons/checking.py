@@ -1,6 +1,4 @@
 """The frame of the lessons' small checks: import the file, run each part on it, one Report."""
-from __future__ import annotations
-
 from course_lib.core.loader import import_path
 from course_lib.core.report import Report
 

@@ -6,8 +6,6 @@ thing a learner reads in it), the routes are here, and notebook 00 and the READM
 (11, 12, ...) joins the map with its header and a line in ``ORDER`` and ``NEEDS``; until its file exists it is
 left out.
 """
-from __future__ import annotations
-
 import json
 import re
 from pathlib import Path

@@ -5,8 +5,6 @@ and the slowest run of the same thing), and a machine where other processes want
 1-minute load average, against the cores). A knob whose effect is smaller than the spread of the baseline's own
 repeats cannot be told from noise, whatever its ratio says; on a busy machine the next rerun can flip it.
 """
-from __future__ import annotations
-
 import os
 
 SPREAD = 0.10    # repeats of one setting further apart than this: the machine's noise hides a 10 % effect

@@ -4,8 +4,6 @@ Notebooks 03 and 04 run the learner's own ``exercises/02_ddp`` script. Before no
 trains every "rank" alone on the whole data set (no process group, no DistributedSampler): equal losses on every
 rank, no speedup. A lesson drawn from such a run teaches the opposite of the truth, so it is not drawn.
 """
-from __future__ import annotations
-
 import re
 
 WHAT_TO_DO = ('finish notebook 02 (Step 1, the process group; Step 3, the DistributedSampler) and run these cells '

@@ -2,8 +2,6 @@
 
 Pure arithmetic, so it runs in the caller's process against values worked out by hand: ``check(path)`` -> Report.
 """
-from __future__ import annotations
-
 import math
 
 from course_lib.lessons.checking import run_parts

@@ -5,8 +5,6 @@ Pure functions on one process, so they run here, in the caller's process: ``chec
 the clock), recorded with the clock and ``torch.cuda.synchronize`` replaced by recorders, so it is judged for a GPU
 on a machine without one. ``train_step`` by the dtype its model computes in and the GradScaler calls it makes.
 """
-from __future__ import annotations
-
 import time
 from contextlib import contextmanager
 from unittest import mock

@@ -1,6 +1,4 @@
 """Use the learner's small exercise file once its check passes, the reference solution's until then (and say so)."""
-from __future__ import annotations
-
 from pathlib import Path
 
 from course_lib.core.loader import import_path

@@ -1,6 +1,4 @@
 """Trace one step on N ranks where the site runs them (``course_lib.runs``: a deadline, nothing left running)."""
-from __future__ import annotations
-
 import tempfile
 from pathlib import Path
 

@@ -15,8 +15,6 @@ linked list corrupted" in about 1 of 100 to 200 launches (its core dump: gloo's 
 all-reduce while the main thread was in ``disableProfiler``).
 The batch is random images: the time of a step does not depend on the pixel values.
 """
-from __future__ import annotations
-
 import argparse
 import gc
 from pathlib import Path

@@ -7,8 +7,6 @@ Times are in milliseconds from the start of the traced step. What counts as:
 ``overlap`` is the share of all-reduce time during which backward compute ran at the same moment; ``exposed`` is the
 all-reduce time left after backward's last computation, which the step waits for before the optimizer.
 """
-from __future__ import annotations
-
 import json
 from dataclasses import dataclass, field
 from pathlib import Path

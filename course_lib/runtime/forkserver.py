@@ -1,13 +1,9 @@
-"""The fork server of ``course_lib.runtime.warm`` (runs in its own process; imports only the standard library,
-torch, psutil and setproctitle, so it has no thread to lose at fork). ``serve(path)``: see warm's docstring for the
-protocol. Not multiprocessing's forkserver: that one runs a Python function in a child it owns, not a learner's
-script with its own argv, environment, cwd, output and exit status.
-
-A forked rank leaves as ``python script.py`` does, through the interpreter's own exit: ``serve()`` returns in the
-child, and the server's ``-c`` code (``warm.SERVE``) runs the script at its top level with ``run()``. What the
-script raises leaves the process as from a script (``script_frames`` takes the server's frames off the traceback),
-so Python itself prints it, joins non-daemon threads, runs atexit, tears the modules down (where an exit abort,
-"terminate called without an active exception", shows), dies of SIGINT after a KeyboardInterrupt, and exits."""
+"""The fork server of ``course_lib.runtime.warm`` (its own process; it imports only the standard library, torch,
+psutil and setproctitle, so it has no thread to lose at fork). Not multiprocessing's forkserver: that one runs a
+Python function in a child it owns, not a learner's script with its own argv, environment, cwd, output and exit.
+A forked rank leaves as ``python script.py`` does: ``serve()`` returns in the child, whose ``-c`` code
+(``warm.SERVE``) runs the script at its top level, so Python itself prints what it raises, joins its threads, runs
+atexit, tears down (where an exit abort shows) and dies of SIGINT after a KeyboardInterrupt."""
 from __future__ import annotations
 
 import builtins

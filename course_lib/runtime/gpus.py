@@ -1,15 +1,8 @@
 """Where ranks started on this machine compute when it has fewer GPUs than ranks: the local engine's one decision.
 
-The course's scripts give each rank ``cuda:LOCAL_RANK`` when CUDA is there, and join NCCL. On a machine with
-fewer GPUs than ranks (the likeliest case: one GPU, two ranks) rank 1 would call ``set_device(1)`` and crash,
-and NCCL refuses two ranks on one GPU. Some ranks on a GPU with NCCL and the rest on CPU with gloo cannot work
-either: all ranks of a process group use one backend. So:
-
-- as many GPUs as ranks or more: nothing changes, each rank uses a GPU of its own (``cuda:LOCAL_RANK``);
-- fewer GPUs than ranks (but some): every GPU is hidden (``CUDA_VISIBLE_DEVICES=""``), all ranks run on CPU
-  with gloo, and one line says so;
-- no GPU, or the caller chose the GPUs itself (``CUDA_VISIBLE_DEVICES`` in its variables): nothing changes.
-
+A rank would ``set_device(LOCAL_RANK)`` past the last GPU, NCCL refuses two ranks on one GPU, and one process group
+has one backend: so with fewer GPUs than ranks (but some) every GPU is hidden (``CUDA_VISIBLE_DEVICES=""``) and all
+ranks run on CPU with gloo, said in one line; enough GPUs, none, or GPUs the caller chose: nothing changes.
 ``$COURSE_LOCAL_GPUS`` replaces the count of this machine's GPUs (tests simulate a one-GPU machine on CPU).
 """
 from __future__ import annotations

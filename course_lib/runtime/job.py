@@ -1,11 +1,10 @@
-"""A submitted job, the same on both engines: state, wait() with a live display, log, cancel, exit code, metrics.
-
-The engines (slurm.py, local.py) subclass Job and fill in ``_query()`` and ``_cancel()``; everything a
-notebook calls lives here. Not submitit's Job: that is a pickled function's, in submitit's own folder; this one
-is the learner's sbatch script's, read back from the run folder that script writes.
+"""A submitted job, the same on both engines (slurm.py and local.py fill in ``_query()`` and ``_cancel()``): state,
+wait() with a live display, log, cancel, exit code, metrics. Not submitit's Job: that is a pickled function's, in
+submitit's own folder; this one is the learner's sbatch script's, read back from the run folder that script writes.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -30,10 +29,22 @@ QUERY_EVERY = 0.25   # seconds
 SRUN_LABEL = re.compile(r"^\s*(\d+): (.*)$")
 
 
-
 def runs_dir(path: str | os.PathLike | None = None) -> Path:
     """The folder of the run folders: ``path``, else $COURSE_RUNS_DIR, else the workspace's jobs/runs/."""
     return Path(path or os.environ.get("COURSE_RUNS_DIR") or _workspace_runs()).resolve()
+
+
+def read_json(path: Path) -> dict:
+    """A run folder's JSON file (job.json, state.json); {} while it is not there or not readable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def write_json(path: Path, data: dict) -> None:
+    write_text(path, json.dumps(data, indent=2))   # atomic: a reader sees the old or the new state, never half
+
 
 class SubmitError(RuntimeError):
     """The job could not be submitted; the message is the scheduler's own (e.g. sbatch's error)."""
@@ -172,16 +183,10 @@ class Job:
     def _record(self) -> None:
         """Keep the outcome beside the log (job.json), for a later look at the run folder."""
         path = self.run_dir / INFO_NAME
-        try:
-            info = json.loads(path.read_text())
-        except (OSError, ValueError):
-            info = {}
-        info.update(state=self._state, reason=self._reason, exit_code=self._exit_code,
-                    submit_to_end_s=round(self.elapsed, 3))
-        try:
-            write_text(path, json.dumps(info, indent=2))   # atomic: the runner or a notebook may read it now
-        except OSError:
-            pass
+        info = {**read_json(path), "state": self._state, "reason": self._reason, "exit_code": self._exit_code,
+                "submit_to_end_s": round(self.elapsed, 3)}
+        with contextlib.suppress(OSError):
+            write_json(path, info)
 
 
 def rank_labelled(text: str, spec: JobSpec) -> str:

@@ -1,21 +1,14 @@
 """The local engine: no Slurm, so this machine's processes stand in for one node.
 
-``submit`` writes the same run folder as the Slurm engine (job.sbatch shown for reference, output.log,
-job.json) and starts a runner process, ``python -m course_lib.runtime.local RUN_DIR``, which runs the job
-with course_lib.runtime.launch: srun-style environment or the real torchrun, the job's time limit as deadline,
-the first failing rank stopping the rest, nothing left running. The runner writes each rank's lines as
-``rank: line`` (like ``srun --label``) and its state into state.json; the Job reads both.
-A job in the background means wait() and cancel() work exactly as with Slurm.
-A job of several ranks with one CPU each forks its ranks from a server that imported torch once
-(course_lib.runtime.warm, as the checkers do): each rank starts in a fraction of a second instead of importing torch,
-and leaves as ``python script.py`` does. ``COURSE_WARM=0`` starts every rank as a fresh ``python``.
+``submit`` writes the run folder the Slurm engine writes (job.sbatch for reference, output.log, job.json) and starts
+``python -m course_lib.runtime.local RUN_DIR``, which runs the job with launch() (the time limit as its deadline) and
+writes ``rank: line`` (as ``srun --label``) into the log and its state into state.json, for the Job to read.
 Not submitit's LocalExecutor: it runs a pickled function, not the learner's job script with srun's or torchrun's
 variables and a run folder the Slurm engine's Job reads back the same way.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import shutil
@@ -27,12 +20,11 @@ from pathlib import Path
 
 import psutil
 
-from course_lib.core.atomic import write_text
 from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.core.site import Site
 from course_lib.core.spec import JobSpec
 from course_lib.runtime import gpus, slurm, warm
-from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError
+from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError, read_json, write_json
 from course_lib.runtime.launch import launch
 from course_lib.runtime.proc import freeze, stop_tree, wait_gone
 from course_lib.runtime.sampler import Sampler
@@ -49,10 +41,6 @@ def script_for(spec: JobSpec, site: Site, runs_dir: Path) -> str:
                             header=["No Slurm here: the local engine ran this job with course_lib.runtime.launch "
                                     "instead", "(same ranks, environment and time limit; this script is what sbatch "
                                     "would get)."])
-
-
-def _write_json(path: Path, data: dict) -> None:
-    write_text(path, json.dumps(data, indent=2))   # atomic: a reader sees the old or the new state, never half
 
 
 class LocalJob(Job):
@@ -75,17 +63,11 @@ class LocalJob(Job):
         # not our child: gone, or a zombie its new parent has not reaped yet, is ended (proc.wait_gone)
         return "?" if self.proc is None or not wait_gone([self.proc], timeout) else None
 
-    def _read_state(self) -> dict:
-        try:
-            return json.loads((self.run_dir / STATE_NAME).read_text())
-        except (OSError, ValueError):
-            return {}
-
     def _query(self):
-        info = self._read_state()
+        info = read_json(self.run_dir / STATE_NAME)
         state = info.get("state", "PENDING")
         if state in ("PENDING", "RUNNING") and (code := self._runner_exit()) is not None:
-            info = self._read_state()   # it may have written its end state just before exiting
+            info = read_json(self.run_dir / STATE_NAME)   # it may have written its end state just before exiting
             state = info.get("state", state)
             if state in ("PENDING", "RUNNING"):
                 return ("FAILED", f"the local runner exited ({code}) without an end state; "
@@ -111,13 +93,13 @@ class LocalJob(Job):
         if self._runner_exit() is not None:
             return
         with contextlib.suppress(psutil.NoSuchProcess):
-            self.proc.send_signal(signal.SIGTERM)   # the runner stops its ranks (kill_group), records CANCELLED
+            self.proc.send_signal(signal.SIGTERM)   # the runner stops its ranks, records CANCELLED
         tree = self._wait_or_kill()
         if tree is not None:
             # it did not answer and was killed with all below it (frozen first: nothing left its tree meanwhile):
             # wait until all of that is gone, and write the end state it could not write
             wait_gone(tree, 10)
-            _write_json(self.run_dir / STATE_NAME, {"state": "CANCELLED", "reason": "cancelled (runner killed)",
+            write_json(self.run_dir / STATE_NAME, {"state": "CANCELLED", "reason": "cancelled (runner killed)",
                                                     "exit_code": -signal.SIGKILL})
 
 
@@ -143,13 +125,9 @@ def _next_id(runs_dir: Path, name: str) -> tuple[str, Path]:
 
 def check_resources(spec: JobSpec, site: Site) -> None:
     """Refuse what this machine cannot give, as sbatch would (GPUs that are not there)."""
-    if spec.gpus_per_node:
-        import torch  # deferred: a GPU job is rare on the local engine
-
-        have = torch.cuda.device_count()
-        if spec.gpus_per_node > have:
-            raise SubmitError(f"local engine: the job asks for {spec.gpus_per_node} GPU(s) per node, this machine "
-                              f"has {have}; ask for gpus_per_node=0 (CPU, gloo) or run where there are GPUs")
+    if spec.gpus_per_node and spec.gpus_per_node > (have := gpus.count()):
+        raise SubmitError(f"local engine: the job asks for {spec.gpus_per_node} GPU(s) per node, this machine "
+                          f"has {have}; ask for gpus_per_node=0 (CPU, gloo) or run where there are GPUs")
 
 
 def submit(spec: JobSpec, site: Site, runs_dir: Path) -> LocalJob:
@@ -162,7 +140,7 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path) -> LocalJob:
     info = {"engine": "local", "id": job_id, "site": site.name, "spec": spec.to_dict(),
             "env": {**site.env, **{str(k): str(v) for k, v in spec.env.items()}},
             "data_dir": site.data_dir}
-    _write_json(run_dir / INFO_NAME, info)
+    write_json(run_dir / INFO_NAME, info)
     env = dict(os.environ)
     env["PYTHONPATH"] = _with_course_on_path(env.get("PYTHONPATH"))
     with open(run_dir / "runner.log", "ab") as runner_log:
@@ -173,14 +151,6 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path) -> LocalJob:
 
 
 # ---------------------------------------------------------------------------------------------- runner
-class Cancelled(BaseException):
-    """Raised in the runner by SIGTERM: unwinds through launch(), whose ``finally`` kills every rank."""
-
-
-def _on_term(signum, frame):
-    raise Cancelled()
-
-
 def _rank_env(info: dict, spec: JobSpec) -> dict:
     """What the ranks get on top of the runner's environment: what the sbatch script and srun would set."""
     env = dict(info.get("env", {}))
@@ -194,22 +164,10 @@ def _rank_env(info: dict, spec: JobSpec) -> dict:
     return env
 
 
-def _pid_recorder(pids_path: Path):
-    def record_pid(pid: int):   # each rank (or torchrun's agent), for a look at the job from outside (top, tests)
-        fd = os.open(pids_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(fd, f"{pid}\n".encode())
-        os.close(fd)
-    return record_pid
-
-
-def _warm_session(spec: JobSpec, env: dict):
-    """A fork server for a job of several ranks, one rank per CPU: the server imports torch (and what DDP imports)
-    once and forks each rank, where each would import it itself (about 4 CPU-seconds a rank on a 2-core machine).
-    One rank gains nothing; with more threads per rank, torch starts a thread at import and fork cannot be used."""
-
-    if spec.ranks < 2 or spec.cpus_per_task != 1:
-        return contextlib.nullcontext()
-    return warm.session(env, warm.DDP_IMPORTS)
+def _append(path: Path, text: str) -> None:
+    """One write in append mode (each rank's pid, or torchrun's agent's, for a look at the job from outside)."""
+    with open(path, "a") as f:
+        f.write(text)
 
 
 def _end_state(res, spec: JobSpec) -> dict:
@@ -227,17 +185,8 @@ def _end_state(res, spec: JobSpec) -> dict:
     return final
 
 
-def _monitor(run_dir: Path, spec: JobSpec, job_id: str):
-    """monitor=True: the job's CPU use into <name>-<id>.top.log, as the sbatch script's ``top -b`` writes it."""
-    if not spec.monitor:
-        return contextlib.nullcontext()
-
-    return Sampler(run_dir / f"{spec.name}-{job_id}.top.log")
-
-
 def run_job(run_dir: Path) -> int:
-
-    info = json.loads((run_dir / INFO_NAME).read_text())
+    info = read_json(run_dir / INFO_NAME)
     spec = JobSpec(**info["spec"])
     state_path = run_dir / STATE_NAME
     style = "torchrun" if spec.launcher == "torchrun" else "srun"
@@ -250,35 +199,41 @@ def run_job(run_dir: Path) -> int:
         if spec.nodes > 1:
             log.write(f"local engine: {spec.nodes} nodes x {spec.ntasks_per_node} ranks run as {spec.ranks} "
                       "processes on this one machine\n")
-        _write_json(state_path, {"state": "RUNNING", "reason": "", "exit_code": None, "pid": os.getpid()})
+        write_json(state_path, {"state": "RUNNING", "reason": "", "exit_code": None, "pid": os.getpid()})
         final = {"state": "FAILED", "reason": "", "exit_code": None}
         try:
             env, note = gpus.place(spec.ranks, gpus.count(), _rank_env(info, spec))
             if note:        # a machine with fewer GPUs than ranks: all ranks on CPU, said in the job's log
                 log.write(f"local engine: {note}\n")
-            with _monitor(run_dir, spec, info["id"]), _warm_session(spec, env) as server:
+            # monitor=True: the job's CPU use, as the sbatch script's ``top -b`` writes it
+            top = Sampler(run_dir / f"{spec.name}-{info['id']}.top.log") if spec.monitor else contextlib.nullcontext()
+            # several ranks of one CPU: forked from a server that imported torch (and what DDP imports) once, where
+            # each would import it itself (about 4 CPU-seconds a rank on a 2-core machine); with more threads per
+            # rank, torch starts a thread at import and fork cannot be used
+            warm_ok = spec.ranks > 1 and spec.cpus_per_task == 1
+            with top, warm.session(env, warm.DDP_IMPORTS) if warm_ok else contextlib.nullcontext() as server:
                 if server is not None:
                     log.write("local engine: the ranks are forked from a server that imported torch once "
                               "(COURSE_WARM=0: each rank a fresh python)\n")
                 res = launch([spec.script, *spec.args], nprocs=spec.ranks, style=style,
                              timeout=spec.time_limit_s, env=env, cwd=run_dir, on_line=on_line,
-                             on_start=_pid_recorder(run_dir / PIDS_NAME))
+                             on_start=lambda pid: _append(run_dir / PIDS_NAME, f"{pid}\n"))
             final = _end_state(res, spec)
-        except Cancelled:
+        except SystemExit:   # SIGTERM or SIGINT (cancel): launch() has stopped every rank on the way out
             final = {"state": "CANCELLED", "reason": "cancelled", "exit_code": -signal.SIGTERM}
         except Exception as e:  # the launcher itself failed (e.g. no such script): the job failed, say why
             final = {"state": "FAILED", "reason": f"{type(e).__name__}: {e}", "exit_code": None}
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second cancel must not interrupt the bookkeeping
             log.write(f"local engine: {final['state']}" + (f" ({final['reason']})" if final["reason"] else "") + "\n")
-            _write_json(state_path, final)
+            write_json(state_path, final)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    signal.signal(signal.SIGTERM, _on_term)
-    signal.signal(signal.SIGINT, _on_term)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
     return run_job(Path(argv[0]))
 
 

@@ -1,21 +1,15 @@
-"""A learner's jobs after a kernel restart: ``jobs.list()`` and ``jobs.attach(job_id)``.
-
-A hub culls idle servers and a learner restarts kernels; the job goes on (a Slurm job in the scheduler, a local
-job in its own session), and everything needed to follow it again is in its run folder (``job.json``). ``attach``
-rebuilds the Job from that folder, so ``job.wait()`` shows the live widget again; ``list`` shows every run
-folder of the workspace with its state now, plus the scheduler's jobs of this user that have no folder here.
-"""
+"""A learner's jobs after a kernel restart (``jobs.list()``, ``jobs.attach(job_id)``): a job goes on (in Slurm, or a
+local job in its own session) and its run folder (``job.json``) has all it takes to follow it again."""
 from __future__ import annotations
 
 import getpass
-import json
 import time
 from pathlib import Path
 
 import psutil
 
 from course_lib.core.spec import JobSpec
-from course_lib.runtime.job import INFO_NAME, Job, runs_dir
+from course_lib.runtime.job import INFO_NAME, Job, read_json, runs_dir
 from course_lib.runtime.local import LocalJob
 from course_lib.runtime.slurm import SlurmJob, command
 
@@ -33,22 +27,15 @@ def _find_runner(run_dir: Path) -> psutil.Process | None:
 def _folder_of(job_id: str, runs: Path) -> Path:
     matches = [p for p in runs.glob(f"*-{job_id}") if (p / INFO_NAME).is_file()]
     if not matches:
-        known = ", ".join(sorted(str(_info(p).get("id")) for p in runs.glob("*") if (p / INFO_NAME).is_file()))
+        known = ", ".join(sorted(str(read_json(p).get("id")) for p in runs.glob(f"*/{INFO_NAME}")))
         raise LookupError(f"no run folder for job {job_id} in {runs}; jobs there: {known or 'none'} "
                           "(see jobs.list())")
     return max(matches, key=lambda p: p.stat().st_mtime)
 
 
-def _info(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / INFO_NAME).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def from_folder(run_dir: Path) -> Job:
     """The Job recorded in ``run_dir`` (its engine, id and spec), ready to refresh, wait on or cancel."""
-    info = _info(run_dir)
+    info = read_json(run_dir / INFO_NAME)
     if "spec" not in info or "id" not in info:
         raise LookupError(f"{run_dir / INFO_NAME} does not describe a job (no id or spec)")
     spec = JobSpec(**info["spec"])

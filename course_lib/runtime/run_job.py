@@ -16,15 +16,11 @@ from course_lib.runtime import runner
 from course_lib.runtime.launch import default_printer, launch
 
 
-def _stop(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str]) -> int:
     request = json.loads(argv[0])
     folder = Path.cwd()                   # the job script runs in the job's folder
     runner.become_the_job(request)
-    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))   # unwinds through launch()
     os.chdir(request["cwd"])
     with open(folder / LINES_NAME, "a", encoding="utf-8", errors="replace", buffering=1) as lines:
         def on_line(rank: int, text: str) -> None:

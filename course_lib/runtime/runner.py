@@ -1,11 +1,5 @@
-"""A short job that runs ``python -m MODULE REQUEST`` for the caller and is waited for: a check as a job
-(course_lib.check_slurm) and a notebook's run as a job (course_lib.runs) both go through here.
-
-``spec`` is its JobSpec, which course_lib.runtime.slurm.submit sbatches (``--test-only`` first, then held, its folder
-made, released); ``wait`` (course_lib.runtime.waiting, the course's one loop that waits for a job) follows it until
-it ends, says that it is queued (with Slurm's reason and its place in the partition's queue, again when either
-changes) and when it starts, and cancels it (scancel) at the queue deadline, past its run deadline, when ``stop`` is
-set, or on Ctrl-C.
+"""A short job that runs ``python -m MODULE REQUEST`` for the caller and is waited for (runtime.progress.wait): a check
+as a job (course_lib.check_slurm) and a notebook's run as a job (course_lib.runs).
 Not submitit's executors: these jobs take the site profile (partition, account, modules, [env]), the course's
 sbatch template and run folder as the learner's own jobs do, and a request as JSON rather than a pickle.
 """
@@ -15,10 +9,8 @@ import json
 import os
 
 from course_lib.core.spec import JobSpec
+from course_lib.runtime.progress import JobError, say_on_stderr, wait  # noqa: F401 - runner.wait is the API
 from course_lib.runtime.slurm import TAKES_NO_JOB, forget_the_job
-
-# the one loop that waits for a job lives in waiting.py, which imports nothing of the course's (Job.wait uses it too)
-from course_lib.runtime.waiting import JobError, say_on_stderr, wait  # noqa: F401 - runner.wait is the API
 
 IN_JOB = "COURSE_IN_JOB"   # set in a run's or a check's job: the runs it starts stay there (jobs.choose)
 

@@ -1,10 +1,6 @@
-"""The local engine's ``top``: samples the CPU use of the job's own processes while it runs.
-
-On Slurm the job script runs ``top -b -d 2 -u <you>`` beside training (templates/sbatch.sh.j2). The local
-engine has no node of its own, so the runner samples the processes below it (the ranks, torchrun, loader
-workers) with psutil and writes the same frames: a ``top - HH:MM:SS`` line, a column header, one row per
-process, which course_lib.jobs.monitor.parse_top reads. %CPU is top's: the process's CPU time over the time
-since the last frame, per core (200 = two cores busy).
+"""The local engine's ``top`` (a Slurm job runs ``top -b -d 2 -u <you>``, templates/sbatch.sh.j2): the processes
+below the runner, sampled with psutil into the same frames (course_lib.jobs.monitor.parse_top reads them); %CPU is
+top's, CPU time over the time since the last frame, per core.
 """
 from __future__ import annotations
 

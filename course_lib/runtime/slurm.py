@@ -1,15 +1,10 @@
-"""The Slurm engine: real ``sbatch``, ``squeue -t all``, ``scontrol``, ``sacct`` (``sacct -c`` where
-accounting is off) and ``scancel``.
-
-A job's files land in ``<runs>/<name>-<jobid>/``: the script (job.sbatch), its output (output.log) and
-job.json. The id is only known after sbatch answers, so the job is checked (``sbatch --test-only``),
-submitted held (``--hold``), its folder made, then released: the folder exists before the job can start
-writing into it. Not submitit's SlurmExecutor: the learner submits the sbatch script they read and wrote (teaching
-content), not a pickled function.
+"""The Slurm engine: ``sbatch`` (``--test-only`` first, then held, its run folder made, released: the folder
+exists before the job writes into it), ``squeue -t all``, ``scontrol``, ``sacct`` (``-c`` where accounting is
+off), ``scancel``. Not submitit's SlurmExecutor: the learner submits the sbatch script they read and wrote
+(teaching content), not a pickled function.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -23,7 +18,7 @@ from pathlib import Path
 from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.core.site import Site
 from course_lib.core.spec import JobSpec, render
-from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, TERMINAL, Job, SubmitError
+from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, TERMINAL, Job, SubmitError, write_json
 
 TIMEOUT = 30    # seconds for one Slurm command (a busy controller can be slow)
 # sbatch --test-only's words for a job that no node of the partition can take now: too big for every node, or
@@ -224,8 +219,8 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path, tries: int = 20) -> SlurmJ
                 command(["scancel", job_id])
                 continue
             (run_dir / SCRIPT_NAME).write_text(text)
-            (run_dir / INFO_NAME).write_text(json.dumps(
-                {"engine": "slurm", "id": job_id, "site": site.name, "spec": spec.to_dict()}, indent=2))
+            info = {"engine": "slurm", "id": job_id, "site": site.name, "spec": spec.to_dict()}
+            write_json(run_dir / INFO_NAME, info)
             r = command(["scontrol", "release", job_id])
             if r.returncode != 0:
                 command(["scancel", job_id])

@@ -1,13 +1,8 @@
-"""torchrun's worker in a warm launch: ``python -m course_lib.runtime.warm_rank ARGS`` runs ``python ARGS`` as a rank
-forked by the warm server (``course_lib.runtime.warm``) instead of a fresh interpreter that imports torch again.
-
-torchrun starts one per rank, with the rank's environment (RANK, LOCAL_RANK, ...), its log files as stdout and
-stderr, in a session of its own. This process asks the server named by COURSE_WARM_SOCKET to fork the rank with
-exactly that environment, working directory and output, passes on every signal torchrun sends it to the rank's
-process group, and exits as the rank did (the same code, or the same signal), so torchrun's restarts, failure
-summary and shutdown see the rank as their own worker. If this process is killed, the server kills the rank. It
-imports neither torch nor the rest of course_lib: it starts in tens of milliseconds. Where the server cannot
-fork, it becomes the rank itself (exec of a fresh ``python -u ARGS``, what torchrun would have started).
+"""torchrun's worker in a warm launch: ``python -m course_lib.runtime.warm_rank ARGS`` has the warm server
+(``course_lib.runtime.warm``) fork the rank ``python ARGS`` with this process's environment, cwd and output, passes
+on every signal torchrun sends it to the rank's group, and exits as the rank did (code or signal), so torchrun's
+restarts, failure summary and shutdown see the rank as their own worker. It imports neither torch nor the rest of
+course_lib (it starts in tens of milliseconds); with no server it becomes the cold rank (exec ``python -u ARGS``).
 """
 from __future__ import annotations
 

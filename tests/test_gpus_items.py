@@ -153,22 +153,25 @@ def test_busbw_is_held_against_the_links_limit():
 
 
 def test_a_monitor_left_as_a_zombie_counts_as_stopped():
-    """A VM whose PID 1 does not reap: the trap's killed dmon stays a zombie; it is not a monitor still running."""
+    """A VM whose PID 1 does not reap: the trap's killed dmon stays a zombie; it is not a monitor still running
+    (jobnb._stop_monitor asks runtime.proc.wait_gone about the monitor's processes)."""
     import subprocess
 
-    from course_lib.selftest.jobnb import _group_left
+    import psutil
+
+    from course_lib.runtime.proc import wait_gone
 
     quick = subprocess.Popen(["true"], start_new_session=True)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _status(quick.pid) != "zombie":
         time.sleep(0.05)
     try:
-        assert _status(quick.pid) == "zombie" and not _group_left(quick.pid)
+        assert _status(quick.pid) == "zombie" and not wait_gone([psutil.Process(quick.pid)], 0)
     finally:
         quick.wait()
     alive = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
-        assert _group_left(alive.pid)
+        assert wait_gone([psutil.Process(alive.pid)], 0) == [alive.pid]
     finally:
         alive.kill()
         alive.wait()

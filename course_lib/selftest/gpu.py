@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict
@@ -124,8 +125,6 @@ def run(args) -> int:
 def check(items, out: Path, scale: float = 1.0, budget: float | None = None, required=()) -> int:
     """Run ``items``, the report rewritten before the first and after each; the exit code. SIGTERM (a wrapper's
     ``timeout``) ends it as Ctrl-C does: the running item's processes, in sessions of their own, are stopped."""
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return _check(items, out, scale, budget, required)
     before = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))

@@ -3,12 +3,13 @@ it (its log read back), and notebooks 00-02 through papermill on the solutions.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import subprocess
 import time
 
+from course_lib import jobs
 from course_lib.jobs.monitor import parse_dmon
+from course_lib.runtime.launch import kill_group
+from course_lib.runtime.proc import below, wait_gone
 from course_lib.selftest import speed
 from course_lib.selftest.runs import FAIL, PASS, Context, Outcome, child_env, python, run_command
 from course_lib.selftest.train import DEVICE
@@ -50,29 +51,13 @@ def _start_monitor(block: str, folder, job_id: str) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
-def _group_left(pgid: int) -> bool:
-    """Is a process of group ``pgid`` still running (a monitor the trap did not stop)? A zombie is not: on a VM
-    whose PID 1 does not reap, a monitor the trap killed stays one (``killpg(pgid, 0)`` would still find it)."""
-    from course_lib.runtime.proc import live
-
-    for proc in live(()):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            if os.getpgid(proc.pid) == pgid:
-                return True
-    return False
-
-
 def _stop_monitor(mon: subprocess.Popen, folder) -> bool:
     """Let the monitor end as a job script ends; True when its trap stopped dmon and top (nothing was left)."""
-    from course_lib.runtime.launch import kill_group
-
+    started = list(below([mon.pid]).values())
     (folder / "stop").touch()
     try:
         mon.wait(15)
-        deadline = time.monotonic() + 5      # a killed monitor takes a moment to go
-        while _group_left(mon.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return not _group_left(mon.pid)
+        return not wait_gone(started, 5)      # a killed monitor takes a moment to go (a zombie counts as gone)
     except subprocess.TimeoutExpired:
         return False
     finally:
@@ -80,8 +65,6 @@ def _stop_monitor(mon: subprocess.Popen, folder) -> bool:
 
 
 def job_monitor(ctx: Context) -> Outcome:
-    from course_lib import jobs
-
     spec = jobs.JobSpec(name=JOB_NAME, script=str(speed.__file__),
                         args=JOB_ARGS, gpus_per_node=1, monitor=True, time="00:10:00")
     block = monitor_block(jobs.script(spec, engine_name="local"))

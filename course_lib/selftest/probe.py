@@ -7,6 +7,7 @@ import shutil
 import threading
 from dataclasses import dataclass, field
 
+from course_lib.selftest.pick import smi_gpus
 from course_lib.selftest.runs import FAIL, NOT_POSSIBLE, PASS, Outcome
 
 
@@ -83,8 +84,6 @@ def probe_within(timeout: float = PROBE_S) -> Probe:
 def cuda_torch(ctx):
     """The item: does this python's torch see the GPUs that ``nvidia-smi -L`` lists? A torch without CUDA on a
     GPU machine would make every other item NOT POSSIBLE: a check that reads as green and tested nothing."""
-    from course_lib.selftest.pick import smi_gpus
-
     listed, said = smi_gpus(timeout=ctx.timeout)
     return compare(listed, said, ctx.probe)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from course_lib import registry
 from course_lib.core.paths import PACKAGE_PARENT, course_root
+from course_lib.runtime.launch import kill_group, launch
 
 PASS, FAIL, NOT_POSSIBLE, NOT_RUN = "PASS", "FAIL", "NOT POSSIBLE HERE", "NOT RUN"
 SERIAL = Path("solutions", registry.SERIAL)
@@ -61,17 +62,12 @@ class Ran:
 
 def child_env(extra: dict | None = None) -> dict:
     """This environment, with this course_lib first on PYTHONPATH (the children import the same code)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_PARENT), env.get("PYTHONPATH")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
+    path = os.pathsep.join(p for p in (str(PACKAGE_PARENT), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", **(extra or {})}
 
 
 def run_command(argv: list, log: Path, timeout: float, cwd: Path | None = None, env: dict | None = None) -> Ran:
     """Run ``argv`` (output to ``log``) within ``timeout`` seconds; its process tree is gone when this returns."""
-    from course_lib.runtime.launch import kill_group
-
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with open(log, "wb") as out:
@@ -95,8 +91,6 @@ def run_ranks(ctx: Context, args: list, nprocs: int, env: dict | None = None, wa
     """``course_lib.runtime.launch`` with the item's deadline, every rank's lines also written to ranks.log.
     ``ctx.folder`` is made absolute first: the warm server (``warm=True``) runs in a folder of its own and would
     resolve a relative cwd there (the rank could not start, its error lost in ``os._exit``)."""
-    from course_lib.runtime.launch import launch
-
     folder = ctx.folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "ranks.log", "w", buffering=1) as log:

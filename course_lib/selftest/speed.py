@@ -86,21 +86,19 @@ def main(argv=None) -> int:
     import torch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--images", type=int, default=IMAGES)
-    p.add_argument("--batch-size", type=int, default=BATCH)
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     p.add_argument("--min-seconds", type=float, default=0.0, help="repeat each timed epoch until this long")
     args = p.parse_args(argv)
     device = torch.device("cpu" if os.environ.get(CPU_FLAG) == "1" else "cuda")
-    print(f"device={device} dataset=synthetic train={args.images} test=0", flush=True)
+    print(f"device={device} dataset=synthetic train={IMAGES} test=0", flush=True)
     gen = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn(args.images, 1, 28, 28, device=device, generator=gen)   # made on the device: no copy timed
-    y = torch.randint(0, 10, (args.images,), device=device, generator=gen)
+    x = torch.randn(IMAGES, 1, 28, 28, device=device, generator=gen)   # made on the device: no copy timed
+    y = torch.randint(0, 10, (IMAGES,), device=device, generator=gen)
     for variant in args.variants:
         if variant == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             print(f"speed variant=bf16 not possible: {torch.cuda.get_device_name()} has no bf16", flush=True)
             continue
-        print(_one(variant, x, y, device, args.batch_size, min_seconds=args.min_seconds), flush=True)
+        print(_one(variant, x, y, device, BATCH, min_seconds=args.min_seconds), flush=True)
     return 0
 
 

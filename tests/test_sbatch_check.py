@@ -108,14 +108,15 @@ def test_site_lines_of_the_repository_are_the_generic_profile():
         site_lines.render("#!/bin/bash\n#SBATCH --nodes=1\n", load_site("generic"))
 
 
-def test_a_fresh_copy_gets_the_site_lines(tmp_path, monkeypatch):
-    """What a workspace does with its copy of the starter: the block only, for $COURSE_SITE."""
-    copy, other = tmp_path / "ddp.sbatch", tmp_path / "job.sbatch"
-    copy.write_text(STARTER.read_text())
-    other.write_text("#!/bin/bash\n#SBATCH --nodes=1\n")
+def test_a_fresh_copy_gets_the_site_lines(monkeypatch):
+    """What a workspace does with its copy of the starter (instructor.workspace.site_text): the block only, for
+    $COURSE_SITE; a script without a block is left as it is, and writing a copy again changes nothing."""
+    from course_lib.instructor.workspace import site_text
+
+    other = "#!/bin/bash\n#SBATCH --nodes=1\n"
     monkeypatch.setenv("COURSE_SITE", "example-gpu-cluster")
-    assert site_lines.render_copy(copy) and not site_lines.render_copy(other) and not site_lines.render_copy(copy)
-    text = copy.read_text()
+    text = site_text(STARTER.read_text())
+    assert text != STARTER.read_text() and site_text(other) == other and site_text(text) == text
     assert "#SBATCH --partition=gpu\n#SBATCH --account=my-project\n#SBATCH --reservation=workshop\n" in text
     assert text.replace(site_lines.block(load_site("example-gpu-cluster")), site_lines.block(load_site("generic"))) \
         == STARTER.read_text()
@@ -126,7 +127,7 @@ def test_directives_are_read_as_sbatch_reads_them():
               "export A=1\nB=2\nsrun python \\\n  x.py\n#SBATCH --nodes=3\n")
     assert (s.get("nodes"), s.get("ntasks-per-node"), s.get("time")) == ("2", "4", "1:00:00")
     assert s.ignored == [(9, "#SBATCH --nodes=3")] and "A" in s.exports and "B" in s.assigned
-    assert s.launches("srun") == [(7, "srun python x.py")]
+    assert s.commands[-1] == (7, "srun python x.py")     # the continuation joined into one command
 
 
 def test_simple_commands_as_bash_runs_them():

@@ -1,16 +1,8 @@
 """Where the ranks look for rank 0: MASTER_ADDR (srun) or torchrun's rendezvous endpoint, read from the script.
 
-The mistakes that one node hides, each wrong on a real cluster:
-- a loopback address (``localhost``, ``127.0.0.1``) on several nodes: every node has a loopback of its own, so the
-  ranks on the other nodes look for rank 0 on their own node (torch's c10d rendezvous even treats a loopback
-  endpoint as "this machine", so each node's torchrun hosts a rendezvous of its own);
-- the node *list* instead of a host: ``$SLURM_JOB_NODELIST`` is Slurm's compressed form (``node[1-2]``), and
-  ``scontrol show hostnames`` prints every node, one per line; only its first line is a host;
-- ``$SLURM_SUBMIT_HOST`` (the login node the job was submitted from) or a fixed host name (Slurm picks the nodes).
-
-Right: ``$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)`` and its variants (``head -1``,
-``sed -n 1p``, an array's ``[0]``), and ``$(hostname)`` in the batch script, which runs on the job's first node
-(sbatch(1): "on the first node in the allocation"), where srun's rank 0 starts.
+Wrong on a cluster though one node hides it: a loopback address, the node list instead of one host, the login node
+($SLURM_SUBMIT_HOST) or a fixed host. Right: the first line of ``scontrol show hostnames`` (or an array's ``[0]``),
+or ``$(hostname)`` in the batch script, which runs on the job's first node (sbatch(1)), where rank 0 starts.
 """
 from __future__ import annotations
 

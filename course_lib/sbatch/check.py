@@ -1,11 +1,8 @@
 """``course check sbatch PATH``: a learner's job script, read against the site profile, then run on Slurm.
 
-The script's text is always judged (course_lib.sbatch.lint): mistakes that one node hides, such as MASTER_ADDR=localhost
-on two nodes, fail whatever a run on this machine shows. Where the job runs (the course's test Slurm: site profile
-``local`` or ``local-2nodes``, or ``COURSE_SBATCH_RUN=1``), the verdicts on MASTER_ADDR/PORT and OMP_NUM_THREADS also
-come from what each rank saw, and two more say whether the expected ranks started and formed one process group. On
-another Slurm only ``sbatch --test-only`` runs (nothing is queued); without Slurm the script is only read. What a run
-did not establish is NOT RUN (``Report.skip``), never a PASS.
+The text is always judged (lint): mistakes one node hides, such as MASTER_ADDR=localhost on two nodes, fail
+whatever a run here shows. On the course's test Slurm (or ``COURSE_SBATCH_RUN=1``) the job runs and what each rank
+saw is judged too; on another Slurm only ``sbatch --test-only`` runs. What a run did not establish is NOT RUN.
 """
 from __future__ import annotations
 
@@ -14,11 +11,16 @@ import re
 import time
 from pathlib import Path
 
+from course_lib import jobs
+from course_lib.core.paths import workspace
 from course_lib.core.report import Report
+from course_lib.core.site import load_site
+from course_lib.runtime.job import SubmitError
 from course_lib.runtime.slurm import UNPLACEABLE
 from course_lib.sbatch import lint as rules
 from course_lib.sbatch import training
 from course_lib.sbatch.address import FIRST_NODE, LOOPBACK
+from course_lib.sbatch.run import refused, submit_and_wait, test_only
 from course_lib.sbatch.script import integer, parse
 
 # what notebook 03 teaches that lives in the training script, not the job script: said, never judged
@@ -31,9 +33,6 @@ TIMEOUT = 180.0     # seconds for the whole job (a busy CI machine starts Slurm 
 def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, read_only: bool = False) -> Report:
     """Verdicts on the job script ``path``; ``run``: submit it (None: on the local test Slurm only);
     ``read_only``: never ask Slurm (a script for another cluster, e.g. notebook 07's GPU job)."""
-    from course_lib.core.paths import workspace
-    from course_lib.jobs import load_site
-
     start = time.monotonic()
     report = Report("sbatch", str(path))
     site = load_site(site) if not hasattr(site, "cpus_per_node") else site
@@ -41,12 +40,10 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
     verdicts = {item: (ok, msg) for item, ok, msg in rules.lint(script, site, workspace())}
     mode, why = ("read", "read only, as asked") if read_only else _mode(site, run)
     if mode == "run":
-        from course_lib.sbatch.run import submit_and_wait
         outcome = submit_and_wait(Path(path).resolve(), workspace(), site.env, timeout)
         verdicts.update(_merged(verdicts, behaviour(script, outcome), script))
     else:
         if mode == "test-only":
-            from course_lib.sbatch.run import refused, test_only
             ok, msg = test_only(Path(path).resolve(), workspace())
             # a job larger than this Slurm, or nodes down: NOT RUN, as when the job is run (_refused)
             verdicts["sbatch accepts it"] = ((True, f"sbatch --test-only: {msg}") if ok
@@ -81,9 +78,6 @@ def _merged(static: dict, seen: dict, script) -> dict:
 
 def _mode(site, run: bool | None) -> tuple[str, str]:
     """("run" | "test-only" | "read", why) for this machine."""
-    from course_lib import jobs
-    from course_lib.runtime.job import SubmitError
-
     try:
         engine, why = jobs.engine(site=site)
     except (SubmitError, ValueError) as e:
@@ -149,8 +143,8 @@ def _asked(script) -> tuple[int, str]:
 
 
 def _refused(script, out) -> dict:
-    """sbatch refused the job: the script's fault, or (not the script's) a test Slurm smaller than the job, or
-    nodes that take no job now (``_nodes_down``)."""
+    """sbatch refused the job: the script's fault, or (NOT RUN) a test Slurm smaller than the job, or nodes that
+    take no job now (down, drained: sbatch --test-only then says what it says of a job no node could hold)."""
     nodes, why = _asked(script)
     if nodes > out.nodes if out.nodes else "node count" in out.refusal.lower():
         here = f"this Slurm has {out.nodes} node(s)" if out.nodes else "this Slurm has fewer nodes"
@@ -159,24 +153,15 @@ def _refused(script, out) -> dict:
                                             f"{nodes} nodes (a cluster, or the course's two-node Slurm: "
                                             "docs/two-node-slurm.md) the job would run"),
                 "ranks": (None, "not run: the job could not start on this Slurm")}
-    down = _nodes_down(script, out)
-    if down:
-        return {"sbatch accepts it": down, "ranks": (None, "not run: the job could not be placed on this Slurm now")}
+    if UNPLACEABLE in out.refusal and out.unusable and nodes > out.nodes - len(out.unusable):
+        down = ", ".join(f"{n}: {state}" for n, state in sorted(out.unusable.items()))
+        return {"sbatch accepts it": (None, f"not run: {len(out.unusable)} of the {out.nodes} node(s) of this Slurm "
+                                            f"take no job now ({down}) and the script asks for {why} (sbatch: "
+                                            f"{out.refusal}). That is the cluster's state, not the script's: check "
+                                            "again when `sinfo` shows the nodes up (an admin resumes a drained one)"),
+                "ranks": (None, "not run: the job could not be placed on this Slurm now")}
     return {"sbatch accepts it": (False, f"sbatch refused it: {out.refusal}"),
             "ranks": (None, "not run: sbatch refused the job")}
-
-
-def _nodes_down(script, out) -> tuple | None:
-    """NOT RUN where the refusal is the cluster's state, not the script's: with nodes down, drained or not
-    answering, sbatch --test-only says what it says of a job no node could ever hold (UNPLACEABLE); when fewer
-    nodes take jobs now than the script asks for, that is the reason. None otherwise."""
-    nodes, why = _asked(script)
-    if not (UNPLACEABLE in out.refusal and out.unusable and nodes > out.nodes - len(out.unusable)):
-        return None
-    down = ", ".join(f"{n}: {state}" for n, state in sorted(out.unusable.items()))
-    return None, (f"not run: {len(out.unusable)} of the {out.nodes} node(s) of this Slurm take no job now ({down}) "
-                  f"and the script asks for {why} (sbatch: {out.refusal}). That is the cluster's state, not the "
-                  "script's: check again when `sinfo` shows the nodes up (an admin resumes a drained one)")
 
 
 def _seen_gpus(ranks) -> tuple | None:

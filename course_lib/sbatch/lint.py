@@ -13,7 +13,7 @@ from course_lib.core.site import Site
 from course_lib.sbatch import site_lines, values
 from course_lib.sbatch.address import FIRST_NODE, LOOPBACK, launch_env, rank0_mistakes
 from course_lib.sbatch.script import KNOWN, Script, gpu_count, integer
-from course_lib.sbatch.training import PYTHONS, gpu_bind_none, local_rank_gpu, torchrun_options, words_run
+from course_lib.sbatch.training import PYTHONS, gpu_bind_none, judge, local_rank_gpu, torchrun_options, words_run
 
 LAUNCHERS = {"srun", "torchrun", "python", "python3", "mpirun", "mpiexec"}
 
@@ -40,7 +40,8 @@ def gpus_per_node(s: Script) -> int:
 def launcher(s: Script) -> str:
     """"torchrun", "srun" (srun starts python, also through ``bash -c '...'``), "srun-without-script", "mpirun",
     "python" (no srun) or "none"."""
-    if s.launches("torchrun") or any("torch.distributed.run" in c for _, c in s.commands):
+    if any("torchrun" in {w.rsplit("/", 1)[-1] for w in c.words} for c in s.simple) or \
+            any("torch.distributed.run" in c for _, c in s.commands):
         return "torchrun"
     runs = [(c.name, {w.rsplit("/", 1)[-1] for w in words_run(c)}) for c in s.simple]
     if any(name == "srun" for name, _ in runs):
@@ -250,21 +251,18 @@ def master(s: Script) -> tuple:
 
 
 def threads(s: Script) -> tuple:
-    if "OMP_NUM_THREADS" in s.exports:
-        line, value = s.exports["OMP_NUM_THREADS"]
-        if "SLURM_CPUS_PER_TASK" in value and s.get("cpus-per-task") is None:
-            return "OMP_NUM_THREADS", False, (
-                f"line {line}: OMP_NUM_THREADS={value}, but the script asks no #SBATCH --cpus-per-task, and Slurm "
-                "sets SLURM_CPUS_PER_TASK only when it is asked for (sbatch(1)), so OMP_NUM_THREADS is empty; "
-                "ask --cpus-per-task=N")
-        return fitting(s, line, value)
-    return "OMP_NUM_THREADS", False, ("not exported: each rank's PyTorch starts one thread per core of the node, "
-                                      "and the ranks fight for the cores; export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK "
-                                      "(torchrun: CPUs per task / ranks per node)")
-
-
-def fitting(s: Script, line: int, value: str) -> tuple:
-    """OMP_NUM_THREADS against the CPUs a task gets (notebook 03: one thread per CPU Slurm gave the rank)."""
+    """OMP_NUM_THREADS exported, against the CPUs a task gets (notebook 03: one thread per CPU Slurm gave the rank)."""
+    if "OMP_NUM_THREADS" not in s.exports:
+        return "OMP_NUM_THREADS", False, ("not exported: each rank's PyTorch starts one thread per core of the node, "
+                                          "and the ranks fight for the cores; export "
+                                          "OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK (torchrun: CPUs per task / ranks per "
+                                          "node)")
+    line, value = s.exports["OMP_NUM_THREADS"]
+    if "SLURM_CPUS_PER_TASK" in value and s.get("cpus-per-task") is None:
+        return "OMP_NUM_THREADS", False, (
+            f"line {line}: OMP_NUM_THREADS={value}, but the script asks no #SBATCH --cpus-per-task, and Slurm "
+            "sets SLURM_CPUS_PER_TASK only when it is asked for (sbatch(1)), so OMP_NUM_THREADS is empty; "
+            "ask --cpus-per-task=N")
     cpus = integer(s.get("cpus-per-task", "1")) or 1
     sharing = (torchrun_nproc(s) or 1) if launcher(s) == "torchrun" else 1
     ranks = f"{sharing} rank(s) sharing the task's" if sharing > 1 else "each rank's task has"
@@ -288,7 +286,6 @@ def fitting(s: Script, line: int, value: str) -> tuple:
 def lint(s: Script, site: Site, workdir=None) -> list[tuple]:
     """Every rule's (item, ok or None where not looked at, message), in the order a learner fixes them;
     ``workdir``: the job's working directory, where the training script must be."""
-    from course_lib.sbatch import training
-    script = [training.judge(s, workdir)] if workdir is not None else []
+    script = [judge(s, workdir)] if workdir is not None else []
     return [directives(s), site_profile(s, site), launch(s), *script, ranks_and_gpus(s, site, workdir), master(s),
             threads(s)]

@@ -1,11 +1,6 @@
-"""Stands in for ``python`` and ``torchrun`` inside the checked job: each rank says what it saw, then joins a group.
-
-``course check sbatch`` puts a folder first on the job's PATH whose ``python``, ``python3`` and ``torchrun`` run
-this module. A rank prints one ``@@probe {json}`` line: its rank and world size as its launcher gave them,
-the training script it was given (whether that file is in its working directory) and its arguments,
-MASTER_ADDR/PORT, OMP_NUM_THREADS, its CPUs, its visible GPUs; then it joins a gloo process group through
-``env://`` (no defaults: a missing MASTER_PORT is an error, as on a real job) and all-reduces a one, with a
-deadline. A torchrun line is run by the real torchrun, with this module as the training script.
+"""Stands in for ``python`` and ``torchrun`` inside the checked job: each rank prints one ``@@probe {json}`` line
+of what it saw (rank, script, MASTER_ADDR/PORT, threads, CPUs, GPUs), then joins a gloo group through ``env://``
+and all-reduces a one, with a deadline. A torchrun line is run by the real torchrun with this module as its script.
 """
 from __future__ import annotations
 
@@ -21,18 +16,14 @@ WATCHED = ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK
 
 
 def say(**fields) -> None:
-    """One record: on stdout for the job's log, and whole, in one write, to a file of this process in
+    """One record: on stdout for the job's log, and whole, in one unbuffered write, to a file of this process in
     $COURSE_PROBE_DIR (torchrun's --tee copies a child's output in pieces, which can cut a line)."""
     line = MARK + json.dumps(fields)
     print(line, flush=True)
-    folder = os.environ.get("COURSE_PROBE_DIR")
-    if folder:
-        fd = os.open(os.path.join(folder, f"{socket.gethostname()}-{os.getpid()}.jsonl"),
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, (line + "\n").encode())
-        finally:
-            os.close(fd)
+    if os.environ.get("COURSE_PROBE_DIR"):
+        with open(os.path.join(os.environ["COURSE_PROBE_DIR"], f"{socket.gethostname()}-{os.getpid()}.jsonl"), "ab",
+                  buffering=0) as f:
+            f.write((line + "\n").encode())
 
 
 def _identity() -> tuple[str, int, int, int]:

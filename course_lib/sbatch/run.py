@@ -1,8 +1,5 @@
-"""Run the learner's job script on Slurm, with ``python`` and ``torchrun`` replaced by the probe; a deadline, scancel.
-
-The job runs from the course folder (as the learner submits it) with its output in a temporary folder; the
-probe's lines come back from that output. ``sbatch --test-only`` goes first: it tells whether the controller
-would take the job (partition, account, a node shape it has) without running anything.
+"""Run the learner's job script on Slurm with ``python`` and ``torchrun`` replaced by the probe, from the course folder
+(as the learner submits it), under one deadline; ``sbatch --test-only`` first.
 """
 from __future__ import annotations
 
@@ -19,8 +16,6 @@ from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.runtime.runner import wait
 from course_lib.runtime.slurm import SlurmJob, command, node_states, taking_no_jobs
 from course_lib.sbatch.probe import MARK
-
-SHIMS = ("python", "python3", "torchrun")
 
 
 @dataclass
@@ -40,29 +35,6 @@ class Outcome:
         return [r for r in self.records if r.get("kind") == kind]
 
 
-def _shims(folder: Path) -> Path:
-    """python, python3 and torchrun that run the probe with the course's python and course_lib."""
-    bin_dir = folder / "bin"
-    bin_dir.mkdir()
-    for name in SHIMS:
-        role = "torchrun" if name == "torchrun" else "python"
-        path = bin_dir / name
-        path.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(PACKAGE_PARENT))}${{PYTHONPATH:+:$PYTHONPATH}} "
-                        f"exec {shlex.quote(sys.executable)} -m course_lib.sbatch.probe {role} \"$@\"\n")
-        path.chmod(0o755)
-    return bin_dir
-
-
-def _env(bin_dir: Path, site_env: dict, probe_timeout: float) -> dict:
-    env = dict(os.environ, **site_env)
-    env["COURSE_PROBE_DIR"] = str(bin_dir.parent / "probe")
-    env["PATH"] = f"{bin_dir}:{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    env["COURSE_PROBE_TIMEOUT"] = str(probe_timeout)
-    for key in [k for k in env if k.startswith(("SBATCH_", "SLURM_JOB", "SLURM_NTASKS"))]:
-        env.pop(key)           # a check started inside a job must not pass that job's shape on
-    return env
-
-
 def test_only(path: Path, workdir: Path) -> tuple[bool, str]:
     r = command(["sbatch", "--test-only", f"--chdir={workdir}", str(path)])
     return r.returncode == 0, (r.stderr or r.stdout).strip()
@@ -72,8 +44,19 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
     out = Outcome()
     with tempfile.TemporaryDirectory(prefix="sbatch-check-") as tmp:
         folder = Path(tmp)
-        env = _env(_shims(folder), site_env, probe_timeout=max(10.0, timeout / 4))
         (folder / "probe").mkdir()
+        (folder / "bin").mkdir()
+        for name in ("python", "python3", "torchrun"):    # each runs the probe with the course's python and course_lib
+            shim = folder / "bin" / name
+            shim.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(PACKAGE_PARENT))}${{PYTHONPATH:+:$PYTHONPATH}} "
+                            f"exec {shlex.quote(sys.executable)} -m course_lib.sbatch.probe "
+                            f"{'torchrun' if name == 'torchrun' else 'python'} \"$@\"\n")
+            shim.chmod(0o755)
+        env = dict(os.environ, **site_env)
+        env.update(COURSE_PROBE_DIR=str(folder / "probe"), COURSE_PROBE_TIMEOUT=str(max(10.0, timeout / 4)),
+                   PATH=f"{folder / 'bin'}:{Path(sys.executable).parent}:{env.get('PATH', '')}")
+        for key in [k for k in env if k.startswith(("SBATCH_", "SLURM_JOB", "SLURM_NTASKS"))]:
+            env.pop(key)           # a check started inside a job must not pass that job's shape on
         out.accepted, out.refusal = test_only(path, workdir)
         if not out.accepted:
             return refused(out.refusal)
@@ -84,7 +67,13 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
             out.accepted, out.refusal = False, (r.stderr or r.stdout).strip()
             return out
         out.job_id = r.stdout.strip().split(";")[0]
-        _wait(out, SlurmJob(out.job_id, None, folder, time.monotonic()), timeout)
+        job = SlurmJob(out.job_id, None, folder, time.monotonic())
+        # one deadline from submission, queue and run together: the job is left to it, then cancelled here
+        wait(job, say=None, run_timeout=float("inf"), poll=0.5, timeout=timeout)
+        out.state = job.state if job.done else f"TIMEOUT (not done in {timeout:.0f} s: cancelled by the check)"
+        if not job.done:
+            job.cancel()           # scancel, then wait until Slurm says it has ended
+        out.exit_code, out.seconds = job.exit_code, job.elapsed
         out.log = log.read_text(errors="replace") if log.exists() else ""
         files = sorted((folder / "probe").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
         from_files = records("".join(p.read_text(errors="replace") for p in files))
@@ -109,14 +98,3 @@ def records(log: str) -> list[dict]:
         except ValueError:
             pass          # cut by another rank's write: that rank's other records still count
     return found
-
-
-def _wait(out: Outcome, job: SlurmJob, timeout: float) -> None:
-    # one deadline from submission, queue and run together: the job is left to it, then cancelled here
-    wait(job, say=None, run_timeout=float("inf"), poll=0.5, timeout=timeout)
-    if job.done:
-        out.state, out.exit_code, out.seconds = job.state, job.exit_code, job.elapsed
-        return
-    job.cancel()           # scancel, then wait until Slurm says it has ended
-    out.state, out.exit_code = f"TIMEOUT (not done in {timeout:.0f} s: cancelled by the check)", job.exit_code
-    out.seconds = job.elapsed

@@ -55,10 +55,6 @@ class Script:
         found = [d.value for d in self.directives if d.key == key]
         return found[-1] if found else default
 
-    def launches(self, word: str) -> list:
-        """The command lines that run ``word`` (srun, torchrun, python) as a command, not as an argument."""
-        return [(n, c) for n, c in self.commands if word in command_words(c)]
-
 
 @dataclass
 class Simple:
@@ -117,14 +113,6 @@ def simple_commands(number: int, command: str) -> list[Simple]:
             out.append(Simple(number, words[lead:], env, token == "&"))
         words = []
     return out
-
-
-def command_words(command: str) -> list[str]:
-    try:
-        words = shlex.split(command, comments=True)
-    except ValueError:
-        words = command.split()
-    return [w.rsplit("/", 1)[-1] for w in words]
 
 
 def _directive(number: int, rest: str) -> list[Directive]:

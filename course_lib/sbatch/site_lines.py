@@ -1,16 +1,8 @@
-"""The site's own lines in the job-script exercise, written from the site profile.
-
-Partition, account and reservation are the site's, not something a learner can know, so the exercise file
-carries them in a marked block that is written from the profile (``COURSE_SITE``) and that the learner keeps
-as it is; the block also says what the site's nodes have, from which the learner works out tasks, CPUs and
-GPUs. ``course check sbatch`` holds a script to the same profile. The files in the repository are written
-for the ``generic`` profile (nothing site-specific); for another site::
+"""The site's own lines in the job-script exercise (partition, account, reservation: nothing a learner can know),
+written from the site profile into a marked block the learner keeps as it is; ``course check sbatch`` holds a
+script to the same profile. The repository's files carry the ``generic`` block; for another site::
 
     python -m course_lib.sbatch.site_lines exercises/03_jobs/ddp.sbatch --site mysite
-
-rewrites only the block (the learner's own lines stay as they are); ``render_copy(path)`` does the same for a
-fresh copy of the course's file (a workspace). ``reference(text, site)`` is the model answer for a site: the block
-written, and one rank per GPU where the nodes have GPUs.
 """
 from __future__ import annotations
 
@@ -18,6 +10,9 @@ import argparse
 import re
 import sys
 from pathlib import Path
+
+from course_lib.core.atomic import write_text
+from course_lib.core.site import load_site
 
 BEGIN = re.compile(r"^# >>> site '([^']*)'.*$", re.M)
 END = "# <<< site"
@@ -36,12 +31,10 @@ def gpu_line(site, gpus: int) -> str:
 
 
 def directives(site) -> list[str]:
-    """The site's #SBATCH lines (partition, account, reservation, qos: the ones it sets)."""
     return [f"#SBATCH --{key}={value}" for key, value in site.sbatch_options()]
 
 
 def block(site) -> str:
-    """The marked block for ``site``."""
     tasks, cpus, gpus = shape(site)
     nodes = (f"# This site's nodes: {gpus} GPUs, {site.cpus_per_node} CPUs each: one task (rank) per GPU, the CPUs "
              f"shared; GPUs: {gpu_line(site, gpus)[8:]}" if gpus else
@@ -67,7 +60,7 @@ def render(text: str, site) -> str:
 
 
 def reference(text: str, site) -> str:
-    """The model answer for ``site``: the block written, the tasks, CPUs and GPUs per node the site asks for."""
+    """The model answer for ``site``: its block, and the tasks, CPUs and GPUs per node it asks for."""
     tasks, cpus, gpus = shape(site)
     text = render(text, site)
     text = re.sub(r"(?m)^#SBATCH --ntasks-per-node=\d+$", f"#SBATCH --ntasks-per-node={tasks}", text)
@@ -76,29 +69,7 @@ def reference(text: str, site) -> str:
     return text
 
 
-def render_copy(path, site=None) -> bool:
-    """Write the site block of a learner's fresh copy ``path`` for ``site`` (default: ``$COURSE_SITE``, else
-    generic), where it is a job script with a block and the block differs; True if the file changed. Meant for
-    a copy just made from the course (``course init``/``update``), never for a learner's edited file."""
-    from course_lib.core.atomic import write_text
-    from course_lib.core.site import load_site
-
-    path = Path(path)
-    if path.suffix != ".sbatch":
-        return False
-    text = path.read_text()
-    if written_for(text) is None:
-        return False
-    new = render(text, load_site(site) if not hasattr(site, "gpus_per_node") else site)
-    if new != text:
-        write_text(path, new)
-    return new != text
-
-
 def main(argv=None) -> int:
-    from course_lib.core.atomic import write_text
-    from course_lib.core.site import load_site
-
     p = argparse.ArgumentParser(prog="python -m course_lib.sbatch.site_lines",
                                 description="write the site block of job-script exercises from a site profile")
     p.add_argument("paths", nargs="+", type=Path)

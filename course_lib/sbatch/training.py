@@ -1,11 +1,6 @@
-"""The command line the probe replaces: which training script the ranks would run, and with what arguments
-(torchrun's own options read here too, for the other rules).
-
-The run-time check puts a probe in place of ``python`` and ``torchrun``, so a rank "runs" whatever it is given;
-this module judges what it was given instead: the script exists in the job's working directory (``--chdir``, else
-the folder the learner submits from, the course folder), it is the exercise's training file
-(``02_ddp/mnist_classify_ddp.py``), and every ``--option`` after it is one that file's argparse parser defines
-(read from its source, not run: argparse also takes an unambiguous prefix, ``--epoch`` for ``--epochs``).
+"""The command line the probe replaces: which training script the ranks would run, with what arguments (the probe
+"runs" whatever it is given, so it is judged here: the file exists in the job's working directory, is the
+exercise's, and takes every --option, read from its argparse calls), and torchrun's own options for the other rules.
 """
 from __future__ import annotations
 
@@ -13,7 +8,8 @@ import ast
 import re
 from pathlib import Path
 
-from course_lib.sbatch.script import Script, Simple
+from course_lib.sbatch.script import Script, Simple, simple_commands
+from course_lib.sbatch.site_lines import written_for
 
 TRAINING = "02_ddp/mnist_classify_ddp.py"      # what exercise 03 starts (notebook 02's DDP program)
 ITEM = "training script"
@@ -30,7 +26,6 @@ def words_run(c: Simple) -> list[str]:
     words = c.words
     for i, w in enumerate(words[:-1]):
         if w.rsplit("/", 1)[-1] in ("bash", "sh") and words[i + 1] == "-c" and i + 2 < len(words):
-            from course_lib.sbatch.script import simple_commands
             inner = [x for s in simple_commands(c.line, words[i + 2]) for x in s.words]
             return words[:i] + inner
     return words
@@ -115,30 +110,20 @@ def options_of(path: Path) -> list[str] | None:
         tree = ast.parse(path.read_text(errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return None
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
-            found += [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
-    return found
+    return [a.value for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "attr", "") ==
+            "add_argument" for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
 
 
 def unknown_options(args: list[str], known: list[str]) -> list[str]:
     """The --options in ``args`` that the parser does not define (argparse accepts an unambiguous prefix)."""
-    bad = []
-    for a in args:
-        if not a.startswith("--") or "$" in a:
-            continue
-        key = a.split("=", 1)[0]
-        if key not in known and len([k for k in known if k.startswith(key)]) != 1:
-            bad.append(key)
-    return bad
+    keys = [a.split("=", 1)[0] for a in args if a.startswith("--") and "$" not in a]
+    return [k for k in keys if k not in known and len([x for x in known if x.startswith(k)]) != 1]
 
 
 def judge(s: Script, workdir: Path) -> tuple[str, bool | None, str]:
     """(ITEM, ok or None where the check cannot see it, message). The exercise's training file is asked for
     where the script is exercise 03's (it has the exercise's site block); any other job script (the course's
     jobs/*.sbatch) only has to run a file that exists, with options it takes."""
-    from course_lib.sbatch.site_lines import written_for
     found = command_line(s)
     if found is None:
         return ITEM, None, "no python or torchrun line with a script: nothing to look at (see launch)"

@@ -1,12 +1,6 @@
-"""What a port or a thread count in the script works out to, as bash's ``$(( ))`` would compute it.
-
-Notebook 03 teaches two rules about values, and this module applies them to the text:
-- ``MASTER_PORT`` derived from the job id, in 1024-65535 and below Linux's ephemeral range 32768-60999
-  (``/proc/sys/net/ipv4/ip_local_port_range``), where another connection on a busy node may hold it;
-- ``OMP_NUM_THREADS`` no more than the CPUs a task gets (srun: ``--cpus-per-task``; torchrun: the one task's CPUs
-  shared by the ranks it starts).
-A value the check cannot work out (a command, a variable set outside the script) is said to be "not worked out",
-never judged.
+"""What a port or a thread count in the script works out to, as bash's ``$(( ))`` computes it (notebook 03's rules:
+MASTER_PORT from the job id, in 1024-65535 and below Linux's ephemeral range; OMP_NUM_THREADS no more than a
+task's CPUs). A value the check cannot work out is said to be "not worked out", never judged.
 """
 from __future__ import annotations
 

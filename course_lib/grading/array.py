@@ -71,10 +71,8 @@ def _state(states: dict, i: int) -> str:
 
 
 class _Array(SlurmJob):
-    """The array as one job for runner.wait (the course's one loop that waits for a job): ended when every task in
-    ``todo`` has, by each task's own state (squeue -r, else sacct); each look moves the progress bar.
-
-    A job Slurm has no record of at all for a minute (squeue, sacct, sacct -c) counts as ended."""
+    """The array as one job for runner.wait: ended when every task in ``todo`` has (squeue -r, else sacct), or when
+    Slurm has had no record of it for a minute; each look moves the progress bar."""
 
     def __init__(self, job_id: str, todo: list[int], slurm_dir: Path):
         super().__init__(job_id, None, slurm_dir / job_id, time.monotonic())

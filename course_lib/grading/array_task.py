@@ -1,11 +1,6 @@
-"""One task of ``course grade --engine slurm``'s job array: grade one learner, write their rows to a file of its own.
-
-``python -m course_lib.grading.array_task MANIFEST``: the manifest (course_lib.grading.array writes it) lists
-the learners, the exercises and the sandbox's limits; ``$SLURM_ARRAY_TASK_ID`` says which learner. The task
-finds that learner's files as the local engine does (only their entry of SUBMISSIONS_DIR is looked at), runs
-each check in the same sandbox, and rewrites ``rows/<task id>.json`` (atomically) after each exercise, so a
-task that Slurm kills leaves the exercises it finished. SIGTERM (Slurm's time limit, scancel) kills the
-running check before the task ends.
+"""One task of ``course grade --engine slurm``'s job array: ``python -m course_lib.grading.array_task MANIFEST``
+grades learner ``$SLURM_ARRAY_TASK_ID`` as the local engine does and rewrites ``rows/<task id>.json`` after each
+exercise, so a task Slurm kills leaves what it finished; SIGTERM kills the running check first.
 """
 from __future__ import annotations
 

@@ -1,19 +1,12 @@
-"""Gradescope's autograder for the course: the bundle (``course release --gradescope DIR``) and what it runs.
-
-Gradescope's contract (its autograder specification): a zip with ``setup.sh`` (run once, as root, to build the
-image) and ``run_autograder`` (run for every submission, in /autograder) at its root; the zip is unpacked into
-``/autograder/source``, the learner's files are put in ``/autograder/submission``, and ``run_autograder`` must
-write ``/autograder/results/results.json``; what it prints only instructors see.
-
-The bundle holds those two scripts and ``course/``: the course's package (its checkers), pyproject.toml and the
-README, and nothing of solutions/. ``run_autograder`` runs ``python -m course_lib.grading.autograder ROOT EX...``:
-the submission is copied as one learner's folder and graded by ``course grade`` itself (the same sandbox, limits
-and rows), whose ``--format gradescope`` export becomes ``results/results.json``. Where grading itself fails, a
-results.json with score 0 says so, so that Gradescope never shows an empty result. ``AUTOGRADER_ROOT`` stands in
-for /autograder (the tests run the bundle in a temporary folder laid out the same way).
+"""Gradescope's autograder for the course: the bundle (``course release gradescope DIR``) and what it runs
+(docs/grading.md, "Exports"). ``run_autograder`` copies ``/autograder/submission`` as one learner's folder and
+grades it with ``course grade`` itself (same sandbox, limits and rows), whose Gradescope export becomes
+``results/results.json``; where grading fails, a results.json with score 0 says so. ``AUTOGRADER_ROOT`` stands in
+for /autograder.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
@@ -57,19 +50,14 @@ COURSE_FILES = ("pyproject.toml", "README.md")
 TORCH_PIN = "torch==2.13.0"
 
 
-def bundle_files(exercises: list[str], deadline: float) -> dict[str, str]:
-    """{name in the bundle: text} of the two scripts."""
-    return {"setup.sh": SETUP.format(torch=TORCH_PIN),
-            "run_autograder": RUN.format(exercises=" ".join(exercises), deadline=f"{deadline:g}")}
-
-
 def write_bundle(dest: Path, exercises: list[str], deadline: float = 600) -> Path:
     """Write the bundle into ``dest`` (a new or empty folder) and ``dest/autograder.zip`` (what Gradescope takes)."""
     if dest.exists() and any(dest.iterdir()):
         raise FileExistsError(f"{dest} is not empty: choose a new folder for the autograder bundle")
     root = course_root()
     dest.mkdir(parents=True, exist_ok=True)
-    for name, text in bundle_files(exercises, deadline).items():
+    for name, text in (("setup.sh", SETUP.format(torch=TORCH_PIN)),
+                       ("run_autograder", RUN.format(exercises=" ".join(exercises), deadline=f"{deadline:g}"))):
         write_text(dest / name, text)
         (dest / name).chmod(0o755)
     shutil.copytree(root / "course_lib", dest / "course" / "course_lib",
@@ -127,8 +115,6 @@ def run(root: Path, exercises: list[str], deadline: float) -> int:
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m course_lib.grading.autograder")
     p.add_argument("root", type=Path, help="the autograder's folder (/autograder on Gradescope)")
     p.add_argument("exercises", nargs="+", choices=list(EXERCISES))

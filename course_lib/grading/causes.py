@@ -1,12 +1,7 @@
-"""Why a check was stopped, in words a learner can act on: the process, memory and file-size limits, the deadline.
-
-The sandbox (course_lib.grading.sandbox) gives each check limits; when one of them stops the learner's code, what
-the checker saw is a symptom (gloo's "Resource temporarily unavailable", a rank killed by signal 9, "File too
-large") that says nothing about the grader. ``limits_hit`` finds the cause, from the cgroup's own counters where
-there is a cgroup (pids.events, memory.events / memory.oom_control), else from the symptom's text (RLIMIT_NPROC,
-RLIMIT_FSIZE). ``explain`` gives the learner which limit it was and what it means for their code; ``annotate``
-puts that in front of each failing verdict and keeps only the verdict's first line: the tracebacks of torch's
-internals, with the grader's paths, stay in the instructor's log (logs/), not in the feedback.
+"""Why a check was stopped, in words a learner can act on: the process, memory and file-size limits, the deadline
+(docs/grading.md, "When a limit stopped the check"). ``limits_hit`` finds the cause from the cgroup's counters
+where there is a cgroup, else from the symptom's text; ``annotate`` puts it in front of each failing verdict and
+keeps only the verdict's first line (the tracebacks, with the grader's paths, stay in logs/).
 """
 from __future__ import annotations
 

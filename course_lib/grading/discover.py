@@ -180,12 +180,10 @@ def discover(submissions: Path, exercises: list[str], scratch: Path, skip: set[P
         if entry.is_symlink():
             target = Path(os.path.realpath(entry))
             if not target.is_relative_to(root) or target == root:
-                learner = Learner(name, "symlink", name)
                 msg = (f"`{name}` is a symbolic link to {os.readlink(entry)}, outside SUBMISSIONS_DIR; "
                        "it is not followed: copy the work into the folder instead")
-                learner.notes.append(msg)
-                learner.found = {ex: Found(problem=("fail", msg.replace("`", ""))) for ex in exercises}
-                learners.append(learner)
+                learners.append(Learner(name, "symlink", name, notes=[msg],
+                                        found={ex: Found(problem=("fail", msg.replace("`", ""))) for ex in exercises}))
                 continue
         if entry.is_dir():
             learners.append(_folder_learner(name, entry, "folder", exercises, name))

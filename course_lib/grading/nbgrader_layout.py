@@ -1,14 +1,6 @@
-"""nbgrader's layout and gradebook: ``submitted/<student>/<assignment>/`` as it is, scores into ``gradebook.db``.
-
-Layout: SUBMISSIONS_DIR may be nbgrader's course folder (it holds ``submitted/`` beside ``source/``,
-``nbgrader_config.py`` or ``gradebook.db``) or its ``submitted/`` folder. Each student folder is one learner
-(student id = learner); the exercise files are found inside the assignment folders as anywhere else
-(course_lib.grading.discover), and the folder that held an exercise's file is its nbgrader assignment.
-
-Gradebook (``--nbgrader-db PATH``, through nbgrader's own ``Gradebook`` API): per exercise an assignment
-(the assignment folder the class used, else the exercise's name), in it a notebook named after the exercise
-with one autograded cell ``checks`` worth 1 point; a learner's score is the share of that exercise's judged checks
-that pass (0 for missing; skipped checks do not count). Written after grading, for every row in grades.csv.
+"""nbgrader's layout and gradebook (docs/grading.md, "nbgrader's layout and gradebook"): its course folder or
+``submitted/`` taken as it is (student id = learner; the folder that held an exercise's file is its assignment),
+and ``--nbgrader-db``: each score into ``gradebook.db`` through nbgrader's own ``Gradebook`` API.
 """
 from __future__ import annotations
 

@@ -67,11 +67,10 @@ def write_reports(out: Path, rows: list[dict], learners: list, exercises: list[s
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    md = _markdown(rows, learners, exercises, header, ignored, timing)
-    with atomic_writer(out / "grades.md", "w", encoding="utf-8") as f:
-        f.write("\n".join(md) + "\n")
-    write_feedback(out, rows, learners)
     cols = [ex for ex in EXERCISES if ex in exercises or any(r["exercise"] == ex for r in rows)]
+    with atomic_writer(out / "grades.md", "w", encoding="utf-8") as f:
+        f.write("\n".join(_markdown(rows, learners, cols, header, ignored, timing)) + "\n")
+    write_feedback(out, rows, learners)
     write_scores(out / "scores.csv", rows, cols, outputs.roster, outputs.graded_at)
     if "gradescope" in outputs.formats:
         write_gradescope(out, rows, learners, cols, outputs.roster, outputs.graded_at, timing)
@@ -79,10 +78,9 @@ def write_reports(out: Path, rows: list[dict], learners: list, exercises: list[s
         write_lms(out / "lms.csv", rows, cols, outputs.roster)
 
 
-def _markdown(rows, learners, exercises, header, ignored, timing) -> list[str]:
+def _markdown(rows, learners, cols, header, ignored, timing) -> list[str]:
     """The lines of grades.md: the class table, then a section per learner, then what was not graded."""
     by = by_learner(rows)
-    cols = [ex for ex in EXERCISES if ex in exercises or any(ex in d for d in by.values())]
     names = sorted(by, key=lambda n: (n.casefold(), n))
     md = [header, "", "| learner | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for name in names:

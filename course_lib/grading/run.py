@@ -64,7 +64,6 @@ class _Grading:
         self.errors: list[str] = []
         self.kills: dict[int, object] = {}
         self.stopping = threading.Event()
-        self.lock = threading.Lock()
 
     def _started(self, n: int, kill) -> None:
         self.kills[n] = kill
@@ -82,22 +81,22 @@ class _Grading:
         return learner, ex, rows, outcome
 
     def finished(self, learner: Learner, ex: str, new_rows: list[dict], outcome) -> None:
-        """Record one check; when it was the learner's last, rewrite the reports."""
-        with self.lock:
-            self.rows.extend({"learner": learner.name, "exercise": ex, **r} for r in new_rows)
-            if outcome is not None:
-                self.seconds.setdefault(learner.name, []).append(timing_note(ex, outcome))
-            self.pending[learner.name] -= 1
-            judged = [r for r in new_rows if r["result"] != SKIPPED]
-            n_ok = sum(r["result"] == PASS for r in judged)
-            skipped = f", {len(new_rows) - len(judged)} not run" if len(judged) < len(new_rows) else ""
-            took = f" in {outcome.seconds:.1f} s" if outcome else ""
-            print(f"  {learner.name} / {ex}: {n_ok}/{len(judged)} passed{skipped}{took}", flush=True)
-            if self.pending[learner.name] == 0:
-                self.outputs.graded_at[learner.name] = now_utc()
-                if learner.name in self.seconds:
-                    self.timing[learner.name] = "Check times: " + "; ".join(self.seconds[learner.name]) + "."
-                self.write()
+        """Record one check (in the main thread: the pool's threads only run checks); when it was the learner's
+        last, rewrite the reports."""
+        self.rows.extend({"learner": learner.name, "exercise": ex, **r} for r in new_rows)
+        if outcome is not None:
+            self.seconds.setdefault(learner.name, []).append(timing_note(ex, outcome))
+        self.pending[learner.name] -= 1
+        judged = [r for r in new_rows if r["result"] != SKIPPED]
+        n_ok = sum(r["result"] == PASS for r in judged)
+        skipped = f", {len(new_rows) - len(judged)} not run" if len(judged) < len(new_rows) else ""
+        took = f" in {outcome.seconds:.1f} s" if outcome else ""
+        print(f"  {learner.name} / {ex}: {n_ok}/{len(judged)} passed{skipped}{took}", flush=True)
+        if self.pending[learner.name] == 0:
+            self.outputs.graded_at[learner.name] = now_utc()
+            if learner.name in self.seconds:
+                self.timing[learner.name] = "Check times: " + "; ".join(self.seconds[learner.name]) + "."
+            self.write()
 
     def write(self) -> None:
         write_reports(self.out, self.rows, self.learners, self.exercises, self.header, self.ignored, self.timing,
@@ -154,9 +153,7 @@ def header_of(subs: Path, learners: list, exercises: list[str], limits: Limits, 
 def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int, done_rows: list[dict],
           scratch: Path, notes: list[str] = (), on_done=None, outputs: Outputs | None = None) -> int:
     """Grade every learner of ``subs`` into ``out``; the exit code (0 graded, 2 could not, 130 interrupted).
-
-    ``notes``: lines for the report's header; ``on_done(rows, learners)``: called once all is graded;
-    ``outputs``: exports, roster and the times of earlier grading (course_lib.grading.reports.Outputs)."""
+    ``notes``: lines for the report's header; ``on_done(rows, learners)``: called once all is graded."""
     learners, ignored = discover(subs, exercises, scratch)
     header = header_of(subs, learners, exercises, limits, list(notes))
     g = _Grading(out, learners, exercises, limits, header, ignored, done_rows, outputs or Outputs())

@@ -1,21 +1,10 @@
-"""Run one checker on one learner's file in a sandbox: ``run_check(exercise, file, limits)``.
-
-The grader runs learners' code, so each check is a worker process (``python -m
-course_lib.grading.sandbox_worker``) that is given:
-- a fresh temporary copy of the file, as its working directory, HOME and TMPDIR (the submissions are never
-  written);
-- a deadline for the whole check, after which everything it started is killed;
-- bounded output: the pipe is drained all the time, only its first and last few KB are kept;
-- limits: pids (processes and threads) and memory through a cgroup v2 subtree, a systemd scope or cgroup v1,
-  whichever this machine allows (course_lib.grading.cgroups chooses at run time); otherwise RLIMIT_NPROC for a
-  non-root user (root ignores it); always RLIMIT_FSIZE (largest file written) and no core files;
-- a sweep after the check (``sweep``): every process of the check's cgroup, every descendant of the worker and
-  every process that still carries the check's token in its environment or works in its folder (one that cleared
-  its environment) is stopped, then killed (course_lib.runtime.proc.stop_tree). The checkers' ranks run in
-  sessions of their own (course_lib.runtime.launch), so a process-group kill alone would miss them.
-
-It is not a security boundary: the learner's code runs as the grader's user and can read (and write)
-whatever that user can outside the copy. Grade as an unprivileged user, or in a container or a batch job.
+"""Run one checker on one learner's file in a sandbox: ``run_check(exercise, file, limits)``, a worker process
+(``python -m course_lib.grading.sandbox_worker``) on a fresh copy of the file, with a deadline, bounded output,
+the limits course_lib.grading.cgroups finds here, and a sweep after it (README, "What isolation grading gives, and
+what it does not"). The sweep finds the check's processes by its cgroup, by descent from the worker, and by its
+token in their environment or its folder as their working directory (one that cleared its environment): the
+checkers' ranks run in sessions of their own (course_lib.runtime.launch), so a process-group kill alone would miss
+them. Not a security boundary: the learner's code runs as the grader's user.
 """
 from __future__ import annotations
 
@@ -217,12 +206,8 @@ class _Check:
 
 def run_check(exercise: str, source: Path, relative: str, limits: Limits, on_start=None,
               checker: str = "") -> Outcome:
-    """Grade ``source`` (a learner's file) with the checker of ``exercise``, in a sandbox (module docstring).
-
-    The copy sits at ``relative`` (e.g. ``05_allreduce/allreduce.py``) in a fresh folder, as in exercises/.
-    ``on_start(kill)`` receives a function that stops the check at once (the grader calls it on Ctrl-C).
-    ``checker``: a module with ``check(path, timeout=...) -> Report`` to use instead of the course's.
-    """
+    """Grade ``source``, copied to ``relative`` (e.g. ``05_allreduce/allreduce.py``) in a fresh folder, with the
+    checker of ``exercise`` (or the module ``checker``); ``on_start(kill)`` gets what stops it at once (Ctrl-C)."""
     check = _Check(limits)
     isolation = check.cgroups.kind
     start = time.monotonic()

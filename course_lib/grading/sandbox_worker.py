@@ -20,12 +20,6 @@ from course_lib.core.atomic import write_text
 from course_lib.grading.sandbox import CGROUPS_VAR
 
 
-def _processes_of(uid: int) -> int:
-    """How many processes ``uid`` has now, zombies included (RLIMIT_NPROC counts them too)."""
-    return sum(1 for p in psutil.process_iter(["uids"], ad_value=None)
-               if p.info["uids"] is not None and p.info["uids"].real == uid)
-
-
 def _enter_limits(max_processes: int, max_file_mb: int) -> None:
     """Join the check's cgroups and set rlimits before any learner code runs; children inherit both."""
     for d in filter(None, os.environ.get(CGROUPS_VAR, "").split(os.pathsep)):
@@ -38,9 +32,10 @@ def _enter_limits(max_processes: int, max_file_mb: int) -> None:
     size = max_file_mb * 2**20
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
     if os.getuid() != 0:
-        # RLIMIT_NPROC counts all of this user's processes; give the check max_processes more than now
-        cap = _processes_of(os.getuid()) + max_processes
-        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        # RLIMIT_NPROC counts all of this user's processes, zombies too: give the check max_processes more than now
+        cap = max_processes + sum(1 for p in psutil.process_iter(["uids"], ad_value=None)
+                                  if p.info["uids"] is not None and p.info["uids"].real == os.getuid())
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
         if hard != resource.RLIM_INFINITY:
             cap = min(cap, hard)
         resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap if hard == resource.RLIM_INFINITY else hard))
@@ -60,10 +55,7 @@ def worker(argv: list[str]) -> int:
         kwargs["strict_launchers"] = True
     start = time.monotonic()
     try:
-        if checker:
-            report = importlib.import_module(checker).check(path, **kwargs)
-        else:
-            report = get(exercise).check(path, **kwargs)
+        report = (importlib.import_module(checker) if checker else get(exercise)).check(path, **kwargs)
     except BaseException as e:   # the learner's code may raise SystemExit or worse at import time
         report = Report(exercise, path)
         report.add("check", False, f"the check itself stopped: {type(e).__name__}: {e}")

@@ -1,13 +1,6 @@
-"""Scores from the verdicts: per exercise, per learner, and ``scores.csv`` (a row per learner).
-
-Each exercise is worth one point: the share of its *judged* checks that pass. A ``skipped`` verdict (shown NOT
-RUN: an item that could not be established where grading ran) is left out of both the count and the passes, so
-it neither costs nor earns anything; an exercise whose checks were all skipped has no score (blank) and is left
-out of the learner's maximum. ``missing`` and ``fail`` count as checks that did not pass.
-
-``scores.csv``: learner, id (from ``--roster``; blank without one), one column per exercise graded, total, max
-(the exercises with a score), graded_at (UTC, when that learner's last check finished). A learner of the roster
-with no submission gets 0 for every exercise (not handed in). grades.csv keeps its five columns.
+"""Scores from the verdicts: per exercise, per learner, and ``scores.csv`` (a row per learner). Each exercise is
+worth one point, the share of its judged checks that pass: a ``skipped`` one neither costs nor earns
+(docs/grading.md, "Which exercises, and the scores").
 """
 from __future__ import annotations
 

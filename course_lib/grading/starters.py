@@ -1,11 +1,6 @@
-"""An exercise nobody started: a learner's file that is a released starter, unchanged, scores 0 without a run.
-
-A starter runs (a learner starts from something that works), so a checker can find items that the starter's own
-code earns: the sbatch starter's one-rank job passes "ranks", and three learners who never opened the file got
-3/7. Grades are for the learner's work, so a file that is a starter (line endings, trailing blanks and blank
-lines at the end aside) is not run: every item fails with "not started". The starters are the course's
-exercises/ as shipped and, where solutions/ can be read (an instructor grading), the harder ones that
-``course release --no-hints`` writes from it.
+"""An exercise nobody started: a released starter, unchanged (line endings and trailing blanks aside), is not run
+and scores 0, since a starter runs and a checker can find items its own code earns (docs/grading.md). The
+starters are exercises/ as shipped and, where solutions/ can be read, the ``--no-hints`` ones written from it.
 """
 from __future__ import annotations
 

@@ -92,8 +92,7 @@ class GuardedEngine(NBClientEngine):
         # NBClientEngine's own method, with the guarded client
         kwargs = {k: v for k, v in kwargs.items() if k not in ("input_path", "startup_timeout")}
         kwargs["timeout"] = execution_timeout or kwargs.get("timeout")
-        return GuardedClient(nb_man, startup_timeout=start_timeout, kernel_name=kernel_name,
-                             log=logger,
+        return GuardedClient(nb_man, startup_timeout=start_timeout, kernel_name=kernel_name, log=logger,
                              log_output=log_output, stdout_file=stdout_file, stderr_file=stderr_file,
                              **kwargs).execute()
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from course_lib.cli import comma_items
 from course_lib.core.atomic import write_text
 from course_lib.core.paths import course_root
+from course_lib.instructor.workspace import SKIP, site_text
 from course_lib.markers import BEGIN, END, STUB, MarkerError, solution_view  # noqa: F401 (the release's API)
 from course_lib.markers import regions as _regions
 from course_lib.registry import EXERCISES, SOLUTIONS_ONLY
@@ -84,8 +85,7 @@ def plan(solutions: Path, exercises: Path, hints: bool = True) -> dict[Path, str
     files = {}
     for src in sorted(solutions.rglob("*")):
         rel = src.relative_to(solutions)
-        if not src.is_file() or rel.parts[0] in SOLUTIONS_ONLY or "__pycache__" in rel.parts \
-                or ".ipynb_checkpoints" in rel.parts:
+        if not src.is_file() or rel.parts[0] in SOLUTIONS_ONLY or SKIP & set(rel.parts):
             continue
         text = src.read_text(encoding="utf-8")
         if src.suffix in (".py", ".sbatch"):     # job scripts: bash comments, the same markers
@@ -102,7 +102,7 @@ def orphans(files: dict[Path, str], exercises: Path) -> list[Path]:
     if not exercises.is_dir():
         return []
     return [p for p in sorted(exercises.rglob("*")) if p.suffix in (".py", ".ipynb", ".sbatch") and p.is_file()
-            and p not in files and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts]
+            and p not in files and not SKIP & set(p.parts)]
 
 
 # ---------------------------------------------------------------- nbgrader's source/
@@ -136,8 +136,6 @@ def nbgrader_plan(solutions: Path, course: Path, exercises: list[str] | None = N
     """{path: content} of nbgrader's ``course/source/<folder>/``: one assignment per exercise folder (those of
     ``exercises`` only, when given), the starter files as exercises/ holds them (a job script's site lines written
     for ``$COURSE_SITE``, as in a hub workspace), and a guide notebook."""
-    from course_lib.instructor.workspace import site_text
-
     folders: dict[str, dict[str, str]] = {}
     for rel, text in plan(solutions, Path()).items():   # a job script with the site's lines, as a workspace's
         text = site_text(text) if rel.suffix == ".sbatch" else text

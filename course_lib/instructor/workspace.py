@@ -19,7 +19,7 @@ from course_lib.core import atomic
 from course_lib.core.paths import MARKER, course_root, find_workspace
 
 TREES = ("notebooks", "exercises", "jobs")   # jobs: the *.sbatch scripts for a shell, never anyone's runs
-SKIP = ("__pycache__", ".ipynb_checkpoints")
+SKIP = {"__pycache__", ".ipynb_checkpoints"}
 NEW_SUFFIX = ".course-new"   # the course's version beside a file both sides changed
 MINE_SUFFIX = ".mine"        # the learner's version, kept by ``restore``
 
@@ -67,7 +67,7 @@ def source_files(root: Path, trees) -> dict[str, Path]:
     for tree in trees:
         found = (root / tree).glob("*.sbatch") if tree == "jobs" else (root / tree).rglob("*")
         for path in sorted(found):
-            if path.is_file() and not any(part in SKIP for part in path.parts):
+            if path.is_file() and not SKIP & set(path.parts):
                 files[path.relative_to(root).as_posix()] = path
     return files
 
@@ -79,11 +79,11 @@ def _version() -> str:
         return "unknown"
 
 
-def _write_marker(folder: Path, trees, digests: dict[str, str], cells: dict[str, str] | None = None) -> None:
+def _write_marker(folder: Path, trees, digests: dict[str, str], cells: dict[str, str]) -> None:
     """The record: each file's digest as copied and, for notebooks, the digest of its cells (``cells_digest``)."""
     record = {"course_version": _version(), "install": str(course_root()), "trees": list(trees),
               "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "files": digests,
-              "cells": cells or {}}
+              "cells": cells}
     atomic.write_text(folder / MARKER, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 

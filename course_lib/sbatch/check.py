@@ -41,7 +41,7 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
     mode, why = ("read", "read only, as asked") if read_only else _mode(site, run)
     if mode == "run":
         outcome = submit_and_wait(Path(path).resolve(), workspace(), site.env, timeout)
-        verdicts.update(_merged(verdicts, behaviour(script, outcome), script))
+        verdicts.update(_merged(verdicts, behaviour(script, outcome)))
     else:
         if mode == "test-only":
             ok, msg = test_only(Path(path).resolve(), workspace())
@@ -59,7 +59,7 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
     return report
 
 
-def _merged(static: dict, seen: dict, script) -> dict:
+def _merged(static: dict, seen: dict) -> dict:
     """The run's verdicts, except where the script's text is wrong in a way this run hides (a loopback or a node
     list as MASTER_ADDR on one node, a fixed port with no other job beside it, more threads than CPUs on a machine
     that does not bind them, a wrong file or option: the probe runs whatever it is given): the text's FAIL stands,
@@ -102,11 +102,8 @@ def on_test_slurm() -> bool:
 
 
 def expected_ranks(script) -> int | None:
-    nodes, tasks = integer(script.get("nodes", "1")) or 1, rules.tasks_per_node(script)
-    if rules.launcher(script) == "torchrun":
-        nproc = rules.torchrun_nproc(script)
-        return nodes * nproc if nproc else None
-    return nodes * tasks if tasks else None
+    per_node = rules.torchrun_nproc(script) if rules.launcher(script) == "torchrun" else rules.tasks_per_node(script)
+    return (integer(script.get("nodes", "1")) or 1) * per_node if per_node else None
 
 
 def behaviour(script, out) -> dict:

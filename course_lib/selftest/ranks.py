@@ -21,7 +21,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from course_lib.core.loader import import_path  # noqa: E402
 from course_lib.core.rankkit import rank_env  # noqa: E402
+from course_lib.tp.shards import load_column, load_row  # noqa: E402
 
 CPU_FLAG = "COURSE_SELFTEST_CPU"
 ELEMENTS = 1 << 20        # nccl_one: 4 MiB of fp32, a real kernel, not a launch of nothing
@@ -140,8 +142,6 @@ def nccl_one(_argv) -> int:
 def tp_nccl(argv: list[str]) -> int:
     """The solution's (``argv[0]``) Column/RowParallelLinear, loaded with this rank's shards of a serial MLP, over
     NCCL: output, input gradient and weight-gradient shards against the serial ones."""
-    from course_lib.core.loader import import_path
-
     tp = import_path(argv[0], "tp_under_check")
     env, device = _join("nccl")
     torch.manual_seed(0)   # the same serial MLP and batch on every rank
@@ -153,11 +153,8 @@ def tp_nccl(argv: list[str]) -> int:
     row = tp.RowParallelLinear(FFN, HIDDEN).to(device)
     part = FFN // env.world_size
     s = slice(env.rank * part, (env.rank + 1) * part)
-    with torch.no_grad():                                 # this rank's shards of the serial weights
-        col.weight.copy_(fc1.weight[s])
-        col.bias.copy_(fc1.bias[s])
-        row.weight.copy_(fc2.weight[:, s])
-        row.bias.copy_(fc2.bias)
+    load_column(col, fc1, env.world_size, env.rank)       # this rank's shards of the serial weights
+    load_row(row, fc2, env.world_size, env.rank)
     xp = x.detach().clone().requires_grad_(True)
     out = row(F.gelu(col(xp)))
     F.gelu(out).square().sum().backward()

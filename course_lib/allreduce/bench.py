@@ -2,8 +2,6 @@
 and message size, as algbw and busbw (nccl-tests), with the alpha-beta fit (costmodel) and the ring/gloo busbw ratio
 from 16 MiB up. Figures depend on what else the machine runs: on a shared machine say so when you quote them.
 """
-from __future__ import annotations
-
 import csv
 import os
 import re

@@ -2,8 +2,6 @@
 
 An algorithm that fails a first small sum (a watchdog stops a hang) is left out with a ``skip`` marker.
 """
-from __future__ import annotations
-
 import argparse
 import os
 import time

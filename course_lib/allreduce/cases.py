@@ -3,8 +3,6 @@
 A case passes when every rank's *input tensor* holds the sum afterwards (exact for integers), with no collective
 called. A function's first failing case is its verdict.
 """
-from __future__ import annotations
-
 import functools
 import inspect
 import re

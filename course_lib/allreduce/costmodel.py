@@ -14,7 +14,6 @@ on CPU tensors is a ring, so ``gloo`` uses the ring model. busbw (nccl-tests' "b
 algbw = n / T by 2(W-1)/W, the ring's share of data each rank must send, so that busbw is comparable
 across W and close to the link speed for a bandwidth-optimal algorithm.
 """
-from __future__ import annotations
 
 
 def coefficients(algo: str, world: int) -> tuple[float, float]:

@@ -2,8 +2,6 @@
 
 One rank per GPU, under srun or torchrun (``job_script()``); without CUDA GPUs it says so and exits 0.
 """
-from __future__ import annotations
-
 import argparse
 import os
 import sys

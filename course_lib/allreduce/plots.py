@@ -1,7 +1,6 @@
 """Pictures of the all-reduce algorithms for notebook 05: who sends which chunk to whom, step by step, simulated on
 sets of contributions with the reference solutions' index arithmetic (tests/test_allreduce_model.py checks them).
 """
-from __future__ import annotations
 
 
 def ring_states(world: int):

@@ -2,8 +2,6 @@
 
 Each also rebinds names the learner's module took at import (``from torch import save``, ``from os import replace``).
 """
-from __future__ import annotations
-
 import builtins
 import io
 import os
@@ -67,7 +65,7 @@ class WriteAudit(_Patch):
     torch.save, renames), and ``audit.renames``: where each rename came from and whether it was fsynced first (a
     write judged for a cluster's file system, not only for this disk)."""
 
-    def __enter__(self) -> WriteAudit:
+    def __enter__(self) -> "WriteAudit":
         self.writes: list[tuple[str, str]] = []
         self.renames: list[tuple[str, str, bool]] = []     # (from, to, fsynced before the rename)
         synced: set[str] = set()
@@ -116,7 +114,7 @@ class LoadAudit(_Patch):
     """``with LoadAudit(learner) as audit: ...`` -> ``audit.weights_only``: the ``weights_only`` of each torch.load
     (None where it was left to torch's default, True since torch 2.6)."""
 
-    def __enter__(self) -> LoadAudit:
+    def __enter__(self) -> "LoadAudit":
         self.weights_only: list = []
 
         def audited_load(f, *args, **kwargs):
@@ -136,7 +134,7 @@ class CrashingSave(_Patch):
         super().__init__(learner)
         self.on_crash = on_crash
 
-    def __enter__(self) -> CrashingSave:
+    def __enter__(self) -> "CrashingSave":
         def crashing_save(obj, f, *args, **kwargs):
             if not is_file(f):
                 return real_save(obj, f, *args, **kwargs)

@@ -2,8 +2,6 @@
 runs them), then notebook 08's experiment (resume.py): save, load into fresh objects and compare piece by piece, then
 a save that dies halfway (``audit.CrashingSave``). Each case builds on the one before: the first failure ends the run.
 """
-from __future__ import annotations
-
 import copy
 import functools
 import hashlib

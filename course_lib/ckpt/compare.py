@@ -1,6 +1,4 @@
 """What came back from ``load_snapshot``, piece by piece, against what was saved: one ``[ok, message]`` per piece."""
-from __future__ import annotations
-
 import hashlib
 import os
 

@@ -1,8 +1,6 @@
 """Loss curves of notebook 08: an uninterrupted run against one where a rank is killed and torchrun restarts it,
 read per attempt from rank 0's lines; a step done twice keeps the last attempt's value.
 """
-from __future__ import annotations
-
 import contextlib
 import os
 import re

@@ -6,8 +6,6 @@ BeginTime before it may start again. ``follow(..., release_hold=True)`` shortens
 administrator can, ``scontrol update JobId=ID StartTime=now`` (the course's own test cluster runs as root);
 a learner on a shared cluster just waits. Whatever happens, a job that ``follow`` gives up on is cancelled.
 """
-from __future__ import annotations
-
 import re
 import shutil
 import time
@@ -69,12 +67,6 @@ def submit(folder, time_limit: str = "2", signal_at: int = 60, max_requeues: int
     return r.stdout.strip().split(";")[0]
 
 
-def job_state(job_id: str, env=None) -> dict:
-    """``scontrol show job -o``'s fields (JobState, Restarts, Reason, ...); {} once Slurm has forgotten the job."""
-    r = slurm.command(["scontrol", "show", "job", "-o", job_id], timeout=30, env=env)
-    return dict(FIELD.findall(r.stdout)) if r.returncode == 0 else {}
-
-
 class _Followed(Job):
     """The requeue job for runner.wait (the course's one loop that waits for a job): its state is scontrol's, read
     with the caller's ``env`` (SLURM_CONF); each change is reported, and the requeue hold released if asked. It ends
@@ -87,7 +79,8 @@ class _Followed(Job):
         self.fields, self.seen, self.released, self.held = {}, None, set(), {}
 
     def _query(self) -> tuple[str, str, int | None]:
-        st = self.fields = job_state(self.id, self.env)
+        r = slurm.command(["scontrol", "show", "job", "-o", self.id], timeout=30, env=self.env)
+        st = self.fields = dict(FIELD.findall(r.stdout)) if r.returncode == 0 else {}   # {}: Slurm forgot the job
         now = (st.get("JobState"), st.get("Restarts"), st.get("Reason"))
         if now != self.seen:
             self.on_event(f"job {self.id}: {now[0]} (restarts {now[1]}, reason {now[2]})")

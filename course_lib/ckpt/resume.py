@@ -1,8 +1,6 @@
 """Notebook 08's experiment as ``course check ckpt``'s last item, "resume": the course's training loop with the
 learner's functions under the real ``torchrun --max-restarts 1``; rank 1 kills itself mid-epoch; the loss curve must
 equal an uninterrupted run's, step for step (course_lib.ckpt.curves.TOLERANCE)."""
-from __future__ import annotations
-
 from course_lib.ckpt import curves
 from course_lib.core.report import Report
 

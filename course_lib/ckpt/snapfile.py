@@ -1,8 +1,6 @@
 """The snapshot file as another program finds it (``weights_only=True``, a plain ``Net()``), and the learner's way of
 writing it (a rename of a fsynced file from its own folder): used by the checkpoint checker.
 """
-from __future__ import annotations
-
 import os
 import re
 

@@ -4,8 +4,6 @@
 A position is ``(epoch, step)``: ``step`` batches (0-based) of epoch ``epoch`` (1-based) are done. Rank 0 prints
 ``step=G epoch=E batch=B loss=L`` with L in full precision (the mean over ranks), so two runs compare exactly.
 """
-from __future__ import annotations
-
 import argparse
 import gc
 import os

@@ -4,8 +4,6 @@ The same MLP with no communication, in each of the learner's four wrappers and i
 turn; markers ``time``, ``error``, ``buckets`` and ``allreduce`` (for the alpha-beta fit); ``--trace DIR``
 profiles one more step of each of TRACED.
 """
-from __future__ import annotations
-
 import argparse
 import gc
 import time

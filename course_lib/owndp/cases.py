@@ -5,8 +5,6 @@ Each rank's model starts from a seed of its own (a missing broadcast shows) and 
 single-process run of rank 0's model on the whole batch; the ``Recorder`` sees the all-reduces, their waits and
 when backward produced each gradient.
 """
-from __future__ import annotations
-
 import functools
 
 from course_lib import checking
@@ -142,7 +140,7 @@ class Recorder:
     learner's, so it runs first)."""
 
     NAMES = ("all_reduce", "broadcast")
-    current: Recorder | None = None    # one per rank process: a second would log every call twice
+    current: "Recorder | None" = None    # one per rank process: a second would log every call twice
 
     def __init__(self, sync):
         import torch.distributed as dist
@@ -156,7 +154,7 @@ class Recorder:
                 setattr(module, name, self.wrapped[name])
 
     @classmethod
-    def installed(cls, sync) -> Recorder:
+    def installed(cls, sync) -> "Recorder":
         if cls.current is None:
             cls.current = cls(sync)
         return cls.current

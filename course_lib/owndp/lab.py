@@ -1,8 +1,6 @@
 """Notebook 10's side of the timing run (bench.py): launch it with a deadline, read its markers, and show the step
 times of the learner's four variants and torch's DDP as a table and a plot, next to the alpha-beta model of
 notebooks 04/05 (course_lib.allreduce.costmodel) fitted to all-reduces timed in the same run."""
-from __future__ import annotations
-
 from collections import defaultdict
 from pathlib import Path
 

@@ -3,8 +3,6 @@ reduce_scatter and all_gather on point-to-point operations only, then ZeRO-1/2 (
 
 Sub-cases end with ``ctx.agree_or_fail``: a rank running ahead into the next call would wait forever.
 """
-from __future__ import annotations
-
 import functools
 
 from course_lib import checking

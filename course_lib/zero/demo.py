@@ -4,8 +4,6 @@
 learner's ZeroOptimizer (stage 1 and 2) and FSDP2 on the same batches, with SGD + momentum (unlike Adam's
 normalised step, it shows a gradient off by a factor); a method that fails emits ``error`` and the others go on.
 """
-from __future__ import annotations
-
 import argparse
 import traceback
 

@@ -1,6 +1,4 @@
 """Notebook 09's side of the runs in demo.py: launch them (with a deadline), read their markers, show the results."""
-from __future__ import annotations
-
 from course_lib import runs
 from course_lib.core import rankkit
 

@@ -2,8 +2,6 @@
 a full-size gradient kept in an attribute of any name is seen; the library's collectives move their bytes inside
 gloo, where ``SendMeter`` does not see them.
 """
-from __future__ import annotations
-
 import types
 
 DEPTH = 8      # attribute hops from a root: far more than any optimizer object nests
@@ -72,7 +70,7 @@ class SendMeter:
     """``with SendMeter() as m: ...`` -> ``m.bytes``: bytes given to point-to-point sends on this rank
     (``ProcessGroup.send``, which dist.send, dist.isend and batch_isend_irecv all reach with gloo)."""
 
-    def __enter__(self) -> SendMeter:
+    def __enter__(self) -> "SendMeter":
         import torch.distributed.distributed_c10d as c10d
         self.bytes = 0
         self._cls, self._real = c10d.ProcessGroup, vars(c10d.ProcessGroup)["send"]

@@ -2,8 +2,6 @@
 step, with SGD + momentum (a gradient scaled by a constant shows) then AdamW (the state ZeRO shards); measured on
 every rank: the optimizer state, the bytes held and sent (measure.py).
 """
-from __future__ import annotations
-
 from course_lib.checking.case import Fail, need
 from course_lib.zero import measure
 

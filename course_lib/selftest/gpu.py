@@ -81,9 +81,7 @@ def names(text: str | None) -> list[str]:
 def select(only: str | None, everything: bool = False) -> list:
     """The items named in ``only`` (else all with ``everything``, else the default plan), in run order."""
     asked = names(only)
-    if asked:
-        return [i for i in ITEMS if i.name in asked]
-    return [i for i in ITEMS if everything or i.default]
+    return [i for i in ITEMS if (i.name in asked if asked else everything or i.default)]
 
 
 def add_arguments(p):

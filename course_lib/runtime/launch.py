@@ -37,13 +37,10 @@ def free_port() -> int:
 
 
 def reserve_port() -> socket.socket:
-    """A socket that holds a free port (``.getsockname()[1]``) for rank 0's store until the launch ends.
-
-    Rank 0 opens MASTER_PORT seconds after the port is chosen (it imports torch first). A port let go at once
-    could go to another socket in that window (another run's gloo pair or store binds port 0), and rank 0 would
-    fail with EADDRINUSE, which a checker reads as the learner's two rank 0s. While a socket bound with
-    SO_REUSEADDR holds it, Linux gives the port to no bind(0) or connect() (tests/test_launch.py shows it), and
-    a store that also sets SO_REUSEADDR (c10d's TCPStore does) may still bind and listen on it (socket(7))."""
+    """A socket that holds a free port (``.getsockname()[1]``) for rank 0's store until the launch ends: a port let
+    go at once could go to another run's socket before rank 0 binds it, and EADDRINUSE reads as two rank 0s. While
+    a socket bound with SO_REUSEADDR holds it, Linux gives it to no bind(0) or connect() (tests/test_launch.py),
+    and c10d's TCPStore, which sets SO_REUSEADDR too, may still listen on it (socket(7))."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", 0))

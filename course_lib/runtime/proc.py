@@ -56,13 +56,11 @@ def signal_all(procs: Iterable[psutil.Process], sig: int) -> int:
 
 
 def freeze(roots: Iterable, group: int | None = None, tries: int = 50) -> list[psutil.Process]:
-    """SIGSTOP ``roots`` (pids, or psutil.Process objects: one whose pid went to another process meanwhile is left
-    out), the process group ``group`` and every descendant of them, again and again until no
-    new descendant shows: then none of them can fork, leave its group (setsid) or orphan a child any more, so the
-    list returned (the roots that live, then their descendants) is all of them. A snapshot taken while they run
-    misses what they start meanwhile: a child that was forked after it and moved to a session of its own escaped
-    both the snapshot and a signal to the group (tests/test_launch.py, a rank that starts children in a loop).
-    Stopped processes act on a signal (TERM) only once continued: ``signal_all(..., SIGCONT)`` after it."""
+    """SIGSTOP ``roots`` (pids or psutil processes; one whose pid went to another process is left out), the process
+    group ``group`` and every descendant, again until no new descendant shows: then none can fork, leave its group
+    (setsid) or orphan a child, so the list returned (the live roots, then their descendants) is all of them. A
+    snapshot taken while they run misses a child forked after it into a session of its own (tests/test_launch.py).
+    Stopped, they act on a signal (TERM) only once continued (SIGCONT)."""
     family: dict[int, psutil.Process] = {}
     for root in roots:
         with contextlib.suppress(psutil.Error):
@@ -71,10 +69,7 @@ def freeze(roots: Iterable, group: int | None = None, tries: int = 50) -> list[p
                 family[p.pid] = p
     new = list(family.values())
     for _ in range(tries):
-        if group is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(group, signal.SIGSTOP)
-        signal_all(new, signal.SIGSTOP)
+        _send(new, group, signal.SIGSTOP)
         _stopped(new)
         new = [c for pid, c in below(family).items() if pid not in family]
         if not new:

@@ -174,15 +174,11 @@ def node_states() -> dict[str, str]:
     return states
 
 
-def usable(state: str) -> bool:
-    """A node in ``state`` (sinfo's %T) takes jobs: idle, busy or finishing, and answering (no "*")."""
-    word = re.match(r"[a-z]*", state).group()
-    return word in ("idle", "mixed", "allocated", "completing", "planned", "reserved") and "*" not in state
-
-
 def taking_no_jobs(states: dict[str, str]) -> dict[str, str]:
-    """Of ``node_states()``, the nodes that take no job now, with their states."""
-    return {n: state for n, state in states.items() if not usable(state)}
+    """Of ``node_states()``, the nodes that take no job now, with their states: all but those idle, busy or
+    finishing (sinfo's %T) and answering (no "*")."""
+    usable = ("idle", "mixed", "allocated", "completing", "planned", "reserved")
+    return {n: s for n, s in states.items() if "*" in s or re.match(r"[a-z]*", s).group() not in usable}
 
 
 def refusal(r: subprocess.CompletedProcess) -> str:

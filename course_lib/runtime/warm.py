@@ -66,10 +66,6 @@ def _socket_dir() -> str:
     return tempfile.mkdtemp(prefix="course-warm-", dir="/tmp")
 
 
-def _import_env(env: dict) -> dict:
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME)}
-
-
 def _keep_s() -> float:
     try:
         return max(0.0, float(os.environ.get("COURSE_WARM_KEEP", KEEP_DEFAULT)))
@@ -110,7 +106,8 @@ class Server:
 
     def starts_like(self, env: dict) -> bool:
         """A process with ``env`` would import torch as this server did (the same IMPORT_TIME variables)."""
-        return _import_env(env) == _import_env(self.env)
+        return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME)} == {
+            k: v for k, v in self.env.items() if k.startswith(IMPORT_TIME)}
 
     def alive(self) -> bool:
         """Running, and its socket still there once it listens (a test or sandbox may have removed TMPDIR)."""
@@ -143,11 +140,9 @@ class Server:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        server = Started(self.proc.pid, popen=self.proc)
+        if server.exit_code(10) is None:
+            server.stop(grace=0)   # with all it started: the ranks it did not get to end
         self.proc.stdout.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 

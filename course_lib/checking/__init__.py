@@ -4,8 +4,6 @@ An exercise's cases module (its registry entry names it) holds ``ITEMS``, ``FILE
 -> [Case]; the harness does the rest: ``worker`` runs as each rank, ``runner`` launches it per world size and reads
 its markers, ``summary`` makes the Report. See the README's "Add an exercise".
 """
-from __future__ import annotations
-
 import time
 
 from course_lib.core.report import Report

@@ -4,8 +4,6 @@ A case runs on every rank of one launch, with the learner's module loaded. It re
 ``(text, figures)``), or raises ``Fail`` / ``Missing`` with a message in the learner's terms; any other exception
 is the learner's code raising, explained with the line of their file it came from.
 """
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Callable
 

@@ -1,6 +1,4 @@
 """Where in the learner's file: the frame, the line, and one line that explains an exception."""
-from __future__ import annotations
-
 import os
 import traceback
 

@@ -7,8 +7,6 @@ a name of the module looks like a misspelt protocol name that the module does no
 imports a cases module (``Exercise.cases_module``), so a wrong name fails there, before any rank starts. Standard
 library only: every rank's worker imports it.
 """
-from __future__ import annotations
-
 import difflib
 from dataclasses import dataclass, field, fields
 from types import ModuleType

@@ -4,8 +4,6 @@ per case, launch again after a case that hung or a failure that left messages in
 A record (``CaseRecord``) holds every rank's verdict on one case; the summary (``summary.py``) turns the records
 into a Report.
 """
-from __future__ import annotations
-
 import linecache
 import os
 import re

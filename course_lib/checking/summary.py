@@ -1,6 +1,4 @@
 """One Report from the records of a check: one verdict per item, the most telling failure's message."""
-from __future__ import annotations
-
 from collections import defaultdict
 
 from course_lib.checking.protocol import plugin

@@ -1,6 +1,4 @@
 """Deadlines inside a rank: a watchdog thread that says where the main thread waits, then ends the process."""
-from __future__ import annotations
-
 import os
 import sys
 import threading

@@ -12,8 +12,6 @@ failure may have left messages in flight (the checker goes on in a fresh launch)
 PATHs the files are checked one after the other, each marker naming its ``file`` (index in PATHs). The ranks run
 in the folder the checker gives them (cases that write files write there).
 """
-from __future__ import annotations
-
 import argparse
 import datetime
 import faulthandler

@@ -2,8 +2,6 @@
 ``course_lib.tp.numerics.TOL``: ``split_positions`` and ``merge_partials`` in one process, the rest on cp = 1..4
 gloo ranks and dp=2 x cp=2 (``group=`` honoured, different data per dp replica), every rank given its shard at the
 checker's own positions (plain and load-balanced)."""
-from __future__ import annotations
-
 import functools
 
 from course_lib import checking

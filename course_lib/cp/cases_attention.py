@@ -1,8 +1,6 @@
 """Distributed cases: ``unshard_sequence``, ``gather_sequence``, ``cp_attention``, ``ring_attention``. The whole
 sequence is made in every rank from the setting's seed and rank r of the cp group takes its shard at the checker's
 own positions, so a case never builds on the learner's split."""
-from __future__ import annotations
-
 from course_lib.checking.case import Fail
 from course_lib.cp import reference
 from course_lib.tp.numerics import as_tensor, close, diff, rand

@@ -1,8 +1,6 @@
 """``reduce_shared_grads``: the weights are replicated over dp and cp, so their gradients are averaged over both.
 First gradients made up per rank (each mistake gives its own numbers), then one training step of a tiny attention
 model over dp x cp with the checker's own cp attention, against one process on the whole batch."""
-from __future__ import annotations
-
 from course_lib.checking.case import Fail
 from course_lib.cp import reference
 from course_lib.cp.train import forward, model

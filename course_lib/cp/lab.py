@@ -9,8 +9,6 @@ communication: the payload each call hands to torch.distributed (all-gather: wha
 reduce-scatter: what it sends; all-reduce: 2 (n-1)/n of the tensor, the ring's bound). Rank 0 prints one
 ``@cp {json}`` line per measurement.
 """
-from __future__ import annotations
-
 import argparse
 import contextlib
 import json

@@ -1,7 +1,5 @@
 """Pictures for notebook 11: which tokens each rank holds (plain and balanced) under the causal mask, activation
 memory per rank against sequence length, and the causal work per rank."""
-from __future__ import annotations
-
 COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759")
 
 

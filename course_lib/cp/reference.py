@@ -1,8 +1,6 @@
 """The serial computations ``course check cp`` compares with, written out independently of the exercise file:
 the split of a sequence, causal attention in one process, one block's attention, and an autograd-correct gather
 (the checker's own cp attention, used where a case must not depend on the learner's)."""
-from __future__ import annotations
-
 import math
 
 

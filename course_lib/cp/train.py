@@ -8,8 +8,6 @@ past solves it), in float64. On Megatron's grid (cp fastest) each dp replica tak
 rank its tokens (the balanced split) and the mean loss over them; the learner's ``reduce_shared_grads`` averages
 over dp x cp, so the loss curve equals the serial one to rounding. One line per step: ``step=1 loss=0.123456789``.
 """
-from __future__ import annotations
-
 import argparse
 import sys
 

@@ -1,7 +1,5 @@
 """Cut a model into p stages of consecutive layers: by layer count (GPipe's simple partition), or by measured time
 so that the slowest stage, which sets the pipeline's pace, is as fast as it can be."""
-from __future__ import annotations
-
 import functools
 import itertools
 import statistics

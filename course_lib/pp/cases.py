@@ -5,8 +5,6 @@ forward_step and backward_step watched (the module's names swapped while the sch
 with one process with the whole batch. The watcher tells micro-batches apart by value (against each micro-batch's
 serial activation and gradient at this stage), counts those in flight, and notes the first thing out of order but
 lets the schedule go on: a rank that stopped would leave its neighbours waiting."""
-from __future__ import annotations
-
 import functools
 
 from course_lib import checking

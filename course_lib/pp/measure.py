@@ -6,8 +6,6 @@ standing for a GPU kernel: on a laptop the ranks share fewer cores than there ar
 measure the machine's contention; what is left to measure is what the schedule decides (the bubble, the
 micro-batches held).
 """
-from __future__ import annotations
-
 import argparse
 import json
 import time

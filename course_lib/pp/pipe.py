@@ -2,8 +2,6 @@
 the serial reference every schedule must equal: one process with the whole batch (the loss is the mean over the
 batch, so each of m equal micro-batches' losses is divided by m and the gradients add up in ``.grad``).
 """
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Callable
 

@@ -1,7 +1,5 @@
 """Read the timed steps of ``course_lib.pp.measure`` back: each stage's busy and idle time, the bubble against
 (p - 1) / (m + p - 1), the micro-batches each stage held at once, and the figure of a schedule stage by stage."""
-from __future__ import annotations
-
 import json
 
 PREFIX = "PPEVENT "

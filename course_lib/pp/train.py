@@ -3,8 +3,6 @@ dp * pp ranks; ``--serial``: one process, the whole batch. The ranks lie on Mega
 is neighbouring ranks, one node; the stages vary slowest, across nodes); each stage averages its gradients over its
 dp group before its SGD step, so in float64 the loss curve equals the serial one to rounding.
 """
-from __future__ import annotations
-
 import argparse
 import sys
 

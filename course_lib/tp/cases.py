@@ -1,8 +1,6 @@
 """The cases of ``course check tp`` (course_lib.checking runs them), each against the serial computation in float64
 within ``numerics.TOL``: ``rank_groups`` in one process, the operators and layers on tp=2, tp=4 and two tp=2 groups
 inside 4 ranks (which shows whether ``group=`` is honoured), ``init_rank_groups`` on 4 ranks."""
-from __future__ import annotations
-
 import functools
 
 from course_lib import checking

@@ -1,8 +1,6 @@
 """Cases for the blocks built from the layers: ParallelMLP (column, GELU, row) and ParallelSelfAttention, whose
 output, where it differs from serial, is compared with the usual mistakes (the scale, a missing transpose of the
 heads), each computed on the same weights shard by shard as the ranks do."""
-from __future__ import annotations
-
 from course_lib.checking.case import Fail
 from course_lib.tp.cases_linear import N_IN
 from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand

@@ -1,6 +1,4 @@
 """Cases for the rank grid: ``rank_groups`` (pure Python, one process) and ``init_rank_groups`` (4 ranks)."""
-from __future__ import annotations
-
 from course_lib.checking.case import Fail
 from course_lib.tp.grid import rank_group_cases, reference_rank_groups
 

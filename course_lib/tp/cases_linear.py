@@ -1,8 +1,6 @@
 """Cases for Megatron's two operators, f (copy_to_parallel_region) and g (reduce_from_parallel_region), and the two
 layers: ColumnParallelLinear (and gather_output=True), RowParallelLinear (and input_is_parallel=False), each against
 the serial ``nn.Linear`` whose shard it is given."""
-from __future__ import annotations
-
 from course_lib.checking.case import Fail
 from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear

@@ -1,7 +1,5 @@
 """The rank grid of the tensor-parallel exercise: Megatron's RankGenerator, written out independently, and the
 combinations ``course check tp`` tries ``rank_groups`` on."""
-from __future__ import annotations
-
 import math
 
 

@@ -1,7 +1,5 @@
 """Tensors for the cases and comparisons with serial: float64, within ``TOL``; the context the tp and cp cases
 get."""
-from __future__ import annotations
-
 from course_lib.checking import case as harness
 from course_lib.checking.case import Fail
 

@@ -1,6 +1,4 @@
 """Pictures for notebook 06: Megatron's f and g, and the dp x tp (x cp x pp) rank grid on nodes."""
-from __future__ import annotations
-
 KINDS = ("tp", "cp", "pp", "dp")
 
 

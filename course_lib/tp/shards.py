@@ -3,8 +3,6 @@
 Column-parallel: this rank's rows ``[out/tp, in]`` and bias ``[out/tp]``; row-parallel: this rank's
 columns ``[out, in/tp]`` and the whole bias ``[out]``.
 """
-from __future__ import annotations
-
 from course_lib.checking.case import Fail
 
 

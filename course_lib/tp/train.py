@@ -10,8 +10,6 @@ shard, so the loss curve equals the serial one to rounding. One line per step, t
     step=1 loss=2.3123456789012345
     params_per_rank=50890 bytes_per_rank=407120 serial_params=101770 serial_bytes=814160 tp=2 dp=2
 """
-from __future__ import annotations
-
 import argparse
 import itertools
 import sys

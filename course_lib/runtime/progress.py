@@ -118,14 +118,6 @@ def follow(job, timeout: float | None = None, poll: float = 0.5, display: bool =
             view.close()
 
 
-def _headline(job) -> str:
-    state = job.state
-    text = f"job {job.id} ({job.name}, {job.engine}): {state}, {job.elapsed:.0f} s"
-    if job.reason and state != "COMPLETED":
-        text += f" ({job.reason})"
-    return text
-
-
 class _Widget:
     def __init__(self, job, tail):
         import ipywidgets as w  # deferred: only in a notebook
@@ -144,8 +136,9 @@ class _Widget:
     def update(self):
         job = self.job
         state = job.state
-        colour = COLOURS.get(state, "#cf222e")
-        self.head.value = f"<b style='color:{colour}'>{html.escape(_headline(job))}</b>"
+        head = f"job {job.id} ({job.name}, {job.engine}): {state}, {job.elapsed:.0f} s" + (
+            f" ({job.reason})" if job.reason and state != "COMPLETED" else "")
+        self.head.value = f"<b style='color:{COLOURS.get(state, '#cf222e')}'>{html.escape(head)}</b>"
         done = job.epochs_done()
         self.bar.value = min(done, self.total)
         self.bar.bar_style = {"COMPLETED": "success", "RUNNING": "info", "PENDING": ""}.get(state, "danger")

@@ -23,11 +23,6 @@ def _user() -> str:
         return str(os.getuid())
 
 
-def _cpu_seconds(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return t.user + t.system
-
-
 def _row(p: psutil.Process, cpu: float, total: float, user: str) -> str:
     with p.oneshot():
         name, status, mem = p.name(), p.status(), p.memory_percent()
@@ -76,7 +71,7 @@ class Sampler:
             procs = []
         for p in procs:
             try:
-                cpu_s = _cpu_seconds(p)
+                cpu_s = sum(p.cpu_times()[:2])   # user + system
                 since, before = self._last.get(p.pid, (p.create_time(), 0.0))
                 cpu = 100 * (cpu_s - before) / max(now - since, 1e-3)
                 self._last[p.pid] = (now, cpu_s)

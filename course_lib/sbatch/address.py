@@ -4,8 +4,6 @@ Wrong on a cluster though one node hides it: a loopback address, the node list i
 ($SLURM_SUBMIT_HOST) or a fixed host. Right: the first line of ``scontrol show hostnames`` (or an array's ``[0]``),
 or ``$(hostname)`` in the batch script, which runs on the job's first node (sbatch(1)), where rank 0 starts.
 """
-from __future__ import annotations
-
 import re
 
 from course_lib.sbatch.script import Script, integer

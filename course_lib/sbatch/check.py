@@ -4,8 +4,6 @@ The text is always judged (lint): mistakes one node hides, such as MASTER_ADDR=l
 whatever a run here shows. On the course's test Slurm (or ``COURSE_SBATCH_RUN=1``) the job runs and what each rank
 saw is judged too; on another Slurm only ``sbatch --test-only`` runs. What a run did not establish is NOT RUN.
 """
-from __future__ import annotations
-
 import os
 import re
 import time

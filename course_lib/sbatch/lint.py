@@ -4,8 +4,6 @@ Each rule returns ``(item, ok, message)``; ``course_lib.sbatch.check`` turns the
 the rules: sbatch(1) and srun(1) (directives, --gpus-per-task binding), torchrun's documentation (one agent per
 node, c10d rendezvous), and the course's own template (course_lib/jobs/templates/sbatch.sh.j2).
 """
-from __future__ import annotations
-
 import difflib
 import re
 

@@ -2,8 +2,6 @@
 of what it saw (rank, script, MASTER_ADDR/PORT, threads, CPUs, GPUs), then joins a gloo group through ``env://``
 and all-reduces a one, with a deadline. A torchrun line is run by the real torchrun with this module as its script.
 """
-from __future__ import annotations
-
 import json
 import os
 import socket

@@ -1,8 +1,6 @@
 """Run the learner's job script on Slurm with ``python`` and ``torchrun`` replaced by the probe, from the course folder
 (as the learner submits it), under one deadline; ``sbatch --test-only`` first.
 """
-from __future__ import annotations
-
 import json
 import os
 import shlex

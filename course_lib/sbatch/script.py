@@ -3,8 +3,6 @@
 sbatch reads ``#SBATCH`` lines only up to the first line that is neither a comment nor blank (sbatch(1):
 "before any executable commands"); a directive after that is a comment, which is a classic mistake.
 """
-from __future__ import annotations
-
 import re
 import shlex
 from dataclasses import dataclass, field

@@ -4,8 +4,6 @@ script to the same profile. The repository's files carry the ``generic`` block; 
 
     python -m course_lib.sbatch.site_lines exercises/03_jobs/ddp.sbatch --site mysite
 """
-from __future__ import annotations
-
 import argparse
 import re
 import sys

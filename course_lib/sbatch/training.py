@@ -2,8 +2,6 @@
 "runs" whatever it is given, so it is judged here: the file exists in the job's working directory, is the
 exercise's, and takes every --option, read from its argparse calls), and torchrun's own options for the other rules.
 """
-from __future__ import annotations
-
 import ast
 import re
 from pathlib import Path

@@ -2,8 +2,6 @@
 MASTER_PORT from the job id, in 1024-65535 and below Linux's ephemeral range; OMP_NUM_THREADS no more than a
 task's CPUs). A value the check cannot work out is said to be "not worked out", never judged.
 """
-from __future__ import annotations
-
 import ast
 import operator
 import re

@@ -2,8 +2,6 @@
 rank, DDP on gloo with CUDA tensors. A busbw (nccl-tests: algbw x 2(W-1)/W) is held against GPU 0's link per
 direction: its active NVLink links, else its PCIe gen x width (docs/gpu-check.md).
 """
-from __future__ import annotations
-
 import re
 
 from course_lib.selftest.pick import smi

@@ -1,7 +1,5 @@
 """The warm-fork-cuda item: ranks forked by the warm fork server (``course_lib.runtime.warm``) must be able to
 use CUDA, and a child forked after CUDA was initialised must be recognised (the control run)."""
-from __future__ import annotations
-
 import re
 
 from course_lib.selftest.runs import FAIL, PASS, Context, Outcome, python, run_command, run_ranks

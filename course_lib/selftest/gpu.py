@@ -10,8 +10,6 @@ saying so) and cuts its deadline to what is left. Exit codes: 0 every item that 
 NOT POSSIBLE HERE or NOT RUN are listed on the last line and in the report); 1 an item FAILed; 2 bad input;
 3 nothing failed, but an item named in ``--require`` did not PASS. See docs/gpu-check.md.
 """
-from __future__ import annotations
-
 import argparse
 import signal
 import sys

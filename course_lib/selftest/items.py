@@ -1,8 +1,6 @@
 """The items of the GPU self-check in run order: ``needs(probe)`` says why one cannot run here ("" when it can),
 ``estimate`` is a guess of its seconds on one H100 (``--budget`` plans with it; docs/gpu-check.md).
 """
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Callable
 

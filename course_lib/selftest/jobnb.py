@@ -1,8 +1,6 @@
 """Items around the notebooks: a local-engine GPU job with the job template's ``nvidia-smi dmon`` block run beside
 it (its log read back), and notebooks 00-02 through papermill on the solutions.
 """
-from __future__ import annotations
-
 import subprocess
 import time
 

@@ -5,8 +5,6 @@ site-packages, not that venv's torch, hence ``--see-site`` (docs/gpu-check.md):
     python -m course_lib.selftest.pick PYTHON...     # the first PYTHON whose torch has CUDA (where a GPU is)
     python -m course_lib.selftest.pick --see-site VENV_PYTHON SITE_PYTHON
 """
-from __future__ import annotations
-
 import json
 import os
 import shutil

@@ -1,6 +1,4 @@
 """What this machine offers the GPU self-check, asked once (a plain record: tests hand the items a made-up one)."""
-from __future__ import annotations
-
 import os
 import platform
 import shutil

@@ -1,8 +1,6 @@
 """The self-check's report.json and report.md, rewritten atomically before the first item and after each, so a
 killed run leaves a report marked incomplete.
 """
-from __future__ import annotations
-
 import json
 from pathlib import Path
 

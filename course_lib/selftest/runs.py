@@ -1,8 +1,6 @@
 """What the items share: their outcome, and the subprocesses and ranks they start, each under a deadline and
 stopped with its whole tree when it ends (an item never leaves a process behind).
 """
-from __future__ import annotations
-
 import os
 import subprocess
 import sys

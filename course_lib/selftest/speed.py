@@ -4,8 +4,6 @@
 time Python, not the GPU), one timed epoch per variant (docs/gpu-check.md). Worker:
 ``python -m course_lib.selftest.speed [--variants ...] [--min-seconds S]``.
 """
-from __future__ import annotations
-
 import argparse
 import os
 import re

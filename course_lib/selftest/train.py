@@ -1,7 +1,5 @@
 """Items that train: the serial solution on ``cuda`` (fp32, bf16, fp16 + GradScaler, torch.compile), DDP on NCCL
 over every GPU, and ``course check ddp`` of the solution with GPUs."""
-from __future__ import annotations
-
 import re
 
 from course_lib.metrics import parse_epoch_lines

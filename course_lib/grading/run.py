@@ -177,5 +177,5 @@ def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int
     return 0
 
 
-def raise_interrupt(signum, frame):
+def raise_interrupt(*_):   # a signal handler: SIGTERM stops as Ctrl-C does
     raise KeyboardInterrupt

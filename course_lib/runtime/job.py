@@ -16,7 +16,7 @@ from course_lib.core.paths import runs_dir as _workspace_runs
 from course_lib.core.spec import JobSpec
 from course_lib.metrics import parse_epoch_lines
 from course_lib.runtime.launch import rejoin_tee
-from course_lib.runtime.progress import follow
+from course_lib.runtime.progress import follow, wait
 
 # Slurm's end states; the local engine uses the first four
 TERMINAL = ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
@@ -149,9 +149,7 @@ class Job:
         """Stop the job (Slurm: scancel; local: every process it started) and wait until it has ended."""
         if not self.done:
             self._cancel()
-            deadline = time.monotonic() + 60
-            while not self.done and time.monotonic() < deadline:
-                time.sleep(0.3)
+            wait(self, say=None, run_timeout=float("inf"), poll=0.3, timeout=60, interrupt_cancels=False)
         return self
 
     def wait(self, timeout: float | None = None, progress: bool = True, poll: float = 0.5) -> "Job":

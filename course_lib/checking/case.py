@@ -65,6 +65,10 @@ class Ctx:
         rank is meant to die, as in a crash test, says it first)."""
         emit("verdict", **self.current, ok=ok, message=message, **fields)
 
+    def need(self, name: str):
+        """The learner's ``name``, or ``Missing`` naming the cases module's FILE (the worker sets ``file``)."""
+        return need(self.mod, name, self.file)
+
     def take_counts(self) -> dict:
         """The collectives the learner's code called since the last take."""
         return self.guard.take()

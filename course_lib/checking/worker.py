@@ -100,6 +100,7 @@ def run_file(spec, path: str, k: int, guard, sync, dog, a, tag: dict) -> bool:
     passed = dict.fromkeys(a.passed, True)
     ended = set(a.ended)
     ctx = (plugin(spec).Ctx or Ctx)(mod, path, guard, sync, passed)
+    ctx.file = spec.FILE
     for case in spec.cases(ctx.world):
         key = case.key(ctx.world)
         if key in a.skip or case.item in ended:

@@ -13,6 +13,7 @@ from course_lib.tp import numerics
 from course_lib.tp.numerics import close, diff, rand
 
 FILE = LOAD_ITEM = "cp.py"
+Ctx = numerics.Ctx       # the cases compute in float64
 ITEMS = ("split_positions", "unshard_sequence", "gather_sequence", "cp_attention", "merge_partials",
          "ring_attention", "reduce_shared_grads")
 FIRST_WORLDS, WORLDS = (1,), (2, 3, 4)
@@ -56,10 +57,6 @@ def cases(world: int) -> list[Case]:
         out += [Case(f"{item}:{name}:{short}", item, functools.partial(in_setting, grid, fn), label)
                 for item, short, fn in DIST_CASES]
     return out
-
-
-class Ctx(numerics.Ctx):
-    FILE = FILE
 
 
 def in_setting(grid: bool, fn, ctx):

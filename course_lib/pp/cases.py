@@ -8,8 +8,7 @@ lets the schedule go on: a rank that stopped would leave its neighbours waiting.
 import functools
 
 from course_lib import checking
-from course_lib.checking import case as harness
-from course_lib.checking.case import Case, Fail, need
+from course_lib.checking.case import Case, Fail
 from course_lib.checking.learner import error_where, explain
 from course_lib.checking.worker import peer_gone
 from course_lib.pp import pipe as pp
@@ -60,11 +59,6 @@ def pass_text(item: str, recs) -> str:
     if item == "communicate":
         return f"p={worlds}: along the chain both ways, and 1F1B's steady-state exchange (both directions at once)"
     return f"p={worlds}: " + next((v["message"] for r in recs for v in r.verdicts.values() if v["message"]), "")
-
-
-class Ctx(harness.Ctx):
-    def need(self, name: str):
-        return need(self.mod, name, FILE)
 
 
 def setting(ctx, m: int):

@@ -11,6 +11,7 @@ from course_lib.tp.cases_groups import case_init_groups, case_rank_groups
 from course_lib.tp.cases_linear import case_column, case_f, case_g, case_row
 
 FILE = LOAD_ITEM = "tp.py"
+Ctx = numerics.Ctx       # the cases compute in float64
 ITEMS = ("copy_to_parallel_region", "reduce_from_parallel_region", "ColumnParallelLinear", "RowParallelLinear",
          "ParallelMLP", "ParallelSelfAttention", "rank_groups", "init_rank_groups")
 FIRST_WORLDS, WORLDS = (1,), (2, 4)      # rank_groups in one process, then the layers
@@ -50,10 +51,6 @@ def cases(world: int) -> list[Case]:
     if world == 4:   # last: a wrong init_rank_groups may leave the default group's store bad
         out.append(Case("init_rank_groups:grid4", "init_rank_groups", case_init_groups, SETTING_TEXT["grid4"]))
     return out
-
-
-class Ctx(numerics.Ctx):
-    FILE = FILE
 
 
 def in_setting(setting: str, fn, ctx):

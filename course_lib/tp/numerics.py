@@ -7,16 +7,12 @@ TOL = 1e-10
 
 
 class Ctx(harness.Ctx):
-    """The harness's context in float64; ``FILE``: the exercise's file, set by the cases module's subclass."""
-    FILE = ""
+    """The harness's context in float64."""
 
     def __init__(self, *args):
         import torch
         super().__init__(*args)
         torch.set_default_dtype(torch.float64)
-
-    def need(self, name: str):
-        return harness.need(self.mod, name, self.FILE)
 
 
 def rand(seed, *shape):

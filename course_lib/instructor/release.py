@@ -157,9 +157,8 @@ def release_for_nbgrader(solutions: Path, course: Path, exercises: list[str] | N
     files = nbgrader_plan(solutions, course, exercises)
     differ = [p for p, text in files.items() if p.exists() and p.read_text(encoding="utf-8") != text]
     if differ:
-        print("course release: these files exist and differ from what would be written (nothing was written; move "
-              "them away or choose another folder):\n  " + "\n  ".join(map(str, differ)), file=sys.stderr)
-        return 2
+        return _fail("these files exist and differ from what would be written (nothing was written; move them away "
+                     "or choose another folder):\n  " + "\n  ".join(map(str, differ)))
     new = [p for p in files if not p.exists()]
     _write(new, files)
     assignments = sorted({p.parent.name for p in files if p.parent.parent == course / "source"})
@@ -188,22 +187,22 @@ def add_arguments(p):
                         f"autograder grades ({', '.join(EXERCISES)}); default: all")
 
 
+def _fail(message: str) -> int:
+    print(f"course release: {message}", file=sys.stderr)
+    return 2
+
+
 def run(args) -> int:
     if not args.solutions.is_dir():
-        print(f"course release: no folder {args.solutions} (give --solutions, the folder of complete files)",
-              file=sys.stderr)
-        return 2
+        return _fail(f"no folder {args.solutions} (give --solutions, the folder of complete files)")
     if args.nbgrader is not None and args.gradescope is not None:
-        print("course release: --nbgrader and --gradescope write different things: give one", file=sys.stderr)
-        return 2
+        return _fail("--nbgrader and --gradescope write different things: give one")
     if args.exercise and args.nbgrader is None and args.gradescope is None:
-        print("course release: --exercise goes with --nbgrader DIR or --gradescope DIR", file=sys.stderr)
-        return 2
+        return _fail("--exercise goes with --nbgrader DIR or --gradescope DIR")
     if args.no_hints and (args.nbgrader is not None or args.gradescope is not None or args.check
                           or args.exercises.resolve() == (course_root() / "exercises").resolve()):
-        print("course release: --no-hints writes the harder starters into a folder of your own: give --exercises DIR "
-              "(the course's exercises/ keeps the hints)", file=sys.stderr)
-        return 2
+        return _fail("--no-hints writes the harder starters into a folder of your own: give --exercises DIR "
+                     "(the course's exercises/ keeps the hints)")
     try:
         if args.gradescope is not None:
             from course_lib.grading.autograder import write_bundle  # deferred: the grader, for this option only
@@ -216,11 +215,9 @@ def run(args) -> int:
             return release_for_nbgrader(args.solutions, args.nbgrader, args.exercise)
         files = plan(args.solutions, args.exercises, hints=not args.no_hints)
     except (MarkerError, FileExistsError) as e:
-        print(f"course release: {e}", file=sys.stderr)
-        return 2
+        return _fail(str(e))
     except OSError as e:
-        print(f"course release: cannot write: {e}", file=sys.stderr)
-        return 2
+        return _fail(f"cannot write: {e}")
     stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
     extra = orphans(files, args.exercises)
     for p in extra:
@@ -234,8 +231,7 @@ def run(args) -> int:
     try:
         _write(stale, files)
     except OSError as e:
-        print(f"course release: cannot write the exercises: {e}", file=sys.stderr)
-        return 2
+        return _fail(f"cannot write the exercises: {e}")
     print(f"{len(files)} exercise files, {len(stale)} written")
     return 0
 

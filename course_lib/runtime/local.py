@@ -123,15 +123,10 @@ def _next_id(runs_dir: Path, name: str) -> tuple[str, Path]:
             n += 1
 
 
-def check_resources(spec: JobSpec, site: Site) -> None:
-    """Refuse what this machine cannot give, as sbatch would (GPUs that are not there)."""
-    if spec.gpus_per_node and spec.gpus_per_node > (have := gpus.count()):
+def submit(spec: JobSpec, site: Site, runs_dir: Path) -> LocalJob:
+    if spec.gpus_per_node and spec.gpus_per_node > (have := gpus.count()):   # refused as sbatch would
         raise SubmitError(f"local engine: the job asks for {spec.gpus_per_node} GPU(s) per node, this machine "
                           f"has {have}; ask for gpus_per_node=0 (CPU, gloo) or run where there are GPUs")
-
-
-def submit(spec: JobSpec, site: Site, runs_dir: Path) -> LocalJob:
-    check_resources(spec, site)
     runs_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     job_id, run_dir = _next_id(runs_dir, spec.name)
@@ -153,12 +148,9 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path) -> LocalJob:
 # ---------------------------------------------------------------------------------------------- runner
 def _rank_env(info: dict, spec: JobSpec) -> dict:
     """What the ranks get on top of the runner's environment: what the sbatch script and srun would set."""
-    env = dict(info.get("env", {}))
-    env["OMP_NUM_THREADS"] = str(spec.cpus_per_task)   # as the sbatch script sets it
-    env["PYTHONUNBUFFERED"] = "1"
-    env["SLURM_JOB_ID"] = info["id"]
-    env["SLURM_CPUS_PER_TASK"] = str(spec.cpus_per_task)
-    env["PYTHONPATH"] = _with_course_on_path(os.environ.get("PYTHONPATH"))
+    env = {**info.get("env", {}), "OMP_NUM_THREADS": str(spec.cpus_per_task),   # as the sbatch script sets it
+           "PYTHONUNBUFFERED": "1", "SLURM_JOB_ID": info["id"], "SLURM_CPUS_PER_TASK": str(spec.cpus_per_task),
+           "PYTHONPATH": _with_course_on_path(os.environ.get("PYTHONPATH"))}
     if info.get("data_dir"):
         env["COURSE_DATA_DIR"] = info["data_dir"]
     return env

@@ -87,10 +87,9 @@ def _same_file_name(name: str, wanted: str) -> bool:
     return re.fullmatch(rf"{stem}(\s*\(\d+\)|[-_ ]?\d+|[-_ ]?copy)?{suffix}", name, re.I) is not None
 
 
-def locate(folder: Path, exercise: str, files=None) -> Found:
-    """Find the file of ``exercise`` in a learner's folder (see README: where files may be)."""
+def locate(folder: Path, exercise: str, files: list) -> Found:
+    """Find the file of ``exercise`` among ``files`` (``_walk(folder)``): see README, where files may be."""
     wanted = PurePosixPath(EXERCISES[exercise].file)
-    files = _walk(folder) if files is None else files
     ranked = []
     for rel, path in files:
         if rel == wanted:
@@ -131,14 +130,11 @@ def _usable(found: Found, folder: Path, rel, exercise: str) -> Found:
 
 def guess_exercise(path: Path) -> tuple[str | None, str]:
     """Which exercise a lone file is: by its name, else by what it defines (the registry's rules)."""
-    exercise, how = registry.guess(path.name, None)
-    if exercise:
-        return exercise, how
     try:
         with open(path, "rb") as f:
             text = f.read(MAX_FILE).decode("utf-8", "replace")
     except OSError:
-        return None, ""
+        text = None          # by its name only
     return registry.guess(path.name, text)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 # the line every course job script prints before it launches anything (templates/sbatch.sh.j2)
 HEADER = re.compile(r"^job (?P<id>\S+) on (?P<nodes>\S+): MASTER_ADDR=(?P<addr>\S*) MASTER_PORT=(?P<port>\d+)", re.M)
 RDZV_LOOPBACK = re.compile(r"--rdzv[_-]endpoint[= ]\s*['\"]?(localhost|127\.[0-9.]+|\[?::1\]?)")
-LOOPBACK = re.compile(r"^(localhost|127\.[0-9.]+|::1|ip6-localhost)$")
+LOOPBACK = re.compile(r"^(localhost(\.localdomain)?|ip6-localhost|127(\.\d{1,3}){3}|::1|\[::1\]|0\.0\.0\.0)$", re.I)
 EPOCH_LINE = re.compile(r"\bepoch=\d+ ")
 STUCK = ("TIMEOUT", "CANCELLED", "DEADLINE")
 

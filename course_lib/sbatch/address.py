@@ -6,10 +6,10 @@ or ``$(hostname)`` in the batch script, which runs on the job's first node (sbat
 """
 import re
 
+from course_lib.jobs.diagnose import LOOPBACK
 from course_lib.sbatch.script import Script, integer
 from course_lib.sbatch.training import torchrun_options
 
-LOOPBACK = re.compile(r"^(localhost(\.localdomain)?|127(\.\d{1,3}){3}|::1|\[::1\]|0\.0\.0\.0)$", re.I)
 NODELIST = re.compile(r"\$\{?SLURM_(?:JOB_)?NODELIST\b")
 EXPANDED = re.compile(r"scontrol\s+show\s+hostnames?\b|\bhostlist\b|\bnodeset\s+-e")
 FIRST = re.compile(r"\bhead\s+(?:-n\s*\+?1|-1)\b|\bsed\s+(?:-n\s+)?['\"]?1[pq]|NR\s*==\s*1|FIRST_OF\(|\|\s*head\s*\)")

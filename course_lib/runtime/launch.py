@@ -220,9 +220,7 @@ def _collect_exit_codes(result, procs, closed, final=False):
     if result.style != "srun":
         return
     for rank, p in enumerate(procs):
-        code = p.exit_code()
-        if code is not None and result.ranks[rank].returncode is None:
-            result.ranks[rank].returncode = code
+        result.ranks[rank].returncode = p.exit_code()   # None until it ends; then kept by p
     failed = _failed(result)
     # wait (a few ms) for the pipes of the failed ranks to close, unless this is the last look
     if failed and result.failed_rank is None and (final or all(r in closed for r in failed)):

@@ -1,10 +1,9 @@
 """Check a DDP training script step by step: ``course check ddp PATH``.
 
-The learner's script runs as real ranks (``course_lib.runtime.launch``: srun-style, the real torchrun and 3 ranks,
-side by side), each under ``course_lib.ddp.probe``, which watches torch from outside the learner's code
-and leaves one JSON record per rank. The script runs in a temporary folder (its checkpoint lands there;
-nothing of the learner's is touched) with ``--dataset digits --epochs 2 --save-model`` on a small
-subset of the data. From the records, one verdict per step:
+The learner's script runs as real ranks (srun-style, the real torchrun and more ranks, side by side), each under
+``course_lib.ddp.probe``, which watches torch from outside the learner's code and leaves one JSON record per rank.
+It runs in a temporary folder (nothing of the learner's is touched) with ``--dataset digits --epochs 2
+--save-model`` on a small subset of the data. From the records, one verdict per step:
 
 1. process group: initialised on every rank, the right world size, distinct ranks
 2. gradients averaged: the parameters are the same on every rank after training, and something
@@ -17,17 +16,9 @@ subset of the data. From the records, one verdict per step:
    a script for one launcher passes under the launcher it reads (``strict_launchers=True``: both required)
 
 The extra ranks run as that many nodes of one rank each, and three short launches simulate a cluster on CPU
-(``cluster``): 2 nodes x 2 GPUs that record each rank's device (Step 4), ``srun torchrun``, and torchrun on 2 nodes
-of 2 ranks, where LOCAL_RANK and LOCAL_WORLD_SIZE are not RANK and WORLD_SIZE (Step 1). The extra ranks and the two
-torchrun launches start once the ranks of a 2-rank launch have formed one group: nothing is judged on them otherwise.
-
-A crash, a deadlock or a syntax error gets a verdict at the step it stops, naming the rank, where it
-was in the learner's file and the last lines it printed; every process is gone when ``check`` returns.
-
-This module runs the launches and hands what they saw to the harness's ``checking.report`` with its own judge
-(``judge``), as the checkpoint checker does: ``runs`` launches and reads the records, ``cluster`` adds the simulated
-ones and their verdicts, ``steps`` and ``launchers`` judge Steps 1-5 and 6, ``failures`` describes a crash or a
-deadlock.
+(``cluster``). The extra ranks and the two torchrun launches start once the ranks of a 2-rank launch have formed
+one group: nothing is judged on them otherwise. A crash, a deadlock or a syntax error gets a verdict at the step it
+stops (``failures``); every process is gone when ``check`` returns.
 """
 import hashlib
 import sys
@@ -66,31 +57,34 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
     a collective counts as deadlocked (default: a quarter of ``timeout``, between 10 and 30 s). ``styles``: the
     launch styles to try (the first that works is the one Steps 1-5 are judged on); ``more_ranks``: also run
     with that many ranks (None: no). A repeated call on an unchanged file returns the cached verdicts
-    (``cache=False``: run again). ``strict_launchers``: Step 6 requires every launch style in ``styles`` to work
-    (default: a script written for one launcher passes under the launcher it reads). ``simulate``: also the
-    launches that simulate 2 nodes x 2 GPUs, ``srun torchrun`` and torchrun on 2 nodes (``cluster``; the extra
-    ranks always run as that many nodes).
+    (``cache=False``: run again). ``strict_launchers``: Step 6 requires every launch style in ``styles`` to work.
+    ``simulate``: also the launches that simulate 2 nodes x 2 GPUs, ``srun torchrun`` and torchrun on 2 nodes.
     """
     script = Path(path).resolve()
     key = None
     if script.is_file():
         key = (str(script), hashlib.sha256(script.read_bytes()).hexdigest(), timeout, tuple(styles), more_ranks, stall,
                strict_launchers, simulate)
-    reused = cache and key in _CACHE
-    if reused:
+    if cache and key in _CACHE:
         full, ran_at = _CACHE[key]
-    else:
-        with warm.session(start_env(local_gpus() >= 2), PRELOAD):   # one fork server for every launch
-            full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers, simulate)
-        if key is not None:
-            _CACHE[key] = full, time.time()
+        return shown(full, path, steps, ran_at)
+    with warm.session(start_env(local_gpus() >= 2), PRELOAD):   # one fork server for every launch
+        full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers, simulate)
+    if key is not None:
+        _CACHE[key] = full, time.time()
+    return shown(full, path, steps)
+
+
+def shown(full: Report, path, steps=None, ran_at: float | None = None) -> Report:
+    """``full``'s verdicts of ``steps`` (None: all), as the report of ``path``; ``ran_at``: they are the reused
+    verdicts of the run at that time (``Reused``). ``check_slurm`` shows a job's verdicts with it too."""
     verdicts = full.verdicts
     if steps is not None:
         wanted = {STEP_NAMES[int(s)] for s in ([steps] if isinstance(steps, int) else steps)}
         verdicts = [v for v in verdicts if v.item in wanted]
-    if reused:
-        return Reused("ddp", str(path), verdicts, full.seconds, ran_at=ran_at)
-    return full if steps is None else Report("ddp", str(path), verdicts, full.seconds)
+    if ran_at is None:
+        return Report(full.exercise, str(path), verdicts, full.seconds)
+    return Reused(full.exercise, str(path), verdicts, full.seconds, ran_at=ran_at)
 
 
 @dataclass
@@ -113,18 +107,18 @@ class Reused(Report):
         return super()._repr_html_().replace(f" in {self.seconds:.1f} s</p>", f": {self._reused()}</p>", 1)
 
 
-def _check(script: Path, shown: str, timeout: float, styles: tuple, more_ranks, echo: bool, stall,
-           strict: bool = False, simulate: bool = True) -> Report:
+def _check(script: Path, given: str, timeout: float, styles: tuple, more_ranks, echo: bool, stall, strict: bool,
+           simulate: bool) -> Report:
     start = time.monotonic()
     if not script.is_file():
-        report = Report("ddp", str(shown))
+        report = Report("ddp", str(given))
         for s in STEP_NAMES.values():
-            report.add(s, False, f"no such file: {shown}")
+            report.add(s, False, f"no such file: {given}")
         return report
     with tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:
         seen = _launch(script, Path(tmp), timeout, styles, more_ranks, echo, stall, simulate)
         seen.strict = strict
-        return checking.report("ddp", sys.modules[__name__], str(shown), seen, None, [], start, judge=judge)
+        return checking.report("ddp", sys.modules[__name__], str(given), seen, None, [], start, judge=judge)
 
 
 @dataclass
@@ -166,10 +160,9 @@ def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks,
 
 
 def _jobs(styles: tuple, more_ranks, simulate: bool) -> tuple[list, list]:
-    """The launches to start at once: 2 ranks under each style and (``simulate``) the GPU layout (Step 4 whatever
-    else the script does); and those to start once the ranks of a 2-rank launch are in one group (``runs.grouped``),
-    since only a script that gets so far is judged on them (``judge``): the extra ranks as that many nodes, and
-    (``simulate``) ``srun torchrun`` and torchrun on 2 nodes."""
+    """The launches to start at once (the GPU layout: Step 4 whatever else the script does), and those to start once
+    the ranks of a 2-rank launch are in one group (``runs.grouped``): only a script that gets so far is judged on
+    them."""
     first = [(cluster.PLAIN, style, 2) for style in styles]
     first += [(cluster.GPUS, styles[0], GPU_RANKS)] if simulate else []
     later = [(cluster.nodes(more_ranks), styles[0], more_ranks)] if more_ranks and more_ranks != 2 else []

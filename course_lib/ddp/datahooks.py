@@ -24,10 +24,11 @@ def _first_digits() -> dict:
 SUBSET = _first_digits()
 
 
-def install_data(rec: Recorder):
+def install(rec: Recorder):
     _hook_iterations(rec, _epoch_recorder(rec))
     _note_loader_errors(rec)
     _note_sampler(rec)
+    _subset()
 
 
 def _int_or_none(value):
@@ -97,13 +98,11 @@ def _hook_iterations(rec: Recorder, record_epoch):
     base = dl._BaseDataLoaderIter
     base_init, base_reset, base_next = base.__init__, base._reset, base.__next__
 
-    def init(self, loader, *args, **kwargs):
-        base_init(self, loader, *args, **kwargs)
-        record_epoch(self, loader)
-
-    def reset(self, loader, *args, **kwargs):
-        base_reset(self, loader, *args, **kwargs)
-        record_epoch(self, loader)
+    def recording(start):   # an iteration's start (__init__, or _reset of a persistent-workers iterator)
+        def started(self, loader, *args, **kwargs):
+            start(self, loader, *args, **kwargs)
+            record_epoch(self, loader)
+        return started
 
     def next_(self):
         entry = getattr(self, "_course_probe_entry", None)
@@ -120,7 +119,7 @@ def _hook_iterations(rec: Recorder, record_epoch):
             rec.current_iter = entry
         return batch
 
-    base.__init__, base._reset, base.__next__ = init, reset, next_
+    base.__init__, base._reset, base.__next__ = recording(base_init), recording(base_reset), next_
 
 
 def _note_loader_errors(rec: Recorder):
@@ -157,7 +156,7 @@ def _note_sampler(rec: Recorder):
     DistributedSampler.__init__ = called("DistributedSampler", DistributedSampler.__init__, rec)
 
 
-def install_subset():
+def _subset():
     """The script's ``digits`` is ``SUBSET``: the same few images on every rank."""
     import course_lib.data as data
 

@@ -32,10 +32,6 @@ class Failure:
     hint: str = ""         # what to do, also for the steps the failure hid (it sits in message too)
 
 
-def _cuda_error(text: str) -> bool:
-    return bool(re.search(r"CUDA|cuda|NVIDIA|NCCL|device_ids|device ordinal", text))
-
-
 def describe_failure(run: Run, script: Path) -> Failure | None:
     """What went wrong in a run that did not finish: which rank, what, where, its last lines."""
     if run.finished():
@@ -72,7 +68,7 @@ def _crash(run: Run, rank: int, exits: list) -> Failure:
         f"exited with code {ex['code']}" + (f": {first(ex['message'])}" if ex.get("message") else ""))
     step = (ex.get("in") or {}).get("step")
     hint = ""
-    if (step in (None, 2, 4)) and _cuda_error(ex.get("error") or ""):
+    if step in (None, 2, 4) and re.search(r"CUDA|cuda|NVIDIA|NCCL|device_ids|device ordinal", ex.get("error") or ""):
         step, hint = 4, DEVICE_IDS_HINT if DEVICE_IDS.search(ex.get("error") or "") else NO_CUDA
     return Failure(step, f"rank {rank} crashed: {what}{where(ex.get('where'))}{hint}\n{tail(run, rank)}", hint)
 

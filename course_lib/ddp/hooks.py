@@ -1,15 +1,7 @@
 """The probe's hooks on torch for Steps 1, 2, 4, 5 and 6 (the data hooks of Step 3 are in ``datahooks``).
 
-Each ``install_*`` replaces or hooks torch functions so that what the learner's code does lands in the
-rank's record; the learner's calls still run as they would.
-
-- Step 1: ``init_process_group`` (arguments, resulting rank, world size, backend, error), which launcher
-  variables the script itself reads (SLURM_*, RANK, LOCAL_RANK, WORLD_SIZE), processes it spawns itself;
-- Step 2: ``DistributedDataParallel`` construction and forward calls, the user's collectives, optimizer
-  steps, and the trained parameters;
-- Step 4: ``torch.cuda.set_device``, the devices of the inputs and parameters of every module call;
-- Step 5: every ``torch.save``: which rank, where, the keys of the saved dict;
-- Step 6: ``destroy_process_group``, and whether a DDP model was still alive then.
+``install`` replaces or hooks torch functions so that what the learner's code does lands in the rank's record; the
+learner's calls still run as they would.
 """
 import os
 import sys
@@ -24,8 +16,15 @@ LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PR
                "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE")
 
 
+def install(rec: Recorder):
+    for hook in (_note_env_reads, _wrap_init, _wrap_destroy, _count_collectives, _note_local_rank, _note_spawn,
+                 _note_set_device, _wrap_ddp, averaging.install, _note_optimizer_steps, _note_forward_devices,
+                 _note_save):
+        hook(rec)
+
+
 # -------------------------------------------------------------------- Step 1: process group, environment
-def install_env_reads(rec: Recorder):
+def _note_env_reads(rec: Recorder):
     cls = type(os.environ)
     original = cls.__getitem__
 
@@ -35,15 +34,6 @@ def install_env_reads(rec: Recorder):
         return original(self, key)
 
     cls.__getitem__ = getitem
-
-
-def install_process_group(rec: Recorder):
-    _wrap_init(rec)
-    _wrap_destroy(rec)
-    _count_collectives(rec)
-    _note_local_rank(rec)
-    _note_spawn(rec)
-    _note_set_device(rec)
 
 
 def _wrap_init(rec: Recorder):
@@ -189,13 +179,6 @@ def _group_given(group):
         return repr(group)[:80]
 
 
-def install_training(rec: Recorder):
-    _wrap_ddp(rec)
-    averaging.install(rec)
-    _note_optimizer_steps(rec)
-    _note_forward_devices(rec)
-
-
 def _wrap_ddp(rec: Recorder):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -260,7 +243,7 @@ def _note_forward_devices(rec: Recorder):
 
 
 # -------------------------------------------------------------------- Step 5: checkpoints
-def install_save(rec: Recorder):
+def _note_save(rec: Recorder):
     import torch
 
     def before_save(obj, f, *args, **kwargs):

@@ -4,15 +4,10 @@
 
 Before the script runs (``runpy``, as ``python SCRIPT ARGS`` would), the probe wraps the parts of torch
 that the six DDP steps touch (``hooks``, ``datahooks``) and writes what it saw to
-``$COURSE_PROBE_DIR/rank-<N>.json`` (N: the launcher's rank; ``recorder``), rewritten at every event so
-that a rank killed in a deadlock still leaves its record; the trained parameters go to ``params-<N>.f32``
-at the end of each epoch and at the end.
-
-A rank that waits in a collective (or in the rendezvous) longer than ``$COURSE_PROBE_STALL`` seconds, or
-runs longer than ``$COURSE_PROBE_HANG`` seconds, dumps its stack to ``stack-<N>.txt`` (``faulthandler``)
-and exits; one stopped by SIGTERM dumps it there too. The ``digits`` data set is a small subset
-(``datahooks.SUBSET``). After a script that ended well, rank 0's checkpoint is judged here (``hooks.note_checkpoint``):
-the checker then needs no torch of its own.
+``$COURSE_PROBE_DIR/rank-<N>.json`` (N: the launcher's rank; ``recorder``). A rank that waits in a collective
+longer than ``$COURSE_PROBE_STALL`` seconds, or runs longer than ``$COURSE_PROBE_HANG`` seconds, dumps its stack
+to ``stack-<N>.txt`` and exits. Rank 0's checkpoint is judged here (``hooks.note_checkpoint``): the checker then
+needs no torch of its own.
 """
 import faulthandler
 import functools
@@ -28,19 +23,8 @@ from pathlib import Path
 
 from course_lib.checking.deadlock import Stalls
 from course_lib.core.rankkit import RankEnvError, exit_now, rank_env
-from course_lib.ddp import hooks, simulate
-from course_lib.ddp.datahooks import install_data, install_subset
-from course_lib.ddp.hooks import install_env_reads, install_process_group, install_save, install_training
+from course_lib.ddp import datahooks, hooks, simulate
 from course_lib.ddp.recorder import COLLECTIVES, Recorder, describe
-
-
-def launched_as() -> tuple[int, int]:
-    """(rank, world size) the launcher gave this process (torchrun's, else srun's); (0, 1) without one."""
-    try:
-        env = rank_env()
-    except RankEnvError:
-        return 0, 1
-    return env.rank, env.world_size
 
 
 def _learner_tb(tb, script: Path):
@@ -61,15 +45,17 @@ def _where(e: BaseException, rec: Recorder) -> dict:
 def _watch_collectives(rec: Recorder, stall: float, stack, folder: Path, world: int) -> None:
     """A daemon thread: a collective (or the rendezvous) that cannot finish is a deadlock.
 
-    Two ways to know: every rank of the launch has waited in a collective (or has ended) for ``_grace(stall)``
-    seconds with none finishing one (``checking.deadlock.Stalls``: each rank's ``waiting-<N>`` file in the probe
+    Two ways to know: every rank of the launch has waited in a collective (or has ended) for ``grace`` seconds
+    with none finishing one (``checking.deadlock.Stalls``: each rank's ``waiting-<N>`` file in the probe
     folder), or this rank alone waited longer than ``stall``. Collectives release the GIL while they wait, so this
     thread runs; it dumps every thread's stack and ends the process, which spares the checker from waiting for its
     deadline.
     """
     # not stretched by the load: the stall and the launch's deadline bound a training run here, not a case
     stalls = Stalls(folder, rec.rank, world, ended=functools.partial(_ended, folder), by_load=False)
-    grace = _grace(stall)
+    # a matched collective of the small tensors a training script reduces ends in milliseconds, even on a loaded
+    # machine: a few seconds of every rank waiting at once leave a wide margin
+    grace = max(3.0, stall / 10)
 
     def watch():
         while True:
@@ -97,12 +83,6 @@ def _watch_collectives(rec: Recorder, stall: float, stack, folder: Path, world: 
     threading.Thread(target=watch, name="course-probe-watchdog", daemon=True).start()
 
 
-def _grace(stall: float) -> float:
-    """How long every rank may wait at once before that is a deadlock: a matched collective of the small tensors a
-    training script reduces ends in milliseconds, even on a loaded machine; a few seconds leave a wide margin."""
-    return max(3.0, stall / 10)
-
-
 def _ended(folder: Path, rank: int) -> bool:
     """Rank ``rank``'s record has its exit: it ended, and will free no one."""
     try:
@@ -121,17 +101,6 @@ def _arm_deadlines(rec: Recorder, folder: Path, world: int) -> None:
     stall = float(os.environ.get("COURSE_PROBE_STALL", "0") or 0)
     if stall > 0:
         _watch_collectives(rec, stall, stack, folder, world)
-
-
-def _install(rec: Recorder, folder: Path) -> None:
-    simulate.install(rec, folder)   # first: the hooks below wrap what a simulated layout or GPU installs
-    install_env_reads(rec)
-    install_process_group(rec)
-    install_training(rec)
-    install_data(rec)
-    install_save(rec)
-    install_subset()
-    rec.write()
 
 
 def _run(rec: Recorder, script: Path, args: list) -> int:
@@ -172,10 +141,17 @@ def main(argv=None) -> int:
     script = Path(argv[0]).resolve()
     folder = Path(os.environ.get("COURSE_PROBE_DIR") or ".")
     folder.mkdir(parents=True, exist_ok=True)
-    rank, world = launched_as()
+    try:   # the rank and world size the launcher gave (torchrun's, else srun's)
+        env = rank_env()
+        rank, world = env.rank, env.world_size
+    except RankEnvError:
+        rank, world = 0, 1
     rec = Recorder(folder, rank, script)
     _arm_deadlines(rec, folder, world)
-    _install(rec, folder)
+    simulate.install(rec, folder)   # first: the hooks below wrap what a simulated layout or GPU installs
+    hooks.install(rec)
+    datahooks.install(rec)
+    rec.write()
     code = _run(rec, script, argv[1:])
     # a normal return, not exit_now: the interpreter's own shutdown is part of Step 6 (a clean exit)
     sys.stdout.flush()

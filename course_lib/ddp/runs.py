@@ -115,10 +115,8 @@ def placement(nprocs: int, gpus: int | None = None, compared_with: int = 0) -> t
     """(launch variables, what to say) for ``nprocs`` local ranks on this machine's ``gpus``, in a comparison
     whose largest run has ``compared_with`` ranks (its runs must all run on the same kind of device).
 
-    The DDP script gives each rank ``cuda:LOCAL_RANK`` when CUDA is there: with fewer GPUs than ranks, rank 1
-    of 2 on a one-GPU machine calls ``set_device(1)`` and fails (and NCCL refuses two ranks on one GPU). Then
-    the GPUs are hidden (``CUDA_VISIBLE_DEVICES=""``), as the DDP checker does, and the ranks run on CPU
-    with gloo; the message says so."""
+    The DDP script gives each rank ``cuda:LOCAL_RANK``: with fewer GPUs than ranks, rank 1 of 2 on a one-GPU
+    machine fails at ``set_device(1)``, so the GPUs are hidden, as the DDP checker does; the message says so."""
     gpus = local_gpus() if gpus is None else gpus
     need = max(nprocs, compared_with)
     if gpus == 0 or gpus >= need:
@@ -131,10 +129,7 @@ def train_on(script: Path, nprocs: int, args: list, timeout: float = 600, gpus: 
              compared_with: int = 0, warm: bool = True):
     """Run ``script ARGS`` on ``nprocs`` ranks where the site runs them (course_lib.runs); rank 0's last epoch
     record (None, and why, if it failed). Prints one line: images/s, test accuracy, and where the ranks ran.
-    ``gpus`` (default: the run's node's, runs.node_gpus):
-    fewer than ``nprocs`` hides them (``placement``); ``compared_with``: the largest rank count of a comparison
-    (``{n: train_on(SCRIPT, n, ARGS, compared_with=2) for n in (1, 2)}``), so that all its runs use one kind of
-    device."""
+    ``gpus`` (default: the run's node's) and ``compared_with``: as ``placement`` takes them."""
     from course_lib import runs
     from course_lib.metrics import parse_epoch_lines
 

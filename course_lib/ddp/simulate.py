@@ -1,20 +1,16 @@
 """The probe's side of a simulated cluster: what a rank would see on another node, GPU or launcher, on CPU.
 
 The checker leaves ``simulate.json`` in a run's probe folder (``$COURSE_PROBE_DIR``); before the learner's
-script runs, ``install(rec)`` reads it and
-- ``layout: [nodes, ranks_per_node]``: rewrites the launcher's variables as a multi-node step gives them
-  (rank r on node r // ranks_per_node with local rank r % ranks_per_node: SLURM_LOCALID/SLURM_NODEID/... for an
-  srun-style launch, LOCAL_RANK/GROUP_RANK/... under torchrun) and, srun-style, MASTER_ADDR as the address of
-  "node 0" (NODE0_ADDR, another loopback address: a script that overwrites it with its own is seen);
+script runs, ``install(rec)`` applies it:
+- ``layout: [nodes, ranks_per_node]``: the launcher's variables as a multi-node step gives them and, srun-style,
+  MASTER_ADDR as the address of "node 0" (NODE0_ADDR: a script that overwrites it with its own is seen);
 - ``env``: variables to add (Slurm's of a one-task step, for ``srun torchrun``);
-- ``gpus: G``: a stand-in for G GPUs per node that records which device each rank picks (``set_device``,
-  ``.to()``/``.cuda()``, DDP's ``device_ids``, init's ``device_id``) and raises "invalid device ordinal" as CUDA
-  does, while everything stays on the CPU (nccl becomes gloo);
+- ``gpus: G``: a stand-in for G GPUs per node that records which device each rank picks and raises "invalid device
+  ordinal" as CUDA does, while everything stays on the CPU (nccl becomes gloo);
 - ``stop_at_forward``: the rank ends (exit code 0) at its first module call with parameters: the group and the
   devices are known by then, and the rest of the run would only repeat the full launches.
-
-Apart from that, the learner's own writes are noted in every run: launcher variables set in ``os.environ``
-(a hard-coded MASTER_ADDR) and files opened for writing (a file name that repeats on every node).
+In every run the learner's launcher variables set in ``os.environ`` (a hard-coded MASTER_ADDR) and files opened for
+writing (a file name that repeats on every node) are noted.
 """
 import builtins
 import json
@@ -30,14 +26,9 @@ SETTINGS = "simulate.json"
 WRITES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES")
 
 
-def settings(folder: Path) -> dict:
-    p = folder / SETTINGS
-    return json.loads(p.read_text()) if p.is_file() else {}
-
-
-def install(rec: Recorder, folder: Path) -> dict:
+def install(rec: Recorder, folder: Path):
     """Apply the run's simulation (before the probe's hooks: they wrap what this installs)."""
-    sim = settings(folder)
+    sim = json.loads((folder / SETTINGS).read_text()) if (folder / SETTINGS).is_file() else {}
     os.environ.update(sim.get("env", {}))
     if sim.get("layout"):
         rec.data["layout"] = apply_layout(*sim["layout"])
@@ -49,7 +40,6 @@ def install(rec: Recorder, folder: Path) -> dict:
         _stop_at_forward(rec)
     _note_env_writes(rec)
     _note_file_writes(rec)
-    return sim
 
 
 def _stop_at_forward(rec: Recorder):

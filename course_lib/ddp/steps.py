@@ -43,7 +43,7 @@ def _no_group(run: Run):
     requested = _requested(run)
     if not any(requested):
         return _never_asked(run, [run.rec(r) for r in range(run.nprocs)])
-    verdict = _asked_wrong(run, requested) or _init_failed(run, requested)
+    verdict = asked_wrong(run) or _init_failed(run, requested)
     if verdict is None and all(run.exited_normally(r) for r in range(run.nprocs)):
         return False, f"not every rank joined the process group (asked for: {_asked(requested)})"
     return verdict
@@ -67,23 +67,18 @@ def _asked(requested: list) -> str:
                      for q in requested)
 
 
-def asked_wrong(run: Run | None):
-    """A world size or ranks that the ranks of ``run`` asked init_process_group for and that do not fit the launch;
-    None where they fit or none asked. A rank that did not get as far as asking (it crashed before init, or was
-    stopped when another did) is left out: what the others asked is still theirs."""
-    requested = _requested(run) if run is not None else []
-    return _asked_wrong(run, requested) if any(requested) else None
-
-
 def _requested(run: Run) -> list:
     """What each rank asked init_process_group for (at its last call); None for a rank that did not ask."""
     recs = [run.rec(r) for r in range(run.nprocs)]
     return [rec["init"][-1]["requested"] if rec.get("init") else None for rec in recs]
 
 
-def _asked_wrong(run: Run, requested: list):
-    """init_process_group was given a world size or ranks that do not fit the launch."""
-    n = run.nprocs
+def asked_wrong(run: Run | None):
+    """A world size or ranks that the ranks of ``run`` asked init_process_group for and that do not fit the launch;
+    None where they fit or none asked. A rank that did not get as far as asking (it crashed before init, or was
+    stopped when another did) is left out: what the others asked is still theirs."""
+    requested = _requested(run) if run is not None else []
+    n = run.nprocs if run is not None else 0
     sizes = [q.get("world_size") for q in requested if q]
     if sizes and all(isinstance(w, int) and w != n for w in sizes):
         per_node = (run.rec(0).get("layout") or {}).get("per_node")
@@ -176,12 +171,9 @@ def _built_not_used(ddp_made: list, ddp_used: list) -> str | None:
 
 def _not_averaged(ddp_made: list, ddp_used: list) -> str:
     """Why the parameters drifted apart."""
-    if _built_not_used(ddp_made, ddp_used):
-        return _built_not_used(ddp_made, ddp_used)
-    if not any(ddp_made):
-        return ("nothing averaged the gradients: wrap the model in DistributedDataParallel "
-                "(after moving it to its device).")
-    return "the gradients were not averaged the same way on every rank."
+    if any(ddp_made):
+        return _built_not_used(ddp_made, ddp_used) or "the gradients were not averaged the same way on every rank."
+    return "nothing averaged the gradients: wrap the model in DistributedDataParallel (after moving it to its device)."
 
 
 # ------------------------------------------------------------------------------------------ Step 3
@@ -191,8 +183,7 @@ def train_loader(rec: dict):
     if not loaders:
         return None
     trained = [ld for ld in loaders if sum(it["steps"] for it in ld["iters"]) > 0]
-    pool = trained or loaders
-    return max(pool, key=lambda ld: (sum(it["steps"] for it in ld["iters"]), ld["dataset_len"] or 0))
+    return max(trained or loaders, key=lambda ld: (sum(it["steps"] for it in ld["iters"]), ld["dataset_len"] or 0))
 
 
 def _shuffle_and_sampler(run: Run):

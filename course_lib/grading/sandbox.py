@@ -209,7 +209,6 @@ def run_check(exercise: str, source: Path, relative: str, limits: Limits, on_sta
     """Grade ``source``, copied to ``relative`` (e.g. ``05_allreduce/allreduce.py``) in a fresh folder, with the
     checker of ``exercise`` (or the module ``checker``); ``on_start(kill)`` gets what stops it at once (Ctrl-C)."""
     check = _Check(limits)
-    isolation = check.cgroups.kind
     start = time.monotonic()
     try:
         check.start(exercise, source, relative, checker)
@@ -219,4 +218,4 @@ def run_check(exercise: str, source: Path, relative: str, limits: Limits, on_sta
     finally:
         verdicts = check.end()
     return Outcome(verdicts, check.proc.returncode, timed_out, time.monotonic() - start, check.out.text(),
-                   check.out.total, leftovers, isolation, events=check.events)
+                   check.out.total, leftovers, check.cgroups.kind, events=check.events)

@@ -46,12 +46,6 @@ def _backend(gpus: int, nccl: bool) -> str:
     return "gloo (CPU)"
 
 
-def text(facts: dict | None = None) -> str:
-    facts = facts or collect()
-    width = max(map(len, facts))
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in facts.items())
-
-
 # run from the folder that holds course_lib (``-c`` puts it on sys.path), so the ranks import this course_lib
 ALL_REDUCE = """
 import torch, torch.distributed as dist
@@ -102,8 +96,10 @@ def add_arguments(p):
 
 def run(args) -> int:
     try:
-        print(text())
+        facts = collect()
     except (ValueError, RuntimeError) as e:   # COURSE_ENGINE names no engine, or asks for a Slurm not there
         print(f"course show env: {e}", file=sys.stderr)
         return 2
+    width = max(map(len, facts))
+    print("\n".join(f"{k:<{width}}  {v}" for k, v in facts.items()))
     return 0

@@ -1,24 +1,13 @@
 """Write exercises/ from solutions/: ``course release exercises`` (``--check``: fail if exercises/ would change;
 ``course release nbgrader DIR``: an nbgrader course's ``source/``, learner files only; ``course release gradescope
-DIR``: a Gradescope autograder bundle, course_lib.grading.autograder).
+DIR``: a Gradescope autograder bundle, course_lib.grading.autograder). README, "For instructors".
 
-solutions/ is the one source. What a learner must write is marked with nbgrader's delimiters::
-
-    ### BEGIN SOLUTION
-    # STUB: train_sampler = None        <- becomes ``train_sampler = None`` in the exercise
-    train_sampler = DistributedSampler(train_set)
-    ### END SOLUTION
-
-In the exercise each marked region becomes its stub: the region's ``# STUB: `` lines without that prefix
-(at the marker's indentation), or, with none, nbgrader's own stub ``raise NotImplementedError()``.
-Everything outside the regions is copied as it is. ``solution_view`` gives the file without markers and
-stub lines: the clean solution a learner reads (and the diff notebook 02 shows).
-
-nbgrader reads any line that *contains* "BEGIN SOLUTION" as a marker, so such a line is an error here
-unless it is exactly the marker. A notebook in solutions/ is released cell by cell: code cells as above,
-text cells with nbgrader's conventions (a marked region, or a cell whose nbgrader metadata says
-``solution``, becomes "YOUR ANSWER HERE"), outputs cleared.
-
+solutions/ is the one source, its regions marked with nbgrader's delimiters (course_lib.markers shows the format).
+In the exercise each region becomes its ``# STUB: `` lines without that prefix (at the marker's indentation), or,
+with none, nbgrader's own stub ``raise NotImplementedError()``; everything else is copied as it is. nbgrader reads
+any line that *contains* "BEGIN SOLUTION" as a marker, so such a line is an error here unless it is exactly the
+marker. A notebook is released cell by cell: code cells as above, text cells with nbgrader's conventions (a marked
+region, or a cell whose nbgrader metadata says ``solution``, becomes "YOUR ANSWER HERE"), outputs cleared.
 nbgrader clears solution regions in notebook cells only, so it is never given solutions/: ``--nbgrader DIR`` writes
 the learner's files and a guide notebook per exercise folder (docs/grading.md, "nbgrader, end to end").
 """

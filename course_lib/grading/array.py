@@ -2,8 +2,6 @@
 as a Slurm job array"). Each task (course_lib.grading.array_task) writes ``<out>/slurm/<job id>/rows/<task>.json``;
 the grader merges them, and a task Slurm ended early gives a ``fail`` row per exercise it did not finish.
 """
-from __future__ import annotations
-
 import json
 import math
 import shlex

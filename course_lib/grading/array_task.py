@@ -2,8 +2,6 @@
 grades learner ``$SLURM_ARRAY_TASK_ID`` as the local engine does and rewrites ``rows/<task id>.json`` after each
 exercise, so a task Slurm kills leaves what it finished; SIGTERM kills the running check first.
 """
-from __future__ import annotations
-
 import json
 import os
 import signal

@@ -4,8 +4,6 @@ grades it with ``course grade`` itself (same sandbox, limits and rows), whose Gr
 ``results/results.json``; where grading fails, a results.json with score 0 says so. ``AUTOGRADER_ROOT`` stands in
 for /autograder.
 """
-from __future__ import annotations
-
 import argparse
 import json
 import shutil

@@ -3,8 +3,6 @@
 where there is a cgroup, else from the symptom's text; ``annotate`` puts it in front of each failing verdict and
 keeps only the verdict's first line (the tracebacks, with the grader's paths, stay in logs/).
 """
-from __future__ import annotations
-
 import re
 import signal
 

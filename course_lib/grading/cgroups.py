@@ -2,8 +2,6 @@
 subtree, a transient systemd scope, cgroup v1, or a Slurm job's own cgroup that this machine allows, chosen at run
 time (docs/grading.md, "Isolation"); else rlimits and the sweep. ``describe`` names the one in force.
 """
-from __future__ import annotations
-
 import contextlib
 import os
 import secrets

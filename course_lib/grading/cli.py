@@ -6,8 +6,6 @@ the grader's for one whole check, after which everything it started is killed. E
 failures are results), 2 it could not (bad arguments, --out not writable, a check the grader itself could not run),
 130 interrupted (Ctrl-C or SIGTERM: what is done is kept, --resume continues). Errors go to stderr.
 """
-from __future__ import annotations
-
 import os
 import sys
 import tempfile

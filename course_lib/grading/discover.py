@@ -4,8 +4,6 @@ An entry is one learner: a copy of exercises/ (complete or not, files where lear
 one, or a single exercise file (recognised by its name, else by what it defines). Nothing here runs a
 learner's code; files that cannot be run get their reason (``Found.problem``) instead.
 """
-from __future__ import annotations
-
 import os
 import re
 import shutil

@@ -5,8 +5,6 @@ they say what to fix), and how to check again before handing in. Files are selec
 rows, never by prefix, so ``ann`` never sees ``anna``'s rows. A name that is not a plain file name (spaces,
 a leading dash, unicode) gets the same safe name as its log folder (``slug``: text plus a hash).
 """
-from __future__ import annotations
-
 import hashlib
 import html
 import re

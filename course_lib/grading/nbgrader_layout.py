@@ -2,8 +2,6 @@
 ``submitted/`` taken as it is (student id = learner; the folder that held an exercise's file is its assignment),
 and ``--nbgrader-db``: each score into ``gradebook.db`` through nbgrader's own ``Gradebook`` API.
 """
-from __future__ import annotations
-
 import os
 import sys
 from collections import Counter

@@ -3,8 +3,6 @@ the new one): ``grades.csv`` (a row per verdict; ``read_rows`` reads it back for
 (course_lib.grading.scores), ``grades.md``, feedback/ and the exports ``--format`` asks for: Gradescope's
 results.json per learner and ``lms.csv`` (docs/grading.md, "Exports", gives both formats).
 """
-from __future__ import annotations
-
 import csv
 import json
 import re

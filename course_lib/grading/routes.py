@@ -3,8 +3,6 @@
 An exercise belongs to a route when the notebook that teaches it (course_lib.registry) is on the route, so a new
 exercise joins the routes of its notebook without an edit here. ``course grade --route one-day`` grades those.
 """
-from __future__ import annotations
-
 from course_lib.registry import EXERCISES
 
 HALF_DAY = ("00", "01", "02", "03", "04")

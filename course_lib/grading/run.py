@@ -4,8 +4,6 @@ Each check runs in its own sandbox process (course_lib.grading.sandbox); the thr
 Ctrl-C (or SIGTERM) stops the running checks, keeps the reports of the learners already done, and returns
 130; a later run with ``done_rows`` (``--resume``) grades only what those rows do not hold.
 """
-from __future__ import annotations
-
 import signal
 import sys
 import threading

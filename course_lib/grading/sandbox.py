@@ -6,8 +6,6 @@ token in their environment or its folder as their working directory (one that cl
 checkers' ranks run in sessions of their own (course_lib.runtime.launch), so a process-group kill alone would miss
 them. Not a security boundary: the learner's code runs as the grader's user.
 """
-from __future__ import annotations
-
 import contextlib
 import json
 import os

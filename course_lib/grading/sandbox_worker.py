@@ -5,8 +5,6 @@ CHECKER``: joins the check's cgroups and sets its rlimits before any learner cod
 both), runs the checker on PATH and writes its verdicts as JSON to RESULT, a folder the learner's code is
 not given.
 """
-from __future__ import annotations
-
 import importlib
 import json
 import os

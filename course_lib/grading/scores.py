@@ -2,8 +2,6 @@
 worth one point, the share of its judged checks that pass: a ``skipped`` one neither costs nor earns
 (docs/grading.md, "Which exercises, and the scores").
 """
-from __future__ import annotations
-
 import csv
 from pathlib import Path
 

@@ -2,8 +2,6 @@
 and scores 0, since a starter runs and a checker can find items its own code earns (docs/grading.md). The
 starters are exercises/ as shipped and, where solutions/ can be read, the ``--no-hints`` ones written from it.
 """
-from __future__ import annotations
-
 import re
 from functools import lru_cache
 from pathlib import Path

@@ -7,8 +7,6 @@ server's own is in the queue, or a ``course`` command runs under this server, th
 ``course_last_activity`` (jupyter_server takes the latest of the settings named ``*_last_activity``) to now. It
 does nothing outside a hub (no ``$JUPYTERHUB_ACTIVITY_URL``).
 """
-from __future__ import annotations
-
 import asyncio
 import json
 import os

@@ -1,6 +1,4 @@
 """Where the data sets are, and an opt-in download: ``course show data``, ``course download DATASET``."""
-from __future__ import annotations
-
 import sys
 
 

@@ -2,8 +2,6 @@
 
 ``course show env`` prints it; notebook 00 shows the same table.
 """
-from __future__ import annotations
-
 import os
 import platform
 import sys

@@ -8,8 +8,6 @@ config (no nbgrader server extensions, the terminals' shell, custom.css, the clo
 that ``--trust`` signs the notebooks with, and the terminals' bashrc, so that neither the environment nor the user's
 ``~/.jupyter`` changes.
 """
-from __future__ import annotations
-
 import json
 import shlex
 import shutil

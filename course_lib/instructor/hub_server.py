@@ -7,8 +7,6 @@ default (the notebooks name ``python3``, which JupyterLab then maps to the one i
 ``bin`` first on PATH, which a login shell's /etc/profile drops). ``server_choices``: the spawn form of
 scripts/hub/jupyterhub_slurm_config.py.
 """
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 

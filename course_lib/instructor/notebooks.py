@@ -4,8 +4,6 @@ Each ``notebooks/NN_*.ipynb`` runs through papermill into ``out/notebooks/`` (ig
 printed per notebook: name, seconds, ok/failed (with the error). By default the notebooks run against
 solutions/ with STRICT=True, so a check that fails on this machine fails the run.
 """
-from __future__ import annotations
-
 import sys
 import time
 from pathlib import Path

@@ -16,8 +16,6 @@ waited while the socket's fd held no signal is a wake-up the loop had missed: th
 ``$COURSE_WAKEUP_LOG`` when set), so a run it saved is never silent. A kernel that really hangs is untouched: the
 guard creates no message, and the cell's deadline stands.
 """
-from __future__ import annotations
-
 import asyncio
 import os
 import re

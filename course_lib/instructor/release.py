@@ -11,8 +11,6 @@ region, or a cell whose nbgrader metadata says ``solution``, becomes "YOUR ANSWE
 nbgrader clears solution regions in notebook cells only, so it is never given solutions/: ``--nbgrader DIR`` writes
 the learner's files and a guide notebook per exercise folder (docs/grading.md, "nbgrader, end to end").
 """
-from __future__ import annotations
-
 import re
 import sys
 from pathlib import Path

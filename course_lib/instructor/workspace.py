@@ -4,8 +4,6 @@ and the digest of every file (and of a notebook's cells) as copied, so that ``up
 untouched file, as nbgitpuller does; a notebook the learner only ran is no edit. Inside it every learner path
 resolves there (course_lib.core.paths); the install is only read.
 """
-from __future__ import annotations
-
 import hashlib
 import json
 import shutil

@@ -35,11 +35,7 @@ HANG_HINTS = {None: "a send or recv without its partner waits forever. With gloo
                     "recv, so if every rank sends first nobody receives: post sends and receives together "
                     "(isend/irecv, batch_isend_irecv) or order them (even ranks send first, odd ranks receive "
                     "first) -- and check that every send has a recv on the rank it names"}
-
-
-def check(path, **options):
-    """``course check allreduce PATH`` from Python: a Report."""
-    return checking.check("allreduce", path, **options)
+check = functools.partial(checking.check, "allreduce")   # course check allreduce PATH, from Python
 
 
 def cases(world: int) -> list[Case]:

@@ -40,11 +40,7 @@ DIST_CASES = [("unshard_sequence", "unshard", functools.partial(case_unshard, ba
               ("ring_attention", "ring_bal", functools.partial(case_ring, balanced=True)),
               ("reduce_shared_grads", "reduce", case_reduce),
               ("reduce_shared_grads", "train", case_train_step)]
-
-
-def check(path, **options):
-    """``course check cp PATH`` from Python: a Report (``world_sizes=(2,)``: one process and 2 ranks only)."""
-    return checking.check("cp", path, **options)
+check = functools.partial(checking.check, "cp")   # course check cp PATH, from Python
 
 
 def cases(world: int) -> list[Case]:

@@ -33,11 +33,7 @@ TIED_CAP = 212       # tied model: 3 buckets, the first holding the unused layer
 HINT_HOOK = "register hooks only on parameters with requires_grad (self.params): a frozen one cannot take a hook"
 HINT_NONE = ("a parameter that forward did not use (the tied model has one) has no gradient on any rank: its .grad "
              "is None; skip it (if p.grad is None: continue), as the optimizer does")
-
-
-def check(path, **options):
-    """``course check ownddp PATH`` from Python: a Report (``world_sizes=(2,)`` for a quicker one)."""
-    return checking.check("ownddp", path, **options)
+check = functools.partial(checking.check, "ownddp")   # course check ownddp PATH, from Python
 
 
 def cases(world: int) -> list[Case]:

@@ -33,11 +33,7 @@ HANG_HINTS = {None: "with gloo a send waits for its matching receive. In 1F1B's 
                              "and check that each stage runs as many forwards (and backwards) as its neighbours "
                              "expect: warm-up p - stage - 1, then m - warm-up steady steps, then the cool-down"}
 TOL = dict(rtol=1e-9, atol=1e-12)
-
-
-def check(path, **options):
-    """``course check pp PATH`` from Python: a Report."""
-    return checking.check("pp", path, **options)
+check = functools.partial(checking.check, "pp")   # course check pp PATH, from Python
 
 
 def cases(world: int) -> list[Case]:

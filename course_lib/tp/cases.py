@@ -35,11 +35,7 @@ LAYER_CASES = [("copy_to_parallel_region", "f", case_f), ("reduce_from_parallel_
                ("RowParallelLinear", "row", functools.partial(case_row, parallel_input=True)),
                ("RowParallelLinear", "rowscatter", functools.partial(case_row, parallel_input=False)),
                ("ParallelMLP", "mlp", case_mlp), ("ParallelSelfAttention", "attn", case_attention)]
-
-
-def check(path, **options):
-    """``course check tp PATH`` from Python: a Report (``world_sizes=(2,)`` where 4 ranks add nothing)."""
-    return checking.check("tp", path, **options)
+check = functools.partial(checking.check, "tp")   # course check tp PATH, from Python
 
 
 def cases(world: int) -> list[Case]:

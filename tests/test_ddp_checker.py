@@ -183,7 +183,7 @@ def test_step5_takes_the_ranks_verdict_only_on_the_file_it_read(tmp_path):
         save = {"rank": 0, "launch_rank": 0, "type": "OrderedDict", "path": str(path),
                 "loads": {"verdict": list(said), "stat": stat}}
         records = [{"exit": {"code": 0}, "saves": [save] if r == 0 else []} for r in range(2)]
-        return step5(Run("srun", 2, None, tmp_path, tmp_path, False, records))
+        return step5(Run("srun", 2, None, tmp_path, False, records))
 
     assert judged(stat_of(path)) == said   # the very file the rank read: its verdict, without torch here
     rewritten = stat_of(path)

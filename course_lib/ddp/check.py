@@ -177,15 +177,16 @@ def judge(report: Report, spec, seen: Seen, general: list) -> None:
     script, runs, primary, more, sims = seen.script, seen.runs, seen.primary, seen.more, seen.sims
     judged = {1: step1(primary), 2: step2(primary), 3: step3(primary, more),
               4: step4(primary, cluster.devices(sims.get("gpus"))), 5: step5(primary)}
-    if more is not None and judged[1] and judged[1][0] and not works(more):
-        m = step1(more)
-        if m and not m[0]:
-            judged[1] = (False, f"with {more.nprocs} ranks: {m[1]}")
+    m = step1(more) if more is not None and not works(more) else None
+    _fail(judged, 1, m and not m[0] and (False, f"with {more.nprocs} ranks: {m[1]}"))
     for name in ("gpus", "torchrun-nodes"):   # what only a second node shows (world size = GPU count, LOCAL_*)
         wrong = asked_wrong(sims.get(name))
-        if wrong and judged[1] and judged[1][0]:
-            judged[1] = (False, f"on {cluster.layout_text(sims[name])}: {wrong[1]}")
-    _cluster_verdicts(judged, runs, primary, more, sims)
+        _fail(judged, 1, wrong and (False, f"on {cluster.layout_text(sims[name])}: {wrong[1]}"))
+    # what the simulated nodes and launchers show
+    _fail(judged, 1, cluster.srun_torchrun(sims.get("srun-torchrun"), runs.get("torchrun"))
+          or cluster.master_addr([r for r in (primary, more) if r is not None]))
+    _fail(judged, 2, cluster.subgroup([more, sims.get("gpus")]))
+    _fail(judged, 5, cluster.writers(more, primary))
     failed = next((s for s in (1, 2) if judged[s] and not judged[s][0]), None)
     note = cluster.not_followed(sims.get("gpus"), script, fix_first=failed)
     if judged[4] and note:
@@ -199,15 +200,10 @@ def judge(report: Report, spec, seen: Seen, general: list) -> None:
         report.add(STEP_NAMES[s], ok, message)
 
 
-def _cluster_verdicts(judged: dict, runs: dict, primary: Run, more: Run | None, sims: dict):
-    """What the simulated nodes and launchers show, where the one-node run saw nothing wrong."""
-    if judged[1] and judged[1][0]:
-        judged[1] = (cluster.srun_torchrun(sims.get("srun-torchrun"), runs.get("torchrun"))
-                     or cluster.master_addr([r for r in (primary, more) if r is not None]) or judged[1])
-    if judged[2] and judged[2][0]:
-        judged[2] = cluster.subgroup([more, sims.get("gpus")]) or judged[2]
-    if judged[5] and judged[5][0]:
-        judged[5] = cluster.writers(more, primary) or judged[5]
+def _fail(judged: dict, step: int, verdict) -> None:
+    """A failure found on another launch replaces ``step``'s pass (not an earlier failure: that one is the first)."""
+    if verdict and judged[step] and judged[step][0]:
+        judged[step] = verdict
 
 
 def _place_failure(judged: dict, failure, primary: Run) -> int:

@@ -20,9 +20,11 @@ from pathlib import Path
 
 from course_lib.ddp.failures import describe_failure
 from course_lib.ddp.messages import ranks_text, short, where
-from course_lib.ddp.runs import Run, group, group_ok, run_script, works
+from course_lib.ddp.runs import SCRIPT_ARGS, Run, group, group_ok, read_record, start_env, works
 from course_lib.ddp.simulate import SETTINGS
-from course_lib.ddp.steps import BARE_CUDA
+from course_lib.ddp.steps import BARE_CUDA, requested
+from course_lib.runtime.gpus import count as local_gpus
+from course_lib.runtime.launch import launch
 
 GPU_NODES, GPU_PER_NODE = 2, 2
 WATCH_S = 0.2     # how often launch_all asks whether the later launches are wanted
@@ -84,14 +86,21 @@ def launch_all(jobs: list, script: Path, root: Path, timeout: float, echo: bool,
 
 def launch_one(sim: Sim, style: str, nprocs: int, script: Path, root: Path, timeout: float,
                echo: bool = False, stall=None, stop=None) -> Run:
-    """One launch; a simulated one runs in its own folder, where the probe finds its ``simulate.json``."""
+    """Launch ``script`` under the probe as ``nprocs`` ranks; read back every rank's record. A simulated launch runs
+    in its own folder, where the probe finds its ``simulate.json``."""
+    folder = (root / sim.name if sim.name else root) / f"{style}-{nprocs}"
+    (folder / "work").mkdir(parents=True)
     if sim.name:
-        root = root / sim.name
-        folder = root / f"{style}-{nprocs}"
-        folder.mkdir(parents=True)
         settings = {"layout": sim.layout, "gpus": sim.gpus, "env": sim.env, "stop_at_forward": sim.stop_at_forward}
         (folder / SETTINGS).write_text(json.dumps(settings))
-    return run_script(script, style, nprocs, root, timeout, echo, stall, stop)
+    gpu = local_gpus() >= nprocs
+    env = {"COURSE_PROBE_DIR": str(folder), "COURSE_PROBE_HANG": str(max(5.0, timeout - 6)),
+           "COURSE_PROBE_STALL": str(stall if stall else max(10.0, min(30.0, timeout / 4))), **start_env(gpu)}
+    printer = (lambda rank, line: print(f"[{style} {nprocs}] [rank {rank}] {line}", flush=True)) if echo else None
+    result = launch(["-m", "course_lib.ddp.probe", str(script), *SCRIPT_ARGS], nprocs=nprocs,
+                    style=style, timeout=timeout, env=env, cwd=folder / "work", on_line=printer, stop=stop)
+    records = [read_record(folder / f"rank-{rank}.json") for rank in range(nprocs)]
+    return Run(style, nprocs, result, folder, gpu, records)
 
 
 def layout_text(run: Run) -> str:
@@ -115,14 +124,9 @@ def srun_torchrun(run: Run | None, torchrun: Run | None):
     """Under ``srun torchrun`` both launchers' variables exist: a script that lets Slurm's win fails."""
     if run is None or torchrun is None or not works(torchrun) or group_ok(run):
         return None
-    g = group(run)
     believed = []
-    for r in range(run.nprocs):
-        if g[r]:
-            rank, world = g[r]
-        else:
-            asked = (run.rec(r).get("init") or [{}])[-1].get("requested", {})
-            rank, world = asked.get("rank", "?"), asked.get("world_size", "?")
+    for r, (got, asked) in enumerate(zip(group(run), requested(run))):
+        rank, world = got or ((asked or {}).get("rank", "?"), (asked or {}).get("world_size", "?"))
         believed.append(f"worker {r} believed it was rank {rank} of a world of {world}")
     reads = sorted({k for r in range(run.nprocs) for k in run.rec(r).get("env_reads", []) if k.startswith("SLURM")})
     read = f" (it read {', '.join(reads)})" if reads else ""

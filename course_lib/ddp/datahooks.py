@@ -39,23 +39,22 @@ def _epoch_recorder(rec: Recorder):
     """``record_epoch(it, loader)``: note the indices of the iteration ``it`` starts, under its loader's number."""
     import torch.utils.data as tud
 
-    loaders = {}   # id(loader) -> number
+    numbers = {}   # id(loader) -> its key in the record: "0", "1", ... in the order of their first iteration
 
     def loader_info(loader):
-        key = id(loader)
-        if key not in loaders:
-            loaders[key] = len(loaders)
+        key = numbers.setdefault(id(loader), str(len(numbers)))
+        if key not in rec.data["loaders"]:
             try:
                 n = len(loader.dataset)
             except TypeError:
                 n = None
-            rec.data["loaders"][str(loaders[key])] = {
+            rec.data["loaders"][key] = {
                 "dataset_len": n, "sampler": type(loader.sampler).__name__,
                 # a DistributedSampler's share: node-local numbers are right on one node only
                 "replicas": _int_or_none(getattr(loader.sampler, "num_replicas", None)),
                 "sampler_rank": _int_or_none(getattr(loader.sampler, "rank", None)),
                 "sampler_seed": _int_or_none(getattr(loader.sampler, "seed", None)), "iters": []}
-        return rec.data["loaders"][str(loaders[key])]
+        return rec.data["loaders"][key]
 
     def record_epoch(it, loader):
         """Materialise this iteration's indices (the sampler's whole epoch) and note them.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from course_lib.ddp.messages import ENV_HELP, first, ranks_text, tail, where
 from course_lib.ddp.runs import Run
+from course_lib.ddp.steps import requested
 
 # errors of a rank whose peer (or the store on rank 0) went away: they report another rank's failure
 PEER_GONE = re.compile(r"Connection (closed|reset) by peer|Broken pipe|recvBytes|SIGTERM|Failed to recv, got 0 bytes",
@@ -121,7 +122,7 @@ def stack_position(run: Run, rank: int, script: Path):
 
 def waiting_in_init(run: Run) -> str:
     """A deadlock inside init_process_group: the world size asked for, when that is why."""
-    sizes = [q["requested"].get("world_size") for r in range(run.nprocs) for q in run.rec(r).get("init", [])[-1:]]
+    sizes = [q.get("world_size") for q in requested(run) if q]
     if any(isinstance(w, int) and w != run.nprocs for w in sizes):
         return (f" The ranks asked for world sizes {sizes} but {run.nprocs} processes were started: init waits for "
                 f"ranks that never come. Pass the world size the launcher gives ({ENV_HELP}).")

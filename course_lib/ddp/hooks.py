@@ -41,9 +41,7 @@ def _wrap_init(rec: Recorder):
     import torch.distributed.distributed_c10d as c10d
 
     def before_init(*args, **kwargs):
-        names = ("backend", "init_method", "timeout", "world_size", "rank")
-        requested = {k: v for k, v in zip(names, args)}
-        requested.update(kwargs)
+        requested = {**dict(zip(("backend", "init_method", "timeout", "world_size", "rank"), args)), **kwargs}
         entry = {"requested": {k: (v if isinstance(v, (int, str, type(None))) else repr(v))
                                for k, v in requested.items() if k in ("backend", "init_method", "world_size", "rank")}}
         rec.data["init"].append(entry)

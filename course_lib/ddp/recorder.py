@@ -28,7 +28,6 @@ class Recorder:
 
     def __init__(self, folder: Path, rank: int, script: Path):
         self.folder, self.rank, self.script = folder, rank, script
-        self.script_dir = script.parent
         self.data = {"launch_rank": rank, "script": str(script), "phase": "start", "in_call": None, "exit": None,
                      "env_reads": [], "init": [], "ddp": [], "ddp_forward": 0, "collectives": {}, "spawned": [],
                      "loaders": {}, "loader_errors": [], "set_epoch": [], "optimizer_steps": 0,
@@ -71,7 +70,7 @@ class Recorder:
 
     def is_learner_file(self, filename: str) -> bool:
         p = Path(filename)
-        return p == self.script or p.parent == self.script_dir
+        return p == self.script or p.parent == self.script.parent
 
     def place(self, frames) -> dict:
         """File, line and source line of the deepest frame of the learner's code among ``frames`` (a

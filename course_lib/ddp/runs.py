@@ -1,15 +1,11 @@
-"""Launch the learner's script under the probe and read back what each rank did.
-
-``run_script`` starts the ranks (``course_lib.runtime.launch``, srun-style or the real torchrun), each as
-``python -m course_lib.ddp.probe SCRIPT ARGS``, in a fresh working directory; a ``Run`` holds the
-launcher's result and each rank's record (``rank-<N>.json``), stack dump and trained parameters.
+"""What each rank of a launch under the probe did (``cluster.launch_one`` launches): a ``Run`` holds the launcher's
+result and each rank's record (``rank-<N>.json``), stack dump and trained parameters.
 """
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.runtime.gpus import count as local_gpus
-from course_lib.runtime.launch import launch
 
 SCRIPT_ARGS = ["--dataset", "digits", "--epochs", "2", "--save-model"]
 EPOCHS = int(SCRIPT_ARGS[SCRIPT_ARGS.index("--epochs") + 1])
@@ -22,9 +18,8 @@ class Run:
     nprocs: int
     result: object                  # course_lib.runtime.launch.LaunchResult
     folder: Path                    # the probe's records
-    workdir: Path                   # the script's working directory
     gpu: bool
-    records: list = field(default_factory=list)
+    records: list
 
     def stack(self, rank: int) -> str:
         p = self.folder / f"stack-{rank}.txt"
@@ -56,24 +51,7 @@ def start_env(gpu: bool) -> dict:
     return env
 
 
-def run_script(script: Path, style: str, nprocs: int, root: Path, timeout: float,
-               echo: bool = False, stall: float | None = None, stop=None) -> Run:
-    """Launch ``script`` under the probe as ``nprocs`` ranks; read back every rank's record."""
-    folder = root / f"{style}-{nprocs}"
-    workdir = folder / "work"
-    workdir.mkdir(parents=True)
-    gpu = local_gpus() >= nprocs
-    env = {"COURSE_PROBE_DIR": str(folder), "COURSE_PROBE_HANG": str(max(5.0, timeout - 6)),
-           "COURSE_PROBE_STALL": str(stall if stall else max(10.0, min(30.0, timeout / 4))), **start_env(gpu)}
-    printer = (lambda rank, line: print(f"[{style} {nprocs}] [rank {rank}] {line}", flush=True)) if echo else None
-    result = launch(["-m", "course_lib.ddp.probe", str(script), *SCRIPT_ARGS], nprocs=nprocs,
-                    style=style, timeout=timeout, env=env, cwd=workdir, on_line=printer, stop=stop)
-    run = Run(style, nprocs, result, folder, workdir, gpu)
-    run.records = [_record(folder / f"rank-{rank}.json") for rank in range(nprocs)]
-    return run
-
-
-def _record(path: Path) -> dict | None:
+def read_record(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     except json.JSONDecodeError:
@@ -90,11 +68,11 @@ def group(run: Run):
 
 
 def grouped(root: Path, style: str, nprocs: int = 2) -> bool:
-    """The ranks of the launch ``run_script(..., style, nprocs, root)`` are, by their records so far, in one group of
-    them all (``group_ok``)."""
+    """The ranks of the plain launch ``style-nprocs`` in ``root`` are, by their records so far, in one group of them
+    all (``group_ok``)."""
     folder = root / f"{style}-{nprocs}"
-    records = [_record(folder / f"rank-{rank}.json") for rank in range(nprocs)]
-    return all(records) and group_ok(Run(style, nprocs, None, folder, folder / "work", False, records))
+    records = [read_record(folder / f"rank-{rank}.json") for rank in range(nprocs)]
+    return all(records) and group_ok(Run(style, nprocs, None, folder, False, records))
 
 
 def group_ok(run: Run) -> bool:

@@ -66,7 +66,8 @@ WITHHELD = ("Step {step}: the reference solution is withheld in this install (a 
 
 
 class StepDiff:
-    """One step's change, shown as a coloured diff in a notebook (folded unless ``open``)."""
+    """One step's change, shown as a coloured diff in a notebook (folded unless ``open``): ``show(3)`` displays the
+    hunks marked ``# Step 3``."""
 
     def __init__(self, step: int, open: bool = True, context: int = 2):
         self.step, self.open = step, open
@@ -98,6 +99,4 @@ class StepDiff:
         return f"<details{' open' if self.open else ''}><summary>{summary}</summary>{body}</details>"
 
 
-def show(step: int, open: bool = True) -> StepDiff:
-    """``show(3)``: the hunks marked ``# Step 3``, to display in a notebook cell."""
-    return StepDiff(step, open)
+show = StepDiff

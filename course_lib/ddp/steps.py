@@ -40,12 +40,12 @@ def _group_formed(run: Run, g: list):
 
 def _no_group(run: Run):
     """Some rank never got a group: it never asked, asked for the wrong thing, or init failed."""
-    requested = _requested(run)
-    if not any(requested):
+    asked = requested(run)
+    if not any(asked):
         return _never_asked(run, [run.rec(r) for r in range(run.nprocs)])
-    verdict = asked_wrong(run) or _init_failed(run, requested)
+    verdict = asked_wrong(run) or _init_failed(run, asked)
     if verdict is None and all(run.exited_normally(r) for r in range(run.nprocs)):
-        return False, f"not every rank joined the process group (asked for: {_asked(requested)})"
+        return False, f"not every rank joined the process group (asked for: {_asked(asked)})"
     return verdict
 
 
@@ -62,12 +62,12 @@ def _never_asked(run: Run, recs: list):
     return None
 
 
-def _asked(requested: list) -> str:
+def _asked(asked: list) -> str:
     return ", ".join(f"rank={q.get('rank', 'env')} world_size={q.get('world_size', 'env')}" if q else "no call"
-                     for q in requested)
+                     for q in asked)
 
 
-def _requested(run: Run) -> list:
+def requested(run: Run) -> list:
     """What each rank asked init_process_group for (at its last call); None for a rank that did not ask."""
     recs = [run.rec(r) for r in range(run.nprocs)]
     return [rec["init"][-1]["requested"] if rec.get("init") else None for rec in recs]
@@ -77,9 +77,9 @@ def asked_wrong(run: Run | None):
     """A world size or ranks that the ranks of ``run`` asked init_process_group for and that do not fit the launch;
     None where they fit or none asked. A rank that did not get as far as asking (it crashed before init, or was
     stopped when another did) is left out: what the others asked is still theirs."""
-    requested = _requested(run) if run is not None else []
+    asked = requested(run) if run is not None else []
     n = run.nprocs if run is not None else 0
-    sizes = [q.get("world_size") for q in requested if q]
+    sizes = [q.get("world_size") for q in asked if q]
     if sizes and all(isinstance(w, int) and w != n for w in sizes):
         per_node = (run.rec(0).get("layout") or {}).get("per_node")
         hint = (" (one node's worth: torch.cuda.device_count() counts the GPUs this process sees on its node, "
@@ -87,15 +87,15 @@ def asked_wrong(run: Run | None):
                 if sizes[0] == per_node and per_node > 1
                 else " (hard-coded?)" if sizes[0] not in (1, n) else "")
         return False, (f"{n} processes were started, but they asked init_process_group for world_size={sizes[0]}"
-                       f"{hint}. Pass the world size the launcher gives ({ENV_HELP}).\nAsked for: {_asked(requested)}")
-    ranks = [q.get("rank") for q in requested if q]
+                       f"{hint}. Pass the world size the launcher gives ({ENV_HELP}).\nAsked for: {_asked(asked)}")
+    ranks = [q.get("rank") for q in asked if q]
     if len(ranks) == n and all(isinstance(r, int) for r in ranks) and sorted(ranks) != list(range(n)):
         return False, (f"the processes asked for ranks {ranks}: each must have its own rank 0..{n - 1}. Take it from "
                        f"the launcher ({ENV_HELP}).")
     return None
 
 
-def _init_failed(run: Run, requested: list):
+def _init_failed(run: Run, asked: list):
     """init_process_group raised on some rank: its error, with a hint for the usual causes."""
     errors = [((run.rec(r).get("exit") or {}).get("in") or {}) for r in range(run.nprocs)]
     errors = [(r, e.get("error")) for r, e in enumerate(errors) if e.get("call") == "init_process_group"]
@@ -109,7 +109,7 @@ def _init_failed(run: Run, requested: list):
     elif "environment variable" in err and "expected" in err:
         hint = (" With no rank/world_size arguments, init_process_group reads RANK and WORLD_SIZE, which "
                 f"torchrun sets but srun does not: read them yourself ({ENV_HELP}).")
-    return False, f"init_process_group failed on rank {r}: {first(err)}{hint}\nAsked for: {_asked(requested)}"
+    return False, f"init_process_group failed on rank {r}: {first(err)}{hint}\nAsked for: {_asked(asked)}"
 
 
 # ------------------------------------------------------------------------------------------ Step 2
@@ -300,22 +300,17 @@ def step4(run: Run, devices=None):
         if bad:
             return False, (f"rank {r} called a layer on {bad[0][1]} with inputs on {bad[0][0]}: move the inputs to "
                            "the model's device")
-    if run.gpu:
-        own = _own_gpus(run, seen)
-        return devices if own[0] and devices and not devices[0] else own
-    return devices or _reads_local_rank(run)
-
-
-def _own_gpus(run: Run, seen: list):
-    n = run.nprocs
-    devices = [sorted({p[1] for p in pairs}) for pairs in seen]
-    want = [[f"cuda:{r}"] for r in range(n)]   # one node: local rank = rank
-    if devices != want:
-        return False, (f"the ranks used devices {devices}; each rank must use its own GPU, cuda:<local rank> "
+    if not run.gpu:
+        return devices or _reads_local_rank(run)
+    used = [sorted({p[1] for p in pairs}) for pairs in seen]
+    if used != [[f"cuda:{r}"] for r in range(n)]:   # one node: local rank = rank
+        return False, (f"the ranks used devices {used}; each rank must use its own GPU, cuda:<local rank> "
                        "(set device = cuda:LOCAL_RANK and torch.cuda.set_device(local_rank) before init)")
+    if devices and not devices[0]:
+        return devices
     late = [r for r in range(n) if any(not s["before_init"] for s in run.rec(r).get("set_device", []))]
     note = " (note: set the device before init_process_group)" if late else BARE_CUDA
-    return True, (f"every rank computes on its own GPU ({', '.join(d[0] for d in devices)}), inputs on the model's "
+    return True, (f"every rank computes on its own GPU ({', '.join(d[0] for d in used)}), inputs on the model's "
                   f"device{note}")
 
 

@@ -3,9 +3,7 @@ show, download, init, update, restore, diagnose), then the instructor's (grade, 
 
 A NOUN follows a verb that acts on more than one kind of thing (``course show env``, ``course release nbgrader
 DIR``); a PATH is the file or folder acted on. Lists are comma lists everywhere (``--exercise ddp,tp``,
-``--only 01,02``). Today's spellings (``course workspace init DIR``, ``course data download NAME``, ``course
-notebooks``, ``course jobs``, ``course lab-settings``, ``course env``, ``course release --nbgrader DIR``,
-``course selftest --gpu``) still work and are not listed.
+``--only 01,02``). Today's spellings (``ALIASES``) still work and are not listed.
 
 Each command lives in the module that does the work; this file only wires the command line. Such a module exposes
 ``add_arguments(parser)`` and ``run(args) -> int`` and is imported only when its command runs, so ``course

@@ -81,18 +81,12 @@ class InMemoryDataset(Dataset):
 
 # ----------------------------------------------------------------------------- IDX files
 def _find(folder: Path, stem: str) -> Path | None:
-    for name in (stem, stem + ".gz"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
+    return next((folder / n for n in (stem, stem + ".gz") if (folder / n).is_file()), None)
 
 
 def _read_bytes(path: Path) -> bytes:
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as f:
-                return f.read()
-        return path.read_bytes()
+        return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise DataError(f"{path}: cannot be read ({e}); delete it and stage or download it again") from None
 

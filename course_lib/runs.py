@@ -1,10 +1,7 @@
 """Where the notebooks' multi-process runs go, and what the run's node has.
 
 ``runs.launch(...)`` takes what course_lib.runtime.launch.launch takes and gives the same LaunchResult; its engine is
-course_lib.jobs.choose("runs"): ``local`` inside a Slurm job or a run/check job of the course (no job submits jobs),
-else the ``engine=`` argument, the enclosing check's (a check that runs here keeps its runs here), ``$COURSE_RUNS``,
-the site profile's ``runs``, ``$COURSE_ENGINE``, the site profile's ``engine``, ``local``. ``runs.session(env)`` is
-the warm start
+course_lib.jobs.choose("runs") (its docstring has the order). ``runs.session(env)`` is the warm start
 (course_lib.runtime.warm.session) where runs are local, nothing where they go to Slurm. The checkers call
 course_lib.runtime.launch directly: where a check runs is the site's ``checks``, and its runs go with it.
 

@@ -3,13 +3,7 @@
 A profile is a TOML file. ``COURSE_SITE`` picks one: a name from ``course_lib/jobs/sites/`` (``local``,
 ``generic``, ``example-gpu-cluster``) or a path to your own ``.toml``. Unset: ``generic``.
 Every key must be present (``""``, ``0`` or ``[]`` for "not used"), so a typo is an error that names the
-key instead of silently losing the account or the reservation. The keys in ``OPTIONAL`` may be left out (profiles
-written before they existed stay valid): ``engine`` (where jobs, checks and runs go: ``"local"``, ``"slurm"`` or
-``"auto"``; unset: jobs auto, checks and runs local), ``checks`` and ``runs`` (the same for ``course check`` and
-the notebooks' multi-process runs alone, over ``engine`` and ``$COURSE_ENGINE``: course_lib.jobs.choose has the
-order), how a job script reaches the module system
-(``module_init``), and more of a job's request (``time``, ``mem``, ``constraint``, ``sbatch_extra``, ``srun_args``,
-``check_partition``, ``check_qos``).
+key instead of silently losing the account or the reservation. The keys in ``OPTIONAL`` may be left out.
 """
 import difflib
 import os
@@ -73,9 +67,9 @@ class Site:
     cpus_per_node: int = 1
     gpu_request: str = "gpus-per-node"
     data_dir: str = ""
-    engine: str = ""          # where jobs, checks and runs go (course_lib.jobs.choose): "local", "slurm", "auto"
-    checks: str = ""          # where `course check` and the notebooks' check cells run: "local" or "slurm"
-    runs: str = ""            # where the notebooks' multi-process runs go (course_lib.runs): "local" or "slurm"
+    engine: str = ""          # OPTIONAL says what these mean
+    checks: str = ""
+    runs: str = ""
     module_init: str = ""
     time: str = ""
     mem: str = ""

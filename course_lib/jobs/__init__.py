@@ -7,10 +7,7 @@
     job = jobs.submit(spec).wait()    # live display; Slurm where there is one, else local processes
     job.state, job.exit_code, job.metrics()
 
-Engine: ``engine=`` argument, else ``$COURSE_ENGINE`` (``slurm``, ``local`` or ``auto``), else the site profile's
-``engine``, else auto: Slurm when ``sbatch`` is on PATH and the controller answers, local otherwise.
-``choose(kind)`` is the course's one engine chooser, for jobs, checks and runs; its docstring has the order, with
-the per-kind overrides (``$COURSE_CHECKS`` and site key ``checks``, ``$COURSE_RUNS`` and ``runs``).
+Engine: ``choose(kind)``, the course's one engine chooser for jobs, checks and runs (its docstring has the order).
 Site profile: ``site=`` argument, else ``$COURSE_SITE`` (see course_lib.core.site). Run folders: ``runs_dir=``,
 else ``$COURSE_RUNS_DIR``, else ``jobs/runs/`` of the course.
 """
@@ -19,7 +16,10 @@ import os
 from course_lib.core.site import Site, SiteError, load_site
 from course_lib.core.spec import JobSpec, JobSpecError, render, time_seconds
 from course_lib.jobs import diagnose
+from course_lib.runtime import local, slurm
 from course_lib.runtime.job import TERMINAL, Job, SubmitError, runs_dir
+from course_lib.runtime.reattach import attach  # jobs.attach("local-3").wait(): a job again after a kernel restart
+from course_lib.runtime.reattach import list_jobs as list  # noqa: F401 - jobs.list(); shadows list() here: use [*x]
 from course_lib.runtime.runner import IN_JOB
 from course_lib.runtime.scope import scoped_engine
 from course_lib.runtime.slurm import SlurmJob
@@ -66,8 +66,6 @@ def choose(kind: str, choice: str | None = None, site: Site | None = None) -> tu
     choice = choice.lower()
     if choice == "local" or (choice == "slurm" and kind != "jobs"):   # a check or run asked for Slurm: no probe
         return choice, why
-    from course_lib.runtime import slurm
-
     probe = (os.environ.get("SLURM_CONF"), os.environ.get("PATH"))
     if probe not in _probe_cache:   # sinfo once per configuration, not once per job
         _probe_cache[probe] = slurm.available()
@@ -107,8 +105,6 @@ def script(spec: JobSpec, site: Site | str | None = None, engine_name: str | Non
     """The sbatch script ``submit`` would write for ``spec`` (to read before submitting)."""
     site = site if isinstance(site, Site) else load_site(site)
     name = engine_name or engine(site=site)[0]
-    from course_lib.runtime import local, slurm
-
     return (slurm if name == "slurm" else local).script_for(spec, site, runs_dir(runs))
 
 
@@ -120,8 +116,6 @@ def submit(spec: JobSpec, engine_name: str | None = None, site: Site | str | Non
     """
     site = site if isinstance(site, Site) else load_site(site)
     name, _ = engine(engine_name, site)
-    from course_lib.runtime import local, slurm
-
     return (slurm if name == "slurm" else local).submit(spec, site, runs_dir(runs))
 
 
@@ -134,17 +128,3 @@ def training_spec(name: str, script, args=(), ranks: int = 1, launcher: str = "s
     return JobSpec(name=name, script=str(script), args=[*args], ntasks_per_node=ranks, launcher=launcher,
                    gpus_per_node=ranks if gpus else 0,
                    cpus_per_task=max(1, site.cpus_per_node // ranks) if gpus else 1, **extra)
-
-
-def list(runs: str | os.PathLike | None = None):   # shadows list() in this module: use [*x] here
-    """This workspace's jobs (run folders, state now) and this user's Slurm jobs without a folder here."""
-    from course_lib.runtime.reattach import list_jobs
-
-    return list_jobs(runs)
-
-
-def attach(job_id: str, runs: str | os.PathLike | None = None) -> Job:
-    """The job ``job_id`` again after a kernel restart: ``jobs.attach("local-3").wait()`` shows its progress."""
-    from course_lib.runtime.reattach import attach as _attach
-
-    return _attach(job_id, runs)

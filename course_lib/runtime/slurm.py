@@ -92,9 +92,12 @@ class SlurmJob(Job):
             if state not in TERMINAL:
                 return state, "" if reason == "None" else reason, None
         # ended (or squeue forgot it): scontrol has the exit code while the job is in the controller's memory
-        fields = self._scontrol()
+        r = command(["scontrol", "-o", "show", "job", self.id])
+        fields = dict(item.split("=", 1) for item in r.stdout.split() if "=" in item) if r.returncode == 0 else {}
         if fields:
-            return fields.get("JobState", "UNKNOWN"), _none(fields.get("Reason")), _code(fields.get("ExitCode"))
+            reason = fields.get("Reason", "")
+            return (fields.get("JobState", "UNKNOWN"), "" if reason in ("None", "(null)") else reason,
+                    _code(fields.get("ExitCode")))
         # gone from the controller (MinJobAge passed): accounting
         return self._from_accounting()
 
@@ -107,12 +110,6 @@ class SlurmJob(Job):
                 state, _, code = rows[-1].partition("|")
                 return state.split()[0], "", _code(code)
         return "UNKNOWN", "Slurm has no record of this job (squeue, scontrol, sacct, sacct -c)", None
-
-    def _scontrol(self) -> dict:
-        r = command(["scontrol", "-o", "show", "job", self.id])
-        if r.returncode != 0 or not r.stdout.strip():
-            return {}
-        return dict(item.split("=", 1) for item in r.stdout.split() if "=" in item)
 
     def queue_place(self) -> str:
         """Where this pending job stands, as Slurm tells it: "2nd of 3 pending in debug" (squeue lists a
@@ -148,10 +145,6 @@ def forget_the_job() -> None:
     for key in list(os.environ):
         if key.startswith(("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_")) and key != "SLURM_CONF":
             del os.environ[key]
-
-
-def _none(text: str | None) -> str:
-    return "" if text in (None, "None", "(null)") else text
 
 
 def _code(text: str | None) -> int | None:

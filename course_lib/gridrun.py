@@ -8,6 +8,7 @@ import re
 import sys
 
 from course_lib import registry
+from course_lib.core.rankkit import RankEnvError, rank_env
 
 STEP_LINE = re.compile(r"^step=(\d+) loss=(\S+)$")
 
@@ -16,8 +17,6 @@ def start(world: int | None = None, what: str = "", timeout_s: float | None = No
     """Join the gloo process group as the environment says: (rank, world size). ``world``: the ranks the run
     needs (``what`` says how they are counted, e.g. "tp*dp"); another number stops the run with that message."""
     import torch.distributed as dist
-
-    from course_lib.core.rankkit import RankEnvError, rank_env
     try:
         rank, _, size, _ = rank_env()
     except RankEnvError as e:

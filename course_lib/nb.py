@@ -18,6 +18,7 @@ from course_lib import quiz  # noqa: F401 - the notebooks' questions: nb.quiz.as
 from course_lib.core.loader import import_path  # noqa: F401 - for notebooks and the scripts they write
 from course_lib.core.paths import out_dir, tree_dir  # noqa: F401
 from course_lib.core.report import Report  # noqa: F401
+from course_lib.registry import EXERCISES, file_of, get
 
 TREES = ("exercises", "solutions")
 
@@ -32,7 +33,6 @@ def exercise_path(tree: str, relative: str) -> Path:
 def exercise(name: str, tree: str = "exercises") -> Path:
     """The file (or folder) of exercise ``name`` (course_lib.registry) in the notebook's tree: ``exercise("zero",
     TREE)``. A notebook names its exercise, never its path."""
-    from course_lib.registry import file_of
     return exercise_path(tree, file_of(name))
 
 
@@ -44,7 +44,6 @@ def topic(name: str):
     """The helpers a notebook uses around a topic, one call per topic: ``tp = nb.topic("tp")``, then ``tp.plots``,
     ``tp.grid.reference_rank_groups``. ``name`` is an exercise of the registry (its checker's package) or one of
     ``TOPICS``; the package's modules are imported when first named."""
-    from course_lib.registry import EXERCISES
     if name in EXERCISES:
         package = EXERCISES[name].checker.rsplit(".", 1)[0]
     elif name in TOPICS:
@@ -84,7 +83,6 @@ def mine_or_reference(name: str, path, report):
     """(module, the path it came from) for a lesson's small exercise file: the learner's when ``report`` passed,
     else the reference solution's, saying so (course_lib.lessons.use)."""
     from course_lib.lessons.use import learner_or_reference
-    from course_lib.registry import get
     return learner_or_reference(path, report, get(name).file)
 
 

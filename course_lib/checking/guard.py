@@ -77,12 +77,9 @@ class CollectiveGuard:
 
     mode "forbid": a call is recorded in ``.used`` and raises ``ForbiddenCollective``; "count": a call
     adds 1 to ``.counts[name]`` and runs the real function (a call made from inside another guarded one,
-    torch's own, is not counted). Activate it before the learner's file is imported, so that a
-    ``from torch.distributed import all_reduce`` there binds the replacement too. A collective reached
-    another way (``dist.group.WORLD.allreduce``, ``_get_default_group()``, the functional collectives, the ops
-    ``torch.ops.c10d.*``) is
-    caught where it meets the process group (``other_ways``): in "forbid" mode any collective, in "count" mode
-    those named.
+    torch's own, is not counted). A collective reached another way (``dist.group.WORLD.allreduce``,
+    ``_get_default_group()``, the functional collectives, the ops ``torch.ops.c10d.*``) is caught where it meets
+    the process group (``other_ways``): in "forbid" mode any collective, in "count" mode those named.
     """
 
     def __init__(self, names, mode: str = "forbid"):

@@ -58,9 +58,7 @@ def find_workspace(start: str | os.PathLike | None = None) -> Path:
     return course_root()
 
 
-def workspace() -> Path:
-    """The learner's workspace: where exercise files are read and runs and outputs are written."""
-    return find_workspace()
+workspace = find_workspace   # the learner's workspace: where exercise files are read and runs and outputs written
 
 
 def tree_dir(tree: str) -> Path:

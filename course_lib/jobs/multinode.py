@@ -10,6 +10,8 @@ namespaces; docs/two-node-slurm.md); a real cluster has them anyway.
 import os
 import re
 
+from course_lib import jobs
+from course_lib.runtime import slurm
 from course_lib.runtime.job import Job
 from course_lib.runtime.progress import in_notebook
 
@@ -20,9 +22,6 @@ TWO_NODE_SITE = {"local": "local-2nodes"}
 
 def slurm_nodes(engine_name: str | None = None) -> tuple[int, str]:
     """(how many nodes the Slurm here has, why that many); (0, why not) without Slurm."""
-    from course_lib import jobs
-    from course_lib.runtime import slurm
-
     name, why = jobs.engine(engine_name)
     if name != "slurm":
         return 0, f"no Slurm here ({why}): the local engine runs every node's ranks on this one machine"
@@ -63,8 +62,6 @@ def ranks_by_node(job: Job) -> dict[str, list[int]]:
 def two_node_job(script, args=(), ranks_per_node: int = 1, launcher: str = "srun", engine_name: str | None = None,
                  site: str | None = None, time: str = "00:10:00", wait: float = 600, **extra) -> Job | None:
     """Run ``script`` on two nodes and show where each rank ran; None (after printing why) without two nodes."""
-    from course_lib import jobs
-
     nodes, why = slurm_nodes(engine_name)
     print(why)
     if nodes < 2:

@@ -23,14 +23,13 @@ commits 0. Notebooks set it from their ``ANSWERS`` parameter.
 import ast
 import json
 import re
-import sys
 
 from course_lib.core import atomic
 from course_lib.core.paths import course_root, out_dir
 
-if sys.version_info >= (3, 11):
+try:
     import tomllib
-else:   # pragma: no cover
+except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 AUTO: str | None = None          # None: widgets; "key" or "first": commit without a click (headless runs)

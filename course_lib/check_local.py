@@ -1,16 +1,11 @@
-"""A check run here, by its overall deadline: the sum of its launches' own deadlines plus a margin.
+"""A check run here, in a check slot, by its overall deadline (course_lib.check's docstring says what both are).
 
 The checker runs in the caller's thread (a second thread that stopped the check at its deadline made papermill
-stall in CI; commit 5a647d9). The deadline holds because every launch inside ``course_lib.runtime.scope.scope`` ends
-by it, each at min(its own timeout, what is left), and the check's runs stay on this machine: where a check runs is
-the site's ``checks``. A run cut short by the deadline makes the report's first row a "check run" FAIL that says
-so. ``course check`` here and a check job on Slurm (course_lib.check_slurm) both run a check through here.
-
-A check first takes one of the machine's check slots (``slot``): at most ``$COURSE_CHECK_SLOTS`` checks (default:
-the CPUs this process may use; 0: no limit) run at once here, whoever's they are, since under a room's overload the
-checks' wall-clock rules (a rank's stall, torchrun's rendezvous) failed correct solutions. A slot is an flock on a
-file in one folder every user can write (``$COURSE_CHECK_SLOTS_DIR``, default /tmp/course-check-slots): the kernel
-releases it when the check's process ends, however it ends. The check's deadline starts once it holds a slot.
+stall in CI; commit 5a647d9). ``course check`` here and a check job on Slurm (course_lib.check_slurm) both run a
+check through here. Slots exist because under a room's overload the checks' wall-clock rules (a rank's stall,
+torchrun's rendezvous) failed correct solutions. A slot is an flock on a file in one folder every user can write
+(``$COURSE_CHECK_SLOTS_DIR``, default /tmp/course-check-slots): the kernel releases it when the check's process
+ends, however it ends.
 """
 import contextlib
 import fcntl

@@ -4,8 +4,6 @@ Python function in a child it owns, not a learner's script with its own argv, en
 A forked rank leaves as ``python script.py`` does: ``serve()`` returns in the child, whose ``-c`` code
 (``warm.SERVE``) runs the script at its top level, so Python itself prints what it raises, joins its threads, runs
 atexit, tears down (where an exit abort shows) and dies of SIGINT after a KeyboardInterrupt."""
-from __future__ import annotations
-
 import builtins
 import gc
 import importlib

@@ -5,8 +5,6 @@ has one backend: so with fewer GPUs than ranks (but some) every GPU is hidden (`
 ranks run on CPU with gloo, said in one line; enough GPUs, none, or GPUs the caller chose: nothing changes.
 ``$COURSE_LOCAL_GPUS`` replaces the count of this machine's GPUs (tests simulate a one-GPU machine on CPU).
 """
-from __future__ import annotations
-
 import os
 import sys
 from pathlib import Path

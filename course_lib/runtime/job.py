@@ -2,8 +2,6 @@
 wait() with a live display, log, cancel, exit code, metrics. Not submitit's Job: that is a pickled function's, in
 submitit's own folder; this one is the learner's sbatch script's, read back from the run folder that script writes.
 """
-from __future__ import annotations
-
 import contextlib
 import json
 import os

@@ -5,8 +5,6 @@ it started (``proc.stop_tree``), output comes live with a ``[rank N]`` prefix, l
 Not torch.multiprocessing.spawn: it runs a function in ranks of its own, not a learner's script as srun or
 torchrun start it.
 """
-from __future__ import annotations
-
 import contextlib
 import os
 import queue

@@ -6,8 +6,6 @@ writes ``rank: line`` (as ``srun --label``) into the log and its state into stat
 Not submitit's LocalExecutor: it runs a pickled function, not the learner's job script with srun's or torchrun's
 variables and a run folder the Slurm engine's Job reads back the same way.
 """
-from __future__ import annotations
-
 import contextlib
 import os
 import shlex

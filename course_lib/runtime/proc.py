@@ -1,7 +1,5 @@
 """Process trees, through psutil (which checks a process's start time before it signals it, so a reused pid is
 never hit): what a process started, stopping all of it, waiting until it is gone. Zombies count as gone."""
-from __future__ import annotations
-
 import contextlib
 import json
 import os

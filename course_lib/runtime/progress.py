@@ -5,8 +5,6 @@ submitit's Job.wait()/result(): they block until the end; what is said while que
 loop's. Not tqdm.auto alone: its notebook bar has no room for the job's state, reason and last log lines.
 It imports nothing of the course's, so that Job.wait can use it.
 """
-from __future__ import annotations
-
 import html
 import sys
 import time

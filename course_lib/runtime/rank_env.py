@@ -1,7 +1,5 @@
 """The environment of a rank started on this machine: what srun (plus the course's job script) gives a task, and
 what every local launch sets (unbuffered output, gloo over loopback, one OpenMP thread)."""
-from __future__ import annotations
-
 import os
 import sys
 

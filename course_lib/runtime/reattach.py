@@ -1,7 +1,5 @@
 """A learner's jobs after a kernel restart (``jobs.list()``, ``jobs.attach(job_id)``): a job goes on (in Slurm, or a
 local job in its own session) and its run folder (``job.json``) has all it takes to follow it again."""
-from __future__ import annotations
-
 import getpass
 import time
 from pathlib import Path

@@ -2,8 +2,6 @@
 local launch on this node, writes each line to the job folder's rank lines file as it comes (the submitter reads
 it as it grows) and the LaunchResult as JSON at the end. SIGTERM (scancel, the time limit) unwinds through the
 launch, which stops every rank it started."""
-from __future__ import annotations
-
 import json
 import os
 import signal

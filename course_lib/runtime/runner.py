@@ -3,8 +3,6 @@ as a job (course_lib.check_slurm) and a notebook's run as a job (course_lib.runs
 Not submitit's executors: these jobs take the site profile (partition, account, modules, [env]), the course's
 sbatch template and run folder as the learner's own jobs do, and a request as JSON rather than a pickle.
 """
-from __future__ import annotations
-
 import json
 import os
 

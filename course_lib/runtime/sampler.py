@@ -2,8 +2,6 @@
 below the runner, sampled with psutil into the same frames (course_lib.jobs.monitor.parse_top reads them); %CPU is
 top's, CPU time over the time since the last frame, per core.
 """
-from __future__ import annotations
-
 import getpass
 import os
 import threading

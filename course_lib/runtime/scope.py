@@ -1,8 +1,6 @@
 """What an enclosing run (a check) imposes on every launch inside it (course_lib.runtime.launch): a deadline, so
 that a check with several launches ends by its overall deadline without a second thread, and an engine (a check
 that runs here keeps its runs here)."""
-from __future__ import annotations
-
 import contextlib
 import time
 from dataclasses import dataclass

@@ -3,8 +3,6 @@ exists before the job writes into it), ``squeue -t all``, ``scontrol``, ``sacct`
 off), ``scancel``. Not submitit's SlurmExecutor: the learner submits the sbatch script they read and wrote
 (teaching content), not a pickled function.
 """
-from __future__ import annotations
-
 import os
 import re
 import shlex

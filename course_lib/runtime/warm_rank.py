@@ -4,8 +4,6 @@ on every signal torchrun sends it to the rank's group, and exits as the rank did
 restarts, failure summary and shutdown see the rank as their own worker. It imports neither torch nor the rest of
 course_lib (it starts in tens of milliseconds); with no server it becomes the cold rank (exec ``python -u ARGS``).
 """
-from __future__ import annotations
-
 import contextlib
 import json
 import os

@@ -89,21 +89,15 @@ def run(args) -> int:
     except ValueError as e:         # a bad --engine/COURSE_CHECKS/COURSE_ENGINE, or a site profile that cannot be read
         print(f"course check: {e}", file=sys.stderr)
         return 2
+    if engine == "slurm" and args.queue_timeout is not None:
+        kwargs["queue_timeout"] = args.queue_timeout
     # --json: stdout holds the JSON alone (the deadline line and anything the checker prints go to stderr)
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        report = _on_slurm(args, kwargs) if engine == "slurm" else check(args.exercise, args.path, "local", **kwargs)
-    if report is None:
-        return 2
+        try:
+            report = (check_on_slurm(args.exercise, args.path, **kwargs) if engine == "slurm" else
+                      check(args.exercise, args.path, "local", **kwargs))
+        except CheckJobError as e:   # the check's job gave no report
+            print(f"course check: {e}", file=sys.stderr)
+            return 2
     print(json.dumps(report.rows(), indent=1) if args.json else report.text())
     return 0 if report.passed else 1
-
-
-def _on_slurm(args, kwargs: dict):
-    """The report of the check run as a Slurm job, or None when the job gave none (said on stderr)."""
-    if args.queue_timeout is not None:
-        kwargs["queue_timeout"] = args.queue_timeout
-    try:
-        return check_on_slurm(args.exercise, args.path, **kwargs)
-    except CheckJobError as e:
-        print(f"course check: {e}", file=sys.stderr)
-        return None

@@ -34,18 +34,13 @@ def check_here(exercise: str, path, seconds: float, say=None, **kwargs):
     where a wait for one is said; None: silent)."""
     with slot(say), scope(seconds, engine="local") as bound:
         report = get(exercise).check(path, **kwargs)
-    if bound.cut:
-        _cut_short(report, seconds)
+    if bound.cut:   # a "check run" FAIL first: the check's overall deadline, not the learner's code, stopped a run
+        report.add("check run", False, f"no verdict within the check's deadline of {seconds:.0f} s: the runs still "
+                   f"going then were stopped (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), so a "
+                   "run said to time out or hang below may not be your code's doing. Check again when the machine is "
+                   "less busy; tell your instructor if it happens again")
+        report.verdicts.insert(0, report.verdicts.pop())
     return report
-
-
-def _cut_short(report, seconds: float) -> None:
-    """A "check run" FAIL first: the check's overall deadline, not the learner's code, stopped a run."""
-    report.add("check run", False, f"no verdict within the check's deadline of {seconds:.0f} s: the runs still "
-               f"going then were stopped (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores), so a "
-               "run said to time out or hang below may not be your code's doing. Check again when the machine is "
-               "less busy; tell your instructor if it happens again")
-    report.verdicts.insert(0, report.verdicts.pop())
 
 
 def overall_deadline(exercise: str, options: dict) -> float:

@@ -65,15 +65,6 @@ def submit(exercise: str, path, options: dict, site=None):
                         jobs.runs_dir())
 
 
-def report_of(job) -> Report:
-    """The Report the job wrote; CheckJobError with the job's state and last log lines when there is none."""
-    try:
-        return Report.from_dict(json.loads((job.run_dir / REPORT_NAME).read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
-        raise CheckJobError(f"job {job.id} ended {job.state} (exit code {job.exit_code}) without a report; "
-                            f"the last lines of {job.log_path}:\n" + (job.log(tail=15) or "(empty)")) from None
-
-
 def check_on_slurm(exercise: str, path, site=None, queue_timeout: float = QUEUE_TIMEOUT, say=say_on_stderr,
                    **options) -> Report:
     """Run ``course check EXERCISE PATH`` as a Slurm job; its Report. CheckJobError when it gives none.
@@ -112,7 +103,11 @@ def _job_report(exercise: str, path, options: dict, site, queue_timeout: float, 
         here = 'the check here: --engine local (in Python: engine="local")'
         raise CheckJobError(runner.not_taken("check", e, here)) from None
     runner.wait(job, queue_timeout, say, error=CheckJobError)   # cancelled at the queue deadline or past its limit
-    return report_of(job)
+    try:
+        return Report.from_dict(json.loads((job.run_dir / REPORT_NAME).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        raise CheckJobError(f"job {job.id} ended {job.state} (exit code {job.exit_code}) without a report; "
+                            f"the last lines of {job.log_path}:\n" + (job.log(tail=15) or "(empty)")) from None
 
 
 def main(argv: list[str]) -> int:

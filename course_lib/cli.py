@@ -96,10 +96,6 @@ def comma_items(convert=str, choices=None):
     return Items
 
 
-def _nouns(verb: str) -> list[str]:
-    return [s.split()[1] for s in TABLE if s.split()[0] == verb and " " in s]
-
-
 def _listing() -> str:
     """The commands, learner's first, one line each: ``course VERB [NOUN] ARGUMENTS``, then what it does."""
     lines = ["Multi-GPU deep learning course tools: course VERB [NOUN] [PATH] [--OPTIONS]; "
@@ -214,7 +210,8 @@ def command_parser(words: str, command: Command) -> argparse.ArgumentParser:
 
 def _bare_verb(argv: list[str]) -> int:
     """``course VERB`` of a verb that wants a noun: its nouns (with --help), else an error naming them."""
-    verb, nouns = argv[0], _nouns(argv[0])
+    verb = argv[0]
+    nouns = [s.split()[1] for s in TABLE if s.split()[0] == verb and " " in s]
     if any(a in ("-h", "--help") for a in argv[1:]):
         print(f"usage: course {verb} NOUN [PATH] [--OPTIONS]\n\nnouns:")
         for noun in nouns:

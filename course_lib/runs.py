@@ -102,12 +102,6 @@ def where(choice: str | None = None) -> str:
     return "this machine"
 
 
-def _job_name(script_args) -> str:
-    args = [str(a) for a in script_args]
-    what = args[1] if args[:1] == ["-m"] and len(args) > 1 else Path(args[0]).stem if args else "run"
-    return "run-" + (re.sub(r"[^A-Za-z0-9._-]", "-", what.rsplit(".", 1)[-1])[:50] or "run")
-
-
 class _Tail:
     """The job's rank lines file, read as it grows: each whole line to the result and ``on_line``."""
 
@@ -133,8 +127,10 @@ class _Tail:
 def job_spec(request: dict, site):
     """The run's job: a CPU per rank, a GPU per rank where the site has GPUs (at most a node's), the run's deadline
     plus START."""
-    nprocs = request["nprocs"]
-    return runner.spec(_job_name(request["script_args"]), "course_lib.runtime.run_job", request, site,
+    nprocs, args = request["nprocs"], request["script_args"]
+    what = args[1] if args[:1] == ["-m"] and len(args) > 1 else Path(args[0]).stem if args else "run"
+    name = "run-" + (re.sub(r"[^A-Za-z0-9._-]", "-", what.rsplit(".", 1)[-1])[:50] or "run")
+    return runner.spec(name, "course_lib.runtime.run_job", request, site,
                        math.ceil((request["timeout"] + START) / 60), cpus=nprocs,
                        gpus=min(nprocs, site.gpus_per_node))
 

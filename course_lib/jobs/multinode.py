@@ -35,12 +35,6 @@ def slurm_nodes(engine_name: str | None = None) -> tuple[int, str]:
     return len(names), f"this Slurm has {len(names)} nodes: {', '.join(names)}"
 
 
-def site_for_nodes(site: str | None = None) -> str | None:
-    """The profile for a multi-node job: ``site``, else $COURSE_SITE, with 'local' swapped for its two-node twin."""
-    name = site or os.environ.get("COURSE_SITE")
-    return TWO_NODE_SITE.get(name, name)
-
-
 def ranks_by_node(job: Job) -> dict[str, list[int]]:
     """{host: [global ranks]} from the job's ``srun --label hostname`` lines (task N: host)."""
     spec = job.spec
@@ -66,7 +60,8 @@ def two_node_job(script, args=(), ranks_per_node: int = 1, launcher: str = "srun
     print(why)
     if nodes < 2:
         return None
-    profile = jobs.load_site(site_for_nodes(site))
+    name = site or os.environ.get("COURSE_SITE")
+    profile = jobs.load_site(TWO_NODE_SITE.get(name, name))
     # sized like the notebooks' one-node jobs: one rank per GPU where the site has GPUs, else one core per rank
     spec = jobs.training_spec(f"two-nodes-{launcher}", script, args, ranks=ranks_per_node, launcher=launcher,
                               site=profile, nodes=2, time=time, **extra)

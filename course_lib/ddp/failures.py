@@ -89,15 +89,11 @@ def _deadlock(run: Run, script: Path, exits: list, stuck: list, crashed: list, d
     if done:
         parts.append(f"{ranks_text(done)} had finished")
     calls = {(run.rec(r).get("stalled") or {}).get("call") for r in stuck}
-    hint = NEW_GROUP + _new_groups(run) if "new_group" in calls else ""
+    made = [run.rec(r).get("collectives", {}).get("new_group", 0) for r in range(run.nprocs)]   # by rank
+    hint = "" if "new_group" not in calls else NEW_GROUP + (
+        f" Calls of new_group by rank: {made}." if len(set(made)) > 1 else "")
     return Failure(1 if "init_process_group" in calls else None, "deadlock: " + "; ".join(parts) + f". {SAME_ORDER}; "
                    f"one called on some ranks only waits forever.{hint}\n" + tail(run, stuck[0] if stuck else 0))
-
-
-def _new_groups(run: Run) -> str:
-    """How many times each rank called new_group, when that differs between ranks."""
-    made = [run.rec(r).get("collectives", {}).get("new_group", 0) for r in range(run.nprocs)]
-    return f" Calls of new_group by rank: {made}." if len(set(made)) > 1 else ""
 
 
 def stack_position(run: Run, rank: int, script: Path):

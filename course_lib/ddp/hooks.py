@@ -17,7 +17,7 @@ LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PR
 
 
 def install(rec: Recorder):
-    for hook in (_note_env_reads, _wrap_init, _wrap_destroy, _count_collectives, _note_local_rank, _note_spawn,
+    for hook in (_note_env_reads, _wrap_init_and_destroy, _count_collectives, _note_local_rank, _note_spawn,
                  _note_set_device, _wrap_ddp, averaging.install, _note_optimizer_steps, _note_forward_devices,
                  _note_save):
         hook(rec)
@@ -36,7 +36,7 @@ def _note_env_reads(rec: Recorder):
     cls.__getitem__ = getitem
 
 
-def _wrap_init(rec: Recorder):
+def _wrap_init_and_destroy(rec: Recorder):
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
@@ -54,11 +54,6 @@ def _wrap_init(rec: Recorder):
 
     init = called("init_process_group", c10d.init_process_group, rec, before_init, after_init)
     dist.init_process_group = c10d.init_process_group = init
-
-
-def _wrap_destroy(rec: Recorder):
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
 
     def before_destroy(*args, **kwargs):
         alive = len(rec.ddp_models)   # no gc.collect() here: what the learner's code left alive

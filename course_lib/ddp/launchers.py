@@ -20,7 +20,6 @@ OWN_VARS = {"srun": {"SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "SLURM_NPR
 SUPPORT = {"srun": "read SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS when RANK is not set",
            "torchrun": "read RANK, LOCAL_RANK and WORLD_SIZE when they are set (first: torchrun inside a Slurm job "
                        "sees both)"}
-STRICT_FLAG = "course check ddp --strict-launchers"
 
 
 def _why_not(run: Run, script: Path, primary: Run | None, failure) -> str:
@@ -102,7 +101,7 @@ def _other_launchers(runs: dict, good: list, bad: list) -> str:
     read = f"reads {', '.join(reads)}" if reads else "runs"
     return (f"{text[0].upper()}{text[1:]}. The script {read} under {' and '.join(good)}: a script for one launcher "
             f"is fine here. {how[0].upper()}{how[1:]} ({ENV_HELP}). "
-            f"An instructor may require both launchers ({STRICT_FLAG}).")
+            "An instructor may require both launchers (course check ddp --strict-launchers).")
 
 
 def _works_under(runs: dict, good: list, bad: list, strict: bool = False, tried=()) -> str:

@@ -23,14 +23,14 @@ from course_lib.runtime.proc import stop_tree
 MAX_MSG = 1 << 20
 
 
-def serve(path: str | None = None, preload=None):
+def serve():
     """Serve until stdin's EOF, then end the server (``os._exit``: no teardown of torch, most of a second).
-    Returns only in a forked rank: what ``run()`` needs. ``preload``: more modules to import before the first
-    fork (``python -c ... PATH MODULE...``)."""
+    Returns only in a forked rank: what ``run()`` needs. ``python -c SERVE PATH MODULE...``: the socket's path, and
+    more modules to import before the first fork."""
     # deferred: the point of the server, torch imported once here, before any fork (not by whoever imports this)
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
-    for name in [*(sys.argv[2:] if preload is None else preload), "setproctitle"]:
+    for name in [*sys.argv[2:], "setproctitle"]:
         try:
             importlib.import_module(name)
         except ImportError:
@@ -42,7 +42,7 @@ def serve(path: str | None = None, preload=None):
     # fork without exec), a rank's collections no longer walk, and so copy, the pages of torch's objects.
     gc.collect()
     gc.freeze()
-    path = path or sys.argv[1]
+    path = sys.argv[1]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     listener.listen(64)

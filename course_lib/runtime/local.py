@@ -154,12 +154,6 @@ def _rank_env(info: dict, spec: JobSpec) -> dict:
     return env
 
 
-def _append(path: Path, text: str) -> None:
-    """One write in append mode (each rank's pid, or torchrun's agent's, for a look at the job from outside)."""
-    with open(path, "a") as f:
-        f.write(text)
-
-
 def _end_state(res, spec: JobSpec) -> dict:
     """The job's end state, in Slurm's words, from launch()'s result."""
     if res.ok:
@@ -180,7 +174,8 @@ def run_job(run_dir: Path) -> int:
     spec = JobSpec(**info["spec"])
     state_path = run_dir / STATE_NAME
     style = "torchrun" if spec.launcher == "torchrun" else "srun"
-    with open(run_dir / LOG_NAME, "a", buffering=1) as log:
+    # pids: each rank's, or torchrun's agent's, a line each as it starts, for a look at the job from outside
+    with open(run_dir / LOG_NAME, "a", buffering=1) as log, open(run_dir / PIDS_NAME, "a", buffering=1) as pids:
         def on_line(rank: int, line: str) -> None:
             log.write(f"{rank}: {line}\n" if rank >= 0 else f"{line}\n")
 
@@ -207,7 +202,7 @@ def run_job(run_dir: Path) -> int:
                               "(COURSE_WARM=0: each rank a fresh python)\n")
                 res = launch([spec.script, *spec.args], nprocs=spec.ranks, style=style,
                              timeout=spec.time_limit_s, env=env, cwd=run_dir, on_line=on_line,
-                             on_start=lambda pid: _append(run_dir / PIDS_NAME, f"{pid}\n"))
+                             on_start=lambda pid: pids.write(f"{pid}\n"))
             final = _end_state(res, spec)
         except SystemExit:   # SIGTERM or SIGINT (cancel): launch() has stopped every rank on the way out
             final = {"state": "CANCELLED", "reason": "cancelled", "exit_code": -signal.SIGTERM}

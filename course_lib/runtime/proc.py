@@ -162,8 +162,5 @@ def wait_gone(pids: Iterable, timeout: float) -> list[int]:
 
 def live(attrs: Iterable[str] = ("cmdline",)) -> list[psutil.Process]:
     """Every live, non-zombie process, each with ``.info`` holding ``attrs`` (None where not readable)."""
-    found = []
-    for p in psutil.process_iter([*attrs, "status"], ad_value=None):
-        if p.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(p)
-    return found
+    return [p for p in psutil.process_iter([*attrs, "status"], ad_value=None)
+            if p.info["status"] != psutil.STATUS_ZOMBIE]

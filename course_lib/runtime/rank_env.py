@@ -4,9 +4,9 @@ import os
 import sys
 
 
-def srun_env(rank: int, nprocs: int, port: int, base: dict | None = None) -> dict:
-    """The environment srun (plus the course's job script) gives task ``rank`` of a one-node job."""
-    env = dict(os.environ if base is None else base)
+def srun_env(rank: int, nprocs: int, port: int, base: dict) -> dict:
+    """The environment srun (plus the course's job script) gives task ``rank`` of a one-node job, over ``base``."""
+    env = dict(base)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
         env.pop(name, None)  # a torchrun-style variable left over would contradict the SLURM_* ones
     env.update({

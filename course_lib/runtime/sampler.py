@@ -31,9 +31,9 @@ def _row(p: psutil.Process, cpu: float, total: float, user: str) -> str:
 class Sampler:
     """``with Sampler(path):`` a thread writes a frame every ``every`` seconds until the block ends."""
 
-    def __init__(self, path: Path, every: float = TOP_EVERY, root: int | None = None):
+    def __init__(self, path: Path, every: float = TOP_EVERY):
         self.path, self.every = Path(path), every
-        self.root = psutil.Process(root)      # None: this process (the runner): its descendants are the job
+        self.root = psutil.Process()      # this process (the runner): its descendants are the job
         self.user = _user()
         self._last: dict[int, tuple[float, float]] = {}   # pid -> (wall time, cpu seconds) at the last frame
         self._stop = threading.Event()

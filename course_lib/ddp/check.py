@@ -146,13 +146,11 @@ def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks,
     primary = next((runs[s] for s in runs if works(runs[s])), None)
     # the simulated launches ran with the first style, which usually works; else again with the one that did
     style = primary.style if primary is not None else styles[0]
-    sims = {"srun-torchrun": done.get((cluster.SRUN_TORCHRUN, "torchrun", 2)),
-            "torchrun-nodes": done.get((cluster.TORCHRUN_NODES, "torchrun", GPU_RANKS))}
-    wanted = ([(cluster.nodes(more_ranks), more_ranks)] if more_ranks and more_ranks != 2 else []) + (
-        [(cluster.GPUS, GPU_RANKS)] if simulate else [])
-    for sim, n in wanted:
-        sims[sim.name] = done.get((sim, style, n)) or (
-            launch_one(sim, style, n, script, root, timeout, echo, stall) if primary is not None else None)
+    sims = {sim.name: run for (sim, _, _), run in done.items() if sim.name}
+    for sim, _, n in first + later:
+        if sim.name in ("nodes", "gpus") and (sim, style, n) not in done:
+            sims[sim.name] = (launch_one(sim, style, n, script, root, timeout, echo, stall) if primary is not None
+                              else None)
     if primary is None:
         primary = next((runs[s] for s in runs if runs[s].result.ok and runs[s].finished()), None) or runs[styles[0]]
     more = sims.get("nodes") if primary is not None and works(primary) else None

@@ -53,7 +53,7 @@ def signal_all(procs: Iterable[psutil.Process], sig: int) -> int:
     return sent
 
 
-def freeze(roots: Iterable, group: int | None = None, tries: int = 50) -> list[psutil.Process]:
+def freeze(roots: Iterable, group: int | None = None) -> list[psutil.Process]:
     """SIGSTOP ``roots`` (pids or psutil processes; one whose pid went to another process is left out), the process
     group ``group`` and every descendant, again until no new descendant shows: then none can fork, leave its group
     (setsid) or orphan a child, so the list returned (the live roots, then their descendants) is all of them. A
@@ -66,7 +66,7 @@ def freeze(roots: Iterable, group: int | None = None, tries: int = 50) -> list[p
             if p.is_running():
                 family[p.pid] = p
     new = list(family.values())
-    for _ in range(tries):
+    for _ in range(50):   # rounds at most: a fork bomb does not keep it looking for ever
         _send(new, group, signal.SIGSTOP)
         _stopped(new)
         new = [c for pid, c in below(family).items() if pid not in family]
@@ -102,10 +102,10 @@ def _send(family: list, group: int | None, sig: int) -> None:
             os.killpg(group, sig)
 
 
-def _stopped(procs: list, timeout: float = 2.0) -> None:
+def _stopped(procs: list) -> None:
     """Wait until each of ``procs`` has stopped (or ended): a signal is delivered after kill() returns, and a
     process still running for that moment could fork a child that a look at the tree made now would miss."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + 2.0
     for p in procs:
         while time.monotonic() < deadline:
             try:

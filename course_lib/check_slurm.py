@@ -80,21 +80,13 @@ def check_on_slurm(exercise: str, path, site=None, queue_timeout: float = QUEUE_
     key = file.is_file() and (exercise, str(file), hashlib.sha256(file.read_bytes()).hexdigest(),
                               json.dumps({k: v for k, v in options.items() if k != "echo"}, sort_keys=True,
                                          default=str))
-    reused = cache and key in _REPORTS
-    if reused:
+    if cache and key in _REPORTS:
         full, ran_at = _REPORTS[key]
-    else:
-        full = _job_report(exercise, path, options, site, queue_timeout, say)
-        if key:
-            _REPORTS[key] = full, time.time()
-    verdicts = full.verdicts
-    if steps is not None:
-        wanted = {checker.STEP_NAMES[int(s)] for s in ([steps] if isinstance(steps, int) else steps)}
-        verdicts = [v for v in verdicts if v.item in wanted]
-    if reused:
-        return checker.Reused(exercise, str(path), verdicts, full.seconds, ran_at=ran_at)
-    return Report(exercise, str(path), verdicts, full.seconds)
-
+        return checker.shown(full, path, steps, ran_at)
+    full = _job_report(exercise, path, options, site, queue_timeout, say)
+    if key:
+        _REPORTS[key] = full, time.time()
+    return checker.shown(full, path, steps)
 
 def _job_report(exercise: str, path, options: dict, site, queue_timeout: float, say) -> Report:
     try:

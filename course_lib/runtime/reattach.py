@@ -22,15 +22,6 @@ def _find_runner(run_dir: Path) -> psutil.Process | None:
     return None
 
 
-def _folder_of(job_id: str, runs: Path) -> Path:
-    matches = [p for p in runs.glob(f"*-{job_id}") if (p / INFO_NAME).is_file()]
-    if not matches:
-        known = ", ".join(sorted(str(read_json(p).get("id")) for p in runs.glob(f"*/{INFO_NAME}")))
-        raise LookupError(f"no run folder for job {job_id} in {runs}; jobs there: {known or 'none'} "
-                          "(see jobs.list())")
-    return max(matches, key=lambda p: p.stat().st_mtime)
-
-
 def from_folder(run_dir: Path) -> Job:
     """The Job recorded in ``run_dir`` (its engine, id and spec), ready to refresh, wait on or cancel."""
     info = read_json(run_dir / INFO_NAME)
@@ -44,7 +35,13 @@ def from_folder(run_dir: Path) -> Job:
 
 def attach(job_id: str, runs=None) -> Job:
     """The job ``job_id`` of this workspace again (after a kernel restart): ``attach(id).wait()``."""
-    job = from_folder(_folder_of(str(job_id), runs_dir(runs)))
+    runs = runs_dir(runs)
+    matches = [p for p in runs.glob(f"*-{job_id}") if (p / INFO_NAME).is_file()]
+    if not matches:
+        known = ", ".join(sorted(str(read_json(p).get("id")) for p in runs.glob(f"*/{INFO_NAME}")))
+        raise LookupError(f"no run folder for job {job_id} in {runs}; jobs there: {known or 'none'} "
+                          "(see jobs.list())")
+    job = from_folder(max(matches, key=lambda p: p.stat().st_mtime))
     job.refresh()
     return job
 

@@ -6,12 +6,10 @@ token in their environment or its folder as their working directory (one that cl
 checkers' ranks run in sessions of their own (course_lib.runtime.launch), so a process-group kill alone would miss
 them. Not a security boundary: the learner's code runs as the grader's user.
 """
-import contextlib
 import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -171,8 +169,7 @@ class _Check:
     def kill(self) -> None:
         """Stop the check at once (Ctrl-C in the grader)."""
         self.stopped.set()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        proc.stop_tree([self.proc.pid], group=self.proc.pid)
 
     def wait(self) -> tuple[bool, int]:
         """Wait for the worker until the deadline: (timed out, processes left running when it ended)."""
@@ -189,7 +186,7 @@ class _Check:
     def end(self) -> list[dict] | None:
         """Kill what is left, free the cgroups and folders; the worker's verdicts."""
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            proc.stop_tree([self.proc.pid], group=self.proc.pid)
             self.proc.wait()
         sweep(self.token, set(), self.cgroups, str(self.base))
         if self.out is not None:

@@ -130,8 +130,9 @@ class BenchResult:
 
 
 def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS, quick=False, timeout: float = 600,
-                  echo=print, sanity_timeout: float = 20) -> BenchResult:
-    """Time ``algos`` for each W and size where the site runs ranks (course_lib.runs); fit the model. An algorithm
+                  echo=print, sanity_timeout: float = 20, engine: str | None = None) -> BenchResult:
+    """Time ``algos`` for each W and size where the site runs ranks (course_lib.runs), or on ``engine`` (notebook 04
+    compares the fit with step times of Slurm jobs, so it measures in a Slurm job too); fit the model. An algorithm
     that hangs ``sanity_timeout`` s on a small tensor first is left out."""
     from course_lib import runs
     from course_lib.allreduce import costmodel as model
@@ -148,11 +149,11 @@ def run_allreduce(path=SOLUTION, ranks=(2, 4), sizes=DEFAULT_SIZES, algos=ALGOS,
                 elif echo is not None and rank >= 0:
                     echo(f"[rank {rank}] {line}")
 
-            with runs.session(WORKER_ENV):   # here: ranks forked from a server that imported torch once
+            with runs.session(WORKER_ENV, engine=engine):   # here: ranks forked from a server that imported torch once
                 res = runs.launch(["-m", WORKER, os.path.abspath(path), "--sizes", ",".join(map(str, sizes)),
                                    "--algos", ",".join(todo), "--sanity-timeout", str(sanity_timeout)]
                                   + (["--quick"] if quick else []),
-                                  nprocs=world, timeout=timeout, on_line=on_line, env=WORKER_ENV)
+                                  nprocs=world, timeout=timeout, on_line=on_line, env=WORKER_ENV, engine=engine)
             for ev in events:
                 if ev["ev"] == "skip":
                     result.skipped[ev["algo"]] = ev["why"]

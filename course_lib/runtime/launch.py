@@ -103,13 +103,7 @@ def launch(script_args: Sequence[str], nprocs: int = 2, style: str = "srun", tim
                 procs.append(_start(script_args, srun_env(rank, nprocs, port, base), cwd, server))
         else:
             log_dir = tempfile.TemporaryDirectory(prefix="torchrun-logs-")
-            args = ["--standalone", f"--nproc_per_node={nprocs}", "--tee=3", f"--log-dir={log_dir.name}",
-                    *torchrun_args]
-            # warm: the server forks torchrun's agent, whose worker for each rank (warm_rank) has it fork the rank
-            run = ["-m", "torch.distributed.run", *args]
-            procs.append(_start([*run, *script_args], base, cwd, server,
-                                ([*run, "-m", "course_lib.runtime.warm_rank", *script_args],
-                                 {**base, SOCKET_VAR: server and server.path})))
+            procs.append(_start_torchrun(script_args, nprocs, log_dir.name, torchrun_args, base, cwd, server))
         for p in procs if on_start else ():
             on_start(p.pid)
         closed: dict = {}
@@ -135,6 +129,15 @@ def _cut(result: LaunchResult, cutting: list) -> LaunchResult:
         for s in cutting:
             s.cut = True
     return result
+
+
+def _start_torchrun(script_args, nprocs: int, log_dir: str, torchrun_args, base: dict, cwd, server) -> proc.Started:
+    """torchrun's agent for ``nprocs`` ranks; warm, the server forks the agent, whose worker for each rank
+    (warm_rank) has the server fork the rank."""
+    run = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}", "--tee=3",
+           f"--log-dir={log_dir}", *torchrun_args]
+    worker = [*run, "-m", "course_lib.runtime.warm_rank", *script_args]
+    return _start([*run, *script_args], base, cwd, server, (worker, {**base, SOCKET_VAR: server and server.path}))
 
 
 def _start(argv: list, env: dict, cwd, server, warm: tuple | None = None) -> proc.Started:

@@ -8,7 +8,7 @@ key instead of silently losing the account or the reservation. The keys in ``OPT
 import difflib
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import make_dataclass
 from pathlib import Path
 
 try:
@@ -52,35 +52,13 @@ class SiteError(ValueError):
     """A site profile that cannot be used; the message names the file and the key."""
 
 
-@dataclass(frozen=True)
-class Site:
-    name: str
-    path: Path
-    description: str = ""
-    partition: str = ""
-    account: str = ""
-    reservation: str = ""
-    qos: str = ""
-    modules: tuple = ()
-    python: str = ""
-    gpus_per_node: int = 0
-    cpus_per_node: int = 1
-    gpu_request: str = "gpus-per-node"
-    data_dir: str = ""
-    engine: str = ""          # OPTIONAL says what these mean
-    checks: str = ""
-    runs: str = ""
-    module_init: str = ""
-    time: str = ""
-    mem: str = ""
-    constraint: str = ""
-    sbatch_extra: tuple = ()
-    srun_args: tuple = ()
-    check_partition: str = ""
-    check_qos: str = ""
-    env: dict = field(default_factory=dict)
-    nccl: dict = field(default_factory=dict)
+# the profile's keys as attributes, each listed once above (KEYS, OPTIONAL, TABLES): every one is set by load_site
+_Profile = make_dataclass("_Profile", [("name", str), ("path", Path), *KEYS.items(),
+                                       *((k, type(v)) for k, v in OPTIONAL.items()), *((t, dict) for t in TABLES)],
+                          frozen=True)
 
+
+class Site(_Profile):
     def sbatch_options(self) -> list[tuple[str, str]]:
         """The ``#SBATCH --key=value`` pairs this site adds (only the ones it sets)."""
         return [(k, getattr(self, k)) for k in ("partition", "account", "reservation", "qos") if getattr(self, k)]

@@ -1,6 +1,7 @@
-"""A submitted job, the same on both engines (slurm.py and local.py fill in ``_query()`` and ``_cancel()``): state,
-wait() with a live display, log, cancel, exit code, metrics. Not submitit's Job: that is a pickled function's, in
-submitit's own folder; this one is the learner's sbatch script's, read back from the run folder that script writes.
+"""A submitted job, the same on both engines (slurm.py and local.py fill in ``_query()``: (state, reason, exit code)
+now, and ``_cancel()``): state, wait() with a live display, log, cancel, exit code, metrics. Not submitit's Job: that
+is a pickled function's, in submitit's own folder; this one is the learner's sbatch script's, read back from the run
+folder that script writes.
 """
 import contextlib
 import json
@@ -59,14 +60,6 @@ class Job:
         self.finished: float | None = None  # time.monotonic() when the end state was first seen
         self._state, self._reason, self._exit_code = "PENDING", "", None
         self._queried = float("-inf")
-
-    # ------------------------------------------------------------ what engines provide
-    def _query(self) -> tuple[str, str, int | None]:
-        """(state, reason, exit code) now."""
-        raise NotImplementedError
-
-    def _cancel(self) -> None:
-        raise NotImplementedError
 
     # ------------------------------------------------------------ state
     @property

@@ -215,11 +215,10 @@ def run_job(run_dir: Path) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def main() -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, _: sys.exit(128 + signum))
-    return run_job(Path(argv[0]))
+    return run_job(Path(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -34,12 +34,11 @@ def cancel(job, why: str, error=JobError, queued: bool = False) -> JobError:
 def wait(job, queue_timeout: float = float("inf"), say=say_on_stderr, run_timeout: float | None = None,
          on_poll=None, stop=None, error=JobError, poll: float = POLL, timeout: float | None = None,
          interrupt_cancels: bool = True) -> None:
-    """Until the job ends: the course's one loop that waits for a job (a run's, a check's, a grading array's, one a
-    notebook follows). Cancelled (``error`` raised) after ``queue_timeout`` s in the queue, ``run_timeout`` s
-    running (None: its time limit + 60 s), or when ``stop`` (a threading.Event) is set. ``on_poll()`` runs at
-    every look, every ``poll`` s (e.g. to pass on new lines); a true answer ends the wait (e.g. every task of an
-    array has ended). ``timeout``: return after that many seconds, the job left as it is. ``say=None``: silent.
-    Ctrl-C cancels the job, or, with ``interrupt_cancels=False``, only stops the waiting (raised either way)."""
+    """Until the job ends. Cancelled (``error`` raised) after ``queue_timeout`` s in the queue, ``run_timeout`` s
+    running (None: its time limit + 60 s), or when ``stop`` (a threading.Event) is set. ``on_poll()`` runs at every
+    look, every ``poll`` s (e.g. to pass on new lines); a true answer ends the wait (e.g. every task of an array has
+    ended). ``timeout``: return after that many seconds, the job left as it is. ``say=None``: silent. Ctrl-C
+    cancels the job, or, with ``interrupt_cancels=False``, only stops the waiting (raised either way)."""
     if run_timeout is None:
         run_timeout = job.spec.time_limit_s + 60 if job.spec is not None else float("inf")
     give_up = float("inf") if timeout is None else time.monotonic() + timeout

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 @dataclass
 class Scope:
-    """What an enclosing run (a check) imposes on every launch inside it: a deadline and an engine."""
     deadline: float | None = None     # time.monotonic() by which every launch inside must have ended
     engine: str | None = None         # "local": the launches run here whatever the site says
     cut: bool = False                 # a launch inside timed out at this deadline rather than at its own

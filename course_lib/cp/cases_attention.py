@@ -3,7 +3,7 @@ sequence is made in every rank from the setting's seed and rank r of the cp grou
 own positions, so a case never builds on the learner's split."""
 from course_lib.checking.case import Fail
 from course_lib.cp import reference
-from course_lib.tp.numerics import as_tensor, close, diff, rand
+from course_lib.tp.numerics import as_tensor, close, diff, judge, rand
 
 B, F = 2, 4
 
@@ -52,19 +52,13 @@ def case_gather(c):
     (got * grads[c.r]).sum().backward()
     mine = slice(c.r * s, (c.r + 1) * s)
     want_grad = sum(g[:, mine] for g in grads)
-    if close(t.grad, want_grad):
-        return None
-    if t.grad is None:
-        raise Fail("backward of gather_sequence: no gradient reached the input")
-    if c.cp > 1 and close(t.grad, grads[c.r][:, mine]):
-        raise Fail("gather without its backward: the input's gradient is only this rank's own slice of its "
-                   "gradient; every rank's queries used these keys, so backward must sum the slice over the group "
-                   "(reduce-scatter: dist.reduce_scatter of grad_output's cp chunks)")
-    if c.cp > 1 and close(t.grad, want_grad / c.cp):
-        raise Fail("backward of gather_sequence averages over the group; it must sum (the gradient of a copy used "
-                   "on cp ranks is the sum of the cp gradients)")
-    raise Fail(f"backward of gather_sequence must return the sum over the group of this rank's slice; "
-               f"{diff(t.grad, want_grad)}")
+    judge(t.grad, want_grad, "backward of gather_sequence must return the sum over the group of this rank's slice", [
+        (grads[c.r][:, mine], "gather without its backward: the input's gradient is only this rank's own slice of "
+                              "its gradient; every rank's queries used these keys, so backward must sum the slice "
+                              "over the group (reduce-scatter: dist.reduce_scatter of grad_output's cp chunks)"),
+        (want_grad / c.cp, "backward of gather_sequence averages over the group; it must sum (the gradient of a copy "
+                           "used on cp ranks is the sum of the cp gradients)")] if c.cp > 1 else (),
+        "backward of gather_sequence: no gradient reached the input")
 
 
 def _inputs(c, balanced):
@@ -89,16 +83,12 @@ def case_attention(c, balanced):
     local_loss = [t.clone().requires_grad_() for t in full]
     (reference.serial(*local_loss)[:, pos] * upstream[:, pos]).sum().backward()
     for name, got, want, own in zip("qkv", (q.grad, k.grad, v.grad), serial_in, local_loss):
-        if close(got, want.grad[:, pos]):
-            continue
-        if got is None:
-            raise Fail(f"{where}: {name}.grad is None: the gather of k and v must be differentiable "
-                       f"(gather_sequence, not a bare dist.all_gather)")
-        if c.cp > 1 and close(got, own.grad[:, pos]):
-            raise Fail(f"{where}: gather without its backward: {name}.grad holds only what this rank's queries "
-                       f"contributed; the other ranks' queries used these keys and values too, so the gather's "
-                       f"backward must reduce-scatter")
-        raise Fail(f"{where}: {name}.grad differs from one process; {diff(got, want.grad[:, pos])}")
+        judge(got, want.grad[:, pos], f"{where}: {name}.grad differs from one process", [
+            (own.grad[:, pos], f"{where}: gather without its backward: {name}.grad holds only what this rank's "
+                               f"queries contributed; the other ranks' queries used these keys and values too, so "
+                               f"the gather's backward must reduce-scatter")] if c.cp > 1 else (),
+            f"{where}: {name}.grad is None: the gather of k and v must be differentiable (gather_sequence, not a "
+            f"bare dist.all_gather)")
     return None
 
 
@@ -133,9 +123,8 @@ def case_ring(c, balanced):
         if used:
             raise Fail(f"{where}: ring_attention called {', '.join(f'{n} x {k}' for k, n in used.items())}: pass the "
                        f"key/value blocks around the ring with send/recv (isend/irecv), no collective")
-        if close(out, want):
-            return None
-        if c.cp > 1 and close(out, reference.ring_order(full[0][:, pos], blocks, c.r, reference.average)):
-            raise Fail(f"{where}: ring attention without the log-sum-exp correction: the partial results are averaged; "
-                       f"merge them with merge_partials (weights exp(lse_x - lse))")
-        raise Fail(f"{where}: the output differs from causal attention in one process; {diff(out, want)}")
+        judge(out, want, f"{where}: the output differs from causal attention in one process", [
+            (reference.ring_order(full[0][:, pos], blocks, c.r, reference.average),
+             f"{where}: ring attention without the log-sum-exp correction: the partial results are averaged; merge "
+             f"them with merge_partials (weights exp(lse_x - lse))")] if c.cp > 1 else ())
+        return None

@@ -3,7 +3,7 @@ output, where it differs from serial, is compared with the usual mistakes (the s
 heads), each computed on the same weights shard by shard as the ranks do."""
 from course_lib.checking.case import Fail
 from course_lib.tp.cases_linear import N_IN
-from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand
+from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, judge, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
 
 
@@ -35,11 +35,9 @@ def case_mlp(c):
     y = as_tensor(mlp(x), "ParallelMLP")
     fwd = c.take_counts()
     want = fc2(F.gelu(fc1(xs)))
-    if not close(y.detach(), want.detach()):
-        if close(y.detach(), fc2(F.relu(fc1(xs))).detach()):
-            raise Fail("ParallelMLP uses ReLU; the course's MLP (and its serial twin) uses GELU: F.gelu")
-        raise Fail("ParallelMLP: forward output differs from serial fc2(gelu(fc1(x))); "
-                   f"{diff(y.detach(), want.detach())}")
+    judge(y.detach(), want.detach(), "ParallelMLP: forward output differs from serial fc2(gelu(fc1(x)))", [
+        (fc2(F.relu(fc1(xs))).detach(), "ParallelMLP uses ReLU; the course's MLP (and its serial twin) uses GELU: "
+                                        "F.gelu")])
     grad_out = rand(c.seed + 14, 3, 5, h)
     (y * grad_out).sum().backward()
     bwd = c.take_counts()

@@ -2,7 +2,7 @@
 layers: ColumnParallelLinear (and gather_output=True), RowParallelLinear (and input_is_parallel=False), each against
 the serial ``nn.Linear`` whose shard it is given."""
 from course_lib.checking.case import Fail
-from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, rand
+from course_lib.tp.numerics import as_tensor, close, compare_grads, judge, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
 
 N_IN, N_OUT = 8, 12   # divisible by 2 and 4; different, so a transposed weight shows
@@ -13,29 +13,21 @@ def case_f(c):
     x0 = rand(c.seed + 1, 4, 6)
     x = x0.clone().requires_grad_()
     y = as_tensor(fn(x, **c.kw), "copy_to_parallel_region")
-    if not close(y.detach(), x0):
-        if close(y.detach(), c.tp * x0):
-            raise Fail("forward of copy_to_parallel_region must be the identity: it returned tp times the input "
-                       "(it all-reduces in forward, which is g's job, not f's)")
-        raise Fail(f"forward of copy_to_parallel_region must return its input unchanged; {diff(y.detach(), x0)}")
+    judge(y.detach(), x0, "forward of copy_to_parallel_region must return its input unchanged", [
+        (c.tp * x0, "forward of copy_to_parallel_region must be the identity: it returned tp times the input "
+                    "(it all-reduces in forward, which is g's job, not f's)")])
     if not y.requires_grad:
         raise Fail("the output of copy_to_parallel_region does not require grad: make it a torch.autograd.Function "
                    "(call it with .apply) and return the result of forward")
     grads = [rand(c.seed + 100 + i, 4, 6) for i in range(c.tp)]   # rank i's upstream gradient
     (y * grads[c.r]).sum().backward()
     want = sum(grads)
-    got = x.grad
-    if close(got, want):
-        return
-    if got is None:
-        raise Fail("backward of copy_to_parallel_region: no gradient reached the input")
-    if close(got, grads[c.r]):
-        raise Fail("backward of copy_to_parallel_region must all-reduce: input grads are this rank's own part only "
-                   "(in a column-parallel layer, 1/tp of serial on average); sum them over the group")
-    if close(got, want / c.tp):
-        raise Fail("backward of copy_to_parallel_region averages the gradients over the group; it must sum them "
-                   "(all-reduce with ReduceOp.SUM, no division by tp)")
-    raise Fail(f"backward of copy_to_parallel_region must return the sum of the ranks' gradients; {diff(got, want)}")
+    judge(x.grad, want, "backward of copy_to_parallel_region must return the sum of the ranks' gradients", [
+        (grads[c.r], "backward of copy_to_parallel_region must all-reduce: input grads are this rank's own part only "
+                     "(in a column-parallel layer, 1/tp of serial on average); sum them over the group"),
+        (want / c.tp, "backward of copy_to_parallel_region averages the gradients over the group; it must sum them "
+                      "(all-reduce with ReduceOp.SUM, no division by tp)")],
+        "backward of copy_to_parallel_region: no gradient reached the input")
 
 
 def case_g(c):
@@ -44,47 +36,22 @@ def case_g(c):
     x = parts[c.r].clone().requires_grad_()
     y = as_tensor(fn(x.clone(), **c.kw), "reduce_from_parallel_region")
     want = sum(parts)
-    if not close(y.detach(), want):
-        if close(y.detach(), parts[c.r]):
-            raise Fail("forward of reduce_from_parallel_region must all-reduce (sum over the group): it returned its "
-                       "input unchanged (the identity is f's forward, not g's)")
-        if close(y.detach(), want / c.tp):
-            raise Fail("forward of reduce_from_parallel_region averages over the group; it must sum "
-                       "(ReduceOp.SUM, no division by tp)")
-        raise Fail("forward of reduce_from_parallel_region must return the sum over the group; "
-                   f"{diff(y.detach(), want)}")
+    judge(y.detach(), want, "forward of reduce_from_parallel_region must return the sum over the group", [
+        (parts[c.r], "forward of reduce_from_parallel_region must all-reduce (sum over the group): it returned its "
+                     "input unchanged (the identity is f's forward, not g's)"),
+        (want / c.tp, "forward of reduce_from_parallel_region averages over the group; it must sum "
+                      "(ReduceOp.SUM, no division by tp)")])
     if not y.requires_grad:
         raise Fail("the output of reduce_from_parallel_region does not require grad: make it a "
                    "torch.autograd.Function (call it with .apply)")
     grads = [rand(c.seed + 200 + i, 4, 6) for i in range(c.tp)]
     (y * grads[c.r]).sum().backward()
-    got = x.grad
-    if close(got, grads[c.r]):
-        return
-    if got is None:
-        raise Fail("backward of reduce_from_parallel_region: no gradient reached the input")
-    if close(got, sum(grads)):
-        raise Fail("backward of reduce_from_parallel_region must be the identity: it all-reduces the gradient "
-                   "(in a row-parallel layer that makes input and weight grads tp times serial)")
-    if close(got, sum(grads) / c.tp):
-        raise Fail("backward of reduce_from_parallel_region must be the identity: it averages the gradient over "
-                   "the group, a communication the backward of a sum does not need")
-    raise Fail("backward of reduce_from_parallel_region must pass the gradient through unchanged; "
-               f"{diff(got, grads[c.r])}")
-
-
-def _column_forward_fail(name, gather, y, want, serial, sl, o):
-    """Name what is wrong with a column-parallel output that differs from serial."""
-    if gather and list(y.shape) == [5, o]:
-        raise Fail("gather_output=True is ignored: the output is this rank's [..., out_features/tp]; "
-                   "all-gather the ranks' outputs along the last dimension (gather_from_parallel_region)")
-    if not gather and list(y.shape) == [5, N_OUT]:
-        raise Fail("gather_output=False but the output is gathered ([..., out_features]); return this rank's "
-                   "[..., out_features/tp] for the next row-parallel layer")
-    if close(y, (want - (serial.bias if gather else serial.bias[sl])).detach()):
-        raise Fail(f"{name}: the bias is not added")
-    part = 'output' if gather else f'output columns {sl.start}..{sl.stop - 1}'
-    raise Fail(f"{name}: forward output differs from the serial layer's {part}; {diff(y, want.detach())}")
+    judge(x.grad, grads[c.r], "backward of reduce_from_parallel_region must pass the gradient through unchanged", [
+        (sum(grads), "backward of reduce_from_parallel_region must be the identity: it all-reduces the gradient "
+                     "(in a row-parallel layer that makes input and weight grads tp times serial)"),
+        (sum(grads) / c.tp, "backward of reduce_from_parallel_region must be the identity: it averages the gradient "
+                            "over the group, a communication the backward of a sum does not need")],
+        "backward of reduce_from_parallel_region: no gradient reached the input")
 
 
 def case_column(c, gather):
@@ -99,9 +66,16 @@ def case_column(c, gather):
     x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
     y = as_tensor(layer(x), name)
     full = serial(xs)
-    want = full if gather else full[:, sl]
-    if not close(y.detach(), want.detach()):
-        _column_forward_fail(name, gather, y.detach(), want, serial, sl, o)
+    want = (full if gather else full[:, sl]).detach()
+    if gather and list(y.shape) == [5, o]:
+        raise Fail("gather_output=True is ignored: the output is this rank's [..., out_features/tp]; "
+                   "all-gather the ranks' outputs along the last dimension (gather_from_parallel_region)")
+    if not gather and list(y.shape) == [5, N_OUT]:
+        raise Fail("gather_output=False but the output is gathered ([..., out_features]); return this rank's "
+                   "[..., out_features/tp] for the next row-parallel layer")
+    part = 'output' if gather else f'output columns {sl.start}..{sl.stop - 1}'
+    judge(y.detach(), want, f"{name}: forward output differs from the serial layer's {part}",
+          [(want - (serial.bias if gather else serial.bias[sl]).detach(), f"{name}: the bias is not added")])
     grad_full = rand(c.seed + 5, 5, N_OUT)
     (y * (grad_full if gather else grad_full[:, sl])).sum().backward()
     (full * grad_full).sum().backward()
@@ -119,19 +93,6 @@ def case_column(c, gather):
         ("weight grads", w.grad, serial.weight.grad[sl], gather_hint, none_hint),
         ("bias grads", b.grad, serial.bias.grad[sl], gather_hint, none_hint),
     ])
-
-
-def _row_forward_fail(name, yd, want, partial, bias, tp):
-    """Name what is wrong with a row-parallel output that differs from serial."""
-    if close(yd, want + (tp - 1) * bias):
-        raise Fail(f"{name}: bias added tp times: it is added on every rank before the all-reduce; add it once, "
-                   f"after reduce_from_parallel_region (g)")
-    if close(yd, partial + bias) or close(yd, partial):
-        raise Fail(f"{name}: missing reduction: the output is this rank's partial sum; pass X_r B_r through "
-                   f"reduce_from_parallel_region (g), then add the bias")
-    if close(yd, want - bias):
-        raise Fail(f"{name}: the bias is not added (add it once, after the all-reduce)")
-    raise Fail(f"{name}: forward output differs from the serial layer's; {diff(yd, want)}")
 
 
 def _row_input_grad_slice_only(name, got, want_x, sl):
@@ -164,9 +125,14 @@ def case_row(c, parallel_input):
                        f"this rank's slice first (scatter_to_parallel_region)") from e
         raise
     want = serial(xs)
-    if not close(y.detach(), want.detach()):
-        partial = x0[:, sl] @ serial.weight.detach()[:, sl].T
-        _row_forward_fail(name, y.detach(), want.detach(), partial, serial.bias.detach(), c.tp)
+    partial, bias = x0[:, sl] @ serial.weight.detach()[:, sl].T, serial.bias.detach()
+    unreduced = (f"{name}: missing reduction: the output is this rank's partial sum; pass X_r B_r through "
+                 f"reduce_from_parallel_region (g), then add the bias")
+    judge(y.detach(), want.detach(), f"{name}: forward output differs from the serial layer's", [
+        (want.detach() + (c.tp - 1) * bias, f"{name}: bias added tp times: it is added on every rank before the "
+                                            f"all-reduce; add it once, after reduce_from_parallel_region (g)"),
+        (partial + bias, unreduced), (partial, unreduced),
+        (want.detach() - bias, f"{name}: the bias is not added (add it once, after the all-reduce)")])
     grad_out = rand(c.seed + 8, 5, n_out)
     (y * grad_out).sum().backward()
     (want * grad_out).sum().backward()

@@ -41,13 +41,21 @@ def as_tensor(y, what):
     return y
 
 
+def judge(got, want, otherwise: str, mistakes=(), none: str = ""):
+    """Nothing when ``got`` equals ``want``; else Fail with ``none`` if it is None, the text of the first of
+    ``mistakes`` ((value, text)) it equals, or ``otherwise`` and the difference."""
+    if close(got, want):
+        return
+    if got is None and none:
+        raise Fail(none)
+    for value, text in mistakes:
+        if close(got, value):
+            raise Fail(text)
+    raise Fail(f"{otherwise}; {diff(got, want)}")
+
+
 def compare_grads(cls, pairs):
-    """pairs: (what, got, want, hint for tp x, hint for None)."""
+    """pairs: (what, got, want, (tp, hint for tp times serial) or None, hint for None)."""
     for what, got, want, tp_times, none_hint in pairs:
-        if close(got, want):
-            continue
-        if got is None:
-            raise Fail(f"{cls}: {what} is None: {none_hint}")
-        if tp_times is not None and close(got, tp_times[0] * want):
-            raise Fail(f"{cls}: {what} are tp times serial: {tp_times[1]}")
-        raise Fail(f"{cls}: {what} differ from serial; {diff(got, want)}")
+        tp_mistake = [(tp_times[0] * want, f"{cls}: {what} are tp times serial: {tp_times[1]}")] if tp_times else []
+        judge(got, want, f"{cls}: {what} differ from serial", tp_mistake, f"{cls}: {what} is None: {none_hint}")

@@ -9,14 +9,15 @@ import gc
 import time
 from pathlib import Path
 
+from course_lib import gridrun
 from course_lib.checking.learner import explain
 from course_lib.core import rankkit
 from course_lib.core.loader import import_path
 from course_lib.owndp.cases import CLASSES, ITEMS
+from course_lib.zero.demo import counting_ddp
 
 SIZES = (4 * 1024, 256 * 1024, 4 * 1024 * 1024)     # bytes of the all-reduces timed for the cost model
 TRACED = ("naive", "overlapped", "bucketed", "torch DDP")   # the variants whose step --trace profiles
-TORCH_BUCKETS: list[int] = []                      # bytes of each bucket torch's DDP all-reduced
 
 
 def make_model(width, layers):
@@ -30,15 +31,11 @@ def make_model(width, layers):
 
 def wrap(mod, variant, model, bucket_mb):
     """The wrapped model and its finish call (a no-op where there is none to call)."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
     if variant == "compute only":
         return model, lambda: None
-    if variant == "torch DDP":   # a comm hook that does what DDP does by default, and notes each bucket's bytes
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-        ddp = DDP(model, bucket_cap_mb=bucket_mb)
-        ddp.register_comm_hook(None, lambda _, bucket: (TORCH_BUCKETS.append(bucket.buffer().numel() * 4),
-                                                        allreduce_hook(None, bucket))[1])
-        return ddp, lambda: TORCH_BUCKETS.append(None)      # a step ends here
+    if variant == "torch DDP":   # its buckets noted, None where a step ends
+        ddp = counting_ddp(model, bucket_cap_mb=bucket_mb)
+        return ddp, lambda: ddp.buckets.append(None)
     cls = getattr(mod, CLASSES[variant])
     ddp = cls(model, bucket_size_mb=bucket_mb) if variant == "bucketed" else cls(model)
     return ddp, ddp.finish_gradient_synchronization
@@ -131,32 +128,31 @@ def build(mod, width, layers, bucket_mb, report):
 def run(path, steps, warmup, width, layers, batch, bucket_mb, trace=None):
     import torch
     import torch.distributed as dist
-    env = rankkit.rank_env()
-    dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size)
+    rank, _ = gridrun.start()
     torch.set_num_threads(1)       # one core per rank, as the ranks of a CPU job share the node's cores
 
     def report(variant, e):
-        rankkit.emit("error", variant=variant, rank=env.rank, message=explain(e, path, "own_ddp.py"))
+        rankkit.emit("error", variant=variant, rank=rank, message=explain(e, path, "own_ddp.py"))
     try:
         mod = import_path(path, "learner_own_ddp")
     except Exception as e:
         mod = None
         report("all", e)
-    g = torch.Generator().manual_seed(env.rank)
+    g = torch.Generator().manual_seed(rank)
     x, y = torch.randn(batch, width, generator=g), torch.randn(batch, width, generator=g)
     nets = build(mod, width, layers, bucket_mb, report)
     for variant, (step_ms, finish_ms) in time_steps(nets, x, y, steps, warmup, report).items():
-        rankkit.emit("time", variant=variant, rank=env.rank, step_ms=step_ms, finish_ms=finish_ms)
+        rankkit.emit("time", variant=variant, rank=rank, step_ms=step_ms, finish_ms=finish_ms)
     if "torch DDP" in nets:        # its buckets in the last step (DDP rebuilds them after the first)
-        last = TORCH_BUCKETS[:-1][::-1]
-        rankkit.emit("buckets", rank=env.rank, bytes=last[:last.index(None) if None in last else None][::-1])
+        last = [4 * n if n else n for n in nets["torch DDP"][0].buckets[:-1][::-1]]     # float32
+        rankkit.emit("buckets", rank=rank, bytes=last[:last.index(None) if None in last else None][::-1])
     for variant in [v for v in TRACED if v in nets] if trace else ():
-        out = Path(trace) / variant.replace(" ", "_") / f"trace-rank{env.rank}.json"
+        out = Path(trace) / variant.replace(" ", "_") / f"trace-rank{rank}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         trace_step(*nets[variant], x, y, out)
     nets.clear()                   # drop torch's DDP before the process group goes (gloo + DDP at exit)
     gc.collect()
-    time_allreduce(env.rank)
+    time_allreduce(rank)
     dist.destroy_process_group()
 
 

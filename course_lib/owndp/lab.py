@@ -6,9 +6,9 @@ from pathlib import Path
 
 from course_lib import runs
 from course_lib.allreduce import costmodel
-from course_lib.core import rankkit
 from course_lib.owndp.cases import reference_buckets
 from course_lib.trace import timeline
+from course_lib.zero.lab import launch
 
 ORDER = ("compute only", "naive", "flat", "overlapped", "bucketed", "torch DDP")
 QUICK = {"steps": 5, "warmup": 2, "width": 256, "layers": 4, "bucket_mb": 0.125}
@@ -20,16 +20,14 @@ def timing(path, world=2, quick=False, timeout=300):
     ms)], "torch buckets": [bytes], "timelines": {variant: [Timeline per rank]}, "summary"}: times are the mean
     over the ranks of each rank's median step."""
     config = QUICK if quick else FULL
-    args = ["-m", "course_lib.owndp.bench", str(path)] + [
-        a for k, v in config.items() for a in (f"--{k.replace('_', '-')}", str(v))]
-    # where the site runs the ranks (runs.launch); here, forked from a server that imported torch once
-    with runs.workdir("own-ddp-trace-") as traces, runs.session():
-        res = runs.launch(args + ["--trace", traces], nprocs=world, timeout=timeout, on_line=None, grace=3.0)
+    args = [str(path)] + [a for k, v in config.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    with runs.workdir("own-ddp-trace-") as traces:
+        res, events = launch("course_lib.owndp.bench", args + ["--trace", traces], world, timeout)
         found = timelines(traces)
     per = defaultdict(list)
     out = {"world": world, "config": config, "ms": {}, "errors": {}, "allreduce": [], "torch buckets": [],
            "timelines": found, "summary": res.summary()}
-    for e in (e for r in res.ranks for e in map(rankkit.parse, r.lines) if e):
+    for e in events:
         if e["ev"] == "time":
             per[e["variant"]].append((e["step_ms"], e["finish_ms"]))
         elif e["ev"] == "error":

@@ -7,6 +7,7 @@ normalised step, it shows a gradient off by a factor); a method that fails emits
 import argparse
 import traceback
 
+from course_lib import gridrun
 from course_lib.core import rankkit
 
 METHODS = ("DDP", "ZeRO-1", "ZeRO-2", "FSDP2")
@@ -39,16 +40,16 @@ def mine(batch, rank, world):
 
 
 # ---- gradient accumulation --------------------------------------------------------------------------------------
-def counting_ddp(model):
-    """DDP whose all-reduces are counted: a communication hook that counts, then does what DDP does."""
+def counting_ddp(model, **options):
+    """DDP whose all-reduces are noted in ``ddp.buckets`` (each bucket's elements, in order): a communication hook
+    that notes, then does what DDP does."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
-    ddp = DDP(model)
-    ddp.calls, ddp.numbers = 0, 0
+    ddp = DDP(model, **options)
+    ddp.buckets = []
 
     def hook(state, bucket):
-        ddp.calls += 1
-        ddp.numbers += bucket.buffer().numel()
+        ddp.buckets.append(bucket.buffer().numel())
         return allreduce_hook(None, bucket)   # None: the default process group
     ddp.register_comm_hook(None, hook)
     return ddp
@@ -71,7 +72,7 @@ def accum_way(way, micro, batch, rank, world):
             with quiet:   # the mean of the micro-batch means is the large batch's mean: divide by micro
                 (F.cross_entropy(ddp(xk), yk) / micro).backward()
     opt.step()
-    out = ddp.calls, ddp.numbers, torch.cat([p.detach().reshape(-1) for p in ddp.parameters()])
+    out = len(ddp.buckets), sum(ddp.buckets), torch.nn.utils.parameters_to_vector(ddp.parameters()).detach()
     del ddp   # before the process group goes (gloo: a DDP model alive at exit can abort the process)
     return out
 
@@ -178,13 +179,12 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--collectives", default="mine", choices=["mine", "torch"])
     a = p.parse_args(argv)
-    env = rankkit.rank_env()
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=env.rank, world_size=env.world_size)
+    rank, world = gridrun.start()
     if a.mode == "accum":
-        run_accum(a.micro, a.batch, env.rank, env.world_size)
+        run_accum(a.micro, a.batch, rank, world)
     else:
-        run_sharded(a.zero_file, a.steps, a.collectives, env.rank, env.world_size)
+        run_sharded(a.zero_file, a.steps, a.collectives, rank, world)
     dist.barrier()
     dist.destroy_process_group()
     return 0

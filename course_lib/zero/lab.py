@@ -3,19 +3,19 @@ from course_lib import runs
 from course_lib.core import rankkit
 
 KIB = 1024
+DEMO = "course_lib.zero.demo"
 
 
-def _run(args, nprocs, timeout):
+def launch(module, args, nprocs, timeout):
+    """``python -m MODULE ARGS`` as ``nprocs`` ranks: (its result, every rank's markers)."""
     with runs.session():   # here: ranks forked from a server that imported torch once, kept for the next run
-        res = runs.launch(["-m", "course_lib.zero.demo", *args], nprocs=nprocs, timeout=timeout, on_line=None,
-                          grace=3.0)
-    events = [e for r in res.ranks for e in map(rankkit.parse, r.lines) if e]
-    return res, events
+        res = runs.launch(["-m", module, *args], nprocs=nprocs, timeout=timeout, on_line=None, grace=3.0)
+    return res, [e for r in res.ranks for e in map(rankkit.parse, r.lines) if e]
 
 
 def accumulation(world=2, micro=4, batch=16, timeout=180):
     """{way: {"allreduces", "numbers", "diff"}} for one step three ways; raises with the ranks' output if it failed."""
-    res, events = _run(["accum", "--micro", str(micro), "--batch", str(batch)], world, timeout)
+    res, events = launch(DEMO, ["accum", "--micro", str(micro), "--batch", str(batch)], world, timeout)
     rows = {e["way"]: e for e in events if e["ev"] == "accum"}
     if not res.ok or len(rows) != 3:
         raise RuntimeError("the accumulation run failed:\n" + res.summary())
@@ -36,8 +36,8 @@ def sharded(zero_file, world, steps, collectives="mine", timeout=240):
     Returns {"losses": {method: [...]}, "memory": {method: {rank: {params, grads, state}}}, "errors": {method: msg},
     "summary": the launch's one-line outcome}.
     """
-    res, events = _run(["sharded", "--zero-file", str(zero_file), "--steps", str(steps),
-                        "--collectives", collectives], world, timeout)
+    res, events = launch(DEMO, ["sharded", "--zero-file", str(zero_file), "--steps", str(steps),
+                                "--collectives", collectives], world, timeout)
     out = {"world": world, "losses": {}, "memory": {}, "errors": {}, "summary": res.summary()}
     for e in events:
         if e["ev"] == "loss":

@@ -94,8 +94,7 @@ def run(args) -> int:
     # --json: stdout holds the JSON alone (the deadline line and anything the checker prints go to stderr)
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         try:
-            report = (check_on_slurm(args.exercise, args.path, **kwargs) if engine == "slurm" else
-                      check(args.exercise, args.path, "local", **kwargs))
+            report = check(args.exercise, args.path, engine, **kwargs)
         except CheckJobError as e:   # the check's job gave no report
             print(f"course check: {e}", file=sys.stderr)
             return 2

@@ -7,8 +7,7 @@ that drops the job's Slurm variables as the grader's array tasks do (course_lib.
 the check sees what it sees here, runs the same checker in the submitter's folder and writes ``report.json``
 into the job's folder. The caller waits (in the queue at most ``queue_timeout`` seconds, then the job's time
 limit), cancels the job at that deadline or on Ctrl-C, and rebuilds the Report from the JSON: the same
-verdicts and text as a local check. Where the checker reuses its verdicts on an unchanged file (ddp's ``cache``),
-the job's are reused the same way in this process: notebook 02's seven check cells make one job, not seven.
+verdicts and text as a local check.
 """
 import hashlib
 import importlib
@@ -51,9 +50,9 @@ def spec_for(exercise: str, path: str, options: dict, site, minutes: int):
                        partition=site.check_partition or None, qos=site.check_qos or None)
 
 
-def submit(exercise: str, path, options: dict, site=None):
+def submit(exercise: str, path, options: dict):
     """sbatch the check; the SlurmJob. SubmitError (Slurm's words) when Slurm refuses it."""
-    site = site if isinstance(site, jobs.Site) else jobs.load_site(site)
+    site = jobs.load_site()
     try:
         options = json.loads(json.dumps(options))
     except TypeError as e:
@@ -65,16 +64,16 @@ def submit(exercise: str, path, options: dict, site=None):
                         jobs.runs_dir())
 
 
-def check_on_slurm(exercise: str, path, site=None, queue_timeout: float = QUEUE_TIMEOUT, say=say_on_stderr,
+def check_on_slurm(exercise: str, path, queue_timeout: float = QUEUE_TIMEOUT, say=say_on_stderr,
                    **options) -> Report:
     """Run ``course check EXERCISE PATH`` as a Slurm job; its Report. CheckJobError when it gives none.
 
     A checker with a ``cache`` (ddp) has the job's verdicts reused as it reuses its own: the job checks every step,
     ``steps=`` picks those shown, and a repeated call on the unchanged file with the same other options submits
-    nothing (``cache=False``: a new job)."""
+    nothing (``cache=False``: a new job): notebook 02's seven check cells make one job, not seven."""
     checker = importlib.import_module(get(exercise).checker)
     if "cache" not in inspect.signature(checker.check).parameters:
-        return _job_report(exercise, path, options, site, queue_timeout, say)
+        return _job_report(exercise, path, options, queue_timeout, say)
     steps, cache = options.pop("steps", None), options.pop("cache", True)
     file = Path(path).resolve()
     key = file.is_file() and (exercise, str(file), hashlib.sha256(file.read_bytes()).hexdigest(),
@@ -83,14 +82,14 @@ def check_on_slurm(exercise: str, path, site=None, queue_timeout: float = QUEUE_
     if cache and key in _REPORTS:
         full, ran_at = _REPORTS[key]
         return checker.shown(full, path, steps, ran_at)
-    full = _job_report(exercise, path, options, site, queue_timeout, say)
+    full = _job_report(exercise, path, options, queue_timeout, say)
     if key:
         _REPORTS[key] = full, time.time()
     return checker.shown(full, path, steps)
 
-def _job_report(exercise: str, path, options: dict, site, queue_timeout: float, say) -> Report:
+def _job_report(exercise: str, path, options: dict, queue_timeout: float, say) -> Report:
     try:
-        job = submit(exercise, path, options, site)
+        job = submit(exercise, path, options)
     except SubmitError as e:
         here = 'the check here: --engine local (in Python: engine="local")'
         raise CheckJobError(runner.not_taken("check", e, here)) from None

@@ -12,9 +12,6 @@ course_lib.runtime.launch directly: where a check runs is the site's ``checks``,
   codes: the caller gets the LaunchResult a local launch gives (``.job``: the job's id). A queued job says so with
   Slurm's reason; the job is cancelled at the queue deadline, past the run's deadline (plus START for Python to
   start), when ``stop`` is set, or on Ctrl-C.
-
-GPU choices (fp16, NCCL, ``torch.compile`` on ``cuda``) are made for the node that will run the ranks:
-``node_gpus()`` is the site profile's GPUs per node when runs go to Slurm, else this machine's.
 """
 import contextlib
 import json
@@ -136,7 +133,7 @@ def job_spec(request: dict, site):
 
 
 def launch_on_slurm(script_args, nprocs: int, style: str, timeout: float, env: dict | None, cwd, on_line,
-                    grace: float, torchrun_args=(), stop=None, warm=None, say=runner.say_on_stderr) -> LaunchResult:
+                    grace: float, torchrun_args=(), stop=None, warm=None) -> LaunchResult:
     """launch()'s run as a short Slurm job; its LaunchResult (see the module docstring). RunJobError when Slurm
     refuses the job, it waits in the queue longer than QUEUE_TIMEOUT, or it ends without a result."""
     site = load_site()
@@ -154,7 +151,7 @@ def launch_on_slurm(script_args, nprocs: int, style: str, timeout: float, env: d
     tail = _Tail(job.run_dir / LINES_NAME, result, on_line)
     cut = None
     try:
-        runner.wait(job, QUEUE_TIMEOUT, say, run_timeout=timeout + START, on_poll=tail.read, stop=stop,
+        runner.wait(job, QUEUE_TIMEOUT, runner.say_on_stderr, run_timeout=timeout + START, on_poll=tail.read, stop=stop,
                     error=RunJobError)
     except RunJobError as e:
         if e.queued:

@@ -8,27 +8,17 @@ past solves it), in float64. On Megatron's grid (cp fastest) each dp replica tak
 rank its tokens (the balanced split) and the mean loss over them; the learner's ``reduce_shared_grads`` averages
 over dp x cp, so the loss curve equals the serial one to rounding. One line per step: ``step=1 loss=0.123456789``.
 """
-import argparse
 import sys
 
 from course_lib import gridrun
 from course_lib.core.loader import import_path
 from course_lib.gridrun import parse_losses as parse_output  # noqa: F401 - notebook 11 reads its run with it
+from course_lib.tp.train import parser
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="dp x cp causal attention on a running-mean task, equal to serial")
-    p.add_argument("--cp-file", help="the cp.py to use (learner's or solution); not needed with --serial")
-    p.add_argument("--serial", action="store_true", help="train the plain model in this one process")
-    p.add_argument("--cp", type=int, default=2)
-    p.add_argument("--dp", type=int, default=2)
-    p.add_argument("--features", type=int, default=8)
-    p.add_argument("--seq-len", type=int, default=16)
-    p.add_argument("--batch-size", type=int, default=32, help="global batch (split over the dp replicas)")
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--lr", type=float, default=2.0)
-    p.add_argument("--seed", type=int, default=1)
-    return p.parse_args(argv)
+    return parser("cp", "dp x cp causal attention on a running-mean task, equal to serial", cp=2, dp=2, features=8,
+                  seq_len=16, batch_size=32, steps=30, lr=2.0, seed=1).parse_args(argv)
 
 
 def model(features: int, seed: int):

@@ -3,12 +3,12 @@ dp * pp ranks; ``--serial``: one process, the whole batch. The ranks lie on Mega
 is neighbouring ranks, one node; the stages vary slowest, across nodes); each stage averages its gradients over its
 dp group before its SGD step, so in float64 the loss curve equals the serial one to rounding.
 """
-import argparse
 import sys
 
 from course_lib import gridrun
 from course_lib.core.loader import import_path
 from course_lib.gridrun import parse_losses  # noqa: F401 - notebook 12 reads its run with it
+from course_lib.tp.train import parser
 
 ORDER = "tp-cp-dp-pp"
 
@@ -65,18 +65,8 @@ def train_parallel(a) -> None:
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pp-file")
-    p.add_argument("--serial", action="store_true")
-    p.add_argument("--dp", type=int, default=2)
-    p.add_argument("--pp", type=int, default=2)
-    p.add_argument("--m", type=int, default=4)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--width", type=int, default=8)
-    p.add_argument("--lr", type=float, default=0.2)
-    return p.parse_args(argv)
+    return parser("pp", __doc__.splitlines()[0], dp=2, pp=2, m=4, steps=30, batch=32, layers=4, width=8,
+                  lr=0.2).parse_args(argv)
 
 
 def main(argv=None) -> int:

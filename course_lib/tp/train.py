@@ -19,19 +19,22 @@ from course_lib.core.loader import import_path
 from course_lib.tp.shards import load_column, load_row
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="dp x tp MLP on digits (float64), equal to the serial run")
-    p.add_argument("--tp-file", help="the tp.py to use (learner's or solution); not needed with --serial")
+def parser(exercise: str, description: str, **defaults):
+    """The options of a dp x EXERCISE run (here, cp.train's and pp.train's): the learner's file, --serial, and one
+    option per default, of the default's type."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument(f"--{exercise}-file",
+                   help=f"the {exercise}.py to use (learner's or solution); not needed with --serial")
     p.add_argument("--serial", action="store_true", help="train the plain model in this one process")
-    p.add_argument("--tp", type=int, default=2)
-    p.add_argument("--dp", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch (split over the dp replicas)")
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--dataset", default="digits")
-    return p.parse_args(argv)
+    for name, default in defaults.items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default,
+                       help="global batch (split over the dp replicas)" if name.startswith("batch") else None)
+    return p
+
+
+def parse_args(argv=None):
+    return parser("tp", "dp x tp MLP on digits (float64), equal to the serial run", tp=2, dp=2, hidden=128, steps=30,
+                  batch_size=64, lr=0.1, seed=1, dataset="digits").parse_args(argv)
 
 
 def serial_model(hidden, seed):

@@ -61,9 +61,8 @@ def grade(tmp_path, code: str, **limits):
     learner.mkdir(parents=True, exist_ok=True)
     (learner / "allreduce.py").write_text(code)
     before = sorted(p.name for p in (tmp_path / "submissions").rglob("*"))
-    limits = {"deadline": 60, "run_timeout": 300, "max_processes": 128, **limits}
-    outcome = run_check("demo", learner / "allreduce.py", "05_allreduce/allreduce.py", Limits(**limits),
-                        checker="run_file_check")
+    limits = {"deadline": 60, "run_timeout": 300, "max_processes": 128, "checker": "run_file_check", **limits}
+    outcome = run_check("demo", learner / "allreduce.py", "05_allreduce/allreduce.py", Limits(**limits))
     after = sorted(p.name for p in (tmp_path / "submissions").rglob("*"))
     assert after == before, "the submissions were written into"
     return outcome

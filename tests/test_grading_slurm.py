@@ -47,7 +47,7 @@ def test_the_array_script_takes_the_site_profile(tmp_path):
     text = script(tmp_path / "slurm" / "manifest.json", load_site("example-gpu-cluster"), [0, 1, 3], 8, 12, 2)
     for line in ("#SBATCH --array=0-1,3%8", "#SBATCH --time=12", "#SBATCH --cpus-per-task=2",
                  "#SBATCH --partition=gpu", "#SBATCH --account=my-project", "#SBATCH --reservation=workshop",
-                 "module load cuda/12.4", "-m course_lib.grading.array_task"):
+                 "module load cuda/12.4", "-m course_lib.grading.array "):
         assert line in text, line
     assert "--gpus" not in text       # grading asks for no GPUs
     # a module-based site: the init file first, and the site's partition for checks (grading is CPU work)

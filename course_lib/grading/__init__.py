@@ -1,5 +1,5 @@
 """``course grade``: a class's learners found (discover), each check run in a sandbox (sandbox, with cgroups and
-sandbox_worker), on a pool here (run) or as a Slurm job array (array, array_task), then grades.csv, scores.csv,
+sandbox_worker), on a pool here (run) or as a Slurm job array (array), then grades.csv, scores.csv,
 grades.md, feedback/ and the exports (reports, scores, feedback); cli is the command, docs/grading.md the guide.
 """
 from course_lib.grading.discover import MAX_FILE, Learner, discover, precheck

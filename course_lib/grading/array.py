@@ -1,12 +1,16 @@
 """``course grade --engine slurm``: the class as one Slurm job array, a task per learner (docs/grading.md, "A class
-as a Slurm job array"). Each task (course_lib.grading.array_task) writes ``<out>/slurm/<job id>/rows/<task>.json``;
-the grader merges them, and a task Slurm ended early gives a ``fail`` row per exercise it did not finish.
+as a Slurm job array"). Each task (``python -m course_lib.grading.array MANIFEST``: ``main``) grades learner
+``$SLURM_ARRAY_TASK_ID`` as the local engine does and rewrites ``<out>/slurm/<job id>/rows/<task>.json`` after each
+exercise, so a task Slurm kills leaves what it finished (SIGTERM kills the running check first); the grader merges
+them, and a task Slurm ended early gives a ``fail`` row per exercise it did not finish.
 """
 import json
 import math
+import os
 import shlex
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict
@@ -14,13 +18,15 @@ from pathlib import Path
 
 from course_lib.core.atomic import write_text
 from course_lib.core.paths import PACKAGE_PARENT
+from course_lib.grading.cgroups import describe
 from course_lib.grading.discover import discover
 from course_lib.grading.reports import Outputs, write_reports
-from course_lib.grading.run import header_of, now_utc, raise_interrupt
+from course_lib.grading.run import check_one, header_of, now_utc, raise_interrupt, timing_note
+from course_lib.grading.sandbox import Limits
 from course_lib.runtime import runner
 from course_lib.runtime.job import TERMINAL, SubmitError
 from course_lib.runtime.progress import in_notebook
-from course_lib.runtime.slurm import SlurmJob, command
+from course_lib.runtime.slurm import SlurmJob, command, forget_the_job
 
 POLL = 2.0     # seconds between two looks at the queue
 WHY = {"TIMEOUT": "it reached its time limit (--slurm-time)", "NODE_FAIL": "its node failed",
@@ -59,7 +65,7 @@ def script(manifest: Path, site, todo: list[int], throttle: int, minutes: int, c
     lines += [f"export {k}={shlex.quote(v)}" for k, v in site.env.items()]
     lines += [f"export PYTHONPATH={shlex.quote(str(PACKAGE_PARENT))}${{PYTHONPATH:+:$PYTHONPATH}}",
               f"cd {shlex.quote(str(slurm_dir))}",
-              f"exec {python} -m course_lib.grading.array_task {shlex.quote(str(manifest))}"]
+              f"exec {python} -m course_lib.grading.array {shlex.quote(str(manifest))}"]
     return "\n".join(lines) + "\n"
 
 
@@ -233,3 +239,64 @@ def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_row
     if on_done is not None:
         on_done(rows, learners)
     return 0
+
+
+# ---------------------------------------------------------------- one task of the array, on a node
+
+def _write(path: Path, data: dict) -> None:
+    write_text(path, json.dumps(data, indent=1))
+
+
+def grade_task(manifest: dict, index: int, rows_dir: Path) -> dict:
+    """Grade learner ``index`` of the manifest; the data written to ``rows_dir/<index>.json``."""
+    entry = manifest["learners"][index]
+    exercises, limits = manifest["exercises"], Limits(**manifest["limits"])
+    out = Path(manifest["out"])
+    data = {"learner": entry["name"], "rows": [], "done": [], "finished": False, "timing": [],
+            "isolation": describe(limits), "host": os.uname().nodename}
+    path = rows_dir / f"{index}.json"
+    kills = []
+    with tempfile.TemporaryDirectory(prefix="course-grade-task-") as scratch:
+        found, _ = discover(Path(manifest["submissions"]), exercises, Path(scratch), only={entry["source"]})
+        learner = next(lr for lr in found if lr.source == entry["source"])
+        learner.name = entry["name"]
+        _write(path, data)
+        try:
+            for ex in exercises:
+                rows, outcome = check_one(learner, ex, limits, out, kills.append)
+                kills.clear()      # only the running check may be killed: a finished one's pid is reused
+                if outcome is not None:
+                    data["timing"].append(timing_note(ex, outcome))
+                data["rows"] += [{"learner": learner.name, "exercise": ex, **r} for r in rows]
+                data["done"].append(ex)
+                _write(path, data)
+        except KeyboardInterrupt:    # SIGTERM from Slurm: stop the running check and end
+            for kill in kills:
+                kill()
+            raise
+    data["finished"] = True
+    _write(path, data)
+    return data
+
+
+def main(argv: list[str]) -> int:
+    manifest_path = Path(argv[0])
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    index = int(os.environ["SLURM_ARRAY_TASK_ID"])
+    rows_dir = manifest_path.parent / os.environ["SLURM_ARRAY_JOB_ID"] / "rows"
+    rows_dir.mkdir(parents=True, exist_ok=True)
+    forget_the_job()   # the checks must see what they see on the local engine
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    start = time.monotonic()
+    try:
+        data = grade_task(manifest, index, rows_dir)
+    except KeyboardInterrupt:
+        print(f"task {index}: stopped by SIGTERM (Slurm's time limit or scancel)", flush=True)
+        return 143
+    print(f"task {index}: {data['learner']}: {len(data['rows'])} rows in {time.monotonic() - start:.1f} s "
+          f"on {data['host']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -66,9 +66,7 @@ def write_bundle(dest: Path, exercises: list[str], deadline: float = 600) -> Pat
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
         for p in sorted(dest.rglob("*")):
             if p.is_file() and p != archive:
-                info = zipfile.ZipInfo.from_file(p, str(p.relative_to(dest)))
-                with open(p, "rb") as f:
-                    z.writestr(info, f.read())      # keeps the mode bits: run_autograder stays executable
+                z.write(p, p.relative_to(dest))      # keeps the mode bits: run_autograder stays executable
     return archive
 
 

@@ -58,37 +58,29 @@ class Host:
         return host
 
 
-def _v2_parent(host: Host) -> Path | None:
-    """The v2 folder to make check cgroups in: the delegated one, or the grader's own, when pids is offered."""
+def _v2_parent(host: Host) -> tuple[Path | None, list[str]]:
+    """The v2 folder to make check cgroups in (the delegated one, or the grader's own, when pids is offered and it
+    is writable), and which of pids and memory are on for its children once asked for."""
     delegated = os.environ.get(DELEGATED_VAR)
     for parent in ([Path(delegated)] if delegated else []) + ([host.v2] if host.v2 else []):
+        ctl_file = parent / "cgroup.subtree_control"
         try:
             offered = (parent / "cgroup.controllers").read_text().split()
         except OSError:
             continue
-        if "pids" in offered and os.access(parent, os.W_OK):
-            return parent
-    return None
-
-
-def _enable(parent: Path, controllers: list[str]) -> list[str]:
-    """Turn ``controllers`` on for the children of ``parent`` (v2); those that are on afterwards."""
-    ctl_file = parent / "cgroup.subtree_control"
-    try:
-        offered = (parent / "cgroup.controllers").read_text().split()
-    except OSError:
-        return []
-    for ctl in controllers:
+        if "pids" not in offered or not os.access(parent, os.W_OK):
+            continue
+        for ctl in ("pids", "memory"):
+            try:
+                if ctl in offered and ctl not in ctl_file.read_text().split():
+                    ctl_file.write_text(f"+{ctl}")
+            except OSError:
+                pass      # e.g. EBUSY: the parent holds processes itself (v2's "no internal processes" rule)
         try:
-            if ctl in offered and ctl not in ctl_file.read_text().split():
-                ctl_file.write_text(f"+{ctl}")
+            return parent, [c for c in ("pids", "memory") if c in ctl_file.read_text().split()]
         except OSError:
-            pass      # e.g. EBUSY: the parent holds processes itself (v2's "no internal processes" rule)
-    try:
-        on = ctl_file.read_text().split()
-    except OSError:
-        return []
-    return [c for c in controllers if c in on]
+            return parent, []
+    return None, []
 
 
 def _mkdir_with(d: Path, files: dict[str, str]) -> bool:
@@ -132,8 +124,7 @@ class Cgroups:
             self.kind = "slurm cgroup"
 
     def _v2(self, host: Host, name: str, limits) -> bool:
-        parent = _v2_parent(host)
-        on = _enable(parent, ["pids", "memory"]) if parent is not None else []
+        parent, on = _v2_parent(host)
         if "pids" not in on:
             return False
         files = {"pids.max": str(limits.max_processes)}

@@ -40,6 +40,10 @@ class Learner:
     notes: list[str] = field(default_factory=list)
     folder: Path | None = None             # the folder that was searched (a zip's: where it was unpacked)
 
+    def found_notes(self) -> list[str]:
+        """What was found for each exercise (or why nothing can run), then the notes: for grades.md and feedback."""
+        return [f"{ex}: {f.note or f.problem[1]}" for ex, f in self.found.items()] + self.notes
+
 
 def precheck(path: Path) -> str | None:
     """Why ``path`` cannot be run as a Python exercise file (None: it can)."""
@@ -126,16 +130,6 @@ def _usable(found: Found, folder: Path, rel, exercise: str) -> Found:
     return found
 
 
-def guess_exercise(path: Path) -> tuple[str | None, str]:
-    """Which exercise a lone file is: by its name, else by what it defines (the registry's rules)."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read(MAX_FILE).decode("utf-8", "replace")
-    except OSError:
-        text = None          # by its name only
-    return registry.guess(path.name, text)
-
-
 def _unzip(archive: Path, dest: Path) -> str | None:
     """Unpack a learner's zip safely into ``dest``; returns why not, or None."""
     try:
@@ -156,8 +150,7 @@ def _unzip(archive: Path, dest: Path) -> str | None:
     return None
 
 
-def discover(submissions: Path, exercises: list[str], scratch: Path, skip: set[Path] = frozenset(),
-             only: set[str] | None = None):
+def discover(submissions: Path, exercises: list[str], scratch: Path, only: set[str] | None = None):
     """The learners in SUBMISSIONS_DIR, each with what was found for each exercise (``only``: just the
     entries of these names, as a Slurm task grading one learner asks)."""
     learners: list[Learner] = []
@@ -168,7 +161,7 @@ def discover(submissions: Path, exercises: list[str], scratch: Path, skip: set[P
         name = entry.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         if only is not None and name not in only:
             continue
-        if name in JUNK or Path(os.path.realpath(entry)) in skip:
+        if name in JUNK:
             ignored.append(f"`{name}` (not a submission)")
             continue
         if entry.is_symlink():
@@ -226,7 +219,12 @@ def _folder_learner(name: str, folder: Path, kind: str, exercises: list[str], so
 
 def _file_learner(path: Path, exercises: list[str], name: str) -> Learner:
     learner = Learner(Path(name).stem, "file", name)
-    exercise, how = guess_exercise(path)
+    try:   # which exercise it is: by its name, else by what it defines (the registry's rules)
+        with open(path, "rb") as f:
+            text = f.read(MAX_FILE).decode("utf-8", "replace")
+    except OSError:
+        text = None          # by its name only
+    exercise, how = registry.guess(path.name, text)
     where = f"a single file `{path.name}` at the top of SUBMISSIONS_DIR"
     if exercise is None:
         learner.notes.append(f"{where}: which exercise it is could not be told (name it after the exercise "

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from course_lib.core.atomic import write_text
-from course_lib.grading.scores import by_learner
+from course_lib.grading.scores import by_learner, tally
 from course_lib.registry import EXERCISES
 
 PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,60}")
@@ -40,16 +40,15 @@ SHOWN = {"skipped": "NOT RUN"}    # a skipped check could not be established whe
 
 
 def _summary(rows: list[dict]) -> str:
-    counted = [r for r in rows if r["result"] != "skipped"]
-    skipped = f" ({len(rows) - len(counted)} not run, not counted)" if len(counted) < len(rows) else ""
-    ok = sum(r["result"] == "pass" for r in counted)
-    if not counted:
+    ok, n, skipped = tally(rows)
+    skipped = f" ({skipped} not run, not counted)" if skipped else ""
+    if not n:
         return "no check could be run here" + skipped
-    if ok == len(counted):
+    if ok == n:
         return f"all {ok} checks pass" + skipped
     if all(r["result"] == "missing" for r in rows):
         return "not handed in"
-    return f"{ok} of {len(counted)} checks pass" + skipped
+    return f"{ok} of {n} checks pass" + skipped
 
 
 def _again(ex: str) -> str:
@@ -97,8 +96,7 @@ def write_feedback(out: Path, rows: list[dict], learners: list) -> None:
     """Write ``out/feedback/<learner>.md`` and ``.html`` for every learner that has rows."""
     folder = out / "feedback"
     folder.mkdir(parents=True, exist_ok=True)
-    notes = {lr.name: [f"{ex}: {f.note or f.problem[1]}" for ex, f in lr.found.items()] + list(lr.notes)
-             for lr in learners}
+    notes = {lr.name: lr.found_notes() for lr in learners}
     for name, own in sorted(by_learner(rows).items()):
         stem = file_stem(name)
         write_text(folder / f"{stem}.md", markdown(name, own, notes.get(name, [])))

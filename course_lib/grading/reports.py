@@ -13,7 +13,7 @@ from pathlib import Path
 from course_lib.core.atomic import atomic_writer, write_text
 from course_lib.grading.causes import DEADLINE, annotate, explain, limits_hit
 from course_lib.grading.feedback import file_stem, no_math, slug, write_feedback
-from course_lib.grading.scores import SKIPPED, by_learner, item_points, table, write_scores
+from course_lib.grading.scores import SKIPPED, by_learner, item_points, table, tally, write_scores
 from course_lib.registry import EXERCISES
 
 COLUMNS = ["learner", "exercise", "item", "result", "message"]
@@ -46,12 +46,10 @@ def summary_cell(rows: list[dict]) -> str:
         return ""
     if any(r["result"] == "missing" for r in rows) and all(r["result"] != "pass" for r in rows):
         return "missing"
-    counted = [r for r in rows if r["result"] != "skipped"]
-    ok = sum(r["result"] == "pass" for r in counted)
-    skipped = f", {len(rows) - len(counted)} not run" if len(counted) < len(rows) else ""
-    if not counted:
+    ok, n, skipped = tally(rows)
+    if not n:
         return f"not run {len(rows)}"
-    return (f"pass {ok}/{len(counted)}" if ok == len(counted) else f"**fail** {ok}/{len(counted)}") + skipped
+    return (f"pass {ok}/{n}" if ok == n else f"**fail** {ok}/{n}") + (f", {skipped} not run" if skipped else "")
 
 
 def write_reports(out: Path, rows: list[dict], learners: list, exercises: list[str],
@@ -96,9 +94,7 @@ def _section(name: str, rows: dict[str, list[dict]], cols: list[str], learner, e
     """One learner's section: what was found where, then each verdict."""
     md = ["", f"## {md_name(name)}", ""]
     if learner:
-        md += [f"- {ex}: {f.note or f.problem[1]}" for ex, f in learner.found.items()]
-        md += [f"- {n}" for n in learner.notes]
-        md.append("")
+        md += [f"- {n}" for n in learner.found_notes()] + [""]
     md += ["| exercise | item | result | message |", "|---|---|---|---|"]
     for ex in cols:
         for r in rows.get(ex, []):

@@ -11,11 +11,11 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from course_lib.core.report import PASS, SKIPPED
 from course_lib.grading.discover import Learner, discover
 from course_lib.grading.feedback import slug
 from course_lib.grading.reports import Outputs, fold_general, outcome_rows, write_reports
 from course_lib.grading.sandbox import Limits, run_check
+from course_lib.grading.scores import tally
 from course_lib.registry import EXERCISES
 
 
@@ -85,11 +85,10 @@ class _Grading:
         if outcome is not None:
             self.seconds.setdefault(learner.name, []).append(timing_note(ex, outcome))
         self.pending[learner.name] -= 1
-        judged = [r for r in new_rows if r["result"] != SKIPPED]
-        n_ok = sum(r["result"] == PASS for r in judged)
-        skipped = f", {len(new_rows) - len(judged)} not run" if len(judged) < len(new_rows) else ""
+        n_ok, n, skipped = tally(new_rows)
+        skipped = f", {skipped} not run" if skipped else ""
         took = f" in {outcome.seconds:.1f} s" if outcome else ""
-        print(f"  {learner.name} / {ex}: {n_ok}/{len(judged)} passed{skipped}{took}", flush=True)
+        print(f"  {learner.name} / {ex}: {n_ok}/{n} passed{skipped}{took}", flush=True)
         if self.pending[learner.name] == 0:
             self.outputs.graded_at[learner.name] = now_utc()
             if learner.name in self.seconds:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
@@ -131,86 +131,55 @@ def _read_verdicts(result: Path) -> list[dict] | None:
         return None
 
 
-class _Check:
-    """The processes and folders of one check, from its start to the last sweep."""
+def run_check(exercise: str, source: Path, relative: str, limits: Limits, on_start=None) -> Outcome:
+    """Grade ``source``, copied to ``relative`` (e.g. ``05_allreduce/allreduce.py``) in a fresh folder, with the
+    checker of ``exercise`` (or ``limits.checker``); ``on_start(kill)`` gets what stops it at once (Ctrl-C)."""
+    base = Path(tempfile.mkdtemp(prefix="course-grade-work-"))
+    # nested, so that a file writing to its parent's parent (and one more) still writes into the sandbox
+    work = base / "sandbox" / "learner"
+    result = Path(tempfile.mkdtemp(prefix="course-grade-result-")) / "report.json"   # not the learner's folder
+    token, cgroups, stopped = secrets.token_hex(16), Cgroups(limits), threading.Event()
+    worker = out = None
+    timed_out, leftovers, start = False, 0, time.monotonic()
 
-    def __init__(self, limits: Limits):
-        self.limits = limits
-        self.base = Path(tempfile.mkdtemp(prefix="course-grade-work-"))
-        # nested, so that a file writing to its parent's parent (and one more) still writes into the sandbox
-        self.work = self.base / "sandbox" / "learner"
-        self.private = Path(tempfile.mkdtemp(prefix="course-grade-result-"))   # not the learner's folder
-        self.result = self.private / "report.json"
-        self.token = secrets.token_hex(16)
-        self.cgroups = Cgroups(limits)
-        self.proc: subprocess.Popen | None = None
-        self.out: BoundedOutput | None = None
-        self.stopped = threading.Event()
-        self.events: dict[str, int] = {}
+    def kill() -> None:
+        stopped.set()
+        proc.stop_tree([worker.pid], group=worker.pid)
 
-    def start(self, exercise: str, source: Path, relative: str, checker: str) -> None:
-        copy = self.work / relative
+    try:
+        copy = work / relative
         copy.parent.mkdir(parents=True)
         shutil.copyfile(source, copy)
         env = dict(os.environ, **{
-            TOKEN_VAR: self.token, CGROUPS_VAR: os.pathsep.join(map(str, self.cgroups.dirs)),
-            "HOME": str(self.work), "TMPDIR": str(self.work), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg",
-            "PYTHONUNBUFFERED": "1",
+            TOKEN_VAR: token, CGROUPS_VAR: os.pathsep.join(map(str, cgroups.dirs)), "HOME": str(work),
+            "TMPDIR": str(work), "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1",
         })
-        limits = self.limits
-        cmd = [sys.executable, "-m", "course_lib.grading.sandbox_worker", exercise, str(copy), str(self.result),
-               "" if limits.run_timeout is None else str(limits.run_timeout),
-               str(limits.max_processes), str(limits.max_file_mb), checker or limits.checker,
-               "strict" if limits.strict_launchers else ""]
-        self.proc = subprocess.Popen(self.cgroups.prefix + cmd, cwd=self.work, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        self.out = BoundedOutput(self.proc.stdout, limits.keep_output_kb)
-
-    def kill(self) -> None:
-        """Stop the check at once (Ctrl-C in the grader)."""
-        self.stopped.set()
-        proc.stop_tree([self.proc.pid], group=self.proc.pid)
-
-    def wait(self) -> tuple[bool, int]:
-        """Wait for the worker until the deadline: (timed out, processes left running when it ended)."""
-        try:
-            self.proc.wait(self.limits.deadline)
-        except subprocess.TimeoutExpired:
-            timed_out = not self.stopped.is_set()
-            # collect the tree while the worker still holds it together, then kill it all
-            sweep(self.token, {self.proc.pid}, self.cgroups, str(self.base))
-            self.proc.wait()
-            return timed_out, 0
-        return False, sweep(self.token, set(), self.cgroups, str(self.base), grace=GRACE)
-
-    def end(self) -> list[dict] | None:
-        """Kill what is left, free the cgroups and folders; the worker's verdicts."""
-        if self.proc is not None and self.proc.poll() is None:
-            proc.stop_tree([self.proc.pid], group=self.proc.pid)
-            self.proc.wait()
-        sweep(self.token, set(), self.cgroups, str(self.base))
-        if self.out is not None:
-            self.out.thread.join(10)
-        self.events = self.cgroups.events()     # before the cgroups go: did a limit refuse something?
-        self.cgroups.remove()
-        verdicts = _read_verdicts(self.result)
-        _remove_tree(self.base)
-        _remove_tree(self.private)
-        return verdicts
-
-
-def run_check(exercise: str, source: Path, relative: str, limits: Limits, on_start=None,
-              checker: str = "") -> Outcome:
-    """Grade ``source``, copied to ``relative`` (e.g. ``05_allreduce/allreduce.py``) in a fresh folder, with the
-    checker of ``exercise`` (or the module ``checker``); ``on_start(kill)`` gets what stops it at once (Ctrl-C)."""
-    check = _Check(limits)
-    start = time.monotonic()
-    try:
-        check.start(exercise, source, relative, checker)
+        cmd = [sys.executable, "-m", "course_lib.grading.sandbox_worker", exercise, str(copy), str(result),
+               json.dumps(asdict(limits))]
+        worker = subprocess.Popen(cgroups.prefix + cmd, cwd=work, env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        out = BoundedOutput(worker.stdout, limits.keep_output_kb)
         if on_start is not None:
-            on_start(check.kill)
-        timed_out, leftovers = check.wait()
+            on_start(kill)
+        try:
+            worker.wait(limits.deadline)
+            leftovers = sweep(token, set(), cgroups, str(base), grace=GRACE)
+        except subprocess.TimeoutExpired:
+            timed_out = not stopped.is_set()
+            # collect the tree while the worker still holds it together, then kill it all
+            sweep(token, {worker.pid}, cgroups, str(base))
+            worker.wait()
     finally:
-        verdicts = check.end()
-    return Outcome(verdicts, check.proc.returncode, timed_out, time.monotonic() - start, check.out.text(),
-                   check.out.total, leftovers, check.cgroups.kind, events=check.events)
+        if worker is not None and worker.poll() is None:
+            proc.stop_tree([worker.pid], group=worker.pid)
+            worker.wait()
+        sweep(token, set(), cgroups, str(base))
+        if out is not None:
+            out.thread.join(10)
+        events = cgroups.events()     # before the cgroups go: did a limit refuse something?
+        cgroups.remove()
+        verdicts = _read_verdicts(result)
+        _remove_tree(base)
+        _remove_tree(result.parent)
+    return Outcome(verdicts, worker.returncode, timed_out, time.monotonic() - start, out.text(), out.total,
+                   leftovers, cgroups.kind, events=events)

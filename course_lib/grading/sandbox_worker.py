@@ -1,7 +1,7 @@
 """The worker of one sandboxed check (a process of its own; course_lib.grading.sandbox starts it).
 
-``python -m course_lib.grading.sandbox_worker EXERCISE PATH RESULT RUN_TIMEOUT MAX_PROCESSES MAX_FILE_MB
-CHECKER``: joins the check's cgroups and sets its rlimits before any learner code runs (children inherit
+``python -m course_lib.grading.sandbox_worker EXERCISE PATH RESULT LIMITS`` (LIMITS: the sandbox's Limits as
+JSON): joins the check's cgroups and sets its rlimits before any learner code runs (children inherit
 both), runs the checker on PATH and writes its verdicts as JSON to RESULT, a folder the learner's code is
 not given.
 """
@@ -15,7 +15,7 @@ import time
 import psutil
 
 from course_lib.core.atomic import write_text
-from course_lib.grading.sandbox import CGROUPS_VAR
+from course_lib.grading.sandbox import CGROUPS_VAR, Limits
 
 
 def _enter_limits(max_processes: int, max_file_mb: int) -> None:
@@ -40,20 +40,21 @@ def _enter_limits(max_processes: int, max_file_mb: int) -> None:
 
 
 def worker(argv: list[str]) -> int:
-    exercise, path, result, run_timeout, max_processes, max_file_mb, checker, strict = argv
+    exercise, path, result = argv[:3]
+    limits = Limits(**json.loads(argv[3]))
     # the checker's fork server (course_lib.runtime.warm) starts after this, so it and every rank it forks are in
     # the check's cgroups, under its rlimits, and found by the sweep as the worker's descendants
-    _enter_limits(int(max_processes), int(max_file_mb))
+    _enter_limits(limits.max_processes, limits.max_file_mb)
 
     from course_lib.core.report import Report
     from course_lib.registry import get
 
-    kwargs = {"timeout": float(run_timeout)} if run_timeout else {}
-    if strict and get(exercise).strict_launchers and not checker:
+    kwargs = {"timeout": limits.run_timeout} if limits.run_timeout else {}
+    if limits.strict_launchers and get(exercise).strict_launchers and not limits.checker:
         kwargs["strict_launchers"] = True
     start = time.monotonic()
     try:
-        report = (importlib.import_module(checker) if checker else get(exercise)).check(path, **kwargs)
+        report = (importlib.import_module(limits.checker) if limits.checker else get(exercise)).check(path, **kwargs)
     except BaseException as e:   # the learner's code may raise SystemExit or worse at import time
         report = Report(exercise, path)
         report.add("check", False, f"the check itself stopped: {type(e).__name__}: {e}")

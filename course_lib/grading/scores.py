@@ -16,10 +16,16 @@ def judged(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["result"] != SKIPPED]
 
 
+def tally(rows: list[dict]) -> tuple[int, int, int]:
+    """(checks that pass, checks judged, checks skipped) of some rows."""
+    counted = judged(rows)
+    return sum(r["result"] == PASS for r in counted), len(counted), len(rows) - len(counted)
+
+
 def exercise_score(rows: list[dict]) -> float | None:
     """One exercise's rows -> share of the judged checks that pass (None: nothing could be judged)."""
-    counted = judged(rows)
-    return sum(r["result"] == PASS for r in counted) / len(counted) if counted else None
+    ok, n, _ = tally(rows)
+    return ok / n if n else None
 
 
 def item_points(rows: list[dict]) -> list[tuple[float, float]]:

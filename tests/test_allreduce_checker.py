@@ -173,7 +173,7 @@ def test_a_deadlock_is_every_rank_waiting_with_none_finishing_a_call(tmp_path):
 
     def says(rank, waited, confirmed=0.0):
         now = time.monotonic()
-        (tmp_path / f"waiting-{rank}").write_text(f"{now - waited} {now - confirmed}")
+        (tmp_path / f"waiting-{rank}").write_text(f"{now - waited} {now - confirmed} {now - waited}")
 
     stalls = Stalls(tmp_path, 0, 2)
     says(0, 30)

@@ -7,10 +7,17 @@ only way to know: when every rank waits, and has waited for ``grace`` seconds, n
 that is only slow (computing, or not scheduled on a busy machine) is not waiting in a call, so no deadlock is called
 while it works.
 
+On a busy machine a matched call may wait longer for a starved partner, so the grace is stretched by the load
+(``Stalls.slowdown``), unless every rank has also used no CPU for the grace: a starved rank works whenever it gets a
+core, and a matched call moves data on one side or the other, while a rank stuck in a call sleeps (about 2 ms of
+CPU a second). The load average lags a minute behind the machine, so that stretch alone kept a deadlock on a
+machine just gone quiet waiting four times the grace.
+
 The ranks learn of each other through a folder they share (one per launch): ``waiting-<rank>`` holds when its
-current call began and when that was last confirmed; ``deadlock`` is written by the first rank that sees it, so the
-others report where they wait too; ``reported-<rank>`` says a rank has, so that none exits (which would break its
-partners' wait with a closed connection) before every rank has said where it waits.
+current call began, when that was last confirmed and since when the rank has used no CPU in it; ``deadlock`` is
+written by the first rank that sees it, so the others report where they wait too; ``reported-<rank>`` says a rank
+has, so that none exits (which would break its partners' wait with a closed connection) before every rank has said
+where it waits.
 
 ``Waits`` notes the call this process waits in: the checking worker wraps torch.distributed's ``Work.wait`` (every
 blocking send, receive and collective ends there), a ProcessGroup's send and recv (posting one may wait to connect;
@@ -35,12 +42,14 @@ class Stalls:
 
     BLOCKED = 0.5     # a call that has lasted this long is waiting (not merely moving data)
     FRESH = 1.0       # a rank's file confirmed within this long is believed (an older one: its rank may be starved)
+    BUSY = 0.02       # CPU seconds that end a rank's quiet (a rank stuck in a call: about 2 ms a second)
 
     def __init__(self, folder, rank: int, world: int, ended=None, by_load: bool = True):
         self.folder, self.rank, self.world = Path(folder), rank, world
         self.ended = ended or (lambda r: False)     # ended(r): rank r has ended (it will never free anyone)
         self.by_load = by_load
         self._written: tuple | None = None
+        self._quiet: tuple | None = None            # (since, quiet since, the CPU time then) of the current wait
 
     def slowdown(self) -> float:
         """How much longer than on an idle machine a wait may take now (1 to 1/SLOWEST, from the load; 1 when
@@ -56,25 +65,31 @@ class Stalls:
                 path.unlink(missing_ok=True)
                 self._written = None
             return
-        if self._written and self._written[0] == since and now - self._written[1] < self.FRESH / 3:
+        cpu = time.process_time() - time.thread_time()   # the process's work, less this thread's own (the watcher)
+        if self._quiet is None or self._quiet[0] != since or cpu - self._quiet[2] > self.BUSY:
+            self._quiet = (since, now, cpu)
+        quiet = self._quiet[1]
+        if self._written and self._written[:2] == (since, quiet) and now - self._written[2] < self.FRESH / 3:
             return
         tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(f"{since} {now}")
+        tmp.write_text(f"{since} {now} {quiet}")
         os.replace(tmp, path)      # a reader never sees half a file
-        self._written = (since, now)
+        self._written = (since, quiet, now)
 
     def everyone_waiting(self, grace: float) -> bool:
-        """Every rank waits in a call it began more than ``grace`` seconds ago (times the load's slowdown), or has
-        ended; each rank's word confirmed just now."""
+        """Every rank waits in a call it began more than ``grace`` seconds ago (times the load's slowdown; its word
+        confirmed within FRESH times it), or in which it has used no CPU for ``grace`` seconds (its word confirmed
+        within FRESH), or has ended."""
         now, slow = time.monotonic(), self.slowdown()
         for r in range(self.world):
             try:
-                since, stamp = map(float, (self.folder / f"waiting-{r}").read_text().split())
+                since, stamp, quiet = map(float, (self.folder / f"waiting-{r}").read_text().split())
             except (OSError, ValueError):
                 if self.ended(r):
                     continue
                 return False
-            if now - stamp > self.FRESH * slow or now - since < grace * slow:
+            waited = now - since >= grace * slow and now - stamp <= self.FRESH * slow
+            if not (waited or now - quiet >= grace and now - stamp <= self.FRESH):
                 return False
         return self.world > 1
 

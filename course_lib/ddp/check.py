@@ -39,8 +39,7 @@ from course_lib.runtime import warm
 from course_lib.runtime.gpus import count as local_gpus
 
 GPU_RANKS = cluster.GPU_NODES * cluster.GPU_PER_NODE
-STEP_NAMES = {1: "Step 1", 2: "Step 2", 3: "Step 3", 4: "Step 4", 5: "Step 5", 6: "Step 6"}
-ITEMS = tuple(STEP_NAMES.values())   # what the harness's report() takes of a checker's module
+ITEMS = tuple(f"Step {s}" for s in range(1, 7))   # what the harness's report() takes of a checker's module
 _CACHE: dict = {}
 # what every rank imports, imported once by the fork server instead: what DDP imports, the probe's modules (the digits
 # subset is made as datahooks is imported) and what a training script imports of the course
@@ -49,8 +48,8 @@ PRELOAD = (*warm.DDP_IMPORTS, "course_lib.ddp.hooks", "course_lib.ddp.datahooks"
 
 
 def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ranks: int | None = 3,
-          steps=None, echo: bool = False, cache: bool = True, stall: float | None = None,
-          strict_launchers: bool = False, simulate: bool = True) -> Report:
+          steps=None, cache: bool = True, stall: float | None = None, strict_launchers: bool = False,
+          simulate: bool = True) -> Report:
     """Run the learner's DDP script and return one verdict per step (``steps``: only those, e.g. ``[3]``).
 
     ``timeout`` is the deadline of each multi-process run; a rank that waits longer than ``stall`` seconds in
@@ -69,7 +68,7 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
         full, ran_at = _CACHE[key]
         return shown(full, path, steps, ran_at)
     with warm.session(start_env(local_gpus() >= 2), PRELOAD):   # one fork server for every launch
-        full = _check(script, path, timeout, tuple(styles), more_ranks, echo, stall, strict_launchers, simulate)
+        full = _check(script, path, timeout, tuple(styles), more_ranks, stall, strict_launchers, simulate)
     if key is not None:
         _CACHE[key] = full, time.time()
     return shown(full, path, steps)
@@ -80,7 +79,7 @@ def shown(full: Report, path, steps=None, ran_at: float | None = None) -> Report
     verdicts of the run at that time (``Reused``). ``check_slurm`` shows a job's verdicts with it too."""
     verdicts = full.verdicts
     if steps is not None:
-        wanted = {STEP_NAMES[int(s)] for s in ([steps] if isinstance(steps, int) else steps)}
+        wanted = {f"Step {int(s)}" for s in ([steps] if isinstance(steps, int) else steps)}
         verdicts = [v for v in verdicts if v.item in wanted]
     if ran_at is None:
         return Report(full.exercise, str(path), verdicts, full.seconds)
@@ -107,16 +106,16 @@ class Reused(Report):
         return super()._repr_html_().replace(f" in {self.seconds:.1f} s</p>", f": {self._reused()}</p>", 1)
 
 
-def _check(script: Path, given: str, timeout: float, styles: tuple, more_ranks, echo: bool, stall, strict: bool,
+def _check(script: Path, given: str, timeout: float, styles: tuple, more_ranks, stall, strict: bool,
            simulate: bool) -> Report:
     start = time.monotonic()
     if not script.is_file():
         report = Report("ddp", str(given))
-        for s in STEP_NAMES.values():
+        for s in ITEMS:
             report.add(s, False, f"no such file: {given}")
         return report
     with tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:
-        seen = _launch(script, Path(tmp), timeout, styles, more_ranks, echo, stall, simulate)
+        seen = _launch(script, Path(tmp), timeout, styles, more_ranks, stall, simulate)
         seen.strict = strict
         return checking.report("ddp", sys.modules[__name__], str(given), seen, None, [], start, judge=judge)
 
@@ -132,11 +131,10 @@ class Seen:
     strict: bool = False            # Step 6 requires every launch style to work
 
 
-def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks, echo: bool, stall,
-            simulate: bool) -> Seen:
+def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks, stall, simulate: bool) -> Seen:
     """Every launch of the check, in ``root``: 2 ranks under each style, the extra ranks, the simulated cluster."""
     first, later = _jobs(styles, more_ranks, simulate)
-    done = launch_all(first, script, root, timeout, echo, stall, later, lambda: any(grouped(root, s) for s in styles))
+    done = launch_all(first, script, root, timeout, stall, later, lambda: any(grouped(root, s) for s in styles))
     runs: dict = {}
     for style in styles:
         runs[style] = done[(cluster.PLAIN, style, 2)]
@@ -149,7 +147,7 @@ def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks,
     sims = {sim.name: run for (sim, _, _), run in done.items() if sim.name}
     for sim, _, n in first + later:
         if sim.name in ("nodes", "gpus") and (sim, style, n) not in done:
-            sims[sim.name] = (launch_one(sim, style, n, script, root, timeout, echo, stall) if primary is not None
+            sims[sim.name] = (launch_one(sim, style, n, script, root, timeout, stall) if primary is not None
                               else None)
     if primary is None:
         primary = next((runs[s] for s in runs if runs[s].result.ok and runs[s].finished()), None) or runs[styles[0]]
@@ -163,7 +161,8 @@ def _jobs(styles: tuple, more_ranks, simulate: bool) -> tuple[list, list]:
     them."""
     first = [(cluster.PLAIN, style, 2) for style in styles]
     first += [(cluster.GPUS, styles[0], GPU_RANKS)] if simulate else []
-    later = [(cluster.nodes(more_ranks), styles[0], more_ranks)] if more_ranks and more_ranks != 2 else []
+    nodes = cluster.Sim("nodes", layout=(more_ranks, 1))   # the extra ranks, as that many nodes of one rank each
+    later = [(nodes, styles[0], more_ranks)] if more_ranks and more_ranks != 2 else []
     if simulate and "torchrun" in styles:
         later += [(cluster.SRUN_TORCHRUN, "torchrun", 2), (cluster.TORCHRUN_NODES, "torchrun", GPU_RANKS)]
     return first, later
@@ -195,7 +194,7 @@ def judge(report: Report, spec, seen: Seen, general: list) -> None:
     judged[6] = step6(runs, primary, more, script, failure, target, seen.strict, also)
     for s in range(1, 7):
         ok, message = judged[s]
-        report.add(STEP_NAMES[s], ok, message)
+        report.add(f"Step {s}", ok, message)
 
 
 def _fail(judged: dict, step: int, verdict) -> None:

@@ -20,10 +20,11 @@ from pathlib import Path
 
 from course_lib.ddp.failures import describe_failure
 from course_lib.ddp.messages import ranks_text, short, where
-from course_lib.ddp.runs import SCRIPT_ARGS, Run, group, group_ok, read_record, start_env, works
+from course_lib.ddp.runs import SCRIPT_ARGS, Run, group, group_ok, start_env, works
 from course_lib.ddp.simulate import SETTINGS
 from course_lib.ddp.steps import BARE_CUDA, requested
 from course_lib.runtime.gpus import count as local_gpus
+from course_lib.runtime.job import read_json
 from course_lib.runtime.launch import launch
 
 GPU_NODES, GPU_PER_NODE = 2, 2
@@ -45,12 +46,6 @@ class Sim:
 
 
 PLAIN = Sim("")
-
-
-def nodes(n: int) -> Sim:
-    return Sim("nodes", layout=(n, 1))
-
-
 GPUS = Sim("gpus", layout=(GPU_NODES, GPU_PER_NODE), gpus=GPU_PER_NODE, stop_at_forward=True)
 SRUN_TORCHRUN = Sim("srun-torchrun", env=ONE_TASK_STEP, stop_at_forward=True)
 # torchrun on 2 nodes of 2 ranks: LOCAL_RANK and LOCAL_WORLD_SIZE differ from RANK and WORLD_SIZE (on one node they
@@ -58,21 +53,20 @@ SRUN_TORCHRUN = Sim("srun-torchrun", env=ONE_TASK_STEP, stop_at_forward=True)
 TORCHRUN_NODES = Sim("torchrun-nodes", layout=(GPU_NODES, GPU_PER_NODE), stop_at_forward=True)
 
 
-def launch_all(jobs: list, script: Path, root: Path, timeout: float, echo: bool, stall, later: list = (),
-               wanted=None) -> dict:
+def launch_all(jobs: list, script: Path, root: Path, timeout: float, stall, later: list, wanted) -> dict:
     """Run every ``(sim, style, nprocs)`` of ``jobs`` at once (most of a launch is starting interpreters and
     importing torch, which overlaps with the others' waiting), and those of ``later`` too once ``wanted()`` is true
     while ``jobs`` run (or when they have ended): a launch that only some outcomes of ``jobs`` need costs nothing when
     they do not come. Ctrl-C stops them all."""
     stop = threading.Event()
     with ThreadPoolExecutor(max_workers=len(jobs) + len(later)) as pool:
-        futures = {job: pool.submit(launch_one, *job, script, root, timeout, echo, stall, stop) for job in jobs}
+        futures = {job: pool.submit(launch_one, *job, script, root, timeout, stall, stop) for job in jobs}
         first = list(futures.values())
         try:
             while later:
                 ended = all(f.done() for f in first)   # before wanted(): it then reads their last records
                 if wanted():
-                    futures.update({job: pool.submit(launch_one, *job, script, root, timeout, echo, stall, stop)
+                    futures.update({job: pool.submit(launch_one, *job, script, root, timeout, stall, stop)
                                     for job in later})
                     break
                 if ended:
@@ -84,8 +78,7 @@ def launch_all(jobs: list, script: Path, root: Path, timeout: float, echo: bool,
             raise
 
 
-def launch_one(sim: Sim, style: str, nprocs: int, script: Path, root: Path, timeout: float,
-               echo: bool = False, stall=None, stop=None) -> Run:
+def launch_one(sim: Sim, style: str, nprocs: int, script: Path, root: Path, timeout: float, stall, stop=None) -> Run:
     """Launch ``script`` under the probe as ``nprocs`` ranks; read back every rank's record. A simulated launch runs
     in its own folder, where the probe finds its ``simulate.json``."""
     folder = (root / sim.name if sim.name else root) / f"{style}-{nprocs}"
@@ -96,10 +89,9 @@ def launch_one(sim: Sim, style: str, nprocs: int, script: Path, root: Path, time
     gpu = local_gpus() >= nprocs
     env = {"COURSE_PROBE_DIR": str(folder), "COURSE_PROBE_HANG": str(max(5.0, timeout - 6)),
            "COURSE_PROBE_STALL": str(stall if stall else max(10.0, min(30.0, timeout / 4))), **start_env(gpu)}
-    printer = (lambda rank, line: print(f"[{style} {nprocs}] [rank {rank}] {line}", flush=True)) if echo else None
     result = launch(["-m", "course_lib.ddp.probe", str(script), *SCRIPT_ARGS], nprocs=nprocs,
-                    style=style, timeout=timeout, env=env, cwd=folder / "work", on_line=printer, stop=stop)
-    records = [read_record(folder / f"rank-{rank}.json") for rank in range(nprocs)]
+                    style=style, timeout=timeout, env=env, cwd=folder / "work", on_line=None, stop=stop)
+    records = [read_json(folder / f"rank-{rank}.json") for rank in range(nprocs)]
     return Run(style, nprocs, result, folder, gpu, records)
 
 

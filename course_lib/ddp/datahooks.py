@@ -146,12 +146,10 @@ def _note_loader_errors(rec: Recorder):
 def _note_sampler(rec: Recorder):
     from torch.utils.data.distributed import DistributedSampler
 
-    set_epoch = DistributedSampler.set_epoch
-
     def note_epoch(self, epoch, *args, **kwargs):
         rec.data["set_epoch"].append(int(epoch) if isinstance(epoch, int) else repr(epoch))
 
-    DistributedSampler.set_epoch = called("set_epoch", set_epoch, rec, note_epoch)
+    DistributedSampler.set_epoch = called("set_epoch", DistributedSampler.set_epoch, rec, note_epoch)
     DistributedSampler.__init__ = called("DistributedSampler", DistributedSampler.__init__, rec)
 
 

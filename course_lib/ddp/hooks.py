@@ -106,10 +106,8 @@ def _count_collectives(rec: Recorder):
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    for name in COLLECTIVES:
-        fn = getattr(c10d, name, None)
-        if fn is None:
-            continue
+    for name in COLLECTIVES:   # each in torch.distributed since 2.0 (pyproject: torch>=2.1)
+        fn = getattr(c10d, name)
 
         def count(*args, _name=name, **kwargs):
             c = rec.data["collectives"]
@@ -137,12 +135,11 @@ def _note_local_rank(rec: Recorder):
 
 def _note_spawn(rec: Recorder):
     import torch.multiprocessing as tmp
-    for name in ("spawn", "start_processes"):
-        if hasattr(tmp, name):   # processes the script starts itself run without the probe: say so
-            def note_spawn(*args, _name=name, **kwargs):
-                rec.data.setdefault("spawned", []).append(_name)
-                rec.write()
-            setattr(tmp, name, called(name, getattr(tmp, name), rec, note_spawn))
+    for name in ("spawn", "start_processes"):   # processes the script starts itself run without the probe: say so
+        def note_spawn(*args, _name=name, **kwargs):
+            rec.data["spawned"].append(_name)
+            rec.write()
+        setattr(tmp, name, called(name, getattr(tmp, name), rec, note_spawn))
 
 
 def _note_set_device(rec: Recorder):

@@ -11,7 +11,6 @@ needs no torch of its own.
 """
 import faulthandler
 import functools
-import json
 import os
 import runpy
 import signal
@@ -25,6 +24,7 @@ from course_lib.checking.deadlock import Stalls
 from course_lib.core.rankkit import RankEnvError, exit_now, rank_env
 from course_lib.ddp import datahooks, hooks, simulate
 from course_lib.ddp.recorder import COLLECTIVES, Recorder, describe
+from course_lib.runtime.job import read_json
 
 
 def _learner_tb(tb, script: Path):
@@ -85,10 +85,7 @@ def _watch_collectives(rec: Recorder, stall: float, stack, folder: Path, world: 
 
 def _ended(folder: Path, rank: int) -> bool:
     """Rank ``rank``'s record has its exit: it ended, and will free no one."""
-    try:
-        return json.loads((folder / f"rank-{rank}.json").read_text()).get("exit") is not None
-    except (OSError, ValueError):
-        return False   # not started yet, or being rewritten: not known to have ended
+    return read_json(folder / f"rank-{rank}.json").get("exit") is not None
 
 
 def _arm_deadlines(rec: Recorder, folder: Path, world: int) -> None:

@@ -1,11 +1,11 @@
 """What each rank of a launch under the probe did (``cluster.launch_one`` launches): a ``Run`` holds the launcher's
 result and each rank's record (``rank-<N>.json``), stack dump and trained parameters.
 """
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.runtime.gpus import count as local_gpus
+from course_lib.runtime.job import read_json
 
 SCRIPT_ARGS = ["--dataset", "digits", "--epochs", "2", "--save-model"]
 EPOCHS = int(SCRIPT_ARGS[SCRIPT_ARGS.index("--epochs") + 1])
@@ -51,13 +51,6 @@ def start_env(gpu: bool) -> dict:
     return env
 
 
-def read_record(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
-    except json.JSONDecodeError:
-        return None
-
-
 def group(run: Run):
     """Per rank: (rank, world_size) the group gave it, or None."""
     out = []
@@ -71,7 +64,7 @@ def grouped(root: Path, style: str, nprocs: int = 2) -> bool:
     """The ranks of the plain launch ``style-nprocs`` in ``root`` are, by their records so far, in one group of them
     all (``group_ok``)."""
     folder = root / f"{style}-{nprocs}"
-    records = [read_record(folder / f"rank-{rank}.json") for rank in range(nprocs)]
+    records = [read_json(folder / f"rank-{rank}.json") for rank in range(nprocs)]
     return all(records) and group_ok(Run(style, nprocs, None, folder, False, records))
 
 

@@ -42,16 +42,16 @@ def _no_group(run: Run):
     """Some rank never got a group: it never asked, asked for the wrong thing, or init failed."""
     asked = requested(run)
     if not any(asked):
-        return _never_asked(run, [run.rec(r) for r in range(run.nprocs)])
+        return _never_asked(run)
     verdict = asked_wrong(run) or _init_failed(run, asked)
     if verdict is None and all(run.exited_normally(r) for r in range(run.nprocs)):
         return False, f"not every rank joined the process group (asked for: {_asked(asked)})"
     return verdict
 
 
-def _never_asked(run: Run, recs: list):
+def _never_asked(run: Run):
     n = run.nprocs
-    if any(rec.get("spawned") for rec in recs):
+    if any(run.rec(r).get("spawned") for r in range(n)):
         return False, ("the script starts its own processes (torch.multiprocessing.spawn): under srun or torchrun "
                        "the launcher already starts one process per rank. Drop the spawn; each process joins the "
                        f"group itself ({ENV_HELP}).")
@@ -69,8 +69,7 @@ def _asked(asked: list) -> str:
 
 def requested(run: Run) -> list:
     """What each rank asked init_process_group for (at its last call); None for a rank that did not ask."""
-    recs = [run.rec(r) for r in range(run.nprocs)]
-    return [rec["init"][-1]["requested"] if rec.get("init") else None for rec in recs]
+    return [run.rec(r)["init"][-1]["requested"] if run.rec(r).get("init") else None for r in range(run.nprocs)]
 
 
 def asked_wrong(run: Run | None):
@@ -139,8 +138,11 @@ def step2(run: Run):
     ddp_made = [bool(run.rec(r)["ddp"]) for r in range(n)]
     ddp_used = [run.rec(r)["ddp_forward"] > 0 for r in range(n)]
     if diff > 1e-5 * scale + 1e-6:
+        why = ((_built_not_used(ddp_made, ddp_used) or "the gradients were not averaged the same way on every rank.")
+               if any(ddp_made) else "nothing averaged the gradients: wrap the model in DistributedDataParallel "
+                                     "(after moving it to its device).")
         return False, (f"after {steps[0]} steps the parameters differ between ranks (largest difference {diff:.2e}): "
-                       f"{_not_averaged(ddp_made, ddp_used)}")
+                       f"{why}")
     if all(ddp_made) and all(ddp_used):
         return True, (f"parameters identical on all {n} ranks after {steps[0]} optimizer steps: "
                       "DDP averaged the gradients")
@@ -169,13 +171,6 @@ def _built_not_used(ddp_made: list, ddp_used: list) -> str | None:
     return None
 
 
-def _not_averaged(ddp_made: list, ddp_used: list) -> str:
-    """Why the parameters drifted apart."""
-    if any(ddp_made):
-        return _built_not_used(ddp_made, ddp_used) or "the gradients were not averaged the same way on every rank."
-    return "nothing averaged the gradients: wrap the model in DistributedDataParallel (after moving it to its device)."
-
-
 # ------------------------------------------------------------------------------------------ Step 3
 def train_loader(rec: dict):
     """The loader the rank trained on: the one with the most optimizer steps (then the largest data set)."""
@@ -191,8 +186,8 @@ def _shuffle_and_sampler(run: Run):
         for err in run.rec(r).get("loader_errors", []):
             if err.get("error") and "sampler" in err["error"] and "shuffle" in err["error"]:
                 return (f"shuffle=True together with sampler={err.get('sampler')}: the DataLoader refuses both "
-                        "(rank {r}). The sampler already shuffles (DistributedSampler's shuffle=True is its "
-                        "default; set_epoch gives a new order each epoch): drop shuffle=True.").replace("{r}", str(r))
+                        f"(rank {r}). The sampler already shuffles (DistributedSampler's shuffle=True is its "
+                        "default; set_epoch gives a new order each epoch): drop shuffle=True.")
     return None
 
 

@@ -41,12 +41,12 @@ def place(nprocs: int, gpus: int, env: dict | None = None) -> tuple[dict | None,
         f"gloo (one process group has one backend; a GPU per rank needs {nprocs} GPUs)")
 
 
-def placed(nprocs: int, env: dict | None = None) -> dict | None:
-    """``place`` on this machine's GPUs, saying what it changed in one printed line; the ranks' variables.
+def placed(nprocs: int, env: dict | None = None, say=lambda note: print(note, flush=True)) -> dict | None:
+    """``place`` on this machine's GPUs, saying what it changed in one line (``say``); the ranks' variables.
     One rank, or GPUs the caller chose, need no count (torch is not imported for them)."""
     if nprocs < 2 or HIDE in (env or {}):
         return env
     env, note = place(nprocs, count(), env)
     if note:
-        print(note, flush=True)
+        say(note)
     return env

@@ -45,6 +45,12 @@ def write_json(path: Path, data: dict) -> None:
     write_text(path, json.dumps(data, indent=2))   # atomic: a reader sees the old or the new state, never half
 
 
+def write_folder(run_dir: Path, engine: str, job_id: str, site, spec: JobSpec, script: str, **more) -> None:
+    """A new run folder's job.sbatch and job.json (all that ``reattach`` needs to follow the job again)."""
+    (run_dir / SCRIPT_NAME).write_text(script)
+    write_json(run_dir / INFO_NAME, {"engine": engine, "id": job_id, "site": site.name, "spec": spec.to_dict(), **more})
+
+
 class SubmitError(RuntimeError):
     """The job could not be submitted; the message is the scheduler's own (e.g. sbatch's error)."""
 

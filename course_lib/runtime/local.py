@@ -22,7 +22,7 @@ from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.core.site import Site
 from course_lib.core.spec import JobSpec
 from course_lib.runtime import gpus, slurm, warm
-from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, Job, SubmitError, read_json, write_json
+from course_lib.runtime.job import INFO_NAME, LOG_NAME, Job, SubmitError, read_json, write_folder, write_json
 from course_lib.runtime.launch import launch
 from course_lib.runtime.proc import freeze, stop_tree, wait_gone
 from course_lib.runtime.sampler import Sampler
@@ -128,12 +128,9 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path) -> LocalJob:
     runs_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     job_id, run_dir = _next_id(runs_dir, spec.name)
-    (run_dir / SCRIPT_NAME).write_text(script_for(spec, site, runs_dir).replace("%j", job_id)
-                                       .replace("$SLURM_JOB_ID", job_id))
-    info = {"engine": "local", "id": job_id, "site": site.name, "spec": spec.to_dict(),
-            "env": {**site.env, **{str(k): str(v) for k, v in spec.env.items()}},
-            "data_dir": site.data_dir}
-    write_json(run_dir / INFO_NAME, info)
+    write_folder(run_dir, "local", job_id, site, spec,
+                 script_for(spec, site, runs_dir).replace("%j", job_id).replace("$SLURM_JOB_ID", job_id),
+                 env={**site.env, **{str(k): str(v) for k, v in spec.env.items()}}, data_dir=site.data_dir)
     env = dict(os.environ)
     env["PYTHONPATH"] = _with_course_on_path(env.get("PYTHONPATH"))
     with open(run_dir / "runner.log", "ab") as runner_log:
@@ -187,9 +184,8 @@ def run_job(run_dir: Path) -> int:
         write_json(state_path, {"state": "RUNNING", "reason": "", "exit_code": None, "pid": os.getpid()})
         final = {"state": "FAILED", "reason": "", "exit_code": None}
         try:
-            env, note = gpus.place(spec.ranks, gpus.count(), _rank_env(info, spec))
-            if note:        # a machine with fewer GPUs than ranks: all ranks on CPU, said in the job's log
-                log.write(f"local engine: {note}\n")
+            # a machine with fewer GPUs than ranks: all ranks on CPU, said in the job's log
+            env = gpus.placed(spec.ranks, _rank_env(info, spec), say=lambda note: log.write(f"local engine: {note}\n"))
             # monitor=True: the job's CPU use, as the sbatch script's ``top -b`` writes it
             top = Sampler(run_dir / f"{spec.name}-{info['id']}.top.log") if spec.monitor else contextlib.nullcontext()
             # several ranks of one CPU: forked from a server that imported torch (and what DDP imports) once, where

@@ -16,7 +16,7 @@ from pathlib import Path
 from course_lib.core.paths import PACKAGE_PARENT
 from course_lib.core.site import Site
 from course_lib.core.spec import JobSpec, render
-from course_lib.runtime.job import INFO_NAME, LOG_NAME, SCRIPT_NAME, TERMINAL, Job, SubmitError, write_json
+from course_lib.runtime.job import LOG_NAME, TERMINAL, Job, SubmitError, write_folder
 
 TIMEOUT = 30    # seconds for one Slurm command (a busy controller can be slow)
 # sbatch --test-only's words for a job that no node of the partition can take now: too big for every node, or
@@ -205,9 +205,7 @@ def submit(spec: JobSpec, site: Site, runs_dir: Path, tries: int = 20) -> SlurmJ
                 # job ids restart when a test cluster starts afresh: never write into an older run's folder
                 command(["scancel", job_id])
                 continue
-            (run_dir / SCRIPT_NAME).write_text(text)
-            info = {"engine": "slurm", "id": job_id, "site": site.name, "spec": spec.to_dict()}
-            write_json(run_dir / INFO_NAME, info)
+            write_folder(run_dir, "slurm", job_id, site, spec, text)
             r = command(["scontrol", "release", job_id])
             if r.returncode != 0:
                 command(["scancel", job_id])

@@ -10,13 +10,13 @@ import re
 import torch
 import torch.distributed as dist
 
+from course_lib.core.rankkit import rank_env
+
 
 def rank_world() -> tuple[int, int, int]:
     """(rank, world size, local rank) from torchrun's variables, else srun's."""
-    env = os.environ
-    if "RANK" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"])
-    return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env["SLURM_LOCALID"])
+    env = rank_env()
+    return env.rank, env.world_size, env.local_rank
 
 
 def setup(backend: str = os.environ.get("BUG_BACKEND", "gloo")) -> tuple[int, int, int]:

@@ -88,13 +88,9 @@ def launch_env(s: Script, name: str) -> str | None:
 
 def rank0_mistakes(s: Script) -> list[str]:
     """Every mistake in where the ranks look for rank 0 (MASTER_ADDR, torchrun's endpoint)."""
-    msgs = []
-    given = launch_env(s, "MASTER_ADDR")
-    if given is not None:
-        msgs += mistakes(s, given, f"MASTER_ADDR={given} (on the launch line)")
-    elif "MASTER_ADDR" in s.exports:
-        line, value = s.exports["MASTER_ADDR"]
-        msgs += mistakes(s, value, f"line {line}: MASTER_ADDR={value}")
+    given, (line, value) = launch_env(s, "MASTER_ADDR"), s.exports.get("MASTER_ADDR", (0, None))
+    msgs = (mistakes(s, given, f"MASTER_ADDR={given} (on the launch line)") if given is not None else
+            mistakes(s, value, f"line {line}: MASTER_ADDR={value}") if value is not None else [])
     options = torchrun_options(s)
     for key in ("rdzv_endpoint", "master_addr"):
         if options.get(key):

@@ -63,13 +63,10 @@ def _merged(static: dict, seen: dict) -> dict:
     that does not bind them, a wrong file or option: the probe runs whatever it is given): the text's FAIL stands,
     with what the run saw; where the run could not tell (NOT RUN), the text's verdict stands."""
     for item, (ok, msg) in static.items():
-        if item not in seen:
-            continue
-        if ok is False and seen[item][0] is not False:
-            seen[item] = (False, msg + (f"\n(this run: {seen[item][1]})" if seen[item][1] else ""))
-        elif ok is False:
-            seen[item] = (False, msg + "\n" + seen[item][1])
-        elif seen[item][0] is None:
+        if item in seen and ok is False:
+            run_ok, said = seen[item]
+            seen[item] = (False, msg + ("\n" + said if run_ok is False else f"\n(this run: {said})" if said else ""))
+        elif item in seen and seen[item][0] is None:
             seen[item] = (ok, msg)
     return seen
 
@@ -131,16 +128,11 @@ def behaviour(script, out) -> dict:
     return found
 
 
-def _asked(script) -> tuple[int, str]:
-    """The nodes the script asks for, and how it says so."""
-    nodes = integer(re.split(r"[-,:]", script.get("nodes", "1"))[0]) or 1
-    return nodes, (f"--nodes={script.get('nodes')}" if script.get("nodes") else "one node")
-
-
 def _refused(script, out) -> dict:
     """sbatch refused the job: the script's fault, or (NOT RUN) a test Slurm smaller than the job, or nodes that
     take no job now (down, drained: sbatch --test-only then says what it says of a job no node could hold)."""
-    nodes, why = _asked(script)
+    nodes = integer(re.split(r"[-,:]", script.get("nodes", "1"))[0]) or 1      # the least a range asks for
+    why = f"--nodes={script.get('nodes')}" if script.get("nodes") else "one node"
     if nodes > out.nodes if out.nodes else "node count" in out.refusal.lower():
         here = f"this Slurm has {out.nodes} node(s)" if out.nodes else "this Slurm has fewer nodes"
         return {"sbatch accepts it": (None, f"not run: {here} and the script asks for {why} (sbatch: "
@@ -216,8 +208,7 @@ def _seen_master(ranks) -> tuple:
     if LOOPBACK.match(addr) and len(hosts) > 1:
         return False, (f"the ranks ran on {len(hosts)} nodes ({', '.join(hosts)}) and saw MASTER_ADDR={addr}, each "
                        f"node's own loopback: the ranks away from rank 0's node cannot reach it; {FIRST_NODE}")
-    r = ranks[0]
-    return True, f"the ranks saw MASTER_ADDR={r['env']['MASTER_ADDR']} MASTER_PORT={r['env']['MASTER_PORT']}"
+    return True, f"the ranks saw MASTER_ADDR={addr} MASTER_PORT={ranks[0]['env']['MASTER_PORT']}"
 
 
 def _seen_threads(ranks, agents) -> tuple:

@@ -15,8 +15,6 @@ from course_lib.sbatch.training import PYTHONS, gpu_bind_none, judge, local_rank
 
 LAUNCHERS = {"srun", "torchrun", "python", "python3", "mpirun", "mpiexec"}
 
-NEEDED = ("nodes", "time")
-
 
 def tasks_per_node(s: Script) -> int | None:
     per_node = integer(s.get("ntasks-per-node"))
@@ -59,7 +57,7 @@ def directives(s: Script) -> tuple:
             hint = difflib.get_close_matches(d.key, sorted(KNOWN), n=1)
             guess = f" (did you mean --{hint[0]}?)" if hint else ""
             msgs.append(f"line {d.line}: sbatch has no option --{d.key}{guess}; sbatch stops: 'unrecognized option'")
-    missing = [k for k in NEEDED if s.get(k) is None]
+    missing = [k for k in ("nodes", "time") if s.get(k) is None]
     if s.get("ntasks-per-node") is None and s.get("ntasks") is None:
         missing.append("ntasks-per-node")
     if missing:
@@ -135,15 +133,11 @@ def torchrun_nproc(s: Script) -> int | None:
 
 def backgrounded(s: Script) -> list[str]:
     """Launch lines run in the background (``srun ... &``) with no ``wait`` after them."""
-    msgs = []
-    for i, c in enumerate(s.simple):
-        if c.background and LAUNCHERS & {w.rsplit("/", 1)[-1] for w in c.words}:
-            if not any(later.name == "wait" for later in s.simple[i + 1:]):
-                msgs.append(f"line {c.line}: `{' '.join(c.words[:3])} ... &` runs in the background and nothing waits "
-                            "for it: the batch script reaches its end at once, and when the batch script ends the "
-                            "job ends and Slurm stops its steps, so no rank trains. Remove the `&`, or add `wait` "
-                            "after the last background srun")
-    return msgs
+    return [f"line {c.line}: `{' '.join(c.words[:3])} ... &` runs in the background and nothing waits for it: the "
+            "batch script reaches its end at once, and when the batch script ends the job ends and Slurm stops its "
+            "steps, so no rank trains. Remove the `&`, or add `wait` after the last background srun"
+            for i, c in enumerate(s.simple) if c.background and LAUNCHERS & {w.rsplit("/", 1)[-1] for w in c.words}
+            and not any(later.name == "wait" for later in s.simple[i + 1:])]
 
 
 def srun_shrinks(s: Script, tasks, nodes) -> list[str]:

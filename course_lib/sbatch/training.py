@@ -81,18 +81,14 @@ def resolve(s: Script, written: str, seen: frozenset = frozenset()) -> tuple[str
     """(the path the job would run, how the script gives it); None where it comes from outside the script.
     ``seen``: the names being resolved, which their own value refers to as set before the script
     (``SCRIPT=${SCRIPT:-snapshot.py}``: the default, unless the job's environment sets it)."""
-    m = DEFAULT.match(written)
+    m = DEFAULT.match(written) or PLAIN.match(written)
+    name = m.group(1) if m else None
+    if name in s.values and name not in seen:
+        return resolve(s, s.values[name][1].strip("\"'"), seen | {name})[0], f"${name}, set in the script"
+    if m and m.re is DEFAULT:
+        return m.group(2), f"{written}: ${name} unset, so {m.group(2)}"
     if m:
-        name, default = m.groups()
-        if name in s.values and name not in seen:
-            return resolve(s, s.values[name][1].strip("\"'"), seen | {name})[0], f"${name}, set in the script"
-        return default, f"{written}: ${name} unset, so {default}"
-    m = PLAIN.match(written)
-    if m:
-        if m.group(1) in s.values and m.group(1) not in seen:
-            return (resolve(s, s.values[m.group(1)][1].strip("\"'"), seen | {m.group(1)})[0],
-                    f"${m.group(1)}, set in the script")
-        return None, f"${m.group(1)} is not set in the script"
+        return None, f"${name} is not set in the script"
     return (None, written) if "$" in written or "`" in written else (written, written)
 
 
@@ -180,9 +176,7 @@ def gpu_bind_none(s: Script) -> bool:
 def seen(ranks) -> tuple:
     """The training script as the ranks were given it: there in their working directory, and which file."""
     for r in ranks:
-        if "found" not in r:
-            continue
-        if not r["found"]:
+        if not r.get("found", True):
             return False, (f"rank {r['rank']} was given {r['script']}, which is not a file in its working directory "
                            f"{r['cwd']}: python would stop with \"can't open file\" on every rank")
     r = ranks[0]

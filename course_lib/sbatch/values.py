@@ -26,15 +26,13 @@ def expression(s: Script, value: str, depth: int = 3) -> str | None:
     if "$(" in text or "`" in text:
         return None
     text = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", r"\1", text)
-    if depth and re.search(r"[A-Za-z_]\w*", text):
-        for name in set(re.findall(r"[A-Za-z_]\w*", text)):
-            if name in s.values and not name.startswith("SLURM_"):
-                inner = expression(s, s.values[name][1], depth - 1)
-                if inner is None:
-                    return None
-                text = re.sub(rf"\b{name}\b", f"({inner})", text)
-    text = text.replace("/", "//")
-    text = " ".join(text.split())
+    for name in set(re.findall(r"[A-Za-z_]\w*", text)) if depth else ():
+        if name in s.values and not name.startswith("SLURM_"):
+            inner = expression(s, s.values[name][1], depth - 1)
+            if inner is None:
+                return None
+            text = re.sub(rf"\b{name}\b", f"({inner})", text)
+    text = " ".join(text.replace("/", "//").split())
     return text if re.fullmatch(r"[\w\s+\-*/%()]*", text) and text else None
 
 

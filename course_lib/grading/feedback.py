@@ -1,9 +1,6 @@
-"""Feedback to hand back: ``feedback/<learner>.md`` and ``.html``, one learner's rows and nothing of anyone else's.
-
-Each file holds what was found for that learner, each verdict with its message (the messages are the hints:
-they say what to fix), and how to check again before handing in. Files are selected by exact name from the
-rows, never by prefix, so ``ann`` never sees ``anna``'s rows. A name that is not a plain file name (spaces,
-a leading dash, unicode) gets the same safe name as its log folder (``slug``: text plus a hash).
+"""Feedback to hand back: ``feedback/<learner>.md`` and ``.html``, one learner's rows and nothing of anyone else's:
+what was found, each verdict with its message (the hints: they say what to fix), and how to check again. Files are
+selected by exact name from the rows, never by prefix, so ``ann`` never sees ``anna``'s rows.
 """
 import hashlib
 import html

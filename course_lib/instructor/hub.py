@@ -51,34 +51,34 @@ export PATH={bin}:"$PATH"
 """
 
 
-def merge_settings(path: Path, update) -> dict:
+def merge_settings(path: Path, new: dict) -> dict:
+    """Set ``new`` ({section: {key: value}}) in the JSON file at ``path``, keeping its other settings (a value that is
+    a dict is merged into the one there)."""
     try:
         data = json.loads(path.read_text()) if path.exists() else {}
     except ValueError as e:
         raise SystemExit(f"course write lab-settings: {path} is not valid JSON ({e}); fix or remove it") from e
-    update(data)
+    for section, values in new.items():
+        for key, value in values.items():
+            old = data.setdefault(section, {}).get(key)
+            data[section][key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic.write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     return data
 
 
-def _news_off(data: dict) -> None:
-    for key, value in OVERRIDES.items():
-        data.setdefault(key, {}).update(value)
-
-
-def _nbgrader_off(data: dict) -> None:
-    data.setdefault("disabledExtensions", {}).update(DISABLED)
+def _lab_settings(overrides: Path, page: Path) -> list[Path]:
+    """Jupyter's news prompt off in ``overrides``, the DISABLED extensions off in ``page``; both paths."""
+    merge_settings(overrides, OVERRIDES)
+    merge_settings(page, {"disabledExtensions": DISABLED})
+    return [overrides, page]
 
 
 def write_settings(prefix: str | Path) -> list[Path]:
     """Write both files of a hub install under ``prefix``; returns their paths."""
     prefix = Path(prefix)
-    overrides = prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
-    page = prefix / "etc" / "jupyter" / "labconfig" / "page_config.json"
-    merge_settings(overrides, _news_off)
-    merge_settings(page, _nbgrader_off)
-    return [overrides, page]
+    return _lab_settings(prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.json",
+                         prefix / "etc" / "jupyter" / "labconfig" / "page_config.json")
 
 
 def server_config(lab_dir: Path) -> dict:
@@ -109,10 +109,8 @@ def trust(lab_dir: Path, notebooks: Path) -> list[Path]:
 def write_lab_dir(lab_dir: str | Path, venv: str | Path = sys.prefix) -> list[Path]:
     """Write the settings of ``make lab`` into ``lab_dir`` for the environment ``venv``; returns their paths."""
     lab_dir = Path(lab_dir).resolve()
-    labconfig = lab_dir / "labconfig"
-    page, overrides = labconfig / "page_config.json", labconfig / "default_setting_overrides.json"
-    merge_settings(page, _nbgrader_off)
-    merge_settings(overrides, _news_off)
+    overrides, page = _lab_settings(lab_dir / "labconfig" / "default_setting_overrides.json",
+                                    lab_dir / "labconfig" / "page_config.json")
     bashrc, server, css = lab_dir / "bashrc", lab_dir / "jupyter_server_config.json", lab_dir / "custom/custom.css"
     venv = Path(venv).absolute()   # not resolved: a venv reached through a link keeps its own bin/
     atomic.write_text(bashrc, BASHRC.format(venv=shlex.quote(str(venv)), bin=shlex.quote(str(venv / "bin"))))

@@ -49,15 +49,8 @@ def write(venv: str | Path) -> Path:
               "terminado_settings": server_config(lab_dir)["ServerApp"].get("terminado_settings", {})}
     new = {"ServerApp": server, "KernelSpecManager": {"allowed_kernelspecs": [KERNEL]},
            "MappingKernelManager": {"default_kernel_name": KERNEL}}
-
-    def update(data: dict) -> None:
-        for section, values in new.items():
-            for key, value in values.items():
-                old = data.setdefault(section, {}).get(key)
-                data[section][key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
-
     path = venv / "etc" / "jupyter" / "jupyter_server_config.json"
-    merge_settings(path, update)
+    merge_settings(path, new)
     return path
 
 

@@ -103,15 +103,12 @@ def _job_report(exercise: str, path, options: dict, queue_timeout: float, say) -
 
 def main(argv: list[str]) -> int:
     """In the job: run the check the request names, in the submitter's folder; report.json into the job's."""
-    request = json.loads(argv[0])
-    out = Path.cwd() / REPORT_NAME         # the job script runs in the job's folder
-    runner.become_the_job(request)
-    os.chdir(request["cwd"])
+    request, folder = runner.become_the_job(argv)
     options = request["options"]
     os.environ[check_local.HELD] = "slurm"     # its CPUs are the job's: no slot of the node's to wait for
     report = check_local.check_here(request["exercise"], request["path"],
                                     check_local.overall_deadline(request["exercise"], options), **options)
-    write_text(out, json.dumps(report.to_dict(), indent=1))
+    write_text(folder / REPORT_NAME, json.dumps(report.to_dict(), indent=1))
     print(report.text(), flush=True)
     return 0
 

@@ -3,10 +3,8 @@ local launch on this node, writes each line to the job folder's rank lines file 
 it as it grows) and the LaunchResult as JSON at the end. SIGTERM (scancel, the time limit) unwinds through the
 launch, which stops every rank it started."""
 import json
-import os
 import signal
 import sys
-from pathlib import Path
 
 from course_lib.core.atomic import write_text
 from course_lib.core.result import LINES_NAME, RESULT_NAME, line_record
@@ -15,11 +13,8 @@ from course_lib.runtime.launch import default_printer, launch
 
 
 def main(argv: list[str]) -> int:
-    request = json.loads(argv[0])
-    folder = Path.cwd()                   # the job script runs in the job's folder
-    runner.become_the_job(request)
+    request, folder = runner.become_the_job(argv)
     signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))   # unwinds through launch()
-    os.chdir(request["cwd"])
     with open(folder / LINES_NAME, "a", encoding="utf-8", errors="replace", buffering=1) as lines:
         def on_line(rank: int, text: str) -> None:
             lines.write(line_record(rank, text))

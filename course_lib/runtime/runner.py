@@ -5,6 +5,7 @@ sbatch template and run folder as the learner's own jobs do, and a request as JS
 """
 import json
 import os
+from pathlib import Path
 
 from course_lib.core.spec import JobSpec
 from course_lib.runtime.progress import JobError, say_on_stderr, wait  # noqa: F401 - runner.wait is the API
@@ -35,12 +36,16 @@ def not_taken(what: str, refused: Exception, here: str) -> str:
     return f"Slurm did not take the {what}'s job: {refused}\n{fix}, or run {here}"
 
 
-def become_the_job(request: dict) -> None:
-    """In the job: what a process started here would see (no Slurm variables: a learner's script reads SLURM_PROCID
-    before RANK; the submitter's JOB_ONLY values), and every run it starts stays here."""
+def become_the_job(argv: list[str]) -> tuple[dict, Path]:
+    """In the job (``python -m MODULE REQUEST``): (the request, the job's folder, where its script started). The process
+    then sees what one started here would (no Slurm variables: a learner's script reads SLURM_PROCID before RANK; the
+    submitter's JOB_ONLY values), works in the submitter's folder, and every run it starts stays here."""
+    request, folder = json.loads(argv[0]), Path.cwd()
+    os.chdir(request["cwd"])
     forget_the_job()
     for key in JOB_ONLY:
         os.environ.pop(key, None)
     os.environ.update(request.get("env_job_only", {}))
     os.environ[IN_JOB] = "1"
     os.environ["COURSE_RUNS"] = "local"
+    return request, folder

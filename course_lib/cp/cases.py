@@ -4,7 +4,7 @@ gloo ranks and dp=2 x cp=2 (``group=`` honoured, different data per dp replica),
 checker's own positions (plain and load-balanced)."""
 import functools
 
-from course_lib import checking
+from course_lib import checking, gridrun
 from course_lib.checking.case import Case, Fail
 from course_lib.cp import reference
 from course_lib.cp.cases_attention import case_attention, case_gather, case_ring, case_unshard
@@ -60,14 +60,10 @@ def in_setting(grid: bool, fn, ctx):
     replica (different data in different replicas); every rank creates every group once per launch, in order."""
     import torch.distributed as dist
     key = "grid" if grid else "flat"
-    if key not in ctx.cache:
-        if grid:   # 4 ranks: cp fastest (Megatron's tp-cp-dp-pp order with tp = pp = 1)
-            cps = [dist.new_group([0, 1]), dist.new_group([2, 3])]
-            dps = [dist.new_group([0, 2]), dist.new_group([1, 3])]
-            ctx.cache[key] = (cps[ctx.rank // 2], dps[ctx.rank % 2])
-        else:      # every rank in one cp group; dp = 1: a group of this rank alone
-            alone = [dist.new_group([r]) for r in range(ctx.world)]
-            ctx.cache[key] = (dist.group.WORLD, alone[ctx.rank])
+    if key not in ctx.cache:   # grid: 4 ranks, cp fastest (Megatron's order); flat: dp = 1, every rank one cp group
+        sizes = {"cp": 2, "dp": 2} if grid else {"cp": ctx.world, "dp": 1}
+        mine = gridrun.grid_groups(ctx.rank, ctx.world, ("cp", "dp") if grid else ("dp",), "tp-cp-dp-pp", **sizes)
+        ctx.cache[key] = (mine["cp"][1] if grid else dist.group.WORLD, mine["dp"][1])
     ctx.cp_group, ctx.dp_group = ctx.cache[key]
     ctx.kw = {"group": ctx.cp_group} if grid else {}     # what the learner's cp functions get
     ctx.cp, ctx.r = dist.get_world_size(ctx.cp_group), dist.get_rank(ctx.cp_group)

@@ -205,11 +205,9 @@ def params_differ(c, ddp_model, ref, buffers=False):
     return [n for n, p, q in pairs if not torch.allclose(p.detach(), q.detach(), rtol=0, atol=ATOL)]
 
 
-def update_ratio(before, after, ref_before, ref_after):
-    """How many times the single-process update the learner's update was (for a message); None if not parallel."""
+def update_ratio(d, r):
+    """The learner's update ``d`` as a multiple of the single-process one ``r``; None if it is not one."""
     import torch
-    d = torch.cat([(a - b).reshape(-1) for a, b in zip(after, before)])
-    r = torch.cat([(a - b).reshape(-1) for a, b in zip(ref_after, ref_before)])
     if float(r.norm()) == 0:
         return None
     ratio = float(d @ r / (r @ r))
@@ -221,6 +219,7 @@ def train(c, variant, kind, cap):
     first and the last step, the sizes of the parameters that require a gradient, the same with 0 for those that got
     none)."""
     import torch
+    from torch.nn.utils import parameters_to_vector as flat
     make = plain_model if kind == "plain" else tied_model
     c.model_kind = kind
     ref = make(100)                          # rank 0's initial model: what every rank must start from
@@ -235,8 +234,7 @@ def train(c, variant, kind, cap):
     for step in range(STEPS):
         x, y = batch(kind, step, c.world)
         mine = slice(4 * c.r, 4 * c.r + 4)
-        before = [p.detach().clone() for p in model.parameters()]
-        ref_before = [p.detach().clone() for p in ref.parameters()]
+        before, ref_before = flat(model.parameters()).detach(), flat(ref.parameters()).detach()
         c.rec.take()
         loss_of(kind, ddp, x[mine], y[mine]).backward()
         _finish(c, ddp)
@@ -251,8 +249,7 @@ def train(c, variant, kind, cap):
         wrong = params_differ(c, model, ref)
         every = [p.numel() for p in ref.parameters() if p.requires_grad]
         if wrong:
-            ratio = update_ratio(before, [p.detach() for p in model.parameters()], ref_before,
-                                 [p.detach() for p in ref.parameters()])
+            ratio = update_ratio(flat(model.parameters()) - before, flat(ref.parameters()) - ref_before)
             problem = _step_problem(c, kind, step, wrong, ratio)
             sent = bucket_problem(logs[-1], every, cap, f"{kind} model") if variant == "bucketed" else None
             problem += f"\n{sent}" if sent else ""

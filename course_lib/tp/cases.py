@@ -3,7 +3,7 @@ within ``numerics.TOL``: ``rank_groups`` in one process, the operators and layer
 inside 4 ranks (which shows whether ``group=`` is honoured), ``init_rank_groups`` on 4 ranks."""
 import functools
 
-from course_lib import checking
+from course_lib import checking, gridrun
 from course_lib.checking.case import Case
 from course_lib.tp import numerics
 from course_lib.tp.cases_blocks import case_attention, case_mlp
@@ -53,8 +53,7 @@ def in_setting(setting: str, fn, ctx):
     """Run ``fn`` with ctx given the setting's group (None: all ranks), tp, this rank's index in it, a seed."""
     import torch.distributed as dist
     if setting == "tp2of4" and "tp2of4" not in ctx.cache:
-        subgroups = [dist.new_group([0, 1]), dist.new_group([2, 3])]   # every rank creates both, same order
-        ctx.cache["tp2of4"] = subgroups[ctx.rank // 2]
+        ctx.cache["tp2of4"] = gridrun.grid_groups(ctx.rank, 4, ("tp",), "tp-cp-pp-dp", tp=2, dp=2)["tp"][1]
     group = ctx.cache.get(setting)
     ctx.tp, ctx.r = dist.get_world_size(group), dist.get_rank(group)
     ctx.seed = 1000 * (ctx.rank // ctx.tp)   # different data in different groups: mixing shows

@@ -2,6 +2,8 @@
 step, with SGD + momentum (a gradient scaled by a constant shows) then AdamW (the state ZeRO shards); measured on
 every rank: the optimizer state, the bytes held and sent (measure.py).
 """
+import copy
+
 from course_lib.checking.case import Fail, need
 from course_lib.zero import measure
 
@@ -27,11 +29,6 @@ def optimizers():
     import torch
     return [("SGD(momentum=0.9)", torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
             ("AdamW", torch.optim.AdamW, {"lr": 0.01})]
-
-
-def flat_params(model):
-    import torch
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
 
 
 def diagnose(c, before, after, want, shards, step, opt_name):
@@ -139,9 +136,8 @@ def sent_problem(c, sent, n, elem):
 def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
     """Train DDP and the learner's ZeroOptimizer side by side; returns (state bytes mine, DDP's, figures of what
     was measured: the collectives that ran, the bytes held and sent at most in one step)."""
-    import copy
-
     from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.nn.utils import parameters_to_vector as flat
     model = make_model()
     ref = DDP(copy.deepcopy(model))
     ref_opt = opt_cls(ref.parameters(), **kw)
@@ -153,11 +149,12 @@ def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
         elem = next(mine.parameters()).element_size()
         shards = c.shards(n)
         for step in range(STEPS):
-            before = flat_params(mine)
+            before = flat(mine.parameters()).detach()
             counts, left, held, sent = _one_step(c, ref, ref_opt, mine, zero, step)
             for name, k in counts.items():
                 seen["ran"][name] = seen["ran"].get(name, 0) + k
-            problem = diagnose(c, before, flat_params(mine), flat_params(ref.module), shards, step, opt_name)
+            problem = diagnose(c, before, flat(mine.parameters()).detach(), flat(ref.parameters()).detach(), shards,
+                               step, opt_name)
             if problem is None and stage == 2:
                 problem = _stage2_problem(counts, left, elem * n)
             if problem is None and not state_over(measure.state_bytes(zero.optimizer), measure.state_bytes(ref_opt),

@@ -14,6 +14,8 @@ import contextlib
 import json
 
 from course_lib import gridrun
+from course_lib.cp import reference
+from course_lib.cp.train import forward, model
 
 BATCH, FEATURES = 2, 16
 
@@ -37,7 +39,6 @@ def formula_bytes(seq_len: int, cp: int, params: int, batch: int = BATCH, featur
 
 def causal_pairs(seq_len: int, cp: int, balanced: bool) -> list[int]:
     """Per rank, the (query, key) pairs a causal mask keeps: sum over its positions p of p + 1."""
-    from course_lib.cp import reference
     return [int((reference.positions(seq_len, cp, r, balanced) + 1).sum()) for r in range(cp)]
 
 
@@ -86,9 +87,6 @@ def one_step(net, x, y, pos, group):
     """Forward and backward on this rank's tokens; the grads averaged over the cp group. (saved, payload) bytes."""
     import torch.distributed as dist
     import torch.nn.functional as F
-
-    from course_lib.cp import reference
-    from course_lib.cp.train import forward
     params = list(net.parameters())
     with counted_payload() as payload:
         with saved_bytes(params) as saved:
@@ -104,9 +102,6 @@ def one_step(net, x, y, pos, group):
 def measure(seq_lens) -> list[dict]:
     import torch
     import torch.distributed as dist
-
-    from course_lib.cp import reference
-    from course_lib.cp.train import model
     rank, rows = dist.get_rank(), []
     for cp in (1, 2, 4):
         group = dist.new_group(list(range(cp)))

@@ -1,5 +1,8 @@
 """Pictures for notebook 11: which tokens each rank holds (plain and balanced) under the causal mask, activation
 memory per rank against sequence length, and the causal work per rank."""
+from course_lib.cp import reference
+from course_lib.cp.lab import causal_pairs
+
 COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759")
 
 
@@ -8,8 +11,6 @@ def draw_split(seq_len: int = 16, cp: int = 4):
     with the plain split the last rank's rows are the long ones; the balanced split evens them out."""
     import matplotlib.pyplot as plt
     import numpy as np
-
-    from course_lib.cp import reference
     fig, axes = plt.subplots(1, 2, figsize=(9, 4.2))
     for ax, balanced in zip(axes, (False, True)):
         img = np.ones((seq_len, seq_len, 3))
@@ -18,7 +19,7 @@ def draw_split(seq_len: int = 16, cp: int = 4):
             for p in reference.positions(seq_len, cp, r, balanced).tolist():
                 img[p, :p + 1] = rgb
         ax.imshow(img, interpolation="nearest")
-        work = [int((reference.positions(seq_len, cp, r, balanced) + 1).sum()) for r in range(cp)]
+        work = causal_pairs(seq_len, cp, balanced)
         ax.set_title(f"{'balanced' if balanced else 'plain'} split, cp={cp}\n(query, key) pairs per rank: {work}",
                      fontsize=10)
         ax.set_xlabel("key position")
@@ -49,8 +50,6 @@ def draw_memory(rows):
 def draw_work(seq_len: int, cp: int):
     """Causal (query, key) pairs per rank, plain and balanced."""
     import matplotlib.pyplot as plt
-
-    from course_lib.cp.lab import causal_pairs
     fig, ax = plt.subplots(figsize=(6, 3))
     width = 0.4
     for k, balanced in enumerate((False, True)):

@@ -12,6 +12,7 @@ import sys
 
 from course_lib import gridrun
 from course_lib.core.loader import import_path
+from course_lib.cp import reference
 from course_lib.gridrun import parse_losses as parse_output  # noqa: F401 - notebook 11 reads its run with it
 from course_lib.tp.train import parser
 
@@ -46,8 +47,6 @@ def batches(args):
 
 def train_serial(args) -> list[float]:
     import torch.nn.functional as F
-
-    from course_lib.cp import reference
     net = model(args.features, args.seed)
     return list(gridrun.sgd(net.parameters(), batches(args),
                             lambda x, y: F.mse_loss(forward(net, x, reference.serial), y), args.lr))

@@ -6,6 +6,7 @@ profiles one more step of each of TRACED.
 """
 import argparse
 import gc
+import statistics
 import time
 from pathlib import Path
 
@@ -60,7 +61,6 @@ def time_steps(nets, x, y, steps, warmup, report):
     """{variant: (median ms of a step, median ms of its finish call)}. The variants take turns, one step each, so
     that other work on a shared machine slows them alike; the median leaves out the few steps it slowed most. A
     variant whose code raises is reported (``report(variant, exc)``) and dropped: the same on every rank."""
-    import statistics
     took = {v: [] for v in nets}
     for i in range(warmup + steps):
         for v in list(nets):
@@ -94,8 +94,6 @@ def trace_step(net, finish, opt, x, y, out):
 
 def time_allreduce(rank):
     """The median time of 5 all-reduces of each of SIZES."""
-    import statistics
-
     import torch
     import torch.distributed as dist
     for nbytes in SIZES:

@@ -11,6 +11,8 @@ import json
 import time
 
 from course_lib import gridrun
+from course_lib.core.loader import import_path
+from course_lib.pp import pipe as pp
 from course_lib.pp.timeline import PREFIX
 
 
@@ -44,8 +46,6 @@ def wrap(mod, fwd_s: float, bwd_s: float, events: list, clock):
 
 def step(mod, schedule: str, m: int, a, rank: int, world: int) -> dict:
     import torch.distributed as dist
-
-    from course_lib.pp import pipe as pp
     model = pp.make_model(2 * world, a.width)
     xs, ys = pp.make_batch(m, a.micro, a.width)
     pipe = pp.make_pipe(model, world, rank, m, a.micro)
@@ -74,8 +74,6 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     import torch
     import torch.distributed as dist
-
-    from course_lib.core.loader import import_path
     torch.set_num_threads(1)
     rank, world = gridrun.start(timeout_s=60)
     mod = import_path(a.pp_file, "learner_pp")

@@ -2,6 +2,7 @@
 the serial reference every schedule must equal: one process with the whole batch (the loss is the mean over the
 batch, so each of m equal micro-batches' losses is divided by m and the gradients add up in ``.grad``).
 """
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
@@ -83,8 +84,6 @@ class Reference:
 def reference(model, stages: int, xs, ys) -> Reference:
     """The serial computation on a copy of ``model``: the whole batch for the loss and gradients, the stages'
     boundaries micro-batch by micro-batch for what each stage should see."""
-    import copy
-
     import torch
     serial = copy.deepcopy(model)
     loss = mse(serial(torch.cat(xs)), torch.cat(ys))

@@ -8,6 +8,7 @@ import sys
 from course_lib import gridrun
 from course_lib.core.loader import import_path
 from course_lib.gridrun import parse_losses  # noqa: F401 - notebook 12 reads its run with it
+from course_lib.pp import pipe as pp
 from course_lib.tp.train import parser
 
 ORDER = "tp-cp-dp-pp"
@@ -16,8 +17,6 @@ ORDER = "tp-cp-dp-pp"
 def data(steps: int, batch: int, width: int):
     """A regression task: inputs and a fixed 'teacher' network's outputs, one batch per step."""
     import torch
-
-    from course_lib.pp import pipe as pp
     teacher = pp.make_model(2, width, seed=123)
     g = torch.Generator().manual_seed(7)
     xs = [torch.randn(batch, width, generator=g, dtype=torch.float64) for _ in range(steps)]
@@ -26,7 +25,6 @@ def data(steps: int, batch: int, width: int):
 
 
 def train_serial(a) -> list[float]:
-    from course_lib.pp import pipe as pp
     model = pp.make_model(a.layers, a.width)
     return list(gridrun.sgd(model.parameters(), data(a.steps, a.batch, a.width), lambda x, y: pp.mse(model(x), y),
                             a.lr))
@@ -35,8 +33,6 @@ def train_serial(a) -> list[float]:
 def train_parallel(a) -> None:
     import torch
     import torch.distributed as dist
-
-    from course_lib.pp import pipe as pp
     torch.set_num_threads(1)
     rank, world = gridrun.start(timeout_s=60)
     mine = gridrun.grid_groups(rank, world, ("pp", "dp"), ORDER, dp=a.dp, pp=a.pp)

@@ -1,6 +1,7 @@
 """The rank grid of the tensor-parallel exercise: Megatron's RankGenerator, written out independently, and the
 combinations ``course check tp`` tries ``rank_groups`` on."""
 import math
+from itertools import permutations
 
 
 def reference_rank_groups(world_size, tp=1, dp=1, cp=1, pp=1, order="tp-cp-pp-dp"):
@@ -18,7 +19,6 @@ def reference_rank_groups(world_size, tp=1, dp=1, cp=1, pp=1, order="tp-cp-pp-dp
 
 def rank_group_cases():
     """(world, tp, dp, cp, pp, order) combinations: small grids, every order of 4 names, dp fastest, names left out."""
-    from itertools import permutations
     cases = [(1, 1, 1, 1, 1, "tp-cp-pp-dp"), (8, 4, 2, 1, 1, "tp-cp-pp-dp"), (8, 2, 4, 1, 1, "tp-cp-pp-dp"),
              (4, 2, 2, 1, 1, "tp-dp"), (4, 2, 2, 1, 1, "dp-tp"), (8, 2, 4, 1, 1, "dp-tp"),
              (6, 2, 3, 1, 1, "tp-cp-pp-dp"), (6, 3, 2, 1, 1, "dp-tp-cp-pp"), (12, 2, 3, 2, 1, "tp-cp-pp-dp"),

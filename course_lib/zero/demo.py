@@ -5,10 +5,14 @@ learner's ZeroOptimizer (stage 1 and 2) and FSDP2 on the same batches, with SGD 
 normalised step, it shows a gradient off by a factor); a method that fails emits ``error`` and the others go on.
 """
 import argparse
+import contextlib
 import traceback
 
 from course_lib import gridrun
+from course_lib.checking.learner import explain
 from course_lib.core import rankkit
+from course_lib.core.loader import import_path
+from course_lib.zero.measure import held, nbytes, state_bytes
 
 METHODS = ("DDP", "ZeRO-1", "ZeRO-2", "FSDP2")
 OPTIMIZER = {"lr": 0.05, "momentum": 0.9}     # torch.optim.SGD's: one buffer (the velocity) per parameter
@@ -57,8 +61,6 @@ def counting_ddp(model, **options):
 
 def accum_way(way, micro, batch, rank, world):
     """One optimizer step done ``way``; returns (all-reduces, numbers all-reduced, parameters after the step)."""
-    import contextlib
-
     import torch
     import torch.nn.functional as F
     ddp = counting_ddp(mlp(hidden=32, dtype=torch.float64))
@@ -113,7 +115,6 @@ def build(method, zero_mod, collectives):
 def memory(model, inner, zero):
     """Bytes on this rank right after a step: parameters, gradients (still allocated), optimizer state, and for ZeRO
     every other tensor its optimizer object or the model keeps alive (the shard's copy, anything in an attribute)."""
-    from course_lib.zero.measure import held, nbytes, state_bytes
     grads = sum(nbytes(p.grad) for p in model.parameters())
     out = {"params": sum(nbytes(p) for p in model.parameters()), "grads": grads, "state": state_bytes(inner),
            "other": 0}
@@ -148,7 +149,6 @@ def run_sharded(zero_file, steps, collectives, rank, world):
     import torch
     zero_mod = None
     try:
-        from course_lib.core.loader import import_path
         zero_mod = import_path(zero_file, "learner_zero")
     except BaseException as e:
         rankkit.emit("error", method="ZeRO", rank=rank, message=f"zero.py does not load: {type(e).__name__}: {e}")
@@ -159,7 +159,6 @@ def run_sharded(zero_file, steps, collectives, rank, world):
         try:
             losses, mem = train(method, zero_mod, collectives, batches, rank, world)
         except Exception as e:   # the learner's ZeroOptimizer, or FSDP2 on a torch that cannot run it here
-            from course_lib.checking.learner import explain
             rankkit.emit("error", method=method, rank=rank, message=explain(e, zero_file, "zero.py"),
                          trace=traceback.format_exc()[-600:])
             continue

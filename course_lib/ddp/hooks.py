@@ -17,14 +17,17 @@ LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PR
 
 
 def install(rec: Recorder):
-    for hook in (_note_env_reads, _wrap_init_and_destroy, _count_collectives, _note_local_rank, _note_spawn,
-                 _note_set_device, _wrap_ddp, averaging.install, _note_optimizer_steps, _note_forward_devices,
-                 _note_save):
+    for hook in (_note_env_reads, _wrap_init_and_destroy, _count_collectives, _note_spawn, _wrap_ddp,
+                 averaging.install, _note_optimizer_steps, _note_devices, _note_save):
         hook(rec)
 
 
 # -------------------------------------------------------------------- Step 1: process group, environment
 def _note_env_reads(rec: Recorder):
+    """The launcher variables the learner's code reads (torch's get_node_local_rank() reads LOCAL_RANK for it)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
     cls = type(os.environ)
     original = cls.__getitem__
 
@@ -34,6 +37,12 @@ def _note_env_reads(rec: Recorder):
         return original(self, key)
 
     cls.__getitem__ = getitem
+    if hasattr(c10d, "get_node_local_rank"):
+        def note_local_rank(*_a, **_k):
+            if "LOCAL_RANK" not in rec.data["env_reads"]:
+                rec.data["env_reads"].append("LOCAL_RANK")
+        wrapped = called("get_node_local_rank", c10d.get_node_local_rank, rec, note_local_rank)
+        dist.get_node_local_rank = c10d.get_node_local_rank = wrapped
 
 
 def _wrap_init_and_destroy(rec: Recorder):
@@ -121,18 +130,6 @@ def _count_collectives(rec: Recorder):
             setattr(dist, name, wrapped)
 
 
-def _note_local_rank(rec: Recorder):
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    if hasattr(c10d, "get_node_local_rank"):
-        def note_local_rank(*_a, **_k):
-            if "LOCAL_RANK" not in rec.data["env_reads"]:
-                rec.data["env_reads"].append("LOCAL_RANK")
-        wrapped = called("get_node_local_rank", c10d.get_node_local_rank, rec, note_local_rank)
-        dist.get_node_local_rank = c10d.get_node_local_rank = wrapped
-
-
 def _note_spawn(rec: Recorder):
     import torch.multiprocessing as tmp
     for name in ("spawn", "start_processes"):   # processes the script starts itself run without the probe: say so
@@ -140,17 +137,6 @@ def _note_spawn(rec: Recorder):
             rec.data["spawned"].append(_name)
             rec.write()
         setattr(tmp, name, called(name, getattr(tmp, name), rec, note_spawn))
-
-
-def _note_set_device(rec: Recorder):
-    import torch
-    import torch.distributed as dist
-
-    if torch.cuda.is_available():
-        def note_device(*args, **kwargs):
-            rec.data["set_device"].append({"device": str(args[0] if args else kwargs.get("device")),
-                                           "before_init": not dist.is_initialized()})
-        torch.cuda.set_device = called("set_device", torch.cuda.set_device, rec, note_device)
 
 
 # -------------------------------------------------------------------- Step 2: DDP, optimizer, parameters
@@ -215,9 +201,17 @@ def _note_optimizer_steps(rec: Recorder):
     register_optimizer_step_post_hook(after_step)
 
 
-def _note_forward_devices(rec: Recorder):
+# -------------------------------------------------------------------- Step 4: devices
+def _note_devices(rec: Recorder):
+    """set_device calls (before or after init), and the (input, parameter) devices of module calls."""
     import torch
+    import torch.distributed as dist
 
+    if torch.cuda.is_available():
+        def note_device(*args, **kwargs):
+            rec.data["set_device"].append({"device": str(args[0] if args else kwargs.get("device")),
+                                           "before_init": not dist.is_initialized()})
+        torch.cuda.set_device = called("set_device", torch.cuda.set_device, rec, note_device)
     seen = rec.data["forward_devices"]
 
     def forward_pre(module, args):

@@ -201,10 +201,8 @@ def _cuda(x) -> bool:
 
 
 def _cpu_args(pick, how, args, kwargs):
-    import torch
-
     def cpu(x):
-        return pick(how, x) if _cuda(x) or isinstance(x, torch.device) else x
+        return pick(how, x) if _cuda(x) else x
     if "device" in kwargs:
         kwargs = {**kwargs, "device": cpu(kwargs["device"])}
     return tuple(cpu(a) for a in args), kwargs

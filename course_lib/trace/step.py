@@ -28,18 +28,14 @@ from course_lib.core.rankkit import rank_env
 from course_lib.model import Net
 
 
-def parse_args(argv=None):
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", nargs=2, action="append", required=True, metavar=("DIR", "CAP"),
                    help="folder for trace-rank<R>.json and DDP's bucket size in MiB ('default': DDP's default, "
                         "25 MiB after a first bucket of 1 MiB); repeat it to trace several settings")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--warmup", type=int, default=3)
-    return p.parse_args(argv)
-
-
-def main(argv=None) -> None:
-    args = parse_args(argv)
+    args = p.parse_args(argv)
     env = rank_env()
     cuda = torch.cuda.is_available()
     device = torch.device(f"cuda:{env.local_rank}" if cuda else "cpu")

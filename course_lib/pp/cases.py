@@ -150,25 +150,20 @@ def case_backward(ctx):
     import torch
     pipe, _, ys, ref = setting(ctx, 2)
     fn = ctx.need("backward_step")
-    params = list(pipe.module.parameters())
-    shares = []
     for i in range(2):
         x = ref.inputs[pipe.stage][i].clone().requires_grad_(not pipe.first)
         y = pipe.module(x)
         y = pp.mse(y, ys[i]) / pipe.m if pipe.last else y
-        grad = None if pipe.last else ref.out_grads[pipe.stage][i]
-        # this micro-batch's share of every gradient, on its own
-        shares.append(torch.autograd.grad(y, params, grad, retain_graph=True))
-        want_dx = None if pipe.first else torch.autograd.grad(y, x, grad, retain_graph=True)[0]
-        dx = fn(pipe, x, y, grad)
+        dx = fn(pipe, x, y, None if pipe.last else ref.out_grads[pipe.stage][i])
         if pipe.first:
             continue
+        want_dx = ref.out_grads[pipe.stage - 1][i]      # what the previous stage's output needs: x's gradient
         if dx is None or tuple(dx.shape) != tuple(want_dx.shape) or not torch.allclose(dx, want_dx, **TOL):
             raise Fail(f"stage {pipe.stage}, micro-batch {i}: backward_step returned "
                        f"{None if dx is None else tuple(dx.shape)}, not x's gradient (x.grad, {tuple(x.shape)}) "
                        f"that the previous stage needs")
-    for k, p in enumerate(params):
-        total, last = shares[0][k] + shares[1][k], shares[1][k]
+    # the reference with these two micro-batches: both shares of every gradient, and the second's alone
+    for p, total, last in zip(pipe.module.parameters(), ref.grads[pipe.stage], ref.last_share[pipe.stage]):
         if p.grad is None:
             raise Fail(f"stage {pipe.stage}: a parameter has no .grad after backward_step")
         if not torch.allclose(p.grad, total, **TOL):

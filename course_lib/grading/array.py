@@ -182,7 +182,7 @@ class Progress:
 
 def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_rows: list[dict], scratch: Path,
                    notes: list[str], on_done, site, throttle: int, minutes: int | None, cpus: int,
-                   outputs: Outputs | None = None) -> int:
+                   outputs: Outputs) -> int:
     """Grade the class as a Slurm job array into ``out``; the exit code (0, 2 could not submit, 130)."""
     learners, ignored = discover(subs, exercises, scratch)
     held = {}
@@ -228,7 +228,6 @@ def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_row
         rows += new
     header = header_of(subs, learners, exercises, limits, notes + [
         f"Engine: Slurm job array; isolation in the tasks: {isolation or 'no task reported it'}"])
-    outputs = outputs or Outputs()
     outputs.graded_at.update({r["learner"]: now_utc() for r in rows if r["learner"] not in outputs.graded_at})
     write_reports(out, rows, learners, exercises, header, ignored, timing, outputs)
     if code == 130:

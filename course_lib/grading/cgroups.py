@@ -102,13 +102,13 @@ class Cgroups:
     """The cgroup(s) of one check (``dirs``, which the worker joins), or a systemd scope for it (``prefix``, the
     command the worker is started through), or nothing; ``kind`` says which (or "sweep")."""
 
-    def __init__(self, limits=None, host: Host | None = None):
+    def __init__(self, limits, host: Host | None = None):
         self.dirs: list[Path] = []
         self.controllers: list[str] = []   # v1: the controllers with a cgroup for this check
         self.prefix: list[str] = []
         self.kind = "sweep"
         self.limits = limits
-        if limits is None or not limits.cgroups or not sys.platform.startswith("linux"):
+        if not limits.cgroups or not sys.platform.startswith("linux"):
             return
         host = host or Host.probe()
         name = f"course-grade-{os.getpid()}-{secrets.token_hex(4)}"
@@ -156,7 +156,7 @@ class Cgroups:
                 "systemd scope": "a transient systemd scope (systemd-run --scope",
                 "cgroup v1": "cgroup v1 (" + " and ".join(self.controllers) + " controllers",
                 }.get(self.kind)
-        if what and lim is not None:
+        if what:
             return f"Isolation: {what}: at most {lim.max_processes} processes, {lim.memory_mb} MB per check)."
         if self.kind == "slurm cgroup":
             return "Isolation: the Slurm job's own cgroup (task/cgroup plugin); rlimits and the sweep per check."

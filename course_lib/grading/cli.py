@@ -1,7 +1,10 @@
-"""``course grade SUBMISSIONS_DIR``: grade a class, each learner's exercises checked in a sandbox (docs/grading.md
-says what it writes, and how). Exit codes: 0 grading ran (learners' failures are results), 2 it could not (bad
-arguments, --out not writable, a check the grader itself could not run), 130 interrupted (Ctrl-C or SIGTERM: what
-is done is kept, --resume continues). Errors go to stderr.
+"""``course grade SUBMISSIONS_DIR``: grade a class, each learner's exercises checked in a sandbox; docs/grading.md
+says what it writes (grades.csv, scores.csv, grades.md, feedback/, logs/, the exports) and how.
+
+``--timeout`` is the checker's deadline for each multi-process run (as in ``course check``); ``--check-timeout`` is
+the grader's for one whole check, after which everything it started is killed. Exit codes: 0 grading ran (learners'
+failures are results), 2 it could not (bad arguments, --out not writable, a check the grader itself could not run),
+130 interrupted (Ctrl-C or SIGTERM: what is done is kept, --resume continues). Errors go to stderr.
 """
 import os
 import sys

@@ -1,9 +1,7 @@
-"""The worker of one sandboxed check (a process of its own; course_lib.grading.sandbox starts it).
-
-``python -m course_lib.grading.sandbox_worker EXERCISE PATH RESULT LIMITS`` (LIMITS: the sandbox's Limits as
-JSON): joins the check's cgroups and sets its rlimits before any learner code runs (children inherit
-both), runs the checker on PATH and writes its verdicts as JSON to RESULT, a folder the learner's code is
-not given.
+"""The worker of one sandboxed check, ``python -m course_lib.grading.sandbox_worker EXERCISE PATH RESULT LIMITS``
+(LIMITS: the sandbox's Limits as JSON; course_lib.grading.sandbox starts it): joins the check's cgroups and sets its
+rlimits before any learner code runs (children inherit both), runs the checker on PATH and writes its verdicts as
+JSON to RESULT, a folder the learner's code is not given.
 """
 import importlib
 import json
@@ -19,7 +17,6 @@ from course_lib.grading.sandbox import CGROUPS_VAR, Limits
 
 
 def _enter_limits(max_processes: int, max_file_mb: int) -> None:
-    """Join the check's cgroups and set rlimits before any learner code runs; children inherit both."""
     for d in filter(None, os.environ.get(CGROUPS_VAR, "").split(os.pathsep)):
         try:
             with open(os.path.join(d, "cgroup.procs"), "w") as f:

@@ -89,7 +89,7 @@ def site_profile(s: Script, site: Site) -> tuple:
     return "site profile", not msgs, "\n".join(msgs) or fits
 
 
-def ranks_and_gpus(s: Script, site: Site, workdir=None) -> tuple:
+def ranks_and_gpus(s: Script, site: Site, workdir) -> tuple:
     how, tasks, gpus = launcher(s), tasks_per_node(s), gpus_per_node(s)
     if s.get("gpus-per-task") and how == "srun" and not gpu_bind_none(s):
         bound = (f"--gpus-per-task={s.get('gpus-per-task')} binds each task to its own GPU (sbatch(1): it implies "
@@ -258,8 +258,8 @@ def threads(s: Script) -> tuple:
     cpus = integer(s.get("cpus-per-task", "1")) or 1
     sharing = (torchrun_nproc(s) or 1) if launcher(s) == "torchrun" else 1
     ranks = f"{sharing} rank(s) sharing the task's" if sharing > 1 else "each rank's task has"
-    n, how = values.threads(s, value, cpus, sharing)
-    if how == "node" and ((tasks_per_node(s) or 1) > 1 or sharing > 1):
+    n = values.threads(s, value, cpus, sharing)
+    if values.NODE_CPUS.search(value) and ((tasks_per_node(s) or 1) > 1 or sharing > 1):
         return "OMP_NUM_THREADS", False, (
             f"line {line}: OMP_NUM_THREADS={value} counts the CPUs of every task of the job on the node, not the "
             f"{cpus} of one task: each rank starts that many threads and the ranks fight for the cores; export "
@@ -275,9 +275,8 @@ def threads(s: Script) -> tuple:
     return "OMP_NUM_THREADS", True, f"exported (line {line}): {told}"
 
 
-def lint(s: Script, site: Site, workdir=None) -> list[tuple]:
+def lint(s: Script, site: Site, workdir) -> list[tuple]:
     """Every rule's (item, ok or None where not looked at, message), in the order a learner fixes them;
-    ``workdir``: the job's working directory, where the training script must be."""
-    script = [judge(s, workdir)] if workdir is not None else []
-    return [directives(s), site_profile(s, site), launch(s), *script, ranks_and_gpus(s, site, workdir), master(s),
-            threads(s)]
+    ``workdir``: the folder the job is submitted from, where the training script must be."""
+    return [directives(s), site_profile(s, site), launch(s), judge(s, workdir), ranks_and_gpus(s, site, workdir),
+            master(s), threads(s)]

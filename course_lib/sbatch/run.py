@@ -22,7 +22,6 @@ class Outcome:
     refusal: str = ""              # sbatch --test-only's message
     job_id: str = ""
     state: str = ""                # COMPLETED, FAILED, ... or "TIMEOUT (cancelled by the check)"
-    exit_code: int | None = None
     seconds: float = 0.0           # from submission to the end
     nodes: int = 0                 # nodes this Slurm has (sinfo), 0 if unknown
     unusable: dict = field(default_factory=dict)   # node -> its state, for nodes that take no job now (refused)
@@ -71,7 +70,7 @@ def submit_and_wait(path: Path, workdir: Path, site_env: dict, timeout: float) -
         out.state = job.state if job.done else f"TIMEOUT (not done in {timeout:.0f} s: cancelled by the check)"
         if not job.done:
             job.cancel()           # scancel, then wait until Slurm says it has ended
-        out.exit_code, out.seconds = job.exit_code, job.elapsed
+        out.seconds = job.elapsed
         out.log = log.read_text(errors="replace") if log.exists() else ""
         files = sorted((folder / "probe").glob("*.jsonl"), key=lambda p: p.stat().st_mtime)
         from_files = records("".join(p.read_text(errors="replace") for p in files))

@@ -50,8 +50,7 @@ class Script:
 
     def get(self, key: str, default: str | None = None) -> str | None:
         """The value of the last directive ``key`` (sbatch takes the last one)."""
-        found = [d.value for d in self.directives if d.key == key]
-        return found[-1] if found else default
+        return next((d.value for d in reversed(self.directives) if d.key == key), default)
 
 
 @dataclass

@@ -92,7 +92,7 @@ def resolve(s: Script, written: str, seen: frozenset = frozenset()) -> tuple[str
     return (None, written) if "$" in written or "`" in written else (written, written)
 
 
-def job_folder(s: Script, workdir: Path | None) -> Path | None:
+def job_folder(s: Script, workdir: Path) -> Path:
     """The job's working directory: an absolute ``--chdir``, else ``workdir`` (the folder it is submitted from)."""
     chdir = s.get("chdir")
     return Path(chdir) if chdir and Path(chdir).is_absolute() else workdir
@@ -149,16 +149,15 @@ def judge(s: Script, workdir: Path) -> tuple[str, bool | None, str]:
 LOCAL_GPU = re.compile(r"cuda:\{\s*local\w*|[\"']cuda[\"'],\s*local\w*|set_device\(\s*local\w*", re.I)
 
 
-def local_rank_gpu(s: Script, workdir: Path | None) -> list[str] | None:
+def local_rank_gpu(s: Script, workdir: Path) -> list[str] | None:
     """The lines of the training script that pick the GPU by the local rank (``cuda:{local_rank}``,
     ``set_device(local_rank)``); None where the file cannot be read."""
     found = command_line(s)
     path = resolve(s, found[1])[0] if found and not found[1].startswith("-") else None
-    where = job_folder(s, workdir)
-    if not path or where is None:
+    if not path:
         return None
     try:
-        lines = (where / path).read_text(errors="replace").splitlines()
+        lines = (job_folder(s, workdir) / path).read_text(errors="replace").splitlines()
     except OSError:
         return None
     return [f"{path}:{n}: {text.strip()}" for n, text in enumerate(lines, 1)

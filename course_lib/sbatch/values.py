@@ -11,6 +11,7 @@ from course_lib.sbatch.training import torchrun_options
 
 EPHEMERAL = (32768, 60999)
 JOB_ID = re.compile(r"\$?\{?SLURM_JOB_?ID\}?")
+NODE_CPUS = re.compile(r"\bnproc\b|SLURM_CPUS_ON_NODE|SLURM_JOB_CPUS_PER_NODE")    # every CPU of the node, not a task's
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
        ast.Mod: operator.mod}
 # job ids to try a formula with: small and large, across the moduli people write
@@ -107,13 +108,8 @@ def port_note(s: Script, value: str) -> str:
     return f"MASTER_PORT from the job id, {ports[0]}-{ports[1]}"
 
 
-def threads(s: Script, value: str, cpus: int, sharing: int) -> tuple[int | None, str]:
-    """(the threads each rank gets, or None where not worked out; how), with ``cpus`` per task and ``sharing``
-    ranks in a task (torchrun's ranks share its one task)."""
-    if re.search(r"\bnproc\b|SLURM_CPUS_ON_NODE|SLURM_JOB_CPUS_PER_NODE", value):
-        return None, "node"
-    expr = expression(s, value)
-    if expr is None:
-        return None, "unknown"
-    got = evaluate(expr, {"SLURM_CPUS_PER_TASK": cpus, "SLURM_NTASKS_PER_NODE": sharing})
-    return got, "value" if got is not None else "unknown"
+def threads(s: Script, value: str, cpus: int, sharing: int) -> int | None:
+    """The threads each rank gets, None where not worked out (a node's count: NODE_CPUS), with ``cpus`` per task and
+    ``sharing`` ranks in a task (torchrun's ranks share its one task)."""
+    expr = None if NODE_CPUS.search(value) else expression(s, value)
+    return None if expr is None else evaluate(expr, {"SLURM_CPUS_PER_TASK": cpus, "SLURM_NTASKS_PER_NODE": sharing})

@@ -110,13 +110,12 @@ def judge_monitor(job_text: str, dmon_text: str | None, stopped: bool, job_id: s
                          f"{figures.get('peak_fb_mb')} MB", figures)
 
 
-def notebook(stem: str, quick: bool = True):
-    """The item: notebook ``stem`` through papermill on solutions/ (STRICT: a failing check cell fails it)."""
+def notebook(stem: str):
+    """The item: notebook ``stem`` through papermill on solutions/, QUICK (STRICT: a failing check cell fails it)."""
     def run(ctx: Context) -> Outcome:
-        args = ["-m", "course_lib", "notebooks", "--only", stem, "--out", ctx.folder,
-                "--cell-timeout", str(int(ctx.timeout))]
-        ran = run_command(python(*args, *(["--quick"] if quick else [])), ctx.folder / "notebook.log",
-                          ctx.timeout + 30, cwd=ctx.folder, env={"COURSE_QUICK": "1"} if quick else None)
+        ran = run_command(python("-m", "course_lib", "notebooks", "--only", stem, "--out", ctx.folder, "--cell-timeout",
+                                 str(int(ctx.timeout)), "--quick"), ctx.folder / "notebook.log", ctx.timeout + 30,
+                          cwd=ctx.folder, env={"COURSE_QUICK": "1"})
         line = next((x for x in ran.text.splitlines() if x.startswith(stem)), "")
         if ran.ok:
             return Outcome(PASS, f"{' '.join(line.split())} (output: {ctx.folder.name}/{stem}.solutions.ipynb)")

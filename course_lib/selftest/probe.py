@@ -82,8 +82,7 @@ def probe_within(timeout: float = PROBE_S) -> Probe:
 def cuda_torch(ctx):
     """The item: does this python's torch see the GPUs that ``nvidia-smi -L`` lists? A torch without CUDA on a
     GPU machine would make every other item NOT POSSIBLE: a check that reads as green and tested nothing."""
-    listed, said = smi_gpus(timeout=ctx.timeout)
-    return compare(listed, said, ctx.probe)
+    return compare(*smi_gpus(timeout=ctx.timeout), ctx.probe)
 
 
 def compare(listed: int, said: str, p: Probe):

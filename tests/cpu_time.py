@@ -7,12 +7,17 @@ test's CPU time is that group's usage from its setup to its teardown. The end of
 tests that used most (as --durations does for wall time). Root and a v1 cpuacct mount are needed (CI has both);
 elsewhere, or with COURSE_TEST_CPU=0, nothing is measured and the run says why once. Only the accounting group
 changes: no limit is set, and the grader's pids and memory cgroups are other hierarchies.
+
+Beside it, whether the run kept the cores busy: the machine's idle core-seconds from the start to the end (from
+/proc/stat; a CPU-bound run shows few), when each worker's last test ended and when each xdist group ran, so that a
+run that ends on one worker's waits (a group's tests one after another) tells itself from one short of CPU.
 """
 from __future__ import annotations
 
 import collections
 import contextlib
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -23,10 +28,19 @@ _group: Path | None = None
 _why_not = ""
 _start: dict = {}
 _measured: dict = {}   # on the controller: node id -> CPU seconds
+_began: tuple = ()     # on the controller: (monotonic seconds, the machine's idle seconds) at the start
+_ended: dict = {}      # on the controller: a worker's or a group's name -> (first, last) report, seconds into the run
+
+
+def _idle_s() -> float:
+    """The machine's idle and iowait seconds since boot, all cores summed (/proc/stat's first line)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")
 
 
 def pytest_configure(config):
-    global _group, _why_not
+    global _group, _why_not, _began
+    _began = (time.monotonic(), _idle_s())
     if os.environ.get("COURSE_TEST_CPU") == "0":
         _why_not = "COURSE_TEST_CPU=0"
     elif not (MOUNT / "cpuacct.usage").is_file() or not os.access(MOUNT, os.W_OK):
@@ -76,12 +90,26 @@ def pytest_runtest_logreport(report):
     for key, value in getattr(report, "user_properties", ()):
         if key == "cpu_s":   # on the controller too: xdist sends each worker's reports there
             _measured[report.nodeid] = value
+    node = getattr(report, "node", None)   # the worker that ran it (xdist sets it on the controller)
+    if node is not None:
+        at = time.monotonic() - _began[0]
+        for name in (node.gateway.id, *report.nodeid.split("@")[1:]):
+            first = _ended.get(name, (at - report.duration,))[0]   # a setup's report comes first
+            _ended[name] = (first, at)
 
 
 def pytest_terminal_summary(terminalreporter, config):
     if hasattr(config, "workerinput"):
         return
     write = terminalreporter.write_line
+    if _ended:
+        wall = time.monotonic() - _began[0]
+        idle = _idle_s() - _began[1]
+        terminalreporter.section("How busy the cores were")
+        write(f"idle {idle:.0f} of {wall * os.cpu_count():.0f} core-s ({100 * idle / wall / os.cpu_count():.0f}%) "
+              f"in {wall:.0f} s on {os.cpu_count()} cores")
+        for name, (first, last) in sorted(_ended.items(), key=lambda kv: kv[1][1]):
+            write(f"{'worker' if name.startswith('gw') else 'group'} {name}: {first:.0f}-{last:.0f} s")
     if not _measured:
         terminalreporter.section("CPU time per test")
         write(f"not measured: {_why_not or 'no test reported it'}")

@@ -21,13 +21,6 @@ def _user() -> str:
         return str(os.getuid())
 
 
-def _row(p: psutil.Process, cpu: float, total: float, user: str) -> str:
-    with p.oneshot():
-        name, status, mem = p.name(), p.status(), p.memory_percent()
-    return (f"{p.pid:>7} {user[:8]:<9} {status[:1].upper()} {cpu:>6.1f} {mem:>5.1f} "
-            f"{int(total // 60)}:{total % 60:05.2f} {name}")
-
-
 class Sampler:
     """``with Sampler(path):`` a thread writes a frame every ``every`` seconds until the block ends."""
 
@@ -73,7 +66,10 @@ class Sampler:
                 since, before = self._last.get(p.pid, (p.create_time(), 0.0))
                 cpu = 100 * (cpu_s - before) / max(now - since, 1e-3)
                 self._last[p.pid] = (now, cpu_s)
-                rows.append(_row(p, cpu, cpu_s, self.user))
+                with p.oneshot():
+                    name, status, mem = p.name(), p.status(), p.memory_percent()
+                rows.append(f"{p.pid:>7} {self.user[:8]:<9} {status[:1].upper()} {cpu:>6.1f} {mem:>5.1f} "
+                            f"{int(cpu_s // 60)}:{cpu_s % 60:05.2f} {name}")
             except psutil.Error:
                 continue      # it ended between the listing and the read
         stamp = time.strftime("%H:%M:%S", time.localtime(now))

@@ -21,13 +21,11 @@ one group: nothing is judged on them otherwise. A crash, a deadlock or a syntax 
 stops (``failures``); every process is gone when ``check`` returns.
 """
 import hashlib
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib import checking
 from course_lib.core.report import Report
 from course_lib.ddp import cluster
 from course_lib.ddp.cluster import launch_all, launch_one
@@ -39,7 +37,7 @@ from course_lib.runtime import warm
 from course_lib.runtime.gpus import count as local_gpus
 
 GPU_RANKS = cluster.GPU_NODES * cluster.GPU_PER_NODE
-ITEMS = tuple(f"Step {s}" for s in range(1, 7))   # what the harness's report() takes of a checker's module
+ITEMS = tuple(f"Step {s}" for s in range(1, 7))
 _CACHE: dict = {}
 # what every rank imports, imported once by the fork server instead: what DDP imports, the probe's modules (the digits
 # subset is made as datahooks is imported) and what a training script imports of the course
@@ -60,10 +58,8 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
     ``simulate``: also the launches that simulate 2 nodes x 2 GPUs, ``srun torchrun`` and torchrun on 2 nodes.
     """
     script = Path(path).resolve()
-    key = None
-    if script.is_file():
-        key = (str(script), hashlib.sha256(script.read_bytes()).hexdigest(), timeout, tuple(styles), more_ranks, stall,
-               strict_launchers, simulate)
+    key = ((str(script), hashlib.sha256(script.read_bytes()).hexdigest(), timeout, tuple(styles), more_ranks, stall,
+            strict_launchers, simulate) if script.is_file() else None)
     if cache and key in _CACHE:
         full, ran_at = _CACHE[key]
         return shown(full, path, steps, ran_at)
@@ -108,16 +104,17 @@ class Reused(Report):
 
 def _check(script: Path, given: str, timeout: float, styles: tuple, more_ranks, stall, strict: bool,
            simulate: bool) -> Report:
-    start = time.monotonic()
+    start, report = time.monotonic(), Report("ddp", str(given))
     if not script.is_file():
-        report = Report("ddp", str(given))
         for s in ITEMS:
             report.add(s, False, f"no such file: {given}")
         return report
-    with tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:   # the runs' records are read in judge
         seen = _launch(script, Path(tmp), timeout, styles, more_ranks, stall, simulate)
         seen.strict = strict
-        return checking.report("ddp", sys.modules[__name__], str(given), seen, None, [], start, judge=judge)
+        judge(report, seen)
+    report.seconds = time.monotonic() - start
+    return report
 
 
 @dataclass
@@ -168,9 +165,8 @@ def _jobs(styles: tuple, more_ranks, simulate: bool) -> tuple[list, list]:
     return first, later
 
 
-def judge(report: Report, spec, seen: Seen, general: list) -> None:
-    """The harness's judge for DDP: one verdict per step from what the launches showed (``general`` stays empty:
-    a failure outside the steps is placed at the step it stopped, ``_place_failure``)."""
+def judge(report: Report, seen: Seen) -> None:
+    """One verdict per step from what the launches showed (a failure is placed at the step it stopped in)."""
     script, runs, primary, more, sims = seen.script, seen.runs, seen.primary, seen.more, seen.sims
     judged = {1: step1(primary), 2: step2(primary), 3: step3(primary, more),
               4: step4(primary, cluster.devices(sims.get("gpus"))), 5: step5(primary)}

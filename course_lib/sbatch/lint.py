@@ -222,15 +222,13 @@ def master(s: Script) -> tuple:
     if launcher(s) == "torchrun" and ("--standalone" in line or "MASTER" not in line):
         wrong += values.torchrun_port(s)
         return "MASTER_ADDR/PORT", not wrong, "\n".join(wrong) or "torchrun sets them for its ranks"
-    msgs = []
-    for name, hint in (("MASTER_ADDR", 'the first node of the job: $(scontrol show hostnames "$SLURM_JOB_NODELIST" '
-                                       "| head -n 1)"),
-                       ("MASTER_PORT", "a port that no other job on the node uses, e.g. $(( 10000 + SLURM_JOB_ID "
-                                       "% 20000 ))")):
-        if name in s.exports or launch_env(s, name) is not None:
-            continue
-        msgs.append(f"{name} is set but not exported: the ranks do not see it; export {name}=..." if name in s.assigned
-                    else f"no export {name}=...: the ranks must know where rank 0 waits; {name} is {hint}")
+    msgs = [f"{name} is set but not exported: the ranks do not see it; export {name}=..." if name in s.assigned
+            else f"no export {name}=...: the ranks must know where rank 0 waits; {name} is {hint}"
+            for name, hint in (("MASTER_ADDR", 'the first node of the job: $(scontrol show hostnames '
+                                               '"$SLURM_JOB_NODELIST" | head -n 1)'),
+                               ("MASTER_PORT", "a port that no other job on the node uses, e.g. $(( 10000 + "
+                                               "SLURM_JOB_ID % 20000 ))"))
+            if name not in s.exports and launch_env(s, name) is None]
     port = launch_env(s, "MASTER_PORT")
     where = "MASTER_PORT on the launch line" if port is not None else f"line {s.exports.get('MASTER_PORT', (0,))[0]}"
     port = port if port is not None else s.exports.get("MASTER_PORT", (0, None))[1]

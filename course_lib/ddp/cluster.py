@@ -15,7 +15,7 @@ rank's side):
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from course_lib.ddp.failures import describe_failure
@@ -84,8 +84,7 @@ def launch_one(sim: Sim, style: str, nprocs: int, script: Path, root: Path, time
     folder = (root / sim.name if sim.name else root) / f"{style}-{nprocs}"
     (folder / "work").mkdir(parents=True)
     if sim.name:
-        settings = {"layout": sim.layout, "gpus": sim.gpus, "env": sim.env, "stop_at_forward": sim.stop_at_forward}
-        (folder / SETTINGS).write_text(json.dumps(settings))
+        (folder / SETTINGS).write_text(json.dumps(asdict(sim)))
     gpu = local_gpus() >= nprocs
     env = {"COURSE_PROBE_DIR": str(folder), "COURSE_PROBE_HANG": str(max(5.0, timeout - 6)),
            "COURSE_PROBE_STALL": str(stall if stall else max(10.0, min(30.0, timeout / 4))), **start_env(gpu)}

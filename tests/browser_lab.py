@@ -21,6 +21,12 @@ from conftest import ROOT
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 WAIT_MS = 240_000      # one step on a loaded 2-core machine; progress is what the test waits on
 UI_MS = 60_000         # a click's effect on the screen, on the same machine
+# CSS animations run to their end at once: the editor's blinking cursor and the busy indicators repainted an open lab
+# page several times a second, CPU of the renderer's that no assertion looks at (measured beside each other in one
+# lab: a busy kernel's 20 s 1.6 -> 1.0 CPU-s, 15 idle s 0.8 -> 0.4). Each still ends, so code that waits for an
+# animation's end still sees it; transitions are left as they are.
+STILL = "*, *::before, *::after { animation-duration: 0s !important; animation-delay: 0s !important; " \
+        "animation-iteration-count: 1 !important; }"
 
 
 def why_no_browser_test() -> str | None:
@@ -35,6 +41,13 @@ def why_no_browser_test() -> str | None:
     if not shutil.which("git") or not shutil.which("make"):
         return "no git or make"
     return None
+
+
+def still(target) -> None:
+    """Every page of ``target`` (a Playwright page or browser context) gets STILL as it loads."""
+    target.add_init_script("document.addEventListener('DOMContentLoaded', () => { const s = "
+                           f"document.createElement('style'); s.textContent = {json.dumps(STILL)}; "
+                           "document.head.appendChild(s); });")
 
 
 def fresh_clone(where: Path) -> Path:

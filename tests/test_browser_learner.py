@@ -30,6 +30,7 @@ from browser_lab import (
     one_line,
     open_notebook,
     outputs,
+    still,
     walk,
     why_no_browser_test,
 )
@@ -73,6 +74,7 @@ class Learner:
         self.lab, browser = learner_lab
         self.stem, self.said = stem, []
         self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        still(self.page)
         self.page.set_default_timeout(UI_MS)   # a cell's run waits WAIT_MS (walk)
 
     def open(self) -> None:

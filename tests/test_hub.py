@@ -28,6 +28,7 @@ from pathlib import Path
 import hub_support as hs
 import nbformat
 import pytest
+from browser_lab import still
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -231,6 +232,7 @@ def test_learner_logs_in_checks_and_submits(hub, browser, name):
     user = pwd.getpwnam(name)
     home = Path(user.pw_dir)
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    still(context)
     page = context.new_page()
     budget, step, cell = Budget(), "log in", None
     page.set_default_timeout(WAIT_MS)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_lab import CHROMIUM, WAIT_MS, Lab, fresh_clone, one_line, run_to, why_no_browser_test
+from browser_lab import CHROMIUM, WAIT_MS, Lab, fresh_clone, one_line, run_to, still, why_no_browser_test
 from conftest import ROOT, processes_under
 
 from course_lib.instructor import hub
@@ -110,6 +110,7 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            still(page)
             page.set_default_timeout(WAIT_MS)
             try:
                 # the address as printed (jupyter elides the token it was given; a learner's is in the line)

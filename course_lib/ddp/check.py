@@ -148,7 +148,7 @@ def _launch(script: Path, root: Path, timeout: float, styles: tuple, more_ranks,
                               else None)
     if primary is None:
         primary = next((runs[s] for s in runs if runs[s].result.ok and runs[s].finished()), None) or runs[styles[0]]
-    more = sims.get("nodes") if primary is not None and works(primary) else None
+    more = sims.get("nodes") if works(primary) else None
     return Seen(script, runs, primary, more, sims)
 
 

@@ -10,7 +10,6 @@ to ``stack-<N>.txt`` and exits. Rank 0's checkpoint is judged here (``hooks.note
 needs no torch of its own.
 """
 import faulthandler
-import functools
 import os
 import runpy
 import signal
@@ -25,14 +24,6 @@ from course_lib.core.rankkit import RankEnvError, exit_now, rank_env
 from course_lib.ddp import datahooks, hooks, simulate
 from course_lib.ddp.recorder import COLLECTIVES, Recorder, describe
 from course_lib.runtime.job import read_json
-
-
-def _learner_tb(tb, script: Path):
-    """The traceback from the learner's first frame on (the probe's and runpy's frames are noise)."""
-    t = tb
-    while t is not None and Path(t.tb_frame.f_code.co_filename) != script:
-        t = t.tb_next
-    return t or tb
 
 
 def _where(e: BaseException, rec: Recorder) -> dict:
@@ -52,7 +43,9 @@ def _watch_collectives(rec: Recorder, stall: float, stack, folder: Path, world: 
     deadline.
     """
     # not stretched by the load: the stall and the launch's deadline bound a training run here, not a case
-    stalls = Stalls(folder, rec.rank, world, ended=functools.partial(_ended, folder), by_load=False)
+    # a rank whose record has its exit has ended, and will free no one
+    ended = lambda r: read_json(folder / f"rank-{r}.json").get("exit") is not None   # noqa: E731
+    stalls = Stalls(folder, rec.rank, world, ended=ended, by_load=False)
     # a matched collective of the small tensors a training script reduces ends in milliseconds, even on a loaded
     # machine: a few seconds of every rank waiting at once leave a wide margin
     grace = max(3.0, stall / 10)
@@ -81,11 +74,6 @@ def _watch_collectives(rec: Recorder, stall: float, stack, folder: Path, world: 
                 exit_now(3)
 
     threading.Thread(target=watch, name="course-probe-watchdog", daemon=True).start()
-
-
-def _ended(folder: Path, rank: int) -> bool:
-    """Rank ``rank``'s record has its exit: it ended, and will free no one."""
-    return read_json(folder / f"rank-{rank}.json").get("exit") is not None
 
 
 def _arm_deadlines(rec: Recorder, folder: Path, world: int) -> None:
@@ -117,8 +105,10 @@ def _run(rec: Recorder, script: Path, args: list) -> int:
         code = 1
         rec.data["exit"] = {"code": 1, "error": describe(e), "type": type(e).__name__,
                             "phase": rec.data["phase"], "where": _where(e, rec), "in": rec.data.get("error_in")}
-        tb = None if isinstance(e, SyntaxError) else _learner_tb(e.__traceback__, script)
-        traceback.print_exception(type(e), e, tb)
+        tb = e.__traceback__   # from the learner's first frame on: the probe's and runpy's frames are noise
+        while tb is not None and Path(tb.tb_frame.f_code.co_filename) != script:
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, None if isinstance(e, SyntaxError) else tb or e.__traceback__)
     else:
         rec.data["exit"] = {"code": 0, "phase": rec.data["phase"]}
     finally:

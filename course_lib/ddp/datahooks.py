@@ -124,7 +124,6 @@ def _hook_iterations(rec: Recorder, record_epoch):
 def _note_loader_errors(rec: Recorder):
     """A DataLoader that refuses its arguments (shuffle=True with a sampler) leaves its error in the record."""
     import torch.utils.data as tud
-    from torch.utils.data import dataloader as dl
 
     dl_init = tud.DataLoader.__init__
 
@@ -140,7 +139,6 @@ def _note_loader_errors(rec: Recorder):
             raise
 
     tud.DataLoader.__init__ = loader_init
-    dl.DataLoader.__init__ = loader_init
 
 
 def _note_sampler(rec: Recorder):

@@ -156,6 +156,7 @@ def _group_given(group):
 
 
 def _wrap_ddp(rec: Recorder):
+    import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     def before_ddp(self, module=None, device_ids=None, *args, **kwargs):
@@ -172,6 +173,10 @@ def _wrap_ddp(rec: Recorder):
 
     def ddp_forward(self, *args, **kwargs):
         rec.data["ddp_forward"] += 1
+        if torch.is_grad_enabled():   # a training forward: [all of them, those inside model.no_sync()]
+            # no_sync() clears this flag, and DDP reads it in forward: the backward that follows reduces nothing
+            rec.data["ddp_grad_forward"][1] += not getattr(self, "require_backward_grad_sync", True)
+            rec.data["ddp_grad_forward"][0] += 1
         return forward(self, *args, **kwargs)
 
     DDP.forward = ddp_forward

@@ -29,9 +29,9 @@ class Recorder:
     def __init__(self, folder: Path, rank: int, script: Path):
         self.folder, self.rank, self.script = folder, rank, script
         self.data = {"launch_rank": rank, "script": str(script), "phase": "start", "in_call": None, "exit": None,
-                     "env_reads": [], "init": [], "ddp": [], "ddp_forward": 0, "collectives": {}, "spawned": [],
-                     "loaders": {}, "loader_errors": [], "set_epoch": [], "optimizer_steps": 0,
-                     "saves": [], "forward_devices": [], "set_device": [], "destroy": []}
+                     "env_reads": [], "init": [], "ddp": [], "ddp_forward": 0, "ddp_grad_forward": [0, 0],
+                     "collectives": {}, "spawned": [], "loaders": {}, "loader_errors": [], "set_epoch": [],
+                     "optimizer_steps": 0, "saves": [], "forward_devices": [], "set_device": [], "destroy": []}
         self.params = {}          # optimizer number -> last flat copy of its parameters
         self.ddp_models = weakref.WeakSet()
         self.current_iter = None  # the loader iteration whose batches are being trained on

@@ -138,9 +138,10 @@ def step2(run: Run):
     ddp_made = [bool(run.rec(r)["ddp"]) for r in range(n)]
     ddp_used = [run.rec(r)["ddp_forward"] > 0 for r in range(n)]
     if diff > 1e-5 * scale + 1e-6:
-        why = ((_built_not_used(ddp_made, ddp_used) or "the gradients were not averaged the same way on every rank.")
-               if any(ddp_made) else "nothing averaged the gradients: wrap the model in DistributedDataParallel "
-                                     "(after moving it to its device).")
+        why = ((_built_not_used(ddp_made, ddp_used) or _in_no_sync(run)
+                or "the gradients were not averaged the same way on every rank.") if any(ddp_made)
+               else "nothing averaged the gradients: wrap the model in DistributedDataParallel (after moving it to its "
+                    "device).")
         return False, (f"after {steps[0]} steps the parameters differ between ranks (largest difference {diff:.2e}): "
                        f"{why}")
     if all(ddp_made) and all(ddp_used):
@@ -169,6 +170,18 @@ def _built_not_used(ddp_made: list, ddp_used: list) -> str | None:
                 "then `model(data)`). Training calls the plain model (or model.module), so backward averages "
                 "nothing.")
     return None
+
+
+def _in_no_sync(run: Run) -> str | None:
+    """Training forward passes through DDP inside ``model.no_sync()``, counted (their backward reduces nothing)."""
+    r = max(range(run.nprocs), key=lambda r: run.rec(r)["ddp_grad_forward"][1])
+    m, k = run.rec(r)["ddp_grad_forward"]
+    if not k:
+        return None
+    return (f"{k} of rank {r}'s {m} training forward passes through DistributedDataParallel ran inside "
+            "`model.no_sync()`, and a backward after such a forward averages nothing: each rank stepped on its own "
+            "gradients. Use no_sync only for the micro-batches before the last of an accumulation; the last one's "
+            "backward, outside it, averages what was accumulated.")
 
 
 # ------------------------------------------------------------------------------------------ Step 3

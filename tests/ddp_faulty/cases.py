@@ -130,6 +130,12 @@ CASES = [
                    "step_model = torch.compile(model.module) if args.compile else model.module")],
            expect={"Step 2": ("fail", r"parameters differ between ranks.*DistributedDataParallel was built but not "
                                       r"used: train through the wrapper.*Training calls the plain model \(or model.module\)")}),
+    Faulty("no_sync_every_step", why="gradient accumulation gone wrong: every forward runs inside model.no_sync(), "
+                                     "so no backward averages the gradients, though DDP is built and used",
+           edits=[("        with autocast():\n            output = model(data)\n",
+                   "        with model.no_sync(), autocast():  # accumulate\n            output = model(data)\n")],
+           expect={"Step 2": ("fail", r"parameters differ between ranks.*(\d+) of rank \d's \1 training forward passes through "
+                                      r"DistributedDataParallel ran inside `model.no_sync\(\)`"), "Step 3": PASS}),
     Faulty("ddp_built_not_used", why="Step 2 done before Step 3: DDP(model) is built, but not assigned, so training "
                                      "goes on with the plain model (and the identical data hides it)",
            edits=[(DDP_WRAP, DDP_WRAP.replace("    model = DDP(", "    DDP(")),

@@ -77,8 +77,7 @@ def check_on_slurm(exercise: str, path, queue_timeout: float = QUEUE_TIMEOUT, sa
     steps, cache = options.pop("steps", None), options.pop("cache", True)
     file = Path(path).resolve()
     key = file.is_file() and (exercise, str(file), hashlib.sha256(file.read_bytes()).hexdigest(),
-                              json.dumps({k: v for k, v in options.items() if k != "echo"}, sort_keys=True,
-                                         default=str))
+                              json.dumps(options, sort_keys=True, default=str))
     if cache and key in _REPORTS:
         full, ran_at = _REPORTS[key]
         return checker.shown(full, path, steps, ran_at)

@@ -175,7 +175,7 @@ def _wrap_ddp(rec: Recorder):
         rec.data["ddp_forward"] += 1
         if torch.is_grad_enabled():   # a training forward: [all of them, those inside model.no_sync()]
             # no_sync() clears this flag, and DDP reads it in forward: the backward that follows reduces nothing
-            rec.data["ddp_grad_forward"][1] += not getattr(self, "require_backward_grad_sync", True)
+            rec.data["ddp_grad_forward"][1] += not self.require_backward_grad_sync
             rec.data["ddp_grad_forward"][0] += 1
         return forward(self, *args, **kwargs)
 

@@ -6,6 +6,7 @@ question widget a cell shows answered with a click and committed before the next
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -48,6 +49,51 @@ def still(target) -> None:
     target.add_init_script("document.addEventListener('DOMContentLoaded', () => { const s = "
                            f"document.createElement('style'); s.textContent = {json.dumps(STILL)}; "
                            "document.head.appendChild(s); });")
+
+
+@contextlib.contextmanager
+def chromium(log: Path, seen: list):
+    """Debian's Chromium through Playwright, yielding the browser. Playwright's log of the browser
+    (``DEBUG=pw:browser``: Chromium's own output and how its process ended) goes to ``log``, because a "Target page,
+    context or browser has been closed" error says only that the browser is gone (``how_it_ended`` says how);
+    ``seen`` gets a line with the machine's state at the moment the browser disconnects unasked."""
+    from playwright.sync_api import sync_playwright
+
+    before, os.environ["DEBUG"] = os.environ.get("DEBUG"), "pw:browser"   # read once, by the driver as it starts
+    try:
+        with log.open("w") as f, contextlib.redirect_stderr(f):   # the driver's stderr: sys.stderr's file
+            driver = sync_playwright().start()
+    finally:
+        os.environ.pop("DEBUG") if before is None else os.environ.update(DEBUG=before)
+    closing = []
+    try:
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
+        browser.on("disconnected", lambda _: closing or seen.append(f"the browser disconnected: {machine()}"))
+        try:
+            yield browser
+        finally:
+            closing.append(True)
+            browser.close()
+    finally:
+        driver.stop()
+
+
+def how_it_ended(log: Path) -> str:
+    """From ``chromium``'s log: how each Chromium process Playwright started ended, and Chromium's last fatal
+    lines; "still running" when none has ended."""
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    ended = [ln.split("pw:browser ", 1)[-1] for ln in lines if "<process did exit" in ln]
+    fatal = [ln.split("pw:browser ", 1)[-1][:300] for ln in lines if re.search(r":FATAL:|Check failed|crash", ln)]
+    return "; ".join(ended + fatal[-3:]) or "the browser's process was still running"
+
+
+def machine() -> str:
+    """The load, free memory and free space where Chromium keeps its files, for a line of evidence."""
+    import psutil
+
+    free = {d: shutil.disk_usage(d).free >> 20 for d in ("/tmp", "/dev/shm") if os.path.isdir(d)}
+    return (f"load {os.getloadavg()[0]:.1f}, {psutil.virtual_memory().available >> 20} MB memory available, "
+            + ", ".join(f"{mb} MB free in {d}" for d, mb in free.items()))
 
 
 def fresh_clone(where: Path) -> Path:

@@ -20,13 +20,14 @@ import time
 
 import pytest
 from browser_lab import (
-    CHROMIUM,
     NOTEBOOK,
     UI_MS,
     WAIT_MS,
     Lab,
     cells,
+    chromium,
     fresh_clone,
+    how_it_ended,
     one_line,
     open_notebook,
     outputs,
@@ -38,6 +39,7 @@ from conftest import ROOT, processes_under
 
 OUT = ROOT / "out" / "browser"
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser_learner")]   # one lab for the module's tests
+DISCONNECTED: list = []   # a line when the module's browser goes away unasked (browser_lab.chromium)
 
 
 @pytest.fixture(scope="module")
@@ -47,20 +49,14 @@ def learner_lab(tmp_path_factory):
         pytest.skip(f"no learner run in a browser here: {why}")
     import shutil
 
-    from playwright.sync_api import sync_playwright
-
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)
     clone = fresh_clone(tmp_path_factory.mktemp("learner"))
     lab = Lab(clone, OUT / "server.log")
     try:
         lab.wait_ready()
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
-            try:
-                yield lab, browser
-            finally:
-                browser.close()
+        with chromium(OUT / "browser.log", DISCONNECTED) as browser:
+            yield lab, browser
     finally:
         left = lab.stop()
     assert not left, f"make lab had not stopped 60 s after SIGTERM (killed now): {left}"
@@ -152,6 +148,7 @@ class Learner:
                 "\n".join(f"--- c{i}\n{t}" for i, t in enumerate(outputs(self.page))))
         except Exception as e:     # the page itself may be what failed; the rest is still worth keeping
             self.said.append(f"no screenshot or page text: {e}")
+        print(f"the browser: {how_it_ended(OUT / 'browser.log')} {DISCONNECTED}")
         print(f"kept in {OUT}; the lab's log ({OUT / 'server.log'}) ends:\n{self.lab.log()[-3000:]}")
 
     def __enter__(self):

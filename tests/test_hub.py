@@ -28,7 +28,7 @@ from pathlib import Path
 import hub_support as hs
 import nbformat
 import pytest
-from browser_lab import still
+from browser_lab import chromium, how_it_ended, still
 from conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -38,6 +38,7 @@ pytestmark = pytest.mark.slow
 ON_THE_HUB = pytest.mark.xdist_group("hub")
 ON_SLURM_FROM_A_HUB = pytest.mark.xdist_group("hub_slurm")
 OUT = ROOT / "out" / "hub"
+DISCONNECTED: list = []   # a line when the module's browser goes away unasked (browser_lab.chromium)
 # a bound for one step (a login, a cell's verdict) on a loaded 2-core machine: 165-244 s were measured at load 20;
 # a step that takes longer is reported with its evidence (_evidence) instead of waited on for 15 minutes
 WAIT_MS = 360_000
@@ -75,14 +76,9 @@ def hub(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(hs.CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield b
-        finally:
-            b.close()
+    OUT.mkdir(parents=True, exist_ok=True)
+    with chromium(OUT / "browser.log", DISCONNECTED) as b:
+        yield b
 
 
 def _memory(hub) -> dict:
@@ -104,7 +100,8 @@ def _evidence(hub, name: str, home: Path, step: str, cell=None) -> None:
     then its verdicts), the kernels' states as the server reports them, the learner's processes as the machine sees
     them (the kernel, the check's fork server and ranks: state, CPU seconds, age), the newest logs of the workspace
     (jobs' and Slurm checks') and the hub's log. Every part is bounded in time: the evidence itself never hangs."""
-    parts = [f"step that failed: {step}; load average {os.getloadavg()}, {os.cpu_count()} cores"]
+    parts = [f"step that failed: {step}; load average {os.getloadavg()}, {os.cpu_count()} cores",
+             f"the browser: {how_it_ended(OUT / 'browser.log')} {DISCONNECTED}"]
     if cell is not None:
         try:
             parts.append("--- the cell's output\n" + cell.locator(".jp-OutputArea").first.inner_text(timeout=10_000))

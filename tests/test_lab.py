@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_lab import CHROMIUM, WAIT_MS, Lab, fresh_clone, one_line, run_to, still, why_no_browser_test
+from browser_lab import WAIT_MS, Lab, chromium, fresh_clone, how_it_ended, one_line, run_to, still, why_no_browser_test
 from conftest import ROOT, processes_under
 
 from course_lib.instructor import hub
@@ -97,8 +97,6 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
     why = why_no_browser_test()
     if why:
         pytest.skip(f"no browser test of make lab here: {why}")
-    from playwright.sync_api import sync_playwright
-
     clone = fresh_clone(tmp_path)
     exercise = clone / "exercises" / "02_ddp" / "mnist_classify_ddp.py"
     shutil.rmtree(OUT, ignore_errors=True)
@@ -107,8 +105,7 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
     try:
         opened = lab.wait_ready()
         assert opened.startswith("/lab/tree/notebooks/00_welcome.ipynb"), f"make lab printed {opened}"
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
+        with chromium(OUT / "browser.log", seen) as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             still(page)
             page.set_default_timeout(WAIT_MS)
@@ -207,14 +204,17 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
                 assert "course check ddp exercises/02_ddp/mnist_classify_ddp.py" in said and " passed in " in said
                 assert "course exit 1" in said      # the starter fails its checks: the exit code says so
             except Exception:
-                page.screenshot(path=str(OUT / "failure.png"))
+                try:
+                    page.screenshot(path=str(OUT / "failure.png"), timeout=30_000)
+                except Exception as why:   # noqa: BLE001 - the page may be what failed; the rest still counts
+                    seen.append(f"no failure screenshot: {str(why).splitlines()[0]}")
                 raise
-            finally:
-                browser.close()
-    except Exception:
+    except Exception as e:
         print("what the test saw:\n  " + "\n  ".join(seen))
         print(f"server log ({OUT / 'server.log'}):\n{lab.log()[-4000:]}")
-        raise
+        # the summary's one line carries what a reader needs first: the error, how the browser ended, the last step
+        raise AssertionError(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} | browser: "
+                             f"{how_it_ended(OUT / 'browser.log')} | last seen: {seen[-2:]}") from e
     finally:
         left = lab.stop()
         print(f"make lab test: {time.monotonic() - t0:.0f} s; screenshots in {OUT}")

@@ -79,12 +79,15 @@ def chromium(log: Path, seen: list):
 
 
 def how_it_ended(log: Path) -> str:
-    """From ``chromium``'s log: how each Chromium process Playwright started ended, and Chromium's last fatal
-    lines; "still running" when none has ended."""
+    """From ``chromium``'s log: how each Chromium process Playwright started ended, how often its GPU process (the
+    compositor, and WebGL such as the lab terminal's) died or hung, and Chromium's last fatal lines. Debian's
+    Chromium here ended itself with SIGABRT ("GPU process isn't usable. Goodbye.") at the sixth GPU process killed."""
     lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
     ended = [ln.split("pw:browser ", 1)[-1] for ln in lines if "<process did exit" in ln]
-    fatal = [ln.split("pw:browser ", 1)[-1][:300] for ln in lines if re.search(r":FATAL:|Check failed|crash", ln)]
-    return "; ".join(ended + fatal[-3:]) or "the browser's process was still running"
+    gpu = [ln.rsplit("] ", 1)[-1] for ln in lines if "GPU process exited unexpectedly" in ln or "gpu_watchdog" in ln]
+    fatal = [ln.rsplit("] ", 1)[-1][:300] for ln in lines if ":FATAL:" in ln or "Check failed" in ln]
+    said = ended + ([f"{len(gpu)} GPU process ends or hangs, the last: {gpu[-1]}"] if gpu else []) + fatal[-2:]
+    return "; ".join(said) or "the browser's process was still running"
 
 
 def machine() -> str:

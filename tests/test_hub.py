@@ -632,6 +632,10 @@ def _wait_until_it_answers(client, server_view, seconds: float = 120) -> None:
                 f"the learner's kernel did not answer kernel_info within {seconds:.0f} s; its server says: {model}")
 
 
+# Mostly waiting (a 2-minute job, the culler's passes): on the worker of the two-node tests, which mostly wait too,
+# one after the other. Handed out alone it ran beside them and a core stood idle for some 100 s (ciC, /proc/stat
+# sampled every 10 s: 80 idle core-s from 154 to 264 s into the run).
+@pytest.mark.xdist_group("slurm-two-nodes")
 @pytest.mark.timeout(600)
 def test_culler_stops_idle_servers_not_one_waiting_on_a_job(tmp_path):
     """jupyterhub-idle-culler with a 30 s timeout: an idle server is culled; a server whose kernel waits, silent,

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 
-import psutil
 import pytest
 from conftest import ROOT
 
@@ -169,6 +168,7 @@ def test_solution_shuts_down_cleanly_20_times(tmp_path):
 
 
 TEARDOWN_ABORT = """import os, time
+print(f"rank {os.getpid()} forked by {os.getppid()}", flush=True)
 class Last:
     def __del__(self):   # runs in the interpreter's teardown, which os._exit skips
         os.write(2, b"terminate called at teardown\\n")
@@ -185,10 +185,13 @@ def test_a_warm_rank_leaves_through_the_interpreters_teardown(tmp_path):
     # abort there shows (and the rank that hangs is stopped)
     script = tmp_path / "ends_badly.py"
     script.write_text(TEARDOWN_ABORT)
-    parents = []
-    res = launch([str(script)], nprocs=2, timeout=30, cwd=tmp_path, on_line=None, warm=True,
-                 on_start=lambda pid: parents.append(psutil.Process(pid).ppid()))
-    assert len(parents) == 2 and os.getpid() not in parents, "the ranks were not forked by a server"
+    started = []
+    res = launch([str(script)], nprocs=2, timeout=30, cwd=tmp_path, on_line=None, warm=True, on_start=started.append)
+    # each rank says its parent itself: rank 0 ends at once, and a look from here after its start could find it gone
+    said = [re.search(r"rank (\d+) forked by (\d+)", res.output(r)) for r in range(2)]
+    assert all(said), res.summary()
+    assert started == [int(m[1]) for m in said], f"on_start was told {started}: {res.summary()}"
+    assert os.getpid() not in {int(m[2]) for m in said}, "the ranks were not forked by a server"
     assert [r.returncode for r in res.ranks] == [-signal.SIGABRT, None], res.summary()
     assert "terminate called at teardown" in res.output(0), res.summary()
 

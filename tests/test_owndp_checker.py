@@ -21,6 +21,9 @@ EXERCISE = ROOT / "exercises" / "10_own_ddp" / "own_ddp.py"
 FOLDER = ROOT / "tests" / "owndp_faulty"
 ALONE = {"rank0_only_reduce", "syntax_error"}
 BATCH = [c for c in CASES if c.name not in ALONE]
+STRIDED = ("            for p in module.parameters():\n"
+           "                if p.dim() == 2:\n"
+           "                    p.data = p.data.t().contiguous().t()\n")
 
 
 def verdicts(report):
@@ -38,12 +41,17 @@ def batch(tmp_path_factory):
     line = "import torch.distributed as dist\n"
     from_import.write_text(SOLUTION.read_text().replace("dist.all_reduce(", "all_reduce(").replace(
         line, line + "from torch.distributed import all_reduce\n"))
-    paths = [starter, from_import] + [c.write(SOLUTION, FOLDER, tmp_path_factory.mktemp(c.name)) for c in BATCH]
+    # the solution with every matrix kept transposed in memory: right, with parameters that are not contiguous
+    strided = tmp_path_factory.mktemp("strided") / "own_ddp.py"
+    line = "                dist.broadcast(t, src=0)\n"
+    strided.write_text(SOLUTION.read_text().replace(line, line + STRIDED))
+    paths = [starter, from_import, strided] + [c.write(SOLUTION, FOLDER, tmp_path_factory.mktemp(c.name))
+                                               for c in BATCH]
     reports = checking.check_many("ownddp", paths, world_sizes=(2,))
     for path, report in zip(paths, reports):
         print(report.text())
         assert not live_processes(str(path)), f"a worker process for {path} survived the check"
-    return dict(zip(["starter", "from_import"] + [c.name for c in BATCH], zip(paths, reports)))
+    return dict(zip(["starter", "from_import", "strided"] + [c.name for c in BATCH], zip(paths, reports)))
 
 
 @pytest.mark.slow
@@ -78,6 +86,14 @@ def test_faulty_named_with_reason_and_nothing_survives(request, tmp_path, case):
     print(report.text())
     case.assert_reported(report, path.read_text(), re.S)
     assert not live_processes(str(path)), "a worker process survived the check"
+
+
+@pytest.mark.slow
+def test_parameters_that_are_not_contiguous_pass(batch):
+    """The checker compares values, however the learner's code lays them out in memory (it once ``view``ed them)."""
+    path, report = batch["strided"]
+    assert STRIDED in path.read_text()
+    assert report.passed, report.text()
 
 
 @pytest.mark.slow

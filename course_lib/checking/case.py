@@ -38,6 +38,13 @@ class OtherRank(Fail):
     """This rank was fine; another one failed the same sub-case."""
 
 
+def flat(params):
+    """The values of ``params`` as one detached vector. Not parameters_to_vector: it ``view``s each one, and a
+    learner's code may leave a parameter non-contiguous (gloo sends and reduces those too)."""
+    import torch  # deferred: a case module is imported by the harness before torch
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
 def need(mod, name: str, file: str):
     """The learner's ``name``, or ``Missing`` naming their ``file``."""
     if not callable(getattr(mod, name, None)):

@@ -9,7 +9,7 @@ import functools
 
 from course_lib import checking
 from course_lib.checking import case as harness
-from course_lib.checking.case import Case, Fail, need
+from course_lib.checking.case import Case, Fail, flat, need
 from course_lib.checking.learner import explain
 from course_lib.checking.summary import first_text
 
@@ -219,7 +219,6 @@ def train(c, variant, kind, cap):
     first and the last step, the sizes of the parameters that require a gradient, the same with 0 for those that got
     none)."""
     import torch
-    from torch.nn.utils import parameters_to_vector as flat
     make = plain_model if kind == "plain" else tied_model
     c.model_kind = kind
     ref = make(100)                          # rank 0's initial model: what every rank must start from
@@ -234,7 +233,7 @@ def train(c, variant, kind, cap):
     for step in range(STEPS):
         x, y = batch(kind, step, c.world)
         mine = slice(4 * c.r, 4 * c.r + 4)
-        before, ref_before = flat(model.parameters()).detach(), flat(ref.parameters()).detach()
+        before, ref_before = flat(model.parameters()), flat(ref.parameters())
         c.rec.take()
         loss_of(kind, ddp, x[mine], y[mine]).backward()
         _finish(c, ddp)

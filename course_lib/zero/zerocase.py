@@ -4,7 +4,7 @@ every rank: the optimizer state, the bytes held and sent (measure.py).
 """
 import copy
 
-from course_lib.checking.case import Fail, need
+from course_lib.checking.case import Fail, flat, need
 from course_lib.zero import measure
 
 STEPS = 3
@@ -137,7 +137,6 @@ def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
     """Train DDP and the learner's ZeroOptimizer side by side; returns (state bytes mine, DDP's, figures of what
     was measured: the collectives that ran, the bytes held and sent at most in one step)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.nn.utils import parameters_to_vector as flat
     model = make_model()
     ref = DDP(copy.deepcopy(model))
     ref_opt = opt_cls(ref.parameters(), **kw)
@@ -149,11 +148,11 @@ def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
         elem = next(mine.parameters()).element_size()
         shards = c.shards(n)
         for step in range(STEPS):
-            before = flat(mine.parameters()).detach()
+            before = flat(mine.parameters())
             counts, left, held, sent = _one_step(c, ref, ref_opt, mine, zero, step)
             for name, k in counts.items():
                 seen["ran"][name] = seen["ran"].get(name, 0) + k
-            problem = diagnose(c, before, flat(mine.parameters()).detach(), flat(ref.parameters()).detach(), shards,
+            problem = diagnose(c, before, flat(mine.parameters()), flat(ref.parameters()), shards,
                                step, opt_name)
             if problem is None and stage == 2:
                 problem = _stage2_problem(counts, left, elem * n)

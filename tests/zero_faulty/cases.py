@@ -129,4 +129,12 @@ HONEST = [
            expect={"all_gather": ("pass", r"only W=2 ran: .*a ring that turns the wrong way gives the same result; "
                                           r"W=4 would show it"),
                    "reduce_scatter": ("pass", "only W=2 ran")}),
+    Faulty("parameters_not_contiguous", options=W2,
+           why="right, with every matrix kept transposed in memory (the checker once view()ed the parameters)",
+           edits=[("        self.params = [p for p in params if p.requires_grad]\n",
+                   "        self.params = [p for p in params if p.requires_grad]\n"
+                   "        for p in self.params:\n"
+                   "            if p.dim() == 2:\n"
+                   "                p.data = p.data.t().contiguous().t()\n")],
+           expect={"ZeRO-1": ("pass", r"AdamW state on rank 0 / DDP's"), "ZeRO-2": ("pass", r"AdamW state")}),
 ]

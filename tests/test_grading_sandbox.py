@@ -56,13 +56,14 @@ def survivors(pids_dir: Path) -> list[int]:
     return gone_within(lambda: [int(p.name) for p in pids_dir.iterdir() if alive(int(p.name))], 10)
 
 
-def grade(tmp_path, code: str, **limits):
+def grade(tmp_path, code: str, on_start=None, **limits):
     learner = tmp_path / "submissions" / "learner" / "05_allreduce"
     learner.mkdir(parents=True, exist_ok=True)
     (learner / "allreduce.py").write_text(code)
     before = sorted(p.name for p in (tmp_path / "submissions").rglob("*"))
     limits = {"deadline": 60, "run_timeout": 300, "max_processes": 128, "checker": "run_file_check", **limits}
-    outcome = run_check("demo", learner / "allreduce.py", "05_allreduce/allreduce.py", Limits(**limits))
+    outcome = run_check("demo", learner / "allreduce.py", "05_allreduce/allreduce.py", Limits(**limits),
+                        on_start=on_start)
     after = sorted(p.name for p in (tmp_path / "submissions").rglob("*"))
     assert after == before, "the submissions were written into"
     return outcome
@@ -73,6 +74,18 @@ def test_a_file_that_works_passes(tmp_path, pids_dir):
     assert out.verdicts and out.verdicts[0]["result"] == "pass", out.output
     assert "hello from" in out.output and "course-grade-work-" in out.output   # it ran on the copy
     assert len(list(pids_dir.iterdir())) == 2 and not survivors(pids_dir)
+
+
+def test_the_stop_it_handed_out_signals_nothing_once_the_check_ended(tmp_path, pids_dir, monkeypatch):
+    """A grader keeps ``kill`` for Ctrl-C; called after the worker was reaped, its pid and group number may be
+    another process's by then (pids wrap), so it must not signal them."""
+    from course_lib.grading import sandbox
+    kills, stopped = [], []
+    out = grade(tmp_path, RECORD, on_start=kills.append)
+    assert out.verdicts and len(kills) == 1, out.output
+    monkeypatch.setattr(sandbox.proc, "stop_tree", lambda *a, **k: stopped.append((a, k)))
+    kills[0]()
+    assert stopped == [], f"stop_tree called for a worker that had ended: {stopped}"
 
 
 @pytest.mark.slow

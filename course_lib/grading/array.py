@@ -263,7 +263,7 @@ def grade_task(manifest: dict, index: int, rows_dir: Path) -> dict:
         try:
             for ex in exercises:
                 rows, outcome = check_one(learner, ex, limits, out, kills.append)
-                kills.clear()      # only the running check may be killed: a finished one's pid is reused
+                kills.clear()      # only the running check is stopped on SIGTERM
                 if outcome is not None:
                     data["timing"].append(timing_note(ex, outcome))
                 data["rows"] += [{"learner": learner.name, "exercise": ex, **r} for r in rows]

@@ -144,7 +144,8 @@ def run_check(exercise: str, source: Path, relative: str, limits: Limits, on_sta
 
     def kill() -> None:
         stopped.set()
-        proc.stop_tree([worker.pid], group=worker.pid)
+        if worker.poll() is None:   # once reaped, its pid and group number may be another process's
+            proc.stop_tree([worker.pid], group=worker.pid)
 
     try:
         copy = work / relative

@@ -30,13 +30,20 @@ STILL = "*, *::before, *::after { animation-duration: 0s !important; animation-d
         "animation-iteration-count: 1 !important; }"
 
 
-def why_no_browser_test() -> str | None:
+def why_no_browser() -> str | None:
+    """Why Playwright cannot drive Debian's Chromium here, or None."""
     if not CHROMIUM.exists():
         return f"no {CHROMIUM} (Debian's chromium; scripts/system-deps.sh installs it as root)"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         return "no playwright (pip install -e '.[test]')"
+    return None
+
+
+def why_no_browser_test() -> str | None:
+    if why_no_browser():
+        return why_no_browser()
     if not (ROOT / ".venv" / ".installed").is_file():
         return "no .venv built by make here (make venv)"
     if not shutil.which("git") or not shutil.which("make"):

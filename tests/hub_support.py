@@ -22,11 +22,11 @@ import urllib.request
 from pathlib import Path
 from typing import NamedTuple
 
+import browser_lab
 import psutil
 from conftest import ROOT
 
 HUB_PREFIX = Path(os.environ.get("COURSE_HUB_PREFIX", "/opt/multigpu-course-test"))
-CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 LEARNERS = ("hublearner1", "hublearner2", "hublearner3")
 # The Slurm test's own account: it runs in test_hub's group hub_slurm, on a worker beside the hub group, whose hub
 # wipes and uses the three learners' workspaces
@@ -70,12 +70,8 @@ def why_not() -> str | None:
     """Why this machine cannot host the hub tests, or None."""
     if os.geteuid() != 0:
         return "not root: the hub starts each learner's server as that learner (CI runs as root)"
-    if not CHROMIUM.exists():
-        return f"no {CHROMIUM} (Debian's chromium; scripts/system-deps.sh installs it as root)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "no playwright (pip install -e '.[test]')"
+    if browser_lab.why_no_browser():
+        return browser_lab.why_no_browser()
     for need in (HUB_PREFIX / "venv/bin/jupyterhub", HUB_PREFIX / "proxy/node_modules/.bin/configurable-http-proxy"):
         if not need.exists():
             return f"no {need}: run `make hub-test-install` (as root)"

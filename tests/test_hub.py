@@ -419,7 +419,8 @@ def _run_headless(hub, name: str, uid: int, token: str, stem: str, marker: str) 
     reused would replay the last notebook's end marker to the next."""
     term = hs.server_api(hub, name, "terminals", token, "POST")
     command = (f"cd ~/course/notebooks && {hs.HUB_PREFIX}/venv/bin/papermill {stem}.ipynb {stem}-on-slurm.ipynb "
-               "-k multigpu-course -p STRICT True -p ANSWERS key --no-progress-bar 2>&1 | tail -n 20; "
+               f"-k multigpu-course -p STRICT True -p ANSWERS key --no-progress-bar 2>&1 | tee {stem}-papermill.log "
+               "| tail -n 20; "
                "echo PAPERMILL=${PIPESTATUS[0]}")
     t0 = time.monotonic()
     with hs.RankWatch(uid, marker) as watch:
@@ -431,6 +432,17 @@ def _run_headless(hub, name: str, uid: int, token: str, stem: str, marker: str) 
     return {"said": said, "watch": watch, "seconds": time.monotonic() - t0}
 
 
+def _kernel_lines(log: Path) -> str:
+    """The lines of papermill's log that are not papermill's or nbclient's own traceback: why a kernel died before
+    it replied is printed by the kernel itself, above papermill's RuntimeError."""
+    if not log.is_file():
+        return "(no log)"
+    lines = log.read_text(errors="replace").splitlines()
+    end = next((i for i, line in enumerate(lines) if line.startswith("Traceback") and "papermill" in
+                "".join(lines[i:i + 4])), len(lines))
+    return "\n".join(lines[max(0, end - 40):end]) or "(none)"
+
+
 def _judged(stem: str, run: dict, home: Path) -> list[str]:
     """What is wrong with one notebook's run on Slurm: its papermill, what it showed (test_notebooks' solutions
     run, and this test's own strings), the ranks the watch saw. Its output notebook is kept in out/hub/."""
@@ -439,13 +451,16 @@ def _judged(stem: str, run: dict, home: Path) -> list[str]:
 
     said, watch = run["said"], run["watch"]
     out = home / "course" / "notebooks" / f"{stem}-on-slurm.ipynb"
-    if out.is_file():   # as far as it ran: papermill writes it after each cell
-        OUT.mkdir(parents=True, exist_ok=True)
-        (OUT / out.name).write_bytes(out.read_bytes())
+    log = out.with_name(f"{stem}-papermill.log")   # all papermill printed, with the kernel's own stderr
+    OUT.mkdir(parents=True, exist_ok=True)
+    for kept in (out, log):
+        if kept.is_file():   # as far as it ran: papermill writes the notebook after each cell
+            (OUT / kept.name).write_bytes(kept.read_bytes())
     if said is None:
-        return [f"{stem}: papermill did not end within {NOTEBOOK_TIMEOUT_S} s (out/hub/{out.name})"]
+        return [f"{stem}: papermill did not end within {NOTEBOOK_TIMEOUT_S} s (out/hub/{out.name}, out/hub/{log.name})"]
     if "PAPERMILL=0" not in said:
-        return [f"{stem}: papermill failed (out/hub/{out.name}): {said[-3000:]}"]
+        return [f"{stem}: papermill failed (out/hub/{out.name}, out/hub/{log.name}): {said[-3000:]}"
+                f"\nthe kernel's own lines: {_kernel_lines(log)}"]
     text = text_of(nbformat.read(out, as_version=4))
     problems = []
     try:

@@ -16,6 +16,12 @@ from course_lib import checking, registry
 from course_lib.owndp import cases as owndp_check
 from course_lib.owndp.cases import CAPS, TIED_CAP, plain_model, reference_buckets, tied_model
 
+# One worker runs the module's tests one after another. Handed out among the others (conftest orders the
+# slow tests longest first, across modules), a worker came back to this module again and again, and each time
+# pytest set up its module fixture anew (the batch check of the starter and faulty files):
+# 10 times in one run of the checker tests on 4 workers.
+pytestmark = pytest.mark.xdist_group("owndp_checker")
+
 SOLUTION = ROOT / "solutions" / "10_own_ddp" / "own_ddp.py"
 EXERCISE = ROOT / "exercises" / "10_own_ddp" / "own_ddp.py"
 FOLDER = ROOT / "tests" / "owndp_faulty"

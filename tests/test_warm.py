@@ -15,7 +15,9 @@ from conftest import live_processes
 from course_lib.runtime import proc, warm
 from course_lib.runtime.launch import launch
 
-pytestmark = pytest.mark.slow
+# one worker, one after another: among the other modules' tests a worker would start the module's server anew each
+# time it came back to this module
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("warm")]
 
 SHOW = """
 import os, sys

@@ -18,6 +18,12 @@ from course_lib import checking
 from course_lib.zero import cases as zero_check
 from course_lib.zero.cases import range_problem, reference_range
 
+# One worker runs the module's tests one after another. Handed out among the others (conftest orders the
+# slow tests longest first, across modules), a worker came back to this module again and again, and each time
+# pytest set up its module fixture anew (the batch check of the solution, starter and faulty files):
+# 14 times in one run of the checker tests on 4 workers.
+pytestmark = pytest.mark.xdist_group("zero_checker")
+
 SOLUTION = ROOT / "solutions" / "09_zero" / "zero.py"
 EXERCISE = ROOT / "exercises" / "09_zero" / "zero.py"
 FOLDER = ROOT / "tests" / "zero_faulty"

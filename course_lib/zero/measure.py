@@ -1,7 +1,9 @@
 """What a ZeroOptimizer holds and sends, measured rather than inferred from its values (the ZeRO case, zerocase.py):
-a full-size gradient kept in an attribute of any name is seen; the library's collectives move their bytes inside
-gloo, where ``SendMeter`` does not see them.
+a full-size gradient kept in an attribute of any name is seen, and one kept where no attribute leads (a global, a
+class attribute, a closure) by the tensors that step() made and left alive; the library's collectives move their bytes
+inside gloo, where ``SendMeter`` does not see them.
 """
+import gc
 import types
 
 DEPTH = 8      # attribute hops from a root: far more than any optimizer object nests
@@ -58,6 +60,82 @@ def held(roots: dict, params) -> dict:
             continue     # process groups, works: gloo's own buffers are not the optimizer's
         stack.extend((path + name, child, depth + 1) for name, child in _children(obj))
     return found
+
+
+class NewTensors:
+    """``with NewTensors() as made: zero.step()`` -> ``made.tensors``: the tensors made inside and alive after it.
+    ``gc.freeze()`` first moves every object alive now out of ``gc.get_objects()``' sight (into the permanent
+    generation, where the fork server already put torch's), so that the calls after collect and list only what the
+    block made and kept: a look at a few objects, not at every object of the process."""
+
+    def __enter__(self) -> "NewTensors":
+        gc.freeze()
+        self.tensors = []
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        import torch
+        gc.collect()   # garbage in a reference cycle is not kept (and the collector walks only what is not frozen)
+        self.tensors = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+        return False
+
+
+def kept_elsewhere(made: list, held: dict, params) -> dict:
+    """Like ``held``, for the tensors of ``made`` (``NewTensors``) whose storage neither ``held`` nor ``params`` has,
+    nor any tensor that was alive before: new memory that no attribute of the optimizer or the model leads to."""
+    import torch
+    skip = set(held) | {p.untyped_storage().data_ptr() for p in params}
+    new = [t for t in made if t.untyped_storage().nbytes() and t.untyped_storage().data_ptr() not in skip]
+    if not new:
+        return {}
+    gc.unfreeze()   # only now: a new view of an older tensor's storage holds no new memory
+    ids = {id(t) for t in made}
+    old = {o.untyped_storage().data_ptr() for o in gc.get_objects() if isinstance(o, torch.Tensor) and id(o) not in ids}
+    found = {}
+    for t in new:
+        key = t.untyped_storage().data_ptr()
+        holder = _holder(t, [made, new]) if key not in old and key not in found else None
+        if holder:
+            found[key] = (t.untyped_storage().nbytes(), t.numel(), holder)
+    return found
+
+
+def _holder(t, ours: list) -> str | None:
+    """Where ``t`` is kept, in words, from what refers to it: a module's globals, a class, a closure's cell, or a
+    list or dict that one of those holds. None when no Python object does: torch keeps a tensor's Python object alive
+    while its C++ side lives, and gloo may still hold a collective's buffers a moment after it ended."""
+    referrers = _referrers(t, ours)
+    if not referrers:
+        return None
+    for r in referrers:
+        if isinstance(r, types.CellType):
+            return "a variable of a closure"
+        name = _name_in(r, t)
+        if name:
+            return name
+        for outer in _referrers(r, ours):
+            name = _name_in(outer, r)
+            if name:
+                return f"an item of {name}"
+    return "a tensor that no attribute of the optimizer or the model leads to"
+
+
+def _referrers(obj, ours: list) -> list:
+    return [r for r in gc.get_referrers(obj) if not any(r is o for o in ours) and not isinstance(r, types.FrameType)]
+
+
+def _name_in(space, value) -> str | None:
+    """"global NAME" or "class attribute C.NAME" when ``space`` is a module's globals or a class's namespace
+    holding ``value``."""
+    if not isinstance(space, dict):
+        return None
+    key = next((k for k, v in space.items() if v is value), None)
+    if key is None:
+        return None
+    if "__builtins__" in space:
+        return f"global {key}"
+    cls = next((o for o in gc.get_referrers(space) if isinstance(o, type)), None)
+    return f"class attribute {cls.__name__}.{key}" if cls is not None else None
 
 
 def largest(found: dict, count: int = 2) -> str:

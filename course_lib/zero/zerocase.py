@@ -81,11 +81,12 @@ def _one_step(c, ref, ref_opt, mine, zero, step):
     ref_opt.zero_grad()
     F.mse_loss(mine(x), y).backward()
     c.take_counts()
-    with measure.SendMeter() as sent:
+    with measure.SendMeter() as sent, measure.NewTensors() as made:
         zero.step()
     counts = c.take_counts()
     left = sum(measure.nbytes(p.grad) for p in mine.parameters())
     held = measure.held({"zero": zero, "model": mine}, list(mine.parameters()))
+    held.update(measure.kept_elsewhere(made.tensors, held, list(mine.parameters())))
     zero.zero_grad()
     return counts, left, held, sent.bytes
 
@@ -113,7 +114,7 @@ def held_problem(c, stage, held, n, elem, ddp_state):
     return (f"ZeRO-{stage} on rank {c.r} holds {total:,} B of tensors beyond the parameters after step(); its "
             f"count is {allowed:,} B ({grads}this rank's shard and its gradient (2 n/W), the shard's optimizer "
             f"state (DDP's / W), n = {n} elements of {elem} B, W = {c.world}). The largest: {measure.largest(held)}: "
-            "a full-size tensor kept in an attribute is memory ZeRO exists to free; keep only the shard's (a flat "
+            "a full-size tensor kept after step() is memory ZeRO exists to free; keep only the shard's (a flat "
             "buffer the parameters are views into is not counted: it is the parameters)"), total
 
 

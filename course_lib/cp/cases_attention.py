@@ -2,6 +2,7 @@
 sequence is made in every rank from the setting's seed and rank r of the cp group takes its shard at the checker's
 own positions, so a case never builds on the learner's split."""
 from course_lib.checking.case import Fail
+from course_lib.checking.p2p import P2PMeter
 from course_lib.cp import reference
 from course_lib.tp.numerics import as_tensor, close, diff, judge, rand
 
@@ -108,6 +109,20 @@ def _forward_problem(c, out, serial, full, pos, where, balanced):
     return f"{where}: the output differs from causal attention in one process; {diff(out.detach(), serial[:, pos])}"
 
 
+def _ring_peers(c, p2p, where):
+    """In a ring a rank sends only to the next rank and receives only from the previous one, one block at a time,
+    so that it holds at most two key/value blocks; exchanging blocks with every rank holds all cp of them, the memory
+    ring attention exists to save. (At cp = 2 the next rank is the previous one: only cp >= 3 shows it.)"""
+    me = c.r
+    nxt, prev = (me + 1) % c.cp, (me - 1) % c.cp
+    others = sorted(p2p.sent_to - {nxt}, key=str), sorted(p2p.received_from - {prev}, key=str)
+    if any(others):
+        raise Fail(f"{where}: rank {me} of the cp group sent to ranks {sorted(p2p.sent_to, key=str)} and received "
+                   f"from {sorted(p2p.received_from, key=str)}; in a ring each rank sends only to the next (rank "
+                   f"{nxt}) and receives only from the previous (rank {prev}), one block per step, so that it holds "
+                   f"at most two key/value blocks: exchanging blocks with every rank holds all {c.cp}")
+
+
 def case_ring(c, balanced):
     import torch
     fn = c.need("ring_attention")
@@ -116,13 +131,15 @@ def case_ring(c, balanced):
         blocks = [[t[:, reference.positions(seq_len, c.cp, r, balanced)] for t in full[1:]]
                   + [reference.positions(seq_len, c.cp, r, balanced)] for r in range(c.cp)]
         c.take_counts()
-        out = as_tensor(fn(*(t[:, pos].clone() for t in full), pos.clone(), **c.kw), "ring_attention")
+        with P2PMeter() as p2p:
+            out = as_tensor(fn(*(t[:, pos].clone() for t in full), pos.clone(), **c.kw), "ring_attention")
         used = {k: n for k, n in c.take_counts().items() if n}
         want = reference.serial(*full)[:, pos]
         where = f"seq_len={seq_len}, cp={c.cp}, {_mode(balanced)}"
         if used:
             raise Fail(f"{where}: ring_attention called {', '.join(f'{n} x {k}' for k, n in used.items())}: pass the "
                        f"key/value blocks around the ring with send/recv (isend/irecv), no collective")
+        _ring_peers(c, p2p, where)
         judge(out, want, f"{where}: the output differs from causal attention in one process", [
             (reference.ring_order(full[0][:, pos], blocks, c.r, reference.average),
              f"{where}: ring attention without the log-sum-exp correction: the partial results are averaged; merge "

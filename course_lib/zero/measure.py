@@ -1,7 +1,7 @@
 """What a ZeroOptimizer holds and sends, measured rather than inferred from its values (the ZeRO case, zerocase.py):
 a full-size gradient kept in an attribute of any name is seen, and one kept where no attribute leads (a global, a
 class attribute, a closure) by the tensors that step() made and left alive; the library's collectives move their bytes
-inside gloo, where ``SendMeter`` does not see them.
+inside gloo, where ``checking.p2p.P2PMeter`` does not see them.
 """
 import gc
 import types
@@ -142,25 +142,3 @@ def largest(found: dict, count: int = 2) -> str:
     """The biggest held tensors, in words: 'zero.grads (101 elements, 808 B)'."""
     top = sorted(found.values(), key=lambda v: -v[0])[:count]
     return ", ".join(f"{path} ({n:,} elements, {b:,} B)" for b, n, path in top)
-
-
-class SendMeter:
-    """``with SendMeter() as m: ...`` -> ``m.bytes``: bytes given to point-to-point sends on this rank
-    (``ProcessGroup.send``, which dist.send, dist.isend and batch_isend_irecv all reach with gloo)."""
-
-    def __enter__(self) -> "SendMeter":
-        import torch.distributed.distributed_c10d as c10d
-        self.bytes = 0
-        self._cls, self._real = c10d.ProcessGroup, vars(c10d.ProcessGroup)["send"]
-        real = self._real
-
-        def send(pg, tensors, *args, **kwargs):
-            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
-            return real(pg, tensors, *args, **kwargs)
-
-        self._cls.send = send
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        self._cls.send = self._real
-        return False

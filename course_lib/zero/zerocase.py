@@ -5,6 +5,7 @@ every rank: the optimizer state, the bytes held and sent (measure.py).
 import copy
 
 from course_lib.checking.case import Fail, flat, need
+from course_lib.checking.p2p import P2PMeter
 from course_lib.zero import measure
 
 STEPS = 3
@@ -81,7 +82,7 @@ def _one_step(c, ref, ref_opt, mine, zero, step):
     ref_opt.zero_grad()
     F.mse_loss(mine(x), y).backward()
     c.take_counts()
-    with measure.SendMeter() as sent, measure.NewTensors() as made:
+    with P2PMeter() as sent, measure.NewTensors() as made:
         zero.step()
     counts = c.take_counts()
     left = sum(measure.nbytes(p.grad) for p in mine.parameters())

@@ -83,6 +83,19 @@ CASES = [
                                               r"{line:            dist.send(t, nxt, group)}[\s\S]*\nhint: "
                                               r"with gloo a send waits for its matching recv"),
                    "reduce_shared_grads": PASS}),
+    Faulty("ring_exchanges_with_every_rank", options={"world_sizes": (3,)},
+           why="every rank sends its block to every other rank at once: right values, all cp blocks held",
+           edits=[("    for _ in range(cp - 1):\n        incoming = [torch.empty_like(t) for t in block]\n",
+                   "    ranks = [r if group is None else dist.get_global_rank(group, r) for r in range(cp)]\n"
+                   "    for peer in [r for r in range(cp) if r != me]:\n"
+                   "        incoming = [torch.empty_like(t) for t in block]\n"
+                   "        nxt = prev = ranks[peer]\n"),
+                  ("        block = incoming\n        out_b, lse_b = block_attention(q, block[0], block[1], positions, "
+                   "block[2])\n",
+                   "        out_b, lse_b = block_attention(q, incoming[0], incoming[1], positions, incoming[2])\n")],
+           expect={"ring_attention": ("fail", r"cp=3: .*rank 0 of the cp group sent to ranks \[1, 2\] and received "
+                                              r"from \[1, 2\]; in a ring each rank sends only to the next"),
+                   "cp_attention": PASS}),
     Faulty("split_loses_tokens+unshard_equal_shards", options=CP2,
            why="split_positions cuts S // cp tokens per rank; unshard_sequence assumes equal, contiguous shards",
            edits=[("        return positions.tensor_split(cp)[rank]        # the first seq_len % cp ranks get one "

@@ -11,6 +11,7 @@ from course_lib import checking
 from course_lib.checking.case import Case, Fail, Missing
 from course_lib.checking.guard import ForbiddenCollective
 from course_lib.checking.learner import error_where
+from course_lib.checking.p2p import P2PMeter
 from course_lib.checking.worker import peer_gone
 
 FUNCTIONS = ("naive_allreduce", "ring_allreduce", "tree_allreduce")
@@ -31,6 +32,7 @@ COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_in
                "all_to_all", "all_to_all_single", "scatter", "gather", "all_gather_object", "gather_object",
                "broadcast_object_list", "scatter_object_list", "all_reduce_coalesced", "all_gather_coalesced")
 GUARD = (COLLECTIVES, "forbid")
+TRAFFIC = "the sum is right"   # how a ring_traffic message starts
 HANG_HINTS = {None: "a send or recv without its partner waits forever. With gloo a send waits for the matching "
                     "recv, so if every rank sends first nobody receives: post sends and receives together "
                     "(isend/irecv, batch_isend_irecv) or order them (even ranks send first, odd ranks receive "
@@ -219,7 +221,8 @@ def run(name: str, case: dict, ctx) -> str:
     original, ptr = inputs[me], x.data_ptr()
     ctx.guard.used.clear()
     try:
-        ret = fn(x, group=group) if case["group_kw"] else fn(x)
+        with P2PMeter() as p2p:
+            ret = fn(x, group=group) if case["group_kw"] else fn(x)
     except ForbiddenCollective as e:
         raise Fail(f"calls {e} (at {error_where(e, path)}): only point-to-point operations are allowed "
                    "(send, recv, isend, irecv, batch_isend_irecv)") from None
@@ -234,9 +237,28 @@ def run(name: str, case: dict, ctx) -> str:
     if ctx.guard.used:   # the learner caught our exception and went on
         raise Fail(f"calls dist.{ctx.guard.used[0]}: only point-to-point operations are allowed")
     problem = judge(x, ret, original, expected, ptr, world, inputs, name == "ring_allreduce")
+    if problem is None and name == "ring_allreduce":
+        problem = ring_traffic(p2p, me, world, x)
     if problem:
         raise Fail(problem)
     return ""
+
+
+def ring_traffic(p2p, me: int, world: int, x) -> str | None:
+    """What the values cannot show: a ring sends only to the right neighbour and receives only from the left (ranks
+    of the group), 2 (W-1) chunks of at most ceil(n/W) elements in all: 2 (W-1)/W of the tensor, whatever W. (At
+    W = 2 the right neighbour is the left one, and the count is the whole tensor: only W >= 3 shows it.)"""
+    right, left = (me + 1) % world, (me - 1) % world
+    if p2p.sent_to - {right} or p2p.received_from - {left}:
+        return (f"{TRAFFIC}, but group rank {me} sent to ranks {sorted(p2p.sent_to, key=str)} and received "
+                f"from {sorted(p2p.received_from, key=str)}: in a ring each rank sends only to its right neighbour "
+                f"(rank {right}) and receives only from its left (rank {left}), one chunk per step")
+    allowed = 2 * (world - 1) * -(-x.numel() // world) * x.element_size()
+    if p2p.bytes > allowed:
+        return (f"{TRAFFIC}, but group rank {me} sent {p2p.bytes:,} B; a ring sends 2 (W-1) chunks of at most "
+                f"ceil(n/W) elements, {allowed:,} B here (n = {x.numel():,}, W = {world}): send one chunk per step, "
+                "not the whole tensor")
+    return None
 
 
 def group_rank_hint(exc: BaseException, members: list[int], rank: int) -> str:
@@ -283,6 +305,8 @@ def hint(item: str, first, recs) -> str:
     """What the first failing case ``first`` tells beyond its own message: where every rank was, and what the
     cases that passed before it rule out (powers of two only, float32 only)."""
     lines = where_ranks_were(first)
+    if any(TRAFFIC in v.get("message", "") for v in first.verdicts.values()):
+        return "".join("\n" + line for line in lines)   # the values were right: nothing below applies
     passed = [r for r in recs if not r.failed]
     pow2 = [w for w in dict.fromkeys(r.world for r in passed) if w > 1 and w & (w - 1) == 0]
     failed_worlds = {r.world for r in recs if r.failed}

@@ -21,6 +21,17 @@ def group_ranks(text: str) -> str:
     return re.sub(r"peer\(group, ((?:[^()]|\([^()]*\))*)\)", r"\1", text)
 
 
+RING_LOOPS = (
+    "    # reduce-scatter: each step adds the left neighbour's partial sum of one chunk into ours\n"
+    "    for step in range(world - 1):\n"
+    "        send_i, recv_i = (rank - step) % world, (rank - step - 1) % world\n"
+    "        buf = incoming[: chunks[recv_i].numel()]\n"
+    "        sendrecv(chunks[send_i], right, buf, left, group)\n"
+    "        chunks[recv_i] += buf\n"
+    "    # all-gather: pass the finished chunks on; receive straight into place, no copy\n"
+    "    for step in range(world - 1):\n"
+    "        send_i, recv_i = (rank + 1 - step) % world, (rank - step) % world\n"
+    "        sendrecv(chunks[send_i], right, chunks[recv_i], left, group)\n")
 NAIVE_ADD = "            tensor += incoming                       # in place: the caller's tensor holds the sum\n"
 NAIVE_EARLY_RETURN = "    if world == 1 or tensor.numel() == 0:\n        return\n    if rank == 0:\n"
 NAIVE_BODY = (NAIVE_EARLY_RETURN
@@ -120,6 +131,31 @@ CASES = [
     Faulty("ring_missing", options=worlds(2), why="ring_allreduce not written at all (renamed)",
            edits=[("def ring_allreduce(tensor, group=None):", "def my_ring(tensor, group=None):")],
            expect={"ring_allreduce": ("missing", r"no function ring_allreduce")}),
+    # right sums with what only the traffic shows: the checker meters each rank's sends and receives
+    Faulty("ring_exchanges_with_every_rank", options=worlds(3),
+           why="'ring': every rank sends its whole tensor to every other rank and adds what comes",
+           edits=[(RING_LOOPS, "    total = flat.clone()\n"
+                               "    for step in range(1, world):   # every other rank's tensor, straight from it\n"
+                               "        dst, src = peer(group, (rank + step) % world), peer(group, (rank - step) % world)\n"
+                               "        buf = scratch(tensor, n)\n"
+                               "        sendrecv(flat, dst, buf, src, group)\n"
+                               "        total += buf\n"
+                               "    flat.copy_(total)\n")],
+           expect={"ring_allreduce": ("fail", r"W=3, .*: the sum is right, but group rank 0 sent to ranks \[1, 2\] and "
+                                              r"received from \[1, 2\]: in a ring each rank sends only to its right "
+                                              r"neighbour \(rank 1\)")}),
+    Faulty("ring_passes_whole_tensors", options=worlds(3),
+           why="'ring': the whole tensor is passed round the ring W-1 times, not one chunk per step",
+           edits=[(RING_LOOPS, "    total, passing = flat.clone(), flat.clone()\n"
+                               "    for step in range(world - 1):   # the whole tensor, passed round the ring\n"
+                               "        buf = torch.empty_like(flat)\n"
+                               "        sendrecv(passing, right, buf, left, group)\n"
+                               "        total += buf\n"
+                               "        passing = buf\n"
+                               "    flat.copy_(total)\n")],
+           expect={"ring_allreduce": ("fail", r"W=3, 1,009 elements, float32: .*the sum is right, but group rank 0 "
+                                              r"sent 8,072 B; a ring sends 2 \(W-1\) chunks of at most ceil\(n/W\) "
+                                              r"elements, 5,392 B here \(n = 1,009, W = 3\)")}),
     Faulty("ring_overwrites_in_reduce_scatter", options=worlds(2),
            why="ring's reduce-scatter copies the received chunk instead of adding it: every element is wrong",
            edits=[("        chunks[recv_i] += buf\n", "        chunks[recv_i].copy_(buf)\n")],

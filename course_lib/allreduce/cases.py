@@ -239,6 +239,8 @@ def run(name: str, case: dict, ctx) -> str:
     problem = judge(x, ret, original, expected, ptr, world, inputs, name == "ring_allreduce")
     if problem is None and name == "ring_allreduce":
         problem = ring_traffic(p2p, me, world, x)
+    if problem is None and name == "tree_allreduce":
+        problem = tree_traffic(p2p, me, world)
     if problem:
         raise Fail(problem)
     return ""
@@ -259,6 +261,20 @@ def ring_traffic(p2p, me: int, world: int, x) -> str | None:
                 f"ceil(n/W) elements, {allowed:,} B here (n = {x.numel():,}, W = {world}): send one chunk per step, "
                 "not the whole tensor")
     return None
+
+
+def tree_traffic(p2p, me: int, world: int) -> str | None:
+    """In a tree each rank exchanges with its parent and its children only: in a binomial tree rank 0 has
+    ceil(log2 W) children and every other rank at most that many partners in all. A star (every rank to rank 0 and
+    back, the naive algorithm) gives rank 0 W-1 partners and W-1 rounds; W = 4 is the first size that shows it."""
+    partners = (p2p.sent_to | p2p.received_from) - {"any"}
+    most = (world - 1).bit_length()   # ceil(log2 W)
+    if len(partners) <= most:
+        return None
+    return (f"{TRAFFIC}, but group rank {me} exchanged with {len(partners)} ranks ({sorted(partners)}); in a tree "
+            f"each rank talks to its parent and its children only, at most ceil(log2 W) = {most} ranks at W = "
+            f"{world}, so that the sum takes 2 ceil(log2 W) rounds, not the W-1 a rank that talks to every other "
+            "one needs")
 
 
 def group_rank_hint(exc: BaseException, members: list[int], rank: int) -> str:

@@ -156,6 +156,23 @@ CASES = [
            expect={"ring_allreduce": ("fail", r"W=3, 1,009 elements, float32: .*the sum is right, but group rank 0 "
                                               r"sent 8,072 B; a ring sends 2 \(W-1\) chunks of at most ceil\(n/W\) "
                                               r"elements, 5,392 B here \(n = 1,009, W = 3\)")}),
+    Faulty("tree_is_a_star", options=worlds(4),
+           why="'tree': rank 0 receives from every rank, adds, and sends the sum back to each (the naive star)",
+           edits=[("    mask = 1\n    while mask < world:                               # reduce towards rank 0\n",
+                   "    if rank == 0:   # every rank to rank 0 and back\n"
+                   "        for src in range(1, world):\n"
+                   "            dist.recv(incoming, src=peer(group, src), group=group)\n"
+                   "            tensor += incoming\n"
+                   "        for dst in range(1, world):\n"
+                   "            dist.send(tensor, dst=peer(group, dst), group=group)\n"
+                   "    else:\n"
+                   "        dist.send(tensor, dst=peer(group, 0), group=group)\n"
+                   "        dist.recv(tensor, src=peer(group, 0), group=group)\n"
+                   "    return\n"
+                   "    mask = 1\n    while mask < world:                               # reduce towards rank 0\n")],
+           expect={"tree_allreduce": ("fail", r"W=4, .*the sum is right, but group rank 0 exchanged with 3 ranks "
+                                              r"\(\[1, 2, 3\]\); in a tree each rank talks to its parent and its "
+                                              r"children only, at most ceil\(log2 W\) = 2 ranks at W = 4")}),
     Faulty("ring_overwrites_in_reduce_scatter", options=worlds(2),
            why="ring's reduce-scatter copies the received chunk instead of adding it: every element is wrong",
            edits=[("        chunks[recv_i] += buf\n", "        chunks[recv_i].copy_(buf)\n")],

@@ -42,8 +42,8 @@ def why_no_browser() -> str | None:
 
 
 def why_no_browser_test() -> str | None:
-    if why_no_browser():
-        return why_no_browser()
+    if why := why_no_browser():
+        return why
     if not (ROOT / ".venv" / ".installed").is_file():
         return "no .venv built by make here (make venv)"
     if not shutil.which("git") or not shutil.which("make"):

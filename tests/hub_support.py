@@ -70,8 +70,8 @@ def why_not() -> str | None:
     """Why this machine cannot host the hub tests, or None."""
     if os.geteuid() != 0:
         return "not root: the hub starts each learner's server as that learner (CI runs as root)"
-    if browser_lab.why_no_browser():
-        return browser_lab.why_no_browser()
+    if why := browser_lab.why_no_browser():
+        return why
     for need in (HUB_PREFIX / "venv/bin/jupyterhub", HUB_PREFIX / "proxy/node_modules/.bin/configurable-http-proxy"):
         if not need.exists():
             return f"no {need}: run `make hub-test-install` (as root)"

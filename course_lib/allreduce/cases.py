@@ -251,7 +251,7 @@ def ring_traffic(p2p, me: int, world: int, x) -> str | None:
     of the group), 2 (W-1) chunks of at most ceil(n/W) elements in all: 2 (W-1)/W of the tensor, whatever W. (At
     W = 2 the right neighbour is the left one, and the count is the whole tensor: only W >= 3 shows it.)"""
     right, left = (me + 1) % world, (me - 1) % world
-    if p2p.sent_to - {right} or p2p.received_from - {left}:
+    if p2p.off_ring(me, world):
         return (f"{TRAFFIC}, but group rank {me} sent to ranks {sorted(p2p.sent_to, key=str)} and received "
                 f"from {sorted(p2p.received_from, key=str)}: in a ring each rank sends only to its right neighbour "
                 f"(rank {right}) and receives only from its left (rank {left}), one chunk per step")

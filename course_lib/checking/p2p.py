@@ -35,3 +35,8 @@ class P2PMeter:
         for name, real in self._real.items():
             setattr(self._cls, name, real)
         return False
+
+    def off_ring(self, me: int, world: int) -> bool:
+        """Whether rank ``me`` of a ring of ``world`` sent to any but the next rank or received from any but the
+        previous one (at ``world`` = 2 they are one rank: only 3 or more can show it)."""
+        return bool(self.sent_to - {(me + 1) % world} or self.received_from - {(me - 1) % world})

@@ -115,8 +115,7 @@ def _ring_peers(c, p2p, where):
     ring attention exists to save. (At cp = 2 the next rank is the previous one: only cp >= 3 shows it.)"""
     me = c.r
     nxt, prev = (me + 1) % c.cp, (me - 1) % c.cp
-    others = sorted(p2p.sent_to - {nxt}, key=str), sorted(p2p.received_from - {prev}, key=str)
-    if any(others):
+    if p2p.off_ring(me, c.cp):
         raise Fail(f"{where}: rank {me} of the cp group sent to ranks {sorted(p2p.sent_to, key=str)} and received "
                    f"from {sorted(p2p.received_from, key=str)}; in a ring each rank sends only to the next (rank "
                    f"{nxt}) and receives only from the previous (rank {prev}), one block per step, so that it holds "

@@ -86,8 +86,9 @@ def _one_step(c, ref, ref_opt, mine, zero, step):
         zero.step()
     counts = c.take_counts()
     left = sum(measure.nbytes(p.grad) for p in mine.parameters())
-    held = measure.held({"zero": zero, "model": mine}, list(mine.parameters()))
-    held.update(measure.kept_elsewhere(made.tensors, held, list(mine.parameters())))
+    params = list(mine.parameters())
+    held = measure.held({"zero": zero, "model": mine}, params)
+    held.update(measure.kept_elsewhere(made.tensors, held, params))
     zero.zero_grad()
     return counts, left, held, sent.bytes
 

@@ -3,15 +3,17 @@
 A case passes when every rank's *input tensor* holds the sum afterwards (exact for integers), with no collective
 called. A function's first failing case is its verdict.
 """
+import datetime
 import functools
 import inspect
+import json
 import re
 
 from course_lib import checking
 from course_lib.checking.case import Case, Fail, Missing
 from course_lib.checking.guard import ForbiddenCollective
 from course_lib.checking.learner import error_where
-from course_lib.checking.p2p import P2PMeter
+from course_lib.checking.p2p import P2PMeter, longest_chain
 from course_lib.checking.worker import peer_gone
 
 FUNCTIONS = ("naive_allreduce", "ring_allreduce", "tree_allreduce")
@@ -206,13 +208,31 @@ def subgroup(ctx, ranks: list[int]):
 
 
 def run(name: str, case: dict, ctx) -> str:
-    """Call the learner's function on this rank's input (the collective guard is on) and judge the tensor."""
+    """Call the learner's function on this rank's input (the collective guard is on) and judge the tensor; a tree
+    also on its rounds, from every rank's messages (``tree_rounds``)."""
+    if name != "tree_allreduce":
+        call(name, case, ctx)
+        return ""
+    p2p = None
+    try:
+        p2p = call(name, case, ctx)
+    finally:   # every rank, whatever its call did: a rank that passed waits for its partners' events
+        post_events(ctx, p2p)
+    members = case.get("group") or list(range(ctx.world))
+    if p2p is not None and (problem := tree_rounds(events_of(ctx, members))):
+        raise Fail(problem)
+    return ""
+
+
+def call(name: str, case: dict, ctx):
+    """The learner's function on this rank's input, its tensor and traffic judged (``Fail``); its P2PMeter, None on
+    a rank outside the case's group."""
     import torch
     fn, path = learner_function(ctx.mod, name), ctx.path
     members = case.get("group") or list(range(ctx.world))
     group = subgroup(ctx, members) if case.get("group") else None
     if ctx.rank not in members:
-        return ""        # idle: the function runs on the group's members only
+        return None        # idle: the function runs on the group's members only
     world, me = len(members), members.index(ctx.rank)
     inputs = [make_input(case, r) for r in range(world)]
     wide = torch.float64 if inputs[0].dtype.is_floating_point else torch.int64
@@ -243,7 +263,7 @@ def run(name: str, case: dict, ctx) -> str:
         problem = tree_traffic(p2p, me, world)
     if problem:
         raise Fail(problem)
-    return ""
+    return p2p
 
 
 def ring_traffic(p2p, me: int, world: int, x) -> str | None:
@@ -275,6 +295,46 @@ def tree_traffic(p2p, me: int, world: int) -> str | None:
             f"each rank talks to its parent and its children only, at most ceil(log2 W) = {most} ranks at W = "
             f"{world}, so that the sum takes 2 ceil(log2 W) rounds, not the W-1 a rank that talks to every other "
             "one needs")
+
+
+def post_events(ctx, p2p) -> None:
+    """This rank's ``p2p.events`` (None: idle, failed, or a receive from any source, which cannot be paired) for the
+    other ranks of this case, on the launch's store: a set waits for no one, and a collective on the harness's
+    group here would pair with another rank's end-of-case agreement when this one failed."""
+    events = p2p.events if p2p is not None and all(peer != "any" for _, peer, _ in p2p.events) else None
+    store().set(f"p2p/{ctx.current['case']}/{ctx.rank}", json.dumps(events))
+
+
+def events_of(ctx, members: list[int], seconds: float = 5.0) -> list | None:
+    """Every member's posted events, by group rank; None when one is not there within ``seconds`` (its call did not
+    end: the harness's agreement after the case says what happened to it)."""
+    keys = [f"p2p/{ctx.current['case']}/{m}" for m in members]
+    try:
+        store().wait(keys, datetime.timedelta(seconds=seconds))
+    except Exception:   # DistStoreError: a member still in its call, or gone
+        return None
+    return [json.loads(store().get(key)) for key in keys]
+
+
+def store():
+    import torch.distributed.distributed_c10d as c10d
+    return c10d._get_default_store()
+
+
+def tree_rounds(logs: list | None) -> str | None:
+    """What the partners cannot show: a chain (each rank adds what the next one sends and passes it on) talks to
+    two ranks at most, yet its sum takes 2 (W-1) rounds, each message waiting on the one before. A binomial tree
+    takes 2 ceil(log2 W) (a reduce up, a broadcast down); W = 4 is the first size where a chain takes more."""
+    if logs is None or any(log is None for log in logs):
+        return None      # another rank failed (its verdict says why) or its messages could not be paired
+    chain = longest_chain([[tuple(e) for e in log] for log in logs])
+    most = 2 * (len(logs) - 1).bit_length()
+    if chain is None or len(chain) - 1 <= most:
+        return None
+    return (f"{TRAFFIC}, but it takes {len(chain) - 1} rounds, each message sent only after the one before it "
+            f"arrived: {' -> '.join(map(str, chain))} (group ranks). A tree takes at most 2 ceil(log2 W) = {most} at "
+            f"W = {len(logs)}, a reduce up the tree and a broadcast down it: a rank receives from all its children, "
+            "adds, and only then sends once to its parent")
 
 
 def group_rank_hint(exc: BaseException, members: list[int], rank: int) -> str:

@@ -2,41 +2,87 @@
 which dist.send/recv, dist.isend/irecv and batch_isend_irecv all reach. Peers are ranks of the group the operation
 went to (c10d turns a global rank into the group's before the call). The library's collectives move their bytes
 inside gloo, where this does not see them."""
+SEND, RECV = 1, 2
 
 
 class P2PMeter:
     """``with P2PMeter() as m: ...`` -> ``m.bytes`` given to sends, ``m.sent_to`` and ``m.received_from``: the peers
-    (``"any"`` for a receive from any source)."""
+    (``"any"`` for a receive from any source); ``m.events``: (SEND or RECV, peer, tag) in the order this rank did
+    them, a send when it was posted, a receive when its wait() returned (its data is there only then)."""
 
     def __enter__(self) -> "P2PMeter":
         import torch.distributed.distributed_c10d as c10d  # deferred: the launcher, which imports no torch, reads this
-        self.bytes, self.sent_to, self.received_from = 0, set(), set()
-        self._cls = c10d.ProcessGroup
+        self.bytes, self.sent_to, self.received_from, self.events = 0, set(), set(), []
+        self._pending: dict = {}   # id(work) -> (work, its RECV event): a receive posted, not yet waited for
+        self._cls, self._work = c10d.ProcessGroup, c10d.Work
         self._real = {name: vars(self._cls)[name] for name in ("send", "recv", "recv_anysource")}
         send, recv, anysource = self._real.values()
+        self._wait = wait = vars(self._work)["wait"]
 
-        def metered_send(pg, tensors, dst, *args, **kwargs):
+        def metered_send(pg, tensors, dst, tag=0, *args, **kwargs):
             self.bytes += sum(t.numel() * t.element_size() for t in tensors)
             self.sent_to.add(dst)
-            return send(pg, tensors, dst, *args, **kwargs)
+            self.events.append((SEND, dst, tag))
+            return send(pg, tensors, dst, tag, *args, **kwargs)
 
-        def metered_recv(pg, tensors, src, *args, **kwargs):
+        def metered_recv(pg, tensors, src, tag=0, *args, **kwargs):
             self.received_from.add(src)
-            return recv(pg, tensors, src, *args, **kwargs)
+            work = recv(pg, tensors, src, tag, *args, **kwargs)
+            self._pending[id(work)] = (work, (RECV, src, tag))
+            return work
 
         def metered_anysource(pg, *args, **kwargs):
             self.received_from.add("any")
             return anysource(pg, *args, **kwargs)
 
+        def metered_wait(work, *args, **kwargs):
+            done = wait(work, *args, **kwargs)
+            if id(work) in self._pending:
+                self.events.append(self._pending.pop(id(work))[1])
+            return done
+
         self._cls.send, self._cls.recv, self._cls.recv_anysource = metered_send, metered_recv, metered_anysource
+        self._work.wait = metered_wait
         return self
 
     def __exit__(self, *exc) -> bool:
         for name, real in self._real.items():
             setattr(self._cls, name, real)
+        self._work.wait = self._wait
+        self.unwaited = len(self._pending)   # receives never waited for: when their data came is not known
+        self.events += [event for _, event in self._pending.values()]
         return False
 
     def off_ring(self, me: int, world: int) -> bool:
         """Whether rank ``me`` of a ring of ``world`` sent to any but the next rank or received from any but the
         previous one (at ``world`` = 2 they are one rank: only 3 or more can show it)."""
         return bool(self.sent_to - {(me + 1) % world} or self.received_from - {(me - 1) % world})
+
+
+def longest_chain(logs: list) -> list[int] | None:
+    """The ranks along the longest chain of messages in ``logs`` (each rank's ``P2PMeter.events``, by group rank),
+    each message sent after the one before it arrived: a Lamport clock that counts messages. Its length minus one is
+    the rounds the algorithm needs however fast the links are. None when the sends and receives do not pair up
+    (a receive from any source, a log cut short)."""
+    chain = [[r] for r in range(len(logs))]    # the longest chain that ends at each rank so far
+    in_flight: dict = {}                       # (src, dst, tag) -> the chains of its sends, oldest first
+    at = [0] * len(logs)
+    moved = True
+    while moved:
+        moved = False
+        for r, log in enumerate(logs):
+            while at[r] < len(log):
+                op, peer, tag = log[at[r]]
+                if op == SEND:
+                    in_flight.setdefault((r, peer, tag), []).append(chain[r])
+                elif in_flight.get((peer, r, tag)):
+                    came = in_flight[(peer, r, tag)].pop(0)
+                    if len(came) >= len(chain[r]):
+                        chain[r] = [*came, r]
+                else:
+                    break      # its message is not sent yet: another rank first
+                at[r] += 1
+                moved = True
+    if any(at[r] < len(log) for r, log in enumerate(logs)):
+        return None
+    return max(chain, key=len)

@@ -1,12 +1,15 @@
 """Distributed cases: ``unshard_sequence``, ``gather_sequence``, ``cp_attention``, ``ring_attention``. The whole
 sequence is made in every rank from the setting's seed and rank r of the cp group takes its shard at the checker's
 own positions, so a case never builds on the learner's split."""
+import contextlib
+
 from course_lib.checking.case import Fail
-from course_lib.checking.p2p import P2PMeter
+from course_lib.checking.p2p import RECV, P2PMeter
 from course_lib.cp import reference
 from course_lib.tp.numerics import as_tensor, close, diff, judge, rand
 
 B, F = 2, 4
+USED = "block_attention"   # in P2PMeter.events: a block went into the attention
 
 
 def _mode(balanced):
@@ -122,6 +125,46 @@ def _ring_peers(c, p2p, where):
                    f"at most two key/value blocks: exchanging blocks with every rank holds all {c.cp}")
 
 
+def _ring_holds(c, p2p, where):
+    """What the peers cannot show: a ring that first receives every block and only then computes holds all cp of
+    them too. Each call of the file's block_attention uses a block; a ring uses each one as it arrives, so it never
+    has two received blocks waiting. Judged when every block went through block_attention and every receive was
+    waited for (a receive counts when its wait returns); only cp >= 3 has two blocks to receive."""
+    recvs = sum(1 for kind, *_ in p2p.events if kind == RECV)
+    if (c.cp < 3 or p2p.unwaited or recvs % (c.cp - 1)
+            or sum(1 for kind, *_ in p2p.events if kind == USED) < c.cp):
+        return
+    per_block, waiting, most = recvs // (c.cp - 1), 0, 0
+    for kind, *_ in p2p.events:
+        if kind == RECV:
+            waiting += 1
+            most = max(most, -(-waiting // per_block))
+        elif kind == USED:
+            waiting = max(0, waiting - per_block)
+    if most >= 2:
+        raise Fail(f"{where}: rank {c.r} of the cp group received {most} key/value blocks before it used one of them "
+                   f"(block_attention); a ring computes with each block as it arrives and then passes it on, so "
+                   f"that it holds at most two: receiving them all first holds all {c.cp}, the memory ring "
+                   f"attention exists to save")
+
+
+@contextlib.contextmanager
+def _noting_uses(mod, events: list):
+    """The file's block_attention, each call noted in ``events`` (ring_attention looks it up at each call)."""
+    real = getattr(mod, "block_attention", None)
+
+    def block_attention(*args, **kwargs):
+        events.append((USED, None, None))
+        return real(*args, **kwargs)
+    if real is not None:
+        mod.block_attention = block_attention
+    try:
+        yield
+    finally:
+        if real is not None:
+            mod.block_attention = real
+
+
 def case_ring(c, balanced):
     import torch
     fn = c.need("ring_attention")
@@ -130,7 +173,7 @@ def case_ring(c, balanced):
         blocks = [[t[:, reference.positions(seq_len, c.cp, r, balanced)] for t in full[1:]]
                   + [reference.positions(seq_len, c.cp, r, balanced)] for r in range(c.cp)]
         c.take_counts()
-        with P2PMeter() as p2p:
+        with P2PMeter() as p2p, _noting_uses(c.mod, p2p.events):
             out = as_tensor(fn(*(t[:, pos].clone() for t in full), pos.clone(), **c.kw), "ring_attention")
         used = {k: n for k, n in c.take_counts().items() if n}
         want = reference.serial(*full)[:, pos]
@@ -139,6 +182,7 @@ def case_ring(c, balanced):
             raise Fail(f"{where}: ring_attention called {', '.join(f'{n} x {k}' for k, n in used.items())}: pass the "
                        f"key/value blocks around the ring with send/recv (isend/irecv), no collective")
         _ring_peers(c, p2p, where)
+        _ring_holds(c, p2p, where)
         judge(out, want, f"{where}: the output differs from causal attention in one process", [
             (reference.ring_order(full[0][:, pos], blocks, c.r, reference.average),
              f"{where}: ring attention without the log-sum-exp correction: the partial results are averaged; merge "

@@ -173,6 +173,23 @@ CASES = [
            expect={"tree_allreduce": ("fail", r"W=4, .*the sum is right, but group rank 0 exchanged with 3 ranks "
                                               r"\(\[1, 2, 3\]\); in a tree each rank talks to its parent and its "
                                               r"children only, at most ceil\(log2 W\) = 2 ranks at W = 4")}),
+    Faulty("tree_is_a_chain", options=worlds(4),
+           why="'tree' as a chain: each rank adds what the next one sends and passes it on, then the sum comes back "
+               "the same way (two partners at most, but 2 (W-1) rounds)",
+           edits=[("    mask = 1\n    while mask < world:                               # reduce towards rank 0\n",
+                   "    if rank + 1 < world:   # a chain: W-1 hops up, W-1 hops back\n"
+                   "        dist.recv(incoming, src=peer(group, rank + 1), group=group)\n"
+                   "        tensor += incoming\n"
+                   "    if rank > 0:\n"
+                   "        dist.send(tensor, dst=peer(group, rank - 1), group=group)\n"
+                   "        dist.recv(tensor, src=peer(group, rank - 1), group=group)\n"
+                   "    if rank + 1 < world:\n"
+                   "        dist.send(tensor, dst=peer(group, rank + 1), group=group)\n"
+                   "    return\n"
+                   "    mask = 1\n    while mask < world:                               # reduce towards rank 0\n")],
+           expect={"tree_allreduce": ("fail", r"W=4, .*the sum is right, but it takes 6 rounds, each message sent "
+                                              r"only after the one before it arrived: 3 -> 2 -> 1 -> 0 -> 1 -> 2 -> 3 "
+                                              r"\(group ranks\)\. A tree takes at most 2 ceil\(log2 W\) = 4 at W = 4")}),
     Faulty("ring_overwrites_in_reduce_scatter", options=worlds(2),
            why="ring's reduce-scatter copies the received chunk instead of adding it: every element is wrong",
            edits=[("        chunks[recv_i] += buf\n", "        chunks[recv_i].copy_(buf)\n")],

@@ -96,6 +96,21 @@ CASES = [
            expect={"ring_attention": ("fail", r"cp=3: .*rank 0 of the cp group sent to ranks \[1, 2\] and received "
                                               r"from \[1, 2\]; in a ring each rank sends only to the next"),
                    "cp_attention": PASS}),
+    Faulty("ring_collects_every_block_first", options={"world_sizes": (3,)},
+           why="a ring with its neighbours only, that keeps every block it receives and computes once all are there",
+           edits=[("    for _ in range(cp - 1):\n        incoming = [torch.empty_like(t) for t in block]\n",
+                   "    kept = []\n"
+                   "    for _ in range(cp - 1):\n        incoming = [torch.empty_like(t) for t in block]\n"),
+                  ("        block = incoming\n        out_b, lse_b = block_attention(q, block[0], block[1], positions, "
+                   "block[2])\n        out, lse = merge_partials(out, lse, out_b, lse_b)\n",
+                   "        block = incoming\n        kept.append(block)\n"
+                   "    for block in kept:\n"
+                   "        out_b, lse_b = block_attention(q, block[0], block[1], positions, block[2])\n"
+                   "        out, lse = merge_partials(out, lse, out_b, lse_b)\n")],
+           expect={"ring_attention": ("fail", r"cp=3: .*rank 0 of the cp group received 2 key/value blocks before it "
+                                              r"used one of them \(block_attention\); a ring computes with each block "
+                                              r"as it arrives"),
+                   "cp_attention": PASS}),
     Faulty("split_loses_tokens+unshard_equal_shards", options=CP2,
            why="split_positions cuts S // cp tokens per rank; unshard_sequence assumes equal, contiguous shards",
            edits=[("        return positions.tensor_split(cp)[rank]        # the first seq_len % cp ranks get one "

@@ -37,7 +37,6 @@ from course_lib.runtime import warm
 from course_lib.runtime.gpus import count as local_gpus
 
 GPU_RANKS = cluster.GPU_NODES * cluster.GPU_PER_NODE
-ITEMS = tuple(f"Step {s}" for s in range(1, 7))
 _CACHE: dict = {}
 # what every rank imports, imported once by the fork server instead: what DDP imports, the probe's modules (the digits
 # subset is made as datahooks is imported) and what a training script imports of the course
@@ -63,10 +62,19 @@ def check(path: str, timeout: float = 120, styles=("srun", "torchrun"), more_ran
     if cache and key in _CACHE:
         full, ran_at = _CACHE[key]
         return shown(full, path, steps, ran_at)
-    with warm.session(start_env(local_gpus() >= 2), PRELOAD):   # one fork server for every launch
-        full = _check(script, path, timeout, tuple(styles), more_ranks, stall, strict_launchers, simulate)
-    if key is not None:
-        _CACHE[key] = full, time.time()
+    start, full = time.monotonic(), Report("ddp", str(path))
+    if key is None:
+        for s in range(1, 7):
+            full.add(f"Step {s}", False, f"no such file: {path}")
+        return shown(full, path, steps)
+    # one fork server for every launch; the runs' records are read in judge
+    with warm.session(start_env(local_gpus() >= 2), PRELOAD), \
+            tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:
+        seen = _launch(script, Path(tmp), timeout, tuple(styles), more_ranks, stall, simulate)
+        seen.strict = strict_launchers
+        judge(full, seen)
+    full.seconds = time.monotonic() - start
+    _CACHE[key] = full, time.time()
     return shown(full, path, steps)
 
 
@@ -100,21 +108,6 @@ class Reused(Report):
 
     def _repr_html_(self) -> str:
         return super()._repr_html_().replace(f" in {self.seconds:.1f} s</p>", f": {self._reused()}</p>", 1)
-
-
-def _check(script: Path, given: str, timeout: float, styles: tuple, more_ranks, stall, strict: bool,
-           simulate: bool) -> Report:
-    start, report = time.monotonic(), Report("ddp", str(given))
-    if not script.is_file():
-        for s in ITEMS:
-            report.add(s, False, f"no such file: {given}")
-        return report
-    with tempfile.TemporaryDirectory(prefix="course-check-ddp-") as tmp:   # the runs' records are read in judge
-        seen = _launch(script, Path(tmp), timeout, styles, more_ranks, stall, simulate)
-        seen.strict = strict
-        judge(report, seen)
-    report.seconds = time.monotonic() - start
-    return report
 
 
 @dataclass
@@ -185,6 +178,8 @@ def judge(report: Report, seen: Seen) -> None:
     if judged[4] and note:
         judged[4] = (judged[4][0], judged[4][1] + note)
     failure = describe_failure(primary, script)
+    if failure is not None and failure.step == 6:   # it failed in destroy_process_group: Steps 1-5 ran to their end
+        judged[5] = step5(primary, left_the_group=True)
     target = _place_failure(judged, failure, primary) if failure is not None else None
     also = ("`srun torchrun`",) if sims.get("srun-torchrun") and works(sims["srun-torchrun"]) else ()
     judged[6] = step6(runs, primary, more, script, failure, target, seen.strict, also)
@@ -205,7 +200,7 @@ def _place_failure(judged: dict, failure, primary: Run) -> int:
         failure.message += waiting_in_init(primary)
     # the step the probe saw it happen in; else the first step the run did not get far enough to judge
     target = failure.step
-    if target is None or (judged[target] is not None and judged[target][0]):
+    if target is None or (judged.get(target) is not None and judged[target][0]):   # Step 6 is judged after
         target = next((s for s in range(1, 6) if judged[s] is None), 6)
     if target < 6 and (judged[target] is None or judged[target][0]):
         judged[target] = (False, failure.message)

@@ -180,7 +180,7 @@ def subgroup(runs: list):
 # ------------------------------------------------------------------------------------------ Step 4
 def devices(run: Run | None):
     """Which device each rank of the simulated 2 x 2 GPUs picked; None when that was not seen."""
-    if run is None or not all(run.records) or not all(run.rec(r).get("layout") for r in range(run.nprocs)):
+    if run is None or not all(run.rec(r).get("layout") for r in range(run.nprocs)):
         return None
     picks = [run.rec(r).get("picks", []) for r in range(run.nprocs)]
     lay = layout_text(run)

@@ -25,7 +25,7 @@ SUBSET = _first_digits()
 
 
 def install(rec: Recorder):
-    _hook_iterations(rec, _epoch_recorder(rec))
+    _hook_iterations(rec)
     _note_loader_errors(rec)
     _note_sampler(rec)
     _subset()
@@ -33,43 +33,6 @@ def install(rec: Recorder):
 
 def _int_or_none(value):
     return value if isinstance(value, int) else None
-
-
-def _epoch_recorder(rec: Recorder):
-    """``record_epoch(it, loader)``: note the indices of the iteration ``it`` starts, under its loader's number."""
-    import torch.utils.data as tud
-
-    numbers = {}   # id(loader) -> its key in the record: "0", "1", ... in the order of their first iteration
-
-    def loader_info(loader):
-        key = numbers.setdefault(id(loader), str(len(numbers)))
-        if key not in rec.data["loaders"]:
-            try:
-                n = len(loader.dataset)
-            except TypeError:
-                n = None
-            rec.data["loaders"][key] = {
-                "dataset_len": n, "sampler": type(loader.sampler).__name__,
-                # a DistributedSampler's share: node-local numbers are right on one node only
-                "replicas": _int_or_none(getattr(loader.sampler, "num_replicas", None)),
-                "sampler_rank": _int_or_none(getattr(loader.sampler, "rank", None)),
-                "sampler_seed": _int_or_none(getattr(loader.sampler, "seed", None)), "iters": []}
-        return rec.data["loaders"][key]
-
-    def record_epoch(it, loader):
-        """Materialise this iteration's indices (the sampler's whole epoch) and note them.
-
-        Whatever goes wrong here is the probe's problem, never the learner's: the iteration goes on as it was.
-        """
-        if isinstance(loader.dataset, tud.IterableDataset):
-            return   # no indices to record: the data set yields the samples itself
-        indices = _take_epoch(it)
-        entry = {"indices": indices, "steps": 0, "done": False}
-        loader_info(loader)["iters"].append(entry)
-        it._course_probe_entry = entry
-        rec.write()
-
-    return record_epoch
 
 
 def _take_epoch(it) -> list:
@@ -90,9 +53,33 @@ def _take_epoch(it) -> list:
         return []
 
 
-def _hook_iterations(rec: Recorder, record_epoch):
+def _hook_iterations(rec: Recorder):
     """Each iteration over a DataLoader: its indices at the start, its batches, its end (the epoch's params)."""
+    import torch.utils.data as tud
     from torch.utils.data import dataloader as dl
+
+    numbers = {}   # id(loader) -> its key in the record: "0", "1", ... in the order of their first iteration
+
+    def record_epoch(it, loader):
+        """Materialise this iteration's indices (the sampler's whole epoch) and note them under its loader's key."""
+        if isinstance(loader.dataset, tud.IterableDataset):
+            return   # no indices to record: the data set yields the samples itself
+        entry = {"indices": _take_epoch(it), "steps": 0, "done": False}
+        key = numbers.setdefault(id(loader), str(len(numbers)))
+        if key not in rec.data["loaders"]:
+            try:
+                n = len(loader.dataset)
+            except TypeError:
+                n = None
+            rec.data["loaders"][key] = {
+                "dataset_len": n, "sampler": type(loader.sampler).__name__,
+                # a DistributedSampler's share: node-local numbers are right on one node only
+                "replicas": _int_or_none(getattr(loader.sampler, "num_replicas", None)),
+                "sampler_rank": _int_or_none(getattr(loader.sampler, "rank", None)),
+                "sampler_seed": _int_or_none(getattr(loader.sampler, "seed", None)), "iters": []}
+        rec.data["loaders"][key]["iters"].append(entry)
+        it._course_probe_entry = entry
+        rec.write()
 
     base = dl._BaseDataLoaderIter
     base_init, base_reset, base_next = base.__init__, base._reset, base.__next__

@@ -31,7 +31,7 @@ def _why_not(run: Run, script: Path, primary: Run | None, failure) -> str:
         return _exit_after_end(run)[1]
     ok1 = step1(run)
     why = first(ok1[1], 300) if ok1 and not ok1[0] else "the ranks did not form one group"
-    return f"{why}" + (" (see Step 1)" if run is primary else "")
+    return why + (" (see Step 1)" if run is primary else "")
 
 
 def reads_own_vars(run: Run) -> list[str]:
@@ -104,7 +104,7 @@ def _other_launchers(runs: dict, good: list, bad: list) -> str:
             "An instructor may require both launchers (course check ddp --strict-launchers).")
 
 
-def _works_under(runs: dict, good: list, bad: list, strict: bool = False, tried=()) -> str:
+def _works_under(runs: dict, good: list, bad: list, strict: bool, tried: list) -> str:
     """'works under srun only; under torchrun: why', and which launcher variables the script reads."""
     reads = sorted({k for run in runs.values() for r in range(run.nprocs) for k in run.rec(r).get("env_reads", [])})
     if len(bad) > 1 and len({why.replace(" (see Step 1)", "") for _, why in bad}) == 1:

@@ -10,12 +10,12 @@ def short(path) -> str:
     return Path(path).name if path else "?"
 
 
-def tail(run, rank: int, n: int = 4) -> str:
-    """The last lines ``rank`` printed before any traceback (the error itself is reported on its own)."""
+def tail(run, rank: int) -> str:
+    """The last 4 lines ``rank`` printed before any traceback (the error itself is reported on its own)."""
     lines = list(run.result.ranks[rank].lines) if rank < len(run.result.ranks) else []
     if "Traceback (most recent call last):" in lines:
         lines = lines[:lines.index("Traceback (most recent call last):")]
-    lines = [line for line in lines if line.strip()][-n:]
+    lines = [line for line in lines if line.strip()][-4:]
     if not lines:
         return f"rank {rank} printed nothing before that"
     return f"last lines rank {rank} printed:\n" + "\n".join("    " + line[:160] for line in lines)

@@ -120,8 +120,8 @@ def _run(rec: Recorder, script: Path, args: list) -> int:
     return code
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def main() -> int:
+    argv = sys.argv[1:]
     if not argv:
         print("usage: python -m course_lib.ddp.probe SCRIPT [ARGS...]", file=sys.stderr)
         return 2

@@ -57,9 +57,9 @@ class Recorder:
         self.write()
 
     # ---------------------------------------------------------------- helpers
-    def learner_frame(self, depth: int = 2):
+    def learner_frame(self):
         """The nearest caller outside the standard library, if it is the learner's code (not torch, not the probe)."""
-        f = sys._getframe(depth)
+        f = sys._getframe(2)
         while f is not None:
             name = f.f_code.co_filename
             if name.startswith("<frozen") or (name.startswith(STDLIB) and "-packages" not in name):

@@ -4,7 +4,6 @@ result and each rank's record (``rank-<N>.json``), stack dump and trained parame
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_lib.runtime.gpus import count as local_gpus
 from course_lib.runtime.job import read_json
 
 SCRIPT_ARGS = ["--dataset", "digits", "--epochs", "2", "--save-model"]
@@ -53,19 +52,15 @@ def start_env(gpu: bool) -> dict:
 
 def group(run: Run):
     """Per rank: (rank, world_size) the group gave it, or None."""
-    out = []
-    for r in range(run.nprocs):
-        inits = [e for e in run.rec(r).get("init", []) if "world_size" in e]
-        out.append((inits[-1]["rank"], inits[-1]["world_size"]) if inits else None)
-    return out
+    inits = [[e for e in run.rec(r).get("init", []) if "world_size" in e] for r in range(run.nprocs)]
+    return [(i[-1]["rank"], i[-1]["world_size"]) if i else None for i in inits]
 
 
-def grouped(root: Path, style: str, nprocs: int = 2) -> bool:
-    """The ranks of the plain launch ``style-nprocs`` in ``root`` are, by their records so far, in one group of them
-    all (``group_ok``)."""
-    folder = root / f"{style}-{nprocs}"
-    records = [read_json(folder / f"rank-{rank}.json") for rank in range(nprocs)]
-    return all(records) and group_ok(Run(style, nprocs, None, folder, False, records))
+def grouped(root: Path, style: str) -> bool:
+    """The 2 ranks of the launch ``style-2`` in ``root`` are, by their records so far, in one group (``group_ok``)."""
+    folder = root / f"{style}-2"
+    records = [read_json(folder / f"rank-{rank}.json") for rank in range(2)]
+    return all(records) and group_ok(Run(style, 2, None, folder, False, records))
 
 
 def group_ok(run: Run) -> bool:
@@ -82,13 +77,12 @@ def works(run: Run) -> bool:
     return run.result.ok and ended(run)
 
 
-def placement(nprocs: int, gpus: int | None = None, compared_with: int = 0) -> tuple[dict, str]:
+def placement(nprocs: int, gpus: int, compared_with: int = 0) -> tuple[dict, str]:
     """(launch variables, what to say) for ``nprocs`` local ranks on this machine's ``gpus``, in a comparison
     whose largest run has ``compared_with`` ranks (its runs must all run on the same kind of device).
 
     The DDP script gives each rank ``cuda:LOCAL_RANK``: with fewer GPUs than ranks, rank 1 of 2 on a one-GPU
     machine fails at ``set_device(1)``, so the GPUs are hidden, as the DDP checker does; the message says so."""
-    gpus = local_gpus() if gpus is None else gpus
     need = max(nprocs, compared_with)
     if gpus == 0 or gpus >= need:
         return {}, ""

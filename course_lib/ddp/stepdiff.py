@@ -30,9 +30,8 @@ class Hunk:
 
 
 def _docstring_lines(text: str) -> range:
-    tree = ast.parse(text)
-    node = tree.body[0] if tree.body else None
-    if isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant):
+    node = next(iter(ast.parse(text).body), None)
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
         return range(node.lineno, node.end_lineno + 1)
     return range(0)
 
@@ -69,10 +68,10 @@ class StepDiff:
     """One step's change, shown as a coloured diff in a notebook (folded unless ``open``): ``show(3)`` displays the
     hunks marked ``# Step 3``."""
 
-    def __init__(self, step: int, open: bool = True, context: int = 2):
+    def __init__(self, step: int, open: bool = True):
         self.step, self.open = step, open
         try:
-            self.hunks, self.withheld = [h for h in hunks(context=context) if step in h.steps], False
+            self.hunks, self.withheld = [h for h in hunks(context=2) if step in h.steps], False
         except PermissionError:     # a graded workshop's install keeps solutions/ from learners (SOLUTIONS_GROUP)
             self.hunks, self.withheld = [], True
 

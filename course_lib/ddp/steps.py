@@ -44,7 +44,7 @@ def _no_group(run: Run):
     if not any(asked):
         return _never_asked(run)
     verdict = asked_wrong(run) or _init_failed(run, asked)
-    if verdict is None and all(run.exited_normally(r) for r in range(run.nprocs)):
+    if verdict is None and run.finished():
         return False, f"not every rank joined the process group (asked for: {_asked(asked)})"
     return verdict
 
@@ -55,7 +55,7 @@ def _never_asked(run: Run):
         return False, ("the script starts its own processes (torch.multiprocessing.spawn): under srun or torchrun "
                        "the launcher already starts one process per rank. Drop the spawn; each process joins the "
                        f"group itself ({ENV_HELP}).")
-    if all(run.exited_normally(r) for r in range(n)):
+    if run.finished():
         return False, (f"no rank called torch.distributed.init_process_group: the {n} processes trained as "
                        f"{n} separate serial runs. Find each process's rank and the world size "
                        f"({ENV_HELP}) and join the process group.")
@@ -344,8 +344,10 @@ def _reads_local_rank(run: Run):
 
 
 # ------------------------------------------------------------------------------------------ Step 5
-def step5(run: Run):
-    if not run.finished():
+def step5(run: Run, left_the_group: bool = False):
+    """The checkpoint: once the run finished, or once a rank failed while leaving the group (Step 6: every save
+    was made by then)."""
+    if not (left_the_group or run.finished()):
         return None
     saves = [s for r in range(run.nprocs) for s in run.rec(r).get("saves", [])]
     if not saves:

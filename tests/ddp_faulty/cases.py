@@ -344,6 +344,13 @@ CASES = [
            expect={"Step 5": ("fail", r"ranks 0 \(local rank 0 on node 0\), 1 .* all wrote train_log_0.txt: a name "
                                       r"built from the local rank repeats on every node")}),
     # ---- Step 6: launchers and shutdown
+    Faulty("destroy_twice", why="it leaves the process group twice: the second call finds no group and raises",
+           edits=[("    dist.destroy_process_group()\n",
+                   "    dist.destroy_process_group()\n    dist.destroy_process_group()\n")],
+           expect={"Step 5": PASS,
+                   "Step 6": ("fail", r"did not run to the end under srun: rank \d crashed: "
+                                      r"AssertionError: Process group cannot be None at line \d+ of .*: "
+                                      r"dist.destroy_process_group\(\)")}),
     Faulty("no_destroy", why="it never leaves the process group",
            edits=[("    del model, step_model\n    gc.collect()\n    dist.destroy_process_group()\n", "")],
            expect={"Step 6": ("fail", r"never called dist.destroy_process_group")}),

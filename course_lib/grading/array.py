@@ -139,14 +139,13 @@ def collect(job_id: str, todo: list[int], learners: list, exercises: list[str], 
             isolation.add(data["isolation"].removeprefix("Isolation: "))
         if data.get("timing"):
             timing[name] = "Check times: " + "; ".join(data["timing"]) + "."
-        if data["finished"]:
-            rows += data["rows"]
+        if interrupted and not data["finished"]:
             continue
-        if interrupted:
+        rows += data["rows"]
+        if data["finished"]:
             continue
         state, reason = states.get(i, ("UNKNOWN", "Slurm has no record of this task"))
         why = WHY.get(_state(states, i), f"it ended as {state or 'UNKNOWN'}")
-        rows += data["rows"]
         for ex in exercises:
             if ex not in data["done"]:
                 rows.append({"learner": name, "exercise": ex, "item": "slurm", "result": "fail",
@@ -185,10 +184,8 @@ def grade_on_slurm(subs: Path, out: Path, exercises: list[str], limits, done_row
                    outputs: Outputs) -> int:
     """Grade the class as a Slurm job array into ``out``; the exit code (0, 2 could not submit, 130)."""
     learners, ignored = discover(subs, exercises, scratch)
-    held = {}
-    for r in done_rows:
-        held.setdefault(r["learner"], set()).add(r["exercise"])
-    todo = [i for i, lr in enumerate(learners) if not set(exercises) <= held.get(lr.name, set())]
+    done = {(r["learner"], r["exercise"]) for r in done_rows}
+    todo = [i for i, lr in enumerate(learners) if any((lr.name, ex) not in done for ex in exercises)]
     slurm_dir = out / "slurm"
     slurm_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"submissions": str(subs.resolve()), "out": str(out.resolve()), "exercises": exercises,

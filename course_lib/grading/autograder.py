@@ -1,8 +1,7 @@
 """Gradescope's autograder for the course: the bundle (``course release gradescope DIR``) and what it runs
 (docs/grading.md, "Exports"). ``run_autograder`` copies ``/autograder/submission`` as one learner's folder and
 grades it with ``course grade`` itself (same sandbox, limits and rows), whose Gradescope export becomes
-``results/results.json``; where grading fails, a results.json with score 0 says so. ``AUTOGRADER_ROOT`` stands in
-for /autograder.
+``results/results.json``; where grading fails, a results.json with score 0 says so.
 """
 import argparse
 import json

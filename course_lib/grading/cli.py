@@ -114,28 +114,24 @@ def _where(args):
 
 def run(args) -> int:
     try:
-        return _run(args)
+        subs, layout, out, exercises, done_rows, outputs = _where(args)
+        try:
+            engine = jobs.engine(args.engine)[0]
+            site = jobs.load_site() if engine == "slurm" else None
+        except ValueError as e:     # a site profile that does not load (SiteError), an engine name not known
+            raise _Refused(str(e)) from None
+        limits = Limits(deadline=args.check_timeout, run_timeout=args.timeout, max_processes=args.max_processes,
+                        memory_mb=args.memory_mb, checker=args.checker, strict_launchers=args.strict_launchers)
+        on_done = _gradebook_writer(args.nbgrader_db, exercises)
+        with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
+            if engine == "local":
+                return grade(subs, out, exercises, limits, args.jobs, done_rows, Path(scratch),
+                             [layout, describe(limits)], on_done, outputs)
+            return grade_on_slurm(subs, out, exercises, limits, done_rows, Path(scratch), [layout], on_done, site,
+                                  args.throttle, args.slurm_time, args.cpus_per_task, outputs)
     except (_Refused, jobs.SubmitError) as e:
         print(f"course grade: {e}", file=sys.stderr)
         return 2
-
-
-def _run(args) -> int:
-    subs, layout, out, exercises, done_rows, outputs = _where(args)
-    try:
-        engine = jobs.engine(args.engine)[0]
-        site = jobs.load_site() if engine == "slurm" else None
-    except ValueError as e:     # a site profile that does not load (SiteError), an engine name not known
-        raise _Refused(str(e)) from None
-    limits = Limits(deadline=args.check_timeout, run_timeout=args.timeout, max_processes=args.max_processes,
-                    memory_mb=args.memory_mb, checker=args.checker, strict_launchers=args.strict_launchers)
-    on_done = _gradebook_writer(args.nbgrader_db, exercises)
-    with tempfile.TemporaryDirectory(prefix="course-grade-") as scratch:
-        if engine == "local":
-            return grade(subs, out, exercises, limits, args.jobs, done_rows, Path(scratch),
-                         [layout, describe(limits)], on_done, outputs)
-        return grade_on_slurm(subs, out, exercises, limits, done_rows, Path(scratch), [layout], on_done, site,
-                              args.throttle, args.slurm_time, args.cpus_per_task, outputs)
 
 
 def _gradebook_writer(db: Path | None, exercises: list[str]):

@@ -40,8 +40,7 @@ def assignment_names(learners, exercises: list[str]) -> dict[str, str]:
 
 
 def scores(rows: list[dict]) -> dict[tuple[str, str], float]:
-    """(learner, exercise) -> share of its judged checks that pass (course_lib.grading.scores; an exercise with
-    nothing judged, every check skipped, has no score and is left out)."""
+    """(learner, exercise) -> its ``exercise_score``; one with nothing judged (every check skipped) is left out."""
     got = {(name, ex): exercise_score(ex_rows) for name, own in by_learner(rows).items()
            for ex, ex_rows in own.items()}
     return {key: score for key, score in got.items() if score is not None}

@@ -54,8 +54,7 @@ def summary_cell(rows: list[dict]) -> str:
 
 def write_reports(out: Path, rows: list[dict], learners: list, exercises: list[str],
                   header: str, ignored: list[str], timing: dict, outputs: Outputs | None = None) -> None:
-    """Rewrite grades.csv, scores.csv, grades.md, feedback/ and the exports from all the rows so far (each file
-    atomically: a reader never sees half)."""
+    """Rewrite grades.csv, scores.csv, grades.md, feedback/ and the exports from all the rows so far."""
     outputs = outputs or Outputs()
     order = {ex: i for i, ex in enumerate(EXERCISES)}
     rows = sorted(rows, key=lambda r: (r["learner"].casefold(), r["learner"], order.get(r["exercise"], 9)))

@@ -54,8 +54,8 @@ class _Grading:
         self.outputs = outputs
         self.header, self.ignored = header, ignored
         self.rows = list(done_rows)
-        done = {(r["learner"], r["exercise"]) for r in done_rows}
-        self.todo = [(lr, ex) for lr in learners for ex in exercises if (lr.name, ex) not in done]
+        self.done = {(r["learner"], r["exercise"]) for r in done_rows}
+        self.todo = [(lr, ex) for lr in learners for ex in exercises if (lr.name, ex) not in self.done]
         self.pending = {lr.name: sum(1 for t in self.todo if t[0] is lr) for lr in learners}
         self.seconds: dict[str, list[str]] = {}
         self.timing: dict[str, str] = {}
@@ -154,9 +154,8 @@ def grade(subs: Path, out: Path, exercises: list[str], limits: Limits, jobs: int
     learners, ignored = discover(subs, exercises, scratch)
     header = header_of(subs, learners, exercises, limits, list(notes))
     g = _Grading(out, learners, exercises, limits, header, ignored, done_rows, outputs or Outputs())
-    done = {(r["learner"], r["exercise"]) for r in done_rows}
     print(f"grading {len(learners)} learners x {len(exercises)} exercises in {subs} "
-          f"({len(g.todo)} checks to run, {len(done)} already in {out / 'grades.csv'}), {jobs} at a time", flush=True)
+          f"({len(g.todo)} checks to run, {len(g.done)} already in {out / 'grades.csv'}), {jobs} at a time", flush=True)
     g.write()
     start = time.monotonic()
     if not g.run(jobs):

@@ -23,8 +23,6 @@ import psutil
 from course_lib.grading.cgroups import Cgroups
 from course_lib.runtime import proc
 
-__all__ = ["Cgroups", "Limits", "Outcome", "BoundedOutput", "run_check", "TOKEN_VAR", "CGROUPS_VAR"]
-
 TOKEN_VAR = "COURSE_GRADE_TOKEN"
 CGROUPS_VAR = "COURSE_GRADE_CGROUPS"
 GRACE = 2.0     # seconds a check's processes get to end by themselves once it is over, before they are leftovers

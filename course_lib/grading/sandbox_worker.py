@@ -31,9 +31,9 @@ def _enter_limits(max_processes: int, max_file_mb: int) -> None:
         cap = max_processes + sum(1 for p in psutil.process_iter(["uids"], ad_value=None)
                                   if p.info["uids"] is not None and p.info["uids"].real == os.getuid())
         hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-        if hard != resource.RLIM_INFINITY:
-            cap = min(cap, hard)
-        resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap if hard == resource.RLIM_INFINITY else hard))
+        if hard == resource.RLIM_INFINITY:
+            hard = cap
+        resource.setrlimit(resource.RLIMIT_NPROC, (min(cap, hard), hard))
 
 
 def worker(argv: list[str]) -> int:

@@ -8,8 +8,6 @@ from pathlib import Path
 from course_lib.core.atomic import atomic_writer
 
 PASS, SKIPPED = "pass", "skipped"
-FIXED = ["learner", "id"]
-TAIL = ["total", "max", "graded_at"]
 
 
 def judged(rows: list[dict]) -> list[dict]:
@@ -88,7 +86,7 @@ def table(rows: list[dict], exercises: list[str], roster: dict[str, str] | None 
 
 def write_scores(path: Path, rows: list[dict], exercises: list[str], roster, graded_at) -> None:
     with atomic_writer(path, "w", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIXED + list(exercises) + TAIL)
+        w = csv.DictWriter(f, fieldnames=["learner", "id", *exercises, "total", "max", "graded_at"])
         w.writeheader()
         w.writerows(table(rows, exercises, roster, graded_at))
 

@@ -30,8 +30,8 @@ def server_choices(site, time: str, partition: str = "") -> list[dict]:
 
     small = min(2, site.cpus_per_node)
     out = [choice(f"cpu-{small}", f"CPU, {small} core{'s' * (small > 1)}", cpu_part, small)]
-    if min(8, site.cpus_per_node) > small:
-        big = min(8, site.cpus_per_node)
+    big = min(8, site.cpus_per_node)
+    if big > small:
         out.append(choice(f"cpu-{big}", f"CPU, {big} cores", cpu_part, big))
     gpus = site.gpus_per_node
     if gpus:

@@ -12,10 +12,6 @@ from course_lib.cli import comma_items
 from course_lib.core.paths import course_root, out_dir
 
 
-def notebook_paths(pattern: str = "*") -> list[Path]:
-    return sorted(p for p in (course_root() / "notebooks").glob(f"{pattern}.ipynb") if p.name[:2].isdigit())
-
-
 def execute(path: Path, out_dir: Path, tree: str, quick: bool, cell_timeout: int) -> tuple[bool, float, str]:
     """Run one notebook, each cell within ``cell_timeout`` seconds; (ok, seconds, the error's first line or '')."""
     import logging
@@ -52,10 +48,11 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    paths = sorted({p for start in args.only or ["*"] for p in notebook_paths(start.rstrip("*") + "*")})
+    folder = course_root() / "notebooks"
+    paths = sorted({p for start in args.only or ["*"] for p in folder.glob(start.rstrip("*") + "*.ipynb")
+                    if p.name[:2].isdigit()})
     if not paths:
-        print(f"course run notebooks: no notebooks match {args.only!r} in {course_root() / 'notebooks'}",
-              file=sys.stderr)
+        print(f"course run notebooks: no notebooks match {args.only!r} in {folder}", file=sys.stderr)
         return 2
     failed = 0
     for path in paths:

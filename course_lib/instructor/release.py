@@ -55,10 +55,9 @@ def notebook_exercise_view(text: str, name: str = "<notebook>") -> str:
 
     nb = nbformat.reads(text, as_version=4)
     for i, cell in enumerate(nb.cells):
-        where = f"{name} cell {i}"
         is_solution = bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
         stub = CODE_STUB if cell.cell_type == "code" else TEXT_STUB
-        source = exercise_view(cell.source, where, stub)
+        source = exercise_view(cell.source, f"{name} cell {i}", stub)
         if is_solution and source == cell.source:
             source = stub       # a solution cell without markers is replaced whole, as nbgrader does
         cell.source = source.rstrip("\n") if not cell.source.endswith("\n") else source

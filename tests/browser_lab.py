@@ -51,6 +51,17 @@ def why_no_browser_test() -> str | None:
     return None
 
 
+def failed_loads(page, seen: list) -> None:
+    """Every request of ``page`` that failed, and every page, script or stylesheet that got an HTTP error, goes into
+    ``seen`` as it happens: an unstyled lab behind an "Error Loading Theme" dialog (once in CI) says only that a
+    stylesheet did not load, not why. (The lab's API answers 404 to some questions as a matter of course, and
+    leaving a page aborts its requests.)"""
+    page.on("requestfailed", lambda r: "ERR_ABORTED" not in (r.failure or "")     # not a page left on purpose
+            and seen.append(f"request failed: {r.method} {r.url}: {r.failure}"))
+    page.on("response", lambda r: r.status >= 400 and r.request.resource_type in ("document", "script", "stylesheet")
+            and seen.append(f"HTTP {r.status} for {r.request.method} {r.url}"))
+
+
 def still(target) -> None:
     """Every page of ``target`` (a Playwright page or browser context) gets STILL as it loads."""
     target.add_init_script("document.addEventListener('DOMContentLoaded', () => { const s = "

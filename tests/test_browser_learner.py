@@ -26,6 +26,7 @@ from browser_lab import (
     Lab,
     cells,
     chromium,
+    failed_loads,
     fresh_clone,
     how_it_ended,
     one_line,
@@ -71,6 +72,7 @@ class Learner:
         self.stem, self.said = stem, []
         self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
         still(self.page)
+        failed_loads(self.page, self.said)
         self.page.set_default_timeout(UI_MS)   # a cell's run waits WAIT_MS (walk)
 
     def open(self) -> None:

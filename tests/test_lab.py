@@ -15,7 +15,18 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_lab import WAIT_MS, Lab, chromium, fresh_clone, how_it_ended, one_line, run_to, still, why_no_browser_test
+from browser_lab import (
+    WAIT_MS,
+    Lab,
+    chromium,
+    failed_loads,
+    fresh_clone,
+    how_it_ended,
+    one_line,
+    run_to,
+    still,
+    why_no_browser_test,
+)
 from conftest import ROOT, processes_under
 
 from course_lib.instructor import hub
@@ -108,6 +119,7 @@ def test_make_lab_opens_00_edits_an_exercise_and_runs_checks(tmp_path):
         with chromium(OUT / "browser.log", seen) as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             still(page)
+            failed_loads(page, seen)
             page.set_default_timeout(WAIT_MS)
             try:
                 # the address as printed (jupyter elides the token it was given; a learner's is in the line)

@@ -3,17 +3,16 @@
 A case passes when every rank's *input tensor* holds the sum afterwards (exact for integers), with no collective
 called. A function's first failing case is its verdict.
 """
-import datetime
 import functools
 import inspect
-import json
 import re
 
 from course_lib import checking
+from course_lib.allreduce.traffic import TRAFFIC, events_of, post_events, ring_traffic, tree_depth, tree_traffic
 from course_lib.checking.case import Case, Fail, Missing
 from course_lib.checking.guard import ForbiddenCollective
 from course_lib.checking.learner import error_where
-from course_lib.checking.p2p import P2PMeter, longest_chain
+from course_lib.checking.p2p import P2PMeter
 from course_lib.checking.worker import peer_gone
 
 FUNCTIONS = ("naive_allreduce", "ring_allreduce", "tree_allreduce")
@@ -34,7 +33,6 @@ COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_in
                "all_to_all", "all_to_all_single", "scatter", "gather", "all_gather_object", "gather_object",
                "broadcast_object_list", "scatter_object_list", "all_reduce_coalesced", "all_gather_coalesced")
 GUARD = (COLLECTIVES, "forbid")
-TRAFFIC = "the sum is right"   # how a ring_traffic message starts
 HANG_HINTS = {None: "a send or recv without its partner waits forever. With gloo a send waits for the matching "
                     "recv, so if every rank sends first nobody receives: post sends and receives together "
                     "(isend/irecv, batch_isend_irecv) or order them (even ranks send first, odd ranks receive "
@@ -209,7 +207,7 @@ def subgroup(ctx, ranks: list[int]):
 
 def run(name: str, case: dict, ctx) -> str:
     """Call the learner's function on this rank's input (the collective guard is on) and judge the tensor; a tree
-    also on its rounds, from every rank's messages (``tree_rounds``)."""
+    also on its rounds, from every rank's messages (``traffic.tree_depth``)."""
     if name != "tree_allreduce":
         call(name, case, ctx)
         return ""
@@ -219,7 +217,7 @@ def run(name: str, case: dict, ctx) -> str:
     finally:   # every rank, whatever its call did: a rank that passed waits for its partners' events
         post_events(ctx, p2p)
     members = case.get("group") or list(range(ctx.world))
-    if p2p is not None and (problem := tree_rounds(events_of(ctx, members))):
+    if p2p is not None and (problem := tree_depth(events_of(ctx, members))):
         raise Fail(problem)
     return ""
 
@@ -264,77 +262,6 @@ def call(name: str, case: dict, ctx):
     if problem:
         raise Fail(problem)
     return p2p
-
-
-def ring_traffic(p2p, me: int, world: int, x) -> str | None:
-    """What the values cannot show: a ring sends only to the right neighbour and receives only from the left (ranks
-    of the group), 2 (W-1) chunks of at most ceil(n/W) elements in all: 2 (W-1)/W of the tensor, whatever W. (At
-    W = 2 the right neighbour is the left one, and the count is the whole tensor: only W >= 3 shows it.)"""
-    right, left = (me + 1) % world, (me - 1) % world
-    if p2p.off_ring(me, world):
-        return (f"{TRAFFIC}, but group rank {me} sent to ranks {sorted(p2p.sent_to, key=str)} and received "
-                f"from {sorted(p2p.received_from, key=str)}: in a ring each rank sends only to its right neighbour "
-                f"(rank {right}) and receives only from its left (rank {left}), one chunk per step")
-    allowed = 2 * (world - 1) * -(-x.numel() // world) * x.element_size()
-    if p2p.bytes > allowed:
-        return (f"{TRAFFIC}, but group rank {me} sent {p2p.bytes:,} B; a ring sends 2 (W-1) chunks of at most "
-                f"ceil(n/W) elements, {allowed:,} B here (n = {x.numel():,}, W = {world}): send one chunk per step, "
-                "not the whole tensor")
-    return None
-
-
-def tree_traffic(p2p, me: int, world: int) -> str | None:
-    """In a tree each rank exchanges with its parent and its children only: in a binomial tree rank 0 has
-    ceil(log2 W) children and every other rank at most that many partners in all. A star (every rank to rank 0 and
-    back, the naive algorithm) gives rank 0 W-1 partners and W-1 rounds; W = 4 is the first size that shows it."""
-    partners = (p2p.sent_to | p2p.received_from) - {"any"}
-    most = (world - 1).bit_length()   # ceil(log2 W)
-    if len(partners) <= most:
-        return None
-    return (f"{TRAFFIC}, but group rank {me} exchanged with {len(partners)} ranks ({sorted(partners)}); in a tree "
-            f"each rank talks to its parent and its children only, at most ceil(log2 W) = {most} ranks at W = "
-            f"{world}, so that the sum takes 2 ceil(log2 W) rounds, not the W-1 a rank that talks to every other "
-            "one needs")
-
-
-def post_events(ctx, p2p) -> None:
-    """This rank's ``p2p.events`` (None: idle, failed, or a receive from any source, which cannot be paired) for the
-    other ranks of this case, on the launch's store: a set waits for no one, and a collective on the harness's
-    group here would pair with another rank's end-of-case agreement when this one failed."""
-    events = p2p.events if p2p is not None and all(peer != "any" for _, peer, _ in p2p.events) else None
-    store().set(f"p2p/{ctx.current['case']}/{ctx.rank}", json.dumps(events))
-
-
-def events_of(ctx, members: list[int], seconds: float = 5.0) -> list | None:
-    """Every member's posted events, by group rank; None when one is not there within ``seconds`` (its call did not
-    end: the harness's agreement after the case says what happened to it)."""
-    keys = [f"p2p/{ctx.current['case']}/{m}" for m in members]
-    try:
-        store().wait(keys, datetime.timedelta(seconds=seconds))
-    except Exception:   # DistStoreError: a member still in its call, or gone
-        return None
-    return [json.loads(store().get(key)) for key in keys]
-
-
-def store():
-    import torch.distributed.distributed_c10d as c10d
-    return c10d._get_default_store()
-
-
-def tree_rounds(logs: list | None) -> str | None:
-    """What the partners cannot show: a chain (each rank adds what the next one sends and passes it on) talks to
-    two ranks at most, yet its sum takes 2 (W-1) rounds, each message waiting on the one before. A binomial tree
-    takes 2 ceil(log2 W) (a reduce up, a broadcast down); W = 4 is the first size where a chain takes more."""
-    if logs is None or any(log is None for log in logs):
-        return None      # another rank failed (its verdict says why) or its messages could not be paired
-    chain = longest_chain([[tuple(e) for e in log] for log in logs])
-    most = 2 * (len(logs) - 1).bit_length()
-    if chain is None or len(chain) - 1 <= most:
-        return None
-    return (f"{TRAFFIC}, but it takes {len(chain) - 1} rounds, each message sent only after the one before it "
-            f"arrived: {' -> '.join(map(str, chain))} (group ranks). A tree takes at most 2 ceil(log2 W) = {most} at "
-            f"W = {len(logs)}, a reduce up the tree and a broadcast down it: a rank receives from all its children, "
-            "adds, and only then sends once to its parent")
 
 
 def group_rank_hint(exc: BaseException, members: list[int], rank: int) -> str:

@@ -8,11 +8,11 @@ import inspect
 import re
 
 from course_lib import checking
-from course_lib.allreduce.traffic import TRAFFIC, events_of, post_events, ring_traffic, tree_depth, tree_traffic
+from course_lib.allreduce.traffic import TRAFFIC, ring_traffic, tree_depth, tree_traffic
 from course_lib.checking.case import Case, Fail, Missing
 from course_lib.checking.guard import ForbiddenCollective
 from course_lib.checking.learner import error_where
-from course_lib.checking.p2p import P2PMeter
+from course_lib.checking.p2p import P2PMeter, events_of, post_events
 from course_lib.checking.worker import peer_gone
 
 FUNCTIONS = ("naive_allreduce", "ring_allreduce", "tree_allreduce")

@@ -1,8 +1,5 @@
 """What the values of ``course check allreduce`` cannot show, measured once a sum is right: whom each rank sent to and
 received from, how many bytes it sent, and the longest chain of messages (course_lib.checking.p2p meters them)."""
-import datetime
-import json
-
 from course_lib.checking.p2p import longest_chain
 
 TRAFFIC = "the sum is right"   # how each message here starts (the hints that follow a failure leave these alone)
@@ -37,31 +34,6 @@ def tree_traffic(p2p, me: int, world: int) -> str | None:
             f"each rank talks to its parent and its children only, at most ceil(log2 W) = {most} ranks at W = "
             f"{world}, so that the sum takes 2 ceil(log2 W) rounds, not the W-1 a rank that talks to every other "
             "one needs")
-
-
-def post_events(ctx, p2p) -> None:
-    """This rank's ``p2p.events`` (None: idle, failed, or a receive from any source, which cannot be paired) for the
-    other ranks of this case, on the launch's store: a set waits for no one, and a collective on the harness's
-    group here would pair with another rank's end-of-case agreement when this one failed."""
-    events = p2p.events if p2p is not None and all(peer != "any" for _, peer, _ in p2p.events) else None
-    store().set(f"p2p/{ctx.current['case']}/{ctx.rank}", json.dumps(events))
-
-
-def events_of(ctx, members: list[int], seconds: float = 5.0) -> list | None:
-    """Every member's posted events, by group rank; None when one is not there within ``seconds`` (its call did not
-    end: the harness's agreement after the case says what happened to it)."""
-    keys = [f"p2p/{ctx.current['case']}/{m}" for m in members]
-    try:
-        store().wait(keys, datetime.timedelta(seconds=seconds))
-    except Exception:   # DistStoreError: a member still in its call, or gone
-        return None
-    return [json.loads(store().get(key)) for key in keys]
-
-
-def store():
-    """The launch's own store (the one init_process_group made), which every rank of the launch reaches."""
-    import torch.distributed.distributed_c10d as c10d  # deferred: the harness reads this module before torch
-    return c10d._get_default_store()
 
 
 def tree_depth(logs: list | None) -> str | None:

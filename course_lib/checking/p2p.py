@@ -1,7 +1,11 @@
 """What a rank's point-to-point operations did, measured where gloo gets them: ``ProcessGroup.send`` and ``recv``,
 which dist.send/recv, dist.isend/irecv and batch_isend_irecv all reach. Peers are ranks of the group the operation
 went to (c10d turns a global rank into the group's before the call). The library's collectives move their bytes
-inside gloo, where this does not see them."""
+inside gloo, where this does not see them. ``post_events`` and ``events_of`` share each rank's log with the others
+of a case, for a judgement that needs every rank's (``longest_chain``)."""
+import datetime
+import json
+
 SEND, RECV = 1, 2
 
 
@@ -86,3 +90,28 @@ def longest_chain(logs: list) -> list[int] | None:
     if any(at[r] < len(log) for r, log in enumerate(logs)):
         return None
     return max(chain, key=len)
+
+
+def post_events(ctx, p2p) -> None:
+    """This rank's ``p2p.events`` (None: idle, failed, or a receive from any source, which cannot be paired) for the
+    other ranks of this case, on the launch's store: a set waits for no one, and a collective on the harness's
+    group here would pair with another rank's end-of-case agreement when this one failed."""
+    events = p2p.events if p2p is not None and all(peer != "any" for _, peer, _ in p2p.events) else None
+    store().set(f"p2p/{ctx.current['case']}/{ctx.rank}", json.dumps(events))
+
+
+def events_of(ctx, members: list[int], seconds: float = 5.0) -> list | None:
+    """Every member's posted events, by group rank; None when one is not there within ``seconds`` (its call did not
+    end: the harness's agreement after the case says what happened to it)."""
+    keys = [f"p2p/{ctx.current['case']}/{m}" for m in members]
+    try:
+        store().wait(keys, datetime.timedelta(seconds=seconds))
+    except Exception:   # DistStoreError: a member still in its call, or gone
+        return None
+    return [json.loads(store().get(key)) for key in keys]
+
+
+def store():
+    """The launch's own store (the one init_process_group made), which every rank of the launch reaches."""
+    import torch.distributed.distributed_c10d as c10d  # deferred: the harness reads this module before torch
+    return c10d._get_default_store()

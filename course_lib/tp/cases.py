@@ -68,8 +68,11 @@ def pass_text(item: str, recs) -> str:
         return "4 ranks, tp=2 x dp=2 in two orders: each rank's groups match the grid and all-reduce within them"
     where = "; ".join(dict.fromkeys(r.label for r in recs))
     if item in ("copy_to_parallel_region", "reduce_from_parallel_region"):
-        return f"forward and backward as Megatron's {'f' if item.startswith('copy') else 'g'} within 1e-10 ({where})"
-    return f"forward, input grads and weight grads equal serial within 1e-10 ({where})"
+        f = item.startswith("copy")
+        return (f"forward and backward as Megatron's {'f' if f else 'g'} within 1e-10, sending one all-reduce's worth "
+                f"{'backward' if f else 'forward'} and nothing more ({where})")
+    return (f"forward, input grads and weight grads equal serial within 1e-10; it sends no more than it needs and "
+            f"keeps only its shards ({where})")
 
 
 def hint(item: str, first, recs) -> str:

@@ -2,7 +2,8 @@
 output, where it differs from serial, is compared with the usual mistakes (the scale, a missing transpose of the
 heads), each computed on the same weights shard by shard as the ranks do."""
 from course_lib.checking.case import Fail
-from course_lib.tp.cases_linear import N_IN
+from course_lib.tp.cases_linear import N_IN, ONE_F
+from course_lib.tp.meter import check_held, check_sent, ring, wire
 from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, judge, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
 
@@ -32,14 +33,16 @@ def case_mlp(c):
     x0 = rand(c.seed + 13, 3, 5, h)   # [batch, sequence, hidden]
     x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
     c.take_counts()
-    y = as_tensor(mlp(x), "ParallelMLP")
+    with wire() as fwd_sent:
+        y = as_tensor(mlp(x), "ParallelMLP")
     fwd = c.take_counts()
     want = fc2(F.gelu(fc1(xs)))
     judge(y.detach(), want.detach(), "ParallelMLP: forward output differs from serial fc2(gelu(fc1(x)))", [
         (fc2(F.relu(fc1(xs))).detach(), "ParallelMLP uses ReLU; the course's MLP (and its serial twin) uses GELU: "
                                         "F.gelu")])
     grad_out = rand(c.seed + 14, 3, 5, h)
-    (y * grad_out).sum().backward()
+    with wire() as bwd_sent:
+        (y * grad_out).sum().backward()
     bwd = c.take_counts()
     (want * grad_out).sum().backward()
     s1 = slice(c.r * ffn // c.tp, (c.r + 1) * ffn // c.tp)
@@ -51,6 +54,11 @@ def case_mlp(c):
         ("fc2 bias grads", b2.grad, fc2.bias.grad, None, "is fc2's bias used?"),
     ])
     _mlp_communication(fwd, bwd)
+    one = ring("all_reduce", x0.numel(), c.tp)
+    check_sent("ParallelMLP", "forward", fwd_sent.calls, one, c.tp, "column then row needs ONE all-reduce (g)")
+    check_sent("ParallelMLP", "backward", bwd_sent.calls, one, c.tp, ONE_F)
+    check_held("ParallelMLP", mlp, {"fc1.weight": [ffn // c.tp, h], "fc1.bias": [ffn // c.tp],
+                                    "fc2.weight": [h, ffn // c.tp], "fc2.bias": [h]})
 
 
 def case_attention(c):
@@ -70,7 +78,8 @@ def case_attention(c):
     load_row(attn.proj, serial["proj"], c.tp, c.r)
     x0 = rand(c.seed + 25, b, t, h)
     x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
-    y = as_tensor(attn(x), "ParallelSelfAttention")
+    with wire() as fwd:
+        y = as_tensor(attn(x), "ParallelSelfAttention")
     want = sharded(serial, xs, (b, t, h, heads), 1)   # one rank: serial multi-head attention
     if not close(y.detach(), want.detach()):
         with torch.no_grad():
@@ -78,7 +87,8 @@ def case_attention(c):
         raise Fail(f"ParallelSelfAttention: forward output differs from serial multi-head attention with "
                    f"{heads} heads ({diff(y.detach(), want.detach())}); {why}")
     grad_out = rand(c.seed + 26, b, t, h)
-    (y * grad_out).sum().backward()
+    with wire() as bwd:
+        (y * grad_out).sum().backward()
     (want * grad_out).sum().backward()
     sl = slice(c.r * h // c.tp, (c.r + 1) * h // c.tp)
     pairs = [("input grads", x.grad, xs.grad, None, "no gradient reached the input")]
@@ -88,6 +98,19 @@ def case_attention(c):
     pairs.append(("proj weight grads", attn.proj.weight.grad, serial["proj"].weight.grad[:, sl], None, "unused?"))
     pairs.append(("proj bias grads", attn.proj.bias.grad, serial["proj"].bias.grad, None, "unused?"))
     compare_grads("ParallelSelfAttention", pairs)
+    _attention_costs(c, attn, fwd.calls, bwd.calls, x0.numel(), h)
+
+
+def _attention_costs(c, attn, fwd, bwd, n, h):
+    """One all-reduce forward (g after proj), one per f backward (q, k, v); only this rank's heads kept."""
+    name, one = "ParallelSelfAttention", ring("all_reduce", n, c.tp)
+    check_sent(name, "forward", fwd, one, c.tp, "each rank computes its own heads from its own q, k, v shards (no "
+               "gather: a rank that computes every head repeats the others' work) and the forward needs ONE "
+               "all-reduce (g after proj)")
+    check_sent(name, "backward", bwd, 3 * one, c.tp, "its backward needs one all-reduce per f (q, k and v)")
+    col = {"weight": [h // c.tp, h], "bias": [h // c.tp]}
+    shards = {f"{nm}.{k}": s for nm in "qkv" for k, s in col.items()}
+    check_held(name, attn, {**shards, "proj.weight": [h, h // c.tp], "proj.bias": [h]})
 
 
 def sharded(serial, xs, shape, tp: int, scale=None, split_t: bool = True, merge_t: bool = True):

@@ -2,17 +2,22 @@
 layers: ColumnParallelLinear (and gather_output=True), RowParallelLinear (and input_is_parallel=False), each against
 the serial ``nn.Linear`` whose shard it is given."""
 from course_lib.checking.case import Fail
+from course_lib.tp.meter import check_held, check_sent, ring, wire
 from course_lib.tp.numerics import as_tensor, close, compare_grads, judge, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
 
 N_IN, N_OUT = 8, 12   # divisible by 2 and 4; different, so a transposed weight shows
+F_IDENTITY = ("f's forward is the identity: every rank of the group already holds the same input, so it needs no "
+              "communication (no all-reduce, average or broadcast)")
+ONE_F = "its backward needs ONE all-reduce of the input gradient (f's)"
 
 
 def case_f(c):
     fn = c.need("copy_to_parallel_region")
     x0 = rand(c.seed + 1, 4, 6)
     x = x0.clone().requires_grad_()
-    y = as_tensor(fn(x, **c.kw), "copy_to_parallel_region")
+    with wire() as fwd:
+        y = as_tensor(fn(x, **c.kw), "copy_to_parallel_region")
     judge(y.detach(), x0, "forward of copy_to_parallel_region must return its input unchanged", [
         (c.tp * x0, "forward of copy_to_parallel_region must be the identity: it returned tp times the input "
                     "(it all-reduces in forward, which is g's job, not f's)")])
@@ -20,7 +25,8 @@ def case_f(c):
         raise Fail("the output of copy_to_parallel_region does not require grad: make it a torch.autograd.Function "
                    "(call it with .apply) and return the result of forward")
     grads = [rand(c.seed + 100 + i, 4, 6) for i in range(c.tp)]   # rank i's upstream gradient
-    (y * grads[c.r]).sum().backward()
+    with wire() as bwd:
+        (y * grads[c.r]).sum().backward()
     want = sum(grads)
     judge(x.grad, want, "backward of copy_to_parallel_region must return the sum of the ranks' gradients", [
         (grads[c.r], "backward of copy_to_parallel_region must all-reduce: input grads are this rank's own part only "
@@ -28,13 +34,17 @@ def case_f(c):
         (want / c.tp, "backward of copy_to_parallel_region averages the gradients over the group; it must sum them "
                       "(all-reduce with ReduceOp.SUM, no division by tp)")],
         "backward of copy_to_parallel_region: no gradient reached the input")
+    check_sent("copy_to_parallel_region", "forward", fwd.calls, 0, c.tp, F_IDENTITY)
+    check_sent("copy_to_parallel_region", "backward", bwd.calls, ring("all_reduce", x0.numel(), c.tp), c.tp,
+               "f's backward is ONE all-reduce of the gradient")
 
 
 def case_g(c):
     fn = c.need("reduce_from_parallel_region")
     parts = [rand(c.seed + 10 + i, 4, 6) for i in range(c.tp)]   # rank i's partial result
     x = parts[c.r].clone().requires_grad_()
-    y = as_tensor(fn(x.clone(), **c.kw), "reduce_from_parallel_region")
+    with wire() as fwd:
+        y = as_tensor(fn(x.clone(), **c.kw), "reduce_from_parallel_region")
     want = sum(parts)
     judge(y.detach(), want, "forward of reduce_from_parallel_region must return the sum over the group", [
         (parts[c.r], "forward of reduce_from_parallel_region must all-reduce (sum over the group): it returned its "
@@ -45,13 +55,18 @@ def case_g(c):
         raise Fail("the output of reduce_from_parallel_region does not require grad: make it a "
                    "torch.autograd.Function (call it with .apply)")
     grads = [rand(c.seed + 200 + i, 4, 6) for i in range(c.tp)]
-    (y * grads[c.r]).sum().backward()
+    with wire() as bwd:
+        (y * grads[c.r]).sum().backward()
     judge(x.grad, grads[c.r], "backward of reduce_from_parallel_region must pass the gradient through unchanged", [
         (sum(grads), "backward of reduce_from_parallel_region must be the identity: it all-reduces the gradient "
                      "(in a row-parallel layer that makes input and weight grads tp times serial)"),
         (sum(grads) / c.tp, "backward of reduce_from_parallel_region must be the identity: it averages the gradient "
                             "over the group, a communication the backward of a sum does not need")],
         "backward of reduce_from_parallel_region: no gradient reached the input")
+    check_sent("reduce_from_parallel_region", "forward", fwd.calls, ring("all_reduce", x.numel(), c.tp), c.tp,
+               "g's forward is ONE all-reduce of its input (an all-gather then a sum sends tp/2 times as much)")
+    check_sent("reduce_from_parallel_region", "backward", bwd.calls, 0, c.tp,
+               "g's backward is the identity: no communication")
 
 
 def case_column(c, gather):
@@ -64,7 +79,8 @@ def case_column(c, gather):
     o, sl = N_OUT // c.tp, slice(c.r * N_OUT // c.tp, (c.r + 1) * N_OUT // c.tp)
     x0 = rand(c.seed + 4, 5, N_IN)
     x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
-    y = as_tensor(layer(x), name)
+    with wire() as fwd:
+        y = as_tensor(layer(x), name)
     full = serial(xs)
     want = (full if gather else full[:, sl]).detach()
     if gather and list(y.shape) == [5, o]:
@@ -77,7 +93,8 @@ def case_column(c, gather):
     judge(y.detach(), want, f"{name}: forward output differs from the serial layer's {part}",
           [(want - (serial.bias if gather else serial.bias[sl]).detach(), f"{name}: the bias is not added")])
     grad_full = rand(c.seed + 5, 5, N_OUT)
-    (y * (grad_full if gather else grad_full[:, sl])).sum().backward()
+    with wire() as bwd:
+        (y * (grad_full if gather else grad_full[:, sl])).sum().backward()
     (full * grad_full).sum().backward()
     partial = grad_full[:, sl] @ serial.weight.detach()[sl]
     if x.grad is not None and not close(x.grad, xs.grad) and close(x.grad, partial):
@@ -93,6 +110,13 @@ def case_column(c, gather):
         ("weight grads", w.grad, serial.weight.grad[sl], gather_hint, none_hint),
         ("bias grads", b.grad, serial.bias.grad[sl], gather_hint, none_hint),
     ])
+    check_sent(name, "forward", fwd.calls, ring("all_gather", want.numel(), c.tp) if gather else 0, c.tp,
+               "gather_output=True needs one all-gather of the ranks' output slices (gather_from_parallel_region), "
+               "not an all-reduce of a zero-padded whole output nor a gather of the weights" if gather else
+               "with gather_output=False the forward needs no communication (f's forward is the identity)")
+    check_sent(name, "backward", bwd.calls, ring("all_reduce", x0.numel(), c.tp), c.tp, ONE_F + (
+        "; the all-gather's backward only keeps this rank's slice of the gradient" if gather else ""))
+    check_held(name, layer, {"weight": [o, N_IN], "bias": [o]})
 
 
 def _row_input_grad_slice_only(name, got, want_x, sl):
@@ -118,7 +142,8 @@ def case_row(c, parallel_input):
     xs = x0.clone().requires_grad_()
     x = (x0[:, sl] if parallel_input else x0).clone().requires_grad_()
     try:
-        y = as_tensor(layer(x), name)
+        with wire() as fwd:
+            y = as_tensor(layer(x), name)
     except RuntimeError as e:   # a shape error with a whole input is explained
         if not parallel_input and "shape" in str(e):
             raise Fail(f"{name}: {str(e).splitlines()[0]}; with input_is_parallel=False the input is whole: take "
@@ -134,7 +159,8 @@ def case_row(c, parallel_input):
         (partial + bias, unreduced), (partial, unreduced),
         (want.detach() - bias, f"{name}: the bias is not added (add it once, after the all-reduce)")])
     grad_out = rand(c.seed + 8, 5, n_out)
-    (y * grad_out).sum().backward()
+    with wire() as bwd:
+        (y * grad_out).sum().backward()
     (want * grad_out).sum().backward()
     want_x = xs.grad[:, sl] if parallel_input else xs.grad
     if not parallel_input and x.grad is not None and not close(x.grad, want_x):
@@ -147,3 +173,12 @@ def case_row(c, parallel_input):
          "this rank's bias gets no gradient: add the bias on every rank, after the reduction (adding it on one "
          "rank only leaves the replicas' gradients different)"),
     ])
+    check_sent(name, "forward", fwd.calls, ring("all_reduce", want.numel(), c.tp), c.tp,
+               "its forward needs ONE all-reduce of the partial output X_r B_r (g); the bias is already the same on "
+               "every rank, so it needs no broadcast")
+    check_sent(name, "backward", bwd.calls, 0 if parallel_input else ring("all_gather", x0.numel(), c.tp), c.tp,
+               "g's backward is the identity and the bias's gradient is already the same on every rank: no "
+               "communication" if parallel_input else
+               "with input_is_parallel=False its backward needs one all-gather of the input-gradient slices "
+               "(scatter_to_parallel_region's backward), not an all-reduce of a zero-padded whole input")
+    check_held(name, layer, {"weight": [n_out, n_in // c.tp], "bias": [n_out]})

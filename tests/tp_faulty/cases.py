@@ -40,6 +40,20 @@ ATTENTION_SDPA = ("        out = F.scaled_dot_product_attention(heads(self.q(x))
 WITH_FUNCOL = ("import torch.distributed as dist\n",
                "import torch.distributed as dist\nimport torch.distributed._functional_collectives as funcol\n")
 
+# Mistakes only a measure shows (meter.py): a shard that is a view of the whole weight, a whole-size copy kept, a
+# collective that sends more than the pattern needs (the values and gradients are all right)
+COL_W = "        self.weight = nn.Parameter(torch.empty(out_per_rank, in_features))"
+ROW_W = "        self.weight = nn.Parameter(torch.empty(out_features, in_per_rank))"
+F_FWD = "        return x.clone()   # identity (a copy, so that autograd sees a new tensor)"
+G_FWD = "        out = x.clone()\n        dist.all_reduce(out, group=group)\n        return out"
+GATHER = "            y = gather_from_parallel_region(y, self.group)"
+ROW_BIAS = "            y = y + self.bias                            # once, after the sum (not tp times)"
+QKV = ("        self.q = ColumnParallelLinear(hidden_size, hidden_size, group=group)\n"
+       "        self.k = ColumnParallelLinear(hidden_size, hidden_size, group=group)\n"
+       "        self.v = ColumnParallelLinear(hidden_size, hidden_size, group=group)\n"
+       "        self.proj = RowParallelLinear(hidden_size, hidden_size, input_is_parallel=True, group=group)")
+ROOT0 = "dist.get_global_rank(group, 0) if group else 0"
+
 CASES = [
     Faulty("f_forward+g_backward+last_fastest", options=TP2,
            why="f all-reduces in forward; g all-reduces in backward; the last name of order varies fastest",
@@ -211,4 +225,91 @@ CASES = [
                               "        parts = list(funcol.all_gather_tensor(h.detach(), 0, group).chunk(tp, 0))\n")],
            expect={"ParallelMLP": ("fail", r"communicates more than it needs in forward: .*all_gather"),
                    "ColumnParallelLinear": PASS, "RowParallelLinear": PASS}),
+    # measured, not seen in the values: memory kept and numbers sent
+    Faulty("column_weight_view+row_scatter_by_allreduce", options=TP2,
+           why="the column shard is a view of the whole weight (the whole stays alive); the row layer slices a whole "
+               "input after f, so its backward all-reduces a zero-padded whole gradient instead of all-gathering",
+           edits=[(COL_W, "        full = torch.empty(out_features, in_features)   # the whole weight, on every rank\n"
+                          "        self.weight = nn.Parameter(full.chunk(tp, 0)[dist.get_rank(group)])"),
+                  ("            x = scatter_to_parallel_region(x, self.group)",
+                   "            tp, r = _world(self.group)\n            n = x.shape[-1] // tp\n"
+                   "            x = copy_to_parallel_region(x, self.group)[..., r * n:(r + 1) * n]")],
+           expect={"ColumnParallelLinear": ("fail", r"ColumnParallelLinear keeps \d+ bytes per rank where its shards "
+                                                    r"and their gradients need \d+: \.weight \[6, 8\] is a view of a "
+                                                    r"tensor of 96 numbers"),
+                   "RowParallelLinear": ("fail", r"input_is_parallel=False\): values and gradients are right, but its "
+                                                 r"backward sends 60 numbers per rank where 30 are enough.*all-gather"),
+                   "copy_to_parallel_region": PASS, "reduce_from_parallel_region": PASS}),
+    Faulty("row_weight_view+f_forward_broadcast", options=TP2,
+           why="the row shard is a view of the whole weight; f's forward broadcasts the input from the group's first "
+               "rank (every rank holds it already)",
+           edits=[(ROW_W, "        self.weight = nn.Parameter(torch.empty(out_features, in_features)"
+                          ".chunk(tp, 1)[dist.get_rank(group)])"),
+                  (F_FWD, f"        out = x.clone()\n        dist.broadcast(out, {ROOT0}, group=group)\n"
+                          "        return out")],
+           expect={"copy_to_parallel_region": ("fail", r"forward sends 12 numbers per rank where 0 are enough: f's "
+                                                       r"forward is the identity.*broadcast of 24 numbers"),
+                   "RowParallelLinear": ("fail", r"\.weight \[8, 6\] is a view of a tensor of 96 numbers"),
+                   "reduce_from_parallel_region": PASS}),
+    Faulty("column_gather_by_allreduce+attention_keeps_whole", options=TP2,
+           why="gather_output=True all-reduces a zero-padded whole output; attention keeps the whole q, k, v weights",
+           edits=[(GATHER, "            tp, r = _world(self.group)\n"
+                           "            full = torch.zeros(*y.shape[:-1], y.shape[-1] * tp, dtype=y.dtype)\n"
+                           "            full[..., r * y.shape[-1]:(r + 1) * y.shape[-1]] = y\n"
+                           "            y = reduce_from_parallel_region(full, self.group)"),
+                  (QKV, QKV + "\n        self.qkv_whole = torch.empty(3 * hidden_size, hidden_size)   # to init from")],
+           expect={"ColumnParallelLinear": ("fail", r"gather_output=True\): values and gradients are right, but its "
+                                                    r"forward sends 60 numbers per rank where 30 are enough"),
+                   "ParallelSelfAttention": ("fail", r"keeps \d+ bytes per rank .*: \.qkv_whole \[24, 8\]"),
+                   "RowParallelLinear": PASS, "copy_to_parallel_region": PASS}),
+    Faulty("column_gathers_weights+row_broadcasts_bias", options=TP2,
+           why="gather_output=True all-gathers the weights and computes the whole output; the row layer broadcasts "
+               "its bias every step",
+           edits=[("        x = copy_to_parallel_region(x, self.group)       # f: the backward sums dL/dx over the "
+                   "ranks\n",
+                   "        if self.gather_output:   # the whole weight, the whole output: no f needed\n"
+                   "            w = gather_from_parallel_region(self.weight.t(), self.group).t()\n"
+                   "            return F.linear(x, w, gather_from_parallel_region(self.bias, self.group))\n"
+                   "        x = copy_to_parallel_region(x, self.group)\n"),
+                  (ROW_BIAS, f"            dist.broadcast(self.bias.data, {ROOT0.replace('group', 'self.group')}, "
+                             "group=self.group)\n" + ROW_BIAS)],
+           expect={"ColumnParallelLinear": ("fail", r"forward sends 54 numbers per rank where 30 are enough.*"
+                                                    r"all_gather of 96 numbers"),
+                   "RowParallelLinear": ("fail", r"forward sends 44 numbers per rank where 40 are enough.*"
+                                                 r"broadcast of 8 numbers"),
+                   "copy_to_parallel_region": PASS, "reduce_from_parallel_region": PASS}),
+    Faulty("g_allgather_sum+column_keeps_whole+attention_all_heads", options={"world_sizes": (4,)},
+           why="g all-gathers then sums (tp/2 times the numbers of an all-reduce); the column layer keeps a whole "
+               "copy of the weight; attention gathers q, k, v and computes every head on every rank",
+           edits=[(G_FWD, "        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]\n"
+                          "        dist.all_gather(parts, x.contiguous(), group=group)\n"
+                          "        return torch.stack(parts).sum(0)"),
+                  (COL_W, COL_W + "\n        self.master_weight = torch.empty(out_features, in_features)"),
+                  (QKV, QKV.replace("hidden_size, group=group)", "hidden_size, gather_output=True, group=group)")
+                   .replace("input_is_parallel=True", "input_is_parallel=False") + "\n        self.heads = num_heads"),
+                  ("            return y.view(b, t, self.local_heads, self.head_dim)",
+                   "            return y.view(b, t, self.heads, self.head_dim)"),
+                  ("reshape(b, t, self.local_heads * self.head_dim)", "reshape(b, t, self.heads * self.head_dim)")],
+           expect={"reduce_from_parallel_region": ("fail", r"tp=4: .*forward sends 72 numbers per rank where 36 are "
+                                                           r"enough.*all_gather of 96 numbers"),
+                   "ColumnParallelLinear": ("fail", r"\.master_weight \[12, 8\]"),
+                   "ParallelSelfAttention": ("fail", r"forward sends \d+ numbers per rank where 120 are enough.*"
+                                                     r"all_gather of 320 numbers"),
+                   "copy_to_parallel_region": PASS}),
+    Faulty("gather_backward_allreduce+row_bias_grad_allreduce", options=TP2,
+           why="the all-gather's backward averages the gradient over the ranks before keeping its slice; the row "
+               "layer's bias averages its gradient over the group (both the same numbers: the grads are replicated)",
+           edits=[("        return grad_output.chunk(tp, dim=-1)[rank].contiguous(), None",
+                   "        g = grad_output.clone()\n        dist.all_reduce(g, group=ctx.group)\n"
+                   "        return (g / tp).chunk(tp, dim=-1)[rank].contiguous(), None"),
+                  ("        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None",
+                   "        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None\n"
+                   "        if bias:   # replicated: keep its gradient the same on every rank\n"
+                   "            self.bias.register_hook(lambda g: funcol.all_reduce(g, 'avg', group or dist.group.WORLD))")
+                  , WITH_FUNCOL],
+           expect={"ColumnParallelLinear": ("fail", r"gather_output=True\): .*backward sends 100 numbers per rank where "
+                                                    r"40 are enough.*keeps this rank's slice"),
+                   "RowParallelLinear": ("fail", r"backward sends 8 numbers per rank where 0 are enough.*bias's "
+                                                 r"gradient is already the same"),
+                   "copy_to_parallel_region": PASS, "reduce_from_parallel_region": PASS}),
 ]

@@ -4,13 +4,17 @@ rank, a model of 2p blocks cut into p stages: ``communicate`` along the chain an
 forward_step and backward_step watched (the module's names swapped while the schedule runs) and the result compared
 with one process with the whole batch. The watcher tells micro-batches apart by value (against each micro-batch's
 serial activation and gradient at this stage), counts those in flight, and notes the first thing out of order but
-lets the schedule go on: a rank that stopped would leave its neighbours waiting."""
+lets the schedule go on: a rank that stopped would leave its neighbours waiting. What values cannot show is measured:
+the tensors each micro-batch leaves alive after its backward and after the step (held.py), and the messages each
+stage sends, to whom and when against its forwards and backwards (traffic.py)."""
 import functools
 
 from course_lib import checking
 from course_lib.checking.case import Case, Fail
 from course_lib.checking.learner import error_where, explain
+from course_lib.checking.p2p import P2PMeter
 from course_lib.checking.worker import peer_gone
+from course_lib.pp import held, traffic
 from course_lib.pp import pipe as pp
 
 FILE = LOAD_ITEM = "pp.py"
@@ -181,10 +185,13 @@ class Watcher:
     def __init__(self, mod, pipe, ref):
         self.pipe, self.ref = pipe, ref
         self.events: list = []           # ("F", i) / ("B", i)
+        self.meter, self.sent = None, []  # the schedule's P2PMeter; its event count at each call's start
         self.by_output: dict = {}        # id(y) -> (micro-batch, y): which forward a backward belongs to
         self.in_flight = self.peak = 0
         self.first_backward_after = None   # forwards run before the first backward
         self.problem: str | None = None
+        self.kept = held.Kept()            # the storages of each micro-batch's tensors: what the stage still holds
+        self.held_problem: str | None = None   # told after the values: a wrong value explains more
         self.inside: str | None = None     # the watched call running now
         self.originals = {name: getattr(mod, name) for name in ("forward_step", "backward_step")}
 
@@ -201,6 +208,7 @@ class Watcher:
 
     def forward(self, pipe, x, target=None):
         s, done = self.pipe.stage, sum(1 for e in self.events if e[0] == "F")
+        self.sent.append(len(self.meter.events) if self.meter else 0)
         i = self.which(x, self.ref.inputs[s])
         if i is None:
             shape = tuple(x.shape) if hasattr(x, "shape") else type(x).__name__
@@ -210,9 +218,14 @@ class Watcher:
         elif i != done:
             self.note(f"stage {s} received micro-batch {i} for its forward number {done}: every stage runs the "
                       f"micro-batches in order 0..m-1 (the wrong micro-batch reached it)")
+        late = self.kept.after_backward(held.LINGER)
+        if late and self.held_problem is None:
+            self.held_problem = held.during_text(s, self.pipe.stages, done if i is None else i, late, self.in_flight)
         self.inside = "forward_step"          # left set if it raises: a crash in it is not a schedule's
         y = self.originals["forward_step"](pipe, x, target)
         self.inside = None
+        # the last stage's y is the loss: the schedule keeps it (detached) as a number; its graph holds x
+        self.kept.add(done if i is None else i, None if self.pipe.first else x, None if self.pipe.last else y)
         self.events.append(("F", done if i is None else i))
         self.by_output[id(y)] = (done if i is None else i, y)
         self.in_flight += 1
@@ -221,6 +234,7 @@ class Watcher:
 
     def backward(self, pipe, x, y, grad):
         s, p = self.pipe.stage, self.pipe.stages
+        self.sent.append(len(self.meter.events) if self.meter else 0)
         if self.first_backward_after is None:
             self.first_backward_after = sum(1 for e in self.events if e[0] == "F")
         i, _ = self.by_output.pop(id(y), (None, None))
@@ -246,6 +260,8 @@ class Watcher:
         self.inside = "backward_step"
         dx = self.originals["backward_step"](pipe, x, y, grad)
         self.inside = None
+        self.kept.add(i, grad, dx)
+        self.kept.backward_done(i)
         self.events.append(("B", i))
         self.in_flight -= 1
         return dx
@@ -259,7 +275,8 @@ def case_schedule(name: str, m: int, ctx):
     watcher = Watcher(ctx.mod, pipe, ref)
     ctx.mod.forward_step, ctx.mod.backward_step = watcher.forward, watcher.backward
     try:
-        loss = schedule(pipe, list(xs), list(ys))
+        with P2PMeter() as watcher.meter:
+            loss = schedule(pipe, list(xs), list(ys))
     except NotImplementedError:   # a stub: the harness says what to write
         raise
     except Exception as e:
@@ -269,12 +286,19 @@ def case_schedule(name: str, m: int, ctx):
                    where=error_where(e, ctx.path)) from e
     finally:
         ctx.mod.forward_step, ctx.mod.backward_step = watcher.originals.values()
-    problem = watcher.problem or order_problem(name, watcher, m) or result_problem(pipe, ref, loss, TOL, m)
+    problem = (watcher.problem or order_problem(name, watcher, m) or result_problem(pipe, ref, loss, TOL, m)
+               or traffic.problem(pipe, watcher.events, watcher.sent, watcher.meter)
+               or watcher.held_problem or left_problem(pipe, watcher))
     if problem:
         raise Fail(f"stage {pipe.stage} of {pipe.stages}: {problem}" if not problem.startswith("stage") else problem,
                    figures=figures(watcher))
     held = {"afab": "m", "one_f_one_b": "min(p - stage, m)"}[name]
     return f"loss and every gradient equal one process; {held} micro-batches held per stage", figures(watcher)
+
+
+def left_problem(pipe, w: Watcher) -> str | None:
+    left = w.kept.after_backward(0)   # the schedule has returned: none of its tensors should be alive
+    return held.after_text(pipe.stage, left) if left else None
 
 
 def figures(w: Watcher) -> dict:

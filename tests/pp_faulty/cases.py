@@ -71,4 +71,74 @@ CASES = [
            expect={"communicate": ("fail", r"stage 1 received a tensor of shape \(6, 6\) from stage 0, which sent "
                                            r"\(2, 6\) \(pipe.shape\): the sent and expected shapes disagree"),
                    "afab": ("fail", "the tensor sent and the one received disagree")}),
+    Faulty("keeps_every_micro_batch", options=P2,
+           why="1F1B reads each (x, y) from the list and never removes it: the order of its calls is 1F1B's, but "
+               "every micro-batch's activations stay alive after its backward, as in AFAB",
+           edits=[("    warmup = min(pipe.stages - pipe.stage - 1, pipe.m)\n",
+                   "    warmup = min(pipe.stages - pipe.stage - 1, pipe.m)\n    done = [0]\n"),
+                  ("        x, y = saved.pop(0)                      # the oldest micro-batch in flight\n",
+                   "        x, y = saved[done[0]]                    # the oldest not yet backwarded\n"
+                   "        done[0] += 1\n")],
+           expect={"one_f_one_b": ("fail", r"stage 0: when it started the forward of micro-batch 3 it still held the "
+                                           r"tensors of micro-batches \[0, 1\], whose backward had already run \("
+                                           r"measured.*with the new one 4 micro-batches' tensors at once, where 1F1B "
+                                           r"holds at most p - stage = 2.*saved.pop\(0\), not saved\[i\]"),
+                   "afab": PASS, "communicate": PASS, "forward_step": PASS, "backward_step": PASS}),
+    Faulty("loss_kept_with_graph", options=P2,
+           why="1F1B's last stage keeps each loss with its graph (losses.append(y), no detach): the graph's leaf "
+               "holds every micro-batch's input after its backward",
+           edits=[("            losses.append(y.detach())\n        return y",
+                   "            losses.append(y)\n        return y")],
+           expect={"one_f_one_b": ("fail", r"stage 1: when it started the forward of micro-batch 2 it still held the "
+                                           r"tensors of micro-batches \[0, 1\], whose backward had already run.*"
+                                           r"1F1B holds at most p - stage = 1.*loss.detach\(\)"),
+                   "afab": PASS}),
+    Faulty("outputs_cached_past_the_step", options=P2,
+           why="forward_step appends every output to a module-level list that nothing empties: each step's "
+               "activations outlive it",
+           edits=[("def forward_step(pipe, x, target=None):\n", "OUTPUTS = []\n\n\ndef forward_step(pipe, x, target=None):\n"),
+                  ("    y = pipe.module(x)\n", "    y = pipe.module(x)\n    OUTPUTS.append(y)\n")],
+           expect={"afab": ("fail", r"stage 0: after the step returned, the tensors of micro-batches \[0, 1, 2, 3\] "
+                                    r"are still alive.*a module-level list"),
+                   "one_f_one_b": ("fail", r"still held the tensors of micro-batches"),
+                   "communicate": PASS, "forward_step": PASS, "backward_step": PASS}),
+    Faulty("afab_sends_after_all_forwards", options=P2,
+           why="AFAB sends its outputs on only after all m forwards: the next stage waits for the whole stage, "
+               "no pipelining",
+           edits=[("""        if pipe.last:
+            losses.append(y.detach())
+        else:
+            communicate(pipe, send_next=y)
+    for _ in range(pipe.m):""", """        if pipe.last:
+            losses.append(y.detach())
+    if not pipe.last:
+        for _, y in saved:                       # every output at once, after all the forwards
+            communicate(pipe, send_next=y)
+    for _ in range(pipe.m):""")],
+           expect={"afab": ("fail", r"stage 0 started the forward of micro-batch 1 having sent on 0 of the 1 "
+                                    r"micro-batches before it \(measured at gloo's send\).*run one after another"),
+                   "one_f_one_b": PASS}),
+    Faulty("gradients_sent_back_in_pairs", options=P2,
+           why="1F1B keeps each input's gradient and sends them back two at a time: the previous stage waits for "
+               "the next backward too",
+           edits=[("""        dx = backward_step(pipe, x, y, grad)
+        if not pipe.first:
+            communicate(pipe, send_prev=dx)
+
+""", """        owed.append(backward_step(pipe, x, y, grad))
+        if not pipe.first and len(owed) == 2:    # two at a time
+            communicate(pipe, send_prev=owed.pop(0))
+            communicate(pipe, send_prev=owed.pop(0))
+
+"""), ("    warmup = min(pipe.stages - pipe.stage - 1, pipe.m)\n",
+       "    warmup = min(pipe.stages - pipe.stage - 1, pipe.m)\n    owed = []\n"),
+                  ("""        backward(communicate(pipe, recv_next=True)[1])
+    return""", """        backward(communicate(pipe, recv_next=True)[1])
+    if owed and not pipe.first:
+        communicate(pipe, send_prev=owed.pop(0))
+    return""")],
+           expect={"one_f_one_b": ("fail", r"stage 1 started the backward of micro-batch 1 having sent on 0 of the 1 "
+                                           r"micro-batches before it.*input's gradient to the previous stage as soon "
+                                           r"as it is computed"),
+                   "afab": PASS}),
 ]

@@ -2,8 +2,10 @@
 own_ddp.py, on W = 2 and 3 ranks.
 
 Each rank's model starts from a seed of its own (a missing broadcast shows) and must equal, after every step, a
-single-process run of rank 0's model on the whole batch; the ``Recorder`` sees the all-reduces, their waits and
-when backward produced each gradient.
+single-process run of rank 0's model on the whole batch. What the values cannot show is measured
+(course_lib.owndp.record): the ``Recorder`` sees the all-reduces and broadcasts (number, size), their waits (each
+async one waited on, its tensor left alone until then) and when backward produced each gradient; ``held`` counts
+the tensors and handles the wrapper keeps from one step to the next.
 """
 import functools
 
@@ -12,6 +14,7 @@ from course_lib.checking import case as harness
 from course_lib.checking.case import Case, Fail, flat, need
 from course_lib.checking.learner import explain
 from course_lib.checking.summary import first_text
+from course_lib.owndp.record import Recorder, held
 
 FILE = LOAD_ITEM = "own_ddp.py"
 LOAD_TEXT = "{file} does not load: {error}{at}"
@@ -114,76 +117,6 @@ def reference_buckets(sizes, cap, itemsize=8):
     return out + ([current] if current else [])
 
 
-# ---- what the learner's code does ---------------------------------------------------------------------------
-class Handle:
-    """The Work an async all-reduce returns, with its ``wait`` seen by the recorder."""
-
-    def __init__(self, work, log):
-        self._work, self._log = work, log
-
-    def wait(self, *args, **kwargs):
-        self._log.append(("wait",))
-        return self._work.wait(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._work, name)
-
-
-class Recorder:
-    """Replaces dist.all_reduce and dist.broadcast with functions that log ("all_reduce", numel, async) /
-    ("broadcast", numel) and call the real ones (calls on the harness's own group ``sync`` are not logged);
-    ``grads(model)`` logs ("grad",) each time backward finishes a gradient (a hook registered before the
-    learner's, so it runs first)."""
-
-    NAMES = ("all_reduce", "broadcast")
-    current: "Recorder | None" = None    # one per rank process: a second would log every call twice
-
-    def __init__(self, sync):
-        import torch.distributed as dist
-        import torch.distributed.distributed_c10d as c10d
-        self.log: list[tuple] = []
-        self.sync = sync
-        self.real = {name: getattr(dist, name) for name in self.NAMES}
-        self.wrapped = {name: self._wrap(name) for name in self.NAMES}
-        for module in (dist, c10d):
-            for name in self.NAMES:
-                setattr(module, name, self.wrapped[name])
-
-    @classmethod
-    def installed(cls, sync) -> "Recorder":
-        if cls.current is None:
-            cls.current = cls(sync)
-        return cls.current
-
-    def bind(self, mod) -> None:
-        """The learner's module was imported before the Recorder existed: a ``from torch.distributed import
-        all_reduce`` there holds the real function; give it the recorded one."""
-        for attr, value in list(vars(mod).items()):
-            for name, real in self.real.items():
-                if value is real:
-                    setattr(mod, attr, self.wrapped[name])
-
-    def _wrap(self, name):
-        real = self.real[name]
-
-        def recorded(tensor, *args, **kwargs):
-            if kwargs.get("group") is not self.sync:
-                is_async = bool(kwargs.get("async_op"))
-                self.log.append((name, tensor.numel(), is_async) if name == "all_reduce" else (name, tensor.numel()))
-            work = real(tensor, *args, **kwargs)
-            return Handle(work, self.log) if work is not None else None
-        return recorded
-
-    def grads(self, model):
-        for p in model.parameters():
-            if p.requires_grad:
-                p.register_post_accumulate_grad_hook(lambda _p: self.log.append(("grad",)))
-
-    def take(self):
-        log, self.log = self.log, []
-        return log
-
-
 # ---- one variant -----------------------------------------------------------------------------------------------
 def wrap(c, variant, model, cap):
     cls = need(c.mod, CLASSES[variant], FILE)
@@ -229,7 +162,7 @@ def train(c, variant, kind, cap):
     c.agree_or_fail(_broadcast_problem(c, variant, kind, model, ref))
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     ref_opt = torch.optim.SGD(ref.parameters(), lr=LR)
-    logs = []
+    logs, kept = [], []
     for step in range(STEPS):
         x, y = batch(kind, step, c.world)
         mine = slice(4 * c.r, 4 * c.r + 4)
@@ -237,6 +170,7 @@ def train(c, variant, kind, cap):
         c.rec.take()
         loss_of(kind, ddp, x[mine], y[mine]).backward()
         _finish(c, ddp)
+        unwaited = c.rec.unwaited()
         logs.append(c.rec.take())
         opt.step()
         opt.zero_grad()
@@ -244,15 +178,19 @@ def train(c, variant, kind, cap):
         sizes = [p.numel() if p.grad is not None else 0 for p in ref.parameters() if p.requires_grad]
         ref_opt.step()
         ref_opt.zero_grad()
-        problem = None
+        kept.append(held(ddp))
+        problem = wait_problem(unwaited, f"{kind} model, W={c.world}, step {step + 1}")
         wrong = params_differ(c, model, ref)
         every = [p.numel() for p in ref.parameters() if p.requires_grad]
-        if wrong:
+        if wrong and not problem:
             ratio = update_ratio(flat(model.parameters()) - before, flat(ref.parameters()) - ref_before)
             problem = _step_problem(c, kind, step, wrong, ratio)
             sent = bucket_problem(logs[-1], every, cap, f"{kind} model") if variant == "bucketed" else None
             problem += f"\n{sent}" if sent else ""
         c.agree_or_fail(problem)
+    label = f"{kind} model, W={c.world}"
+    c.agree_or_fail(broadcast_step_problem(logs, sum(b.numel() for b in model.buffers()), label)
+                    or kept_problem(kept[-2], kept[-1], label))
     return (logs[0], logs[-1]), every, sizes
 
 
@@ -309,18 +247,61 @@ def overlap_problem(log, name):
     return None
 
 
-def count_problem(variant, log, sizes, label):
-    """None when the step issued the all-reduces the variant should, else why not."""
+def count_problem(variant, log, sizes, got_grad, label):
+    """None when the step issued the all-reduces the variant should (their number and sizes), else why not:
+    ``sizes`` of the parameters that require grad, ``got_grad`` the same with 0 for those that got no gradient
+    (naive and flat may send those as zeros)."""
     got = [e[1] for e in all_reduces(log)]
-    used = [n for n in sizes if n]
-    if variant == "naive" and len(got) not in (len(used), len(sizes)):
-        return f"{label}: {len(got)} all-reduces in one step; NaiveDDP sends one per parameter ({len(used)})"
+    used = [n for n in got_grad if n]
+    if variant == "naive" and sorted(got) not in (sorted(used), sorted(sizes)):
+        return (f"{label}: {len(got)} all-reduces of {got} elements in one step; NaiveDDP sends one per gradient, "
+                f"of {used} elements: once for each parameter of self.params that has one (a frozen one is never sent)")
     if variant == "flat" and (len(got) != 1 or got[0] not in (sum(used), sum(sizes))):
         return (f"{label}: {len(got)} all-reduces of {got} elements in one step; FlatDDP sends one, of every "
                 f"gradient ({sum(used)} elements)")
-    if variant == "overlapped" and len(got) != len(used):
-        return f"{label}: {len(got)} all-reduces in one step; OverlappedDDP sends one per gradient ({len(used)})"
+    if variant == "overlapped" and sorted(got) != sorted(used):
+        return (f"{label}: {len(got)} all-reduces of {got} elements in one step; OverlappedDDP sends one per "
+                f"gradient, of {used} elements")
     return None
+
+
+def wait_problem(unwaited, label):
+    """None when every async all-reduce of the step had its handle waited on (or used) by the end of
+    finish_gradient_synchronization."""
+    never, changed, launched = unwaited
+    if changed:
+        return (f"{label}: the tensors of {changed} of the {launched} async all-reduces launched in the step were "
+                "changed in place before their wait(): the all-reduce may still be reading and writing them; "
+                "wait first, then divide or copy")
+    if not never:
+        return None
+    return (f"{label}: {never} of the {launched} async all-reduces launched in the step were never waited on when "
+            "finish_gradient_synchronization returned: optimizer.step() may read a gradient still being summed "
+            "(they need not finish in the order they started); wait on every handle there")
+
+
+def broadcast_step_problem(logs, buffer_elements, label):
+    """None unless a step broadcast more elements than the model's buffers (torch's DDP broadcasts those in every
+    forward; the parameters, only once)."""
+    for step, log in enumerate(logs, 1):
+        sent = [e[1] for e in log if e[0] == "broadcast"]
+        if sum(sent) > buffer_elements:
+            return (f"{label}, step {step}: {len(sent)} broadcasts of {sum(sent)} elements during the step: broadcast "
+                    "once, in NaiveDDP.__init__; after that the averaged gradients keep every rank's parameters "
+                    "equal, and a broadcast in every step sends the whole model again")
+    return None
+
+
+def kept_problem(before, after, label):
+    """None unless an attribute of the wrapper holds more tensors and handles after the last step than after the
+    one before: something every step appends is never dropped."""
+    grew = [name for name in after if after[name] > before.get(name, 0)]
+    if not grew:
+        return None
+    name = grew[0]
+    return (f"{label}: self.{name} holds {before.get(name, 0)} tensors and all-reduce handles after step {STEPS - 1} "
+            f"and {after[name]} after step {STEPS}: what a step adds there is never dropped, so memory grows with "
+            "every step; clear it once the step is done (in finish_gradient_synchronization)")
 
 
 def bucket_problem(log, sizes, cap, label):
@@ -349,7 +330,7 @@ def case_variant(c, variant):
         (first, log), sizes, used = train(c, variant, kind, cap)
         label = f"{kind} model, W={c.world}"
         problem = (bucket_problem(log, sizes, cap, label) if variant == "bucketed"
-                   else count_problem(variant, log, used, label))
+                   else count_problem(variant, log, sizes, used, label))
         if problem is None and variant in ("overlapped", "bucketed") and (variant == "overlapped" or cap < CAPS[1]):
             problem = overlap_problem(log, label)
             if problem and overlap_problem(first, label) is None:

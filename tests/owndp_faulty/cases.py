@@ -16,6 +16,10 @@ FLUSH = ("        for i in range(len(self.buckets)):     # a bucket with an unus
          "send it now\n"
          "            if i not in self.pending:\n"
          "                self._launch(i)\n")
+WAITS = "        for handle in self.handles:\n            handle.wait()\n        self.handles.clear()\n"
+NAIVE = ("        for p in self.params:\n            if p.grad is not None:   # unused on every rank: nothing to send\n"
+         "                dist.all_reduce(p.grad)\n                p.grad /= self.world\n")
+FORWARD = "    def forward(self, *args, **kwargs):\n        return self.module(*args, **kwargs)\n"
 
 CASES = [
     Faulty("none_grad_not_skipped", options=W2, why="naive: divides every gradient, the unused layer's None too",
@@ -78,6 +82,63 @@ CASES = [
            expect={v: ("fail", r"tied model, rank 1: right after wrapping it, the buffer scale differs from rank 0's: "
                                r"broadcast every parameter and buffer")
                    for v in ("naive", "flat", "overlapped", "bucketed")}),
+    # what the values cannot show: the bytes sent, memory kept from step to step, a broadcast per step, a wait
+    Faulty("naive_sends_frozen", options=W2,
+           why="naive: walks module.parameters(), skips the unused one but sends a frozen one's zeros: the count of "
+               "all-reduces is right, their sizes are not",
+           edits=[(NAIVE, "        for p in self.module.parameters():\n"
+                          "            if p.requires_grad and p.grad is None:   # unused: nothing to send\n"
+                          "                continue\n"
+                          "            g = p.grad if p.grad is not None else torch.zeros_like(p)   # frozen: zeros\n"
+                          "            dist.all_reduce(g)\n            g /= self.world\n")],
+           expect={"naive": ("fail", r"tied model, W=2: 5 all-reduces of \[.*\] elements in one step; NaiveDDP sends "
+                                     r"one per gradient, of \[66, 36, 6\] elements.*frozen"),
+                   "flat": PASS, "overlapped": PASS, "bucketed": PASS}),
+    Faulty("handles_never_cleared", options=W2,
+           why="overlapped: the handles are waited on but never cleared: the list grows by a handle per gradient "
+               "every step (and waits again on the old ones); right values",
+           edits=[(WAITS, "        for handle in self.handles:\n            handle.wait()\n")],
+           expect={"overlapped": ("fail", r"plain model, W=2: self\.handles holds 12 tensors and all-reduce handles "
+                                          r"after step 2 and 18 after step 3: .*never dropped"),
+                   "naive": PASS, "flat": PASS, "bucketed": PASS}),
+    Faulty("bucket_buffers_kept", options=W2,
+           why="bucketed: every bucket's flat buffer is also appended to a list that is never cleared: a copy of "
+               "every gradient kept per step",
+           edits=[("        self.pending = {}                         # bucket",
+                   "        self.flats = []                           # keeps each buffer alive until sent\n"
+                   "        self.pending = {}                         # bucket"),
+                  ("        self.pending[i] = (dist.all_reduce(flat, async_op=True), flat)\n",
+                   "        self.pending[i] = (dist.all_reduce(flat, async_op=True), flat)\n"
+                   "        self.flats.append(flat)\n")],
+           expect={"bucketed": ("fail", r"plain model, W=2: self\.flats holds 6 tensors and all-reduce handles "
+                                        r"after step 2 and 9 after step 3: .*never dropped"),
+                   "overlapped": PASS}),
+    Faulty("broadcast_every_forward", options=W2,
+           why="rank 0's parameters broadcast again in every forward: right values, the whole model sent every step",
+           edits=[(FORWARD, "    def forward(self, *args, **kwargs):\n"
+                            "        with torch.no_grad():   # keep ranks in step\n"
+                            "            for p in self.module.parameters():\n                dist.broadcast(p, src=0)\n"
+                            "        return self.module(*args, **kwargs)\n")],
+           expect={v: ("fail", r"plain model, W=2, step 1: 6 broadcasts of 203 elements during the step.*broadcast "
+                               r"once, in NaiveDDP\.__init__")
+                   for v in ("naive", "flat", "overlapped", "bucketed")}),
+    Faulty("wait_last_only", options=W2,
+           why="overlapped: waits only on the last handle, as if the all-reduces finished in order: the others may "
+               "still run when optimizer.step() reads the gradients",
+           edits=[(WAITS, "        if self.handles:   # the last launched finishes last\n"
+                          "            self.handles[-1].wait()\n        self.handles.clear()\n")],
+           expect={"overlapped": ("fail", r"plain model, W=2, step 1: 5 of the 6 async all-reduces launched in the "
+                                          r"step were never waited on"),
+                   "naive": PASS, "bucketed": PASS}),
+    Faulty("divide_before_wait", options=W2,
+           why="overlapped: the hook launches the all-reduce of the undivided gradient and finish divides it before "
+               "waiting: a race with the all-reduce still running (right values when it happens to finish first)",
+           edits=[("        param.grad /= self.world          # the sum of the ranks' grad / W is their mean\n", ""),
+                  (WAITS, "        for p in self.params:\n            if p.grad is not None:\n"
+                          "                p.grad /= self.world\n" + WAITS)],
+           expect={"overlapped": ("fail", r"plain model, W=2, step 1: the tensors of 6 of the 6 async all-reduces "
+                                          r"launched in the step were changed in place before their wait\(\)"),
+                   "naive": PASS, "bucketed": PASS}),
     # the checker's own case deadline: the deadlock is reported by the ranks (every rank waits on another) within
     # seconds, well before it; "a deadlock" is said only then, not when a deadline fired
     Faulty("rank0_only_reduce", options={"world_sizes": (2,)},

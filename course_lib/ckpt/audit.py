@@ -3,6 +3,8 @@
 Each also rebinds names the learner's module took at import (``from torch import save``, ``from os import replace``).
 """
 import builtins
+import contextlib
+import hashlib
 import io
 import os
 import sys
@@ -25,7 +27,13 @@ def is_file(f) -> bool:
 def _target(f) -> str:
     if isinstance(f, (str, bytes, os.PathLike)):
         return os.fsdecode(f)
-    return str(getattr(f, "name", type(f).__name__))
+    name = getattr(f, "name", type(f).__name__)
+    if isinstance(name, int):           # os.fdopen(fd): the file's name is its descriptor; the path is in /proc
+        try:
+            return os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            pass
+    return str(name)
 
 
 class _Patch:
@@ -124,6 +132,68 @@ class LoadAudit(_Patch):
 
         real_load = self._set_torch("load", audited_load)
         return self
+
+
+class PathWatch(_Patch):
+    """``with PathWatch(learner, path) as watch: ...`` -> ``watch.states``: [(call, sha256 of ``path`` or None where
+    there was no file)], taken right after each call that named ``path`` (open, os.open, os.remove/unlink, a rename
+    from or onto it, torch.save): what a crash at that moment would have left there."""
+
+    CALLS = ((builtins, "open", (0,)), (io, "open", (0,)), (os, "open", (0,)), (os, "remove", (0,)),
+             (os, "unlink", (0,)), (os, "rename", (0, 1)), (os, "replace", (0, 1)))
+
+    def __init__(self, learner, path):
+        super().__init__(learner)
+        self.path = os.path.realpath(path)
+
+    def __enter__(self) -> "PathWatch":
+        import torch
+        self.states: list[tuple[str, str | None]] = []
+        real_open = builtins.open
+
+        def sha() -> str | None:        # the real open: the watched one would watch itself
+            try:
+                with real_open(self.path, "rb") as f:
+                    return hashlib.sha256(f.read()).hexdigest()
+            except FileNotFoundError:
+                return None
+
+        def watched(name, real, where):
+            def call(*args, **kwargs):
+                named = [_target(args[i]) for i in where
+                         if i < len(args) and isinstance(args[i], (str, bytes, os.PathLike))]
+                try:
+                    return real(*args, **kwargs)
+                finally:
+                    if any(os.path.realpath(p) == self.path for p in named):
+                        shown = ", ".join(os.path.basename(p) for p in named)
+                        self.states.append((f"{name}({shown})", sha()))
+            return call
+
+        for module, name, where in self.CALLS:
+            label = "open" if name == "open" and module is not os else f"os.{name}"
+            self._set(module, name, watched(label, getattr(module, name), where))
+        self._set_torch("save", watched("torch.save", torch.save, (1,)))
+        return self
+
+
+@contextlib.contextmanager
+def one_rank_per_node(rank: int, world: int):
+    """The environment of rank ``rank`` in a job of ``world`` nodes with one rank each, as torchrun and srun set it:
+    the local rank is 0 on every node, so a writer chosen by its local rank writes on every node."""
+    env = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank), "SLURM_LOCALID": "0",
+           "SLURM_NODEID": str(rank), "SLURM_NNODES": str(world), "SLURM_JOB_NUM_NODES": str(world),
+           "SLURM_NTASKS_PER_NODE": "1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 class CrashingSave(_Patch):

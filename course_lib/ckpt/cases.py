@@ -31,6 +31,7 @@ ENV = RANK_ENV
 STOP_AT_FAILURE = True
 SNAPSHOT = "snapshot.pt"   # in the folder the ranks run in
 POSITION = (2, 5)          # saved mid-epoch: epoch 2, 5 batches done
+RESAVE = (3, 0)            # the second snapshot, over the first, watched call by call
 SEE_ABOVE = "not tested: the error above (under model) stopped the check before this piece"
 SPEC = sys.modules[__name__]   # this module, as the harness's runner takes a cases module
 
@@ -59,7 +60,8 @@ def check(path: str, timeout: float = 240, resume: bool = True, call_timeout: fl
 
 
 def cases(world: int) -> list[Case]:
-    return [Case("save", "save", save), Case("load", "load", load), Case("crash", "crash", crash)]
+    return [Case("save", "save", save), Case("load", "load", load), Case("resave", "resave", resave),
+            Case("crash", "crash", crash)]
 
 
 # ---- the cases (in each rank) ----------------------------------------------------------------------------------
@@ -97,13 +99,15 @@ def save(ctx):
     train_a_little(model, optimizer, scheduler, ctx.rank)
     set_generators(100 + ctx.rank)
     ctx.cache.update(objects=(model, optimizer, scheduler), truth=snapshot_of(model, optimizer, scheduler),
-                     rng=generators())
+                     rng_before=generators())
     problem = None
-    with audit.WriteAudit(ctx.mod) as writes:
+    # as 2 nodes of one rank each: a writer chosen by its local rank shows as a second writer
+    with audit.WriteAudit(ctx.mod) as writes, audit.one_rank_per_node(ctx.rank, ctx.world):
         try:
             learner_call(ctx, "save", "save_snapshot", SNAPSHOT, model, optimizer, scheduler, *POSITION)
         except Fail as e:
             problem = e
+    ctx.cache["rng"] = generators()     # where the run goes on from: a resumed run must get this back
     everyone = ctx.agree(problem is None)      # every rank's save is over before rank 0 reads the file
     figures = {"writes": writes.writes, "sha": file_hash(SNAPSHOT) if ctx.rank == 0 else None,
                "how": snapfile.write_problem(writes.renames, SNAPSHOT) if ctx.rank == 0 and writes.writes else None}
@@ -126,13 +130,30 @@ def load(ctx):
     rngs = [None] * ctx.world
     dist.all_gather_object(rngs, ctx.cache["rng"], group=ctx.sync)
     got = compare.restored(ctx.cache["truth"], ctx.cache["rng"], snapshot_of(*fresh), generators(), position,
-                           POSITION, rngs, ctx.rank)
+                           POSITION, rngs, ctx.rank, ctx.cache["rng_before"])
     # the file itself, as a run that is not this one reads it (rank 0: one reader is enough)
     elsewhere = snapfile.load_problem(loads.weights_only) or (snapfile.model_problem(SNAPSHOT) if ctx.rank == 0
                                                               else None)
     if got["model"][0] and elsewhere:
         got["model"] = [False, elsewhere]
     return "", {"restored": got}
+
+
+def resave(ctx):
+    """A second save over the first, the file watched after each of the learner's calls that name it: a moment
+    with no whole snapshot there (deleted, moved away, half written) is a moment a crash could hit."""
+    model, optimizer, scheduler = ctx.cache["objects"]
+    before, problem = file_hash(SNAPSHOT), None
+    with audit.PathWatch(ctx.mod, SNAPSHOT) as watch:
+        try:
+            learner_call(ctx, "save", "save_snapshot", SNAPSHOT, model, optimizer, scheduler, *RESAVE)
+        except Fail as e:
+            problem = e
+    if not ctx.agree(problem is None):     # every rank's save is over before the file is read
+        raise problem or Fail("another rank failed")
+    after = file_hash(SNAPSHOT)
+    return "", {"sha": after if ctx.rank == 0 else None,
+                "gap": snapfile.gap_problem(watch.states, before, after, SNAPSHOT)}
 
 
 def crash(ctx):
@@ -192,7 +213,7 @@ def snapshot_of(model, optimizer, scheduler) -> dict:
 
 
 # ---- the verdicts (in the checker) -----------------------------------------------------------------------------
-PHASES = {"save": "save", "load": "load", "crash": "crash-save"}
+PHASES = {"save": "save", "load": "load", "resave": "save", "crash": "crash-save"}
 
 
 def failure(by: dict, case: str) -> str | None:
@@ -262,7 +283,9 @@ def writes_verdict(report: Report, by: dict, tail: str) -> None:
         how = ", ".join(f"{kind} {os.path.basename(target)}" for kind, target in writes[:3])
         report.add("rank 0 writes", False, f"rank {r} wrote too ({how}): every rank holds the same state, one "
                    "writer is enough; W ranks writing one file at once collide. Let rank 0 write, after "
-                   "gathering what only the other ranks have (their random generators)")
+                   "gathering what only the other ranks have (their random generators). The check runs its ranks "
+                   "as 2 nodes of one rank each (LOCAL_RANK and SLURM_LOCALID are 0 on both): the writer is the "
+                   "global rank 0, dist.get_rank() == 0, not the first rank of each node")
         return
     if len(saved) < WORLD or failure(by, "save"):
         report.add("rank 0 writes", False,
@@ -276,12 +299,15 @@ def writes_verdict(report: Report, by: dict, tail: str) -> None:
 
 
 def atomic_verdict(report: Report, by: dict, snapshot: Path) -> None:
-    problem = failure(by, "save") or failure(by, "load") or failure(by, "crash")
-    before = figures(by, "save").get(0, {}).get("sha")
-    if problem or not before:
-        report.add("atomic write", False, SEE_ABOVE if problem else "not tested: no first snapshot was written")
-        return
     crashed = [(r, f["crash"]) for r, f in sorted(figures(by, "crash").items()) if f.get("crash")]
+    problem = failure(by, "save") or failure(by, "load")
+    # once a rank died in the crash, a rank that waits for it in a collective (a barrier) fails too: not a fault
+    later = failure(by, "resave") or (None if crashed else failure(by, "crash"))
+    before = figures(by, "save").get(0, {}).get("sha") and figures(by, "resave").get(0, {}).get("sha")
+    if problem or later or not before:
+        report.add("atomic write", False,
+                   SEE_ABOVE if problem else later or "not tested: no first snapshot was written")
+        return
     if not crashed:
         report.add("atomic write", False, "not tested: the second save_snapshot never called torch.save (the "
                    "check makes torch.save die halfway through its write)")
@@ -292,6 +318,11 @@ def atomic_verdict(report: Report, by: dict, snapshot: Path) -> None:
     if after == before and how:
         report.add("atomic write", False, f"rank {crash_rank} died halfway through writing {target} and the previous "
                    f"{name} survived on this disk, but not on a cluster's: {how}")
+        return
+    gap = next((f["gap"] for _, f in sorted(figures(by, "resave").items()) if f.get("gap")), None)
+    if after == before and gap:
+        report.add("atomic write", False, f"rank {crash_rank} died halfway through writing {target} and the previous "
+                   f"{name} survived, but {gap}")
         return
     if after == before:
         report.add("atomic write", True, f"rank {crash_rank} died halfway through writing {target}; the previous "

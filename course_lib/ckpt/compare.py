@@ -70,7 +70,9 @@ def position_verdict(got, expected) -> list:
     return [False, msg]
 
 
-def rng_verdict(saved: dict, got: dict, every_rank: list, rank: int) -> list:
+def rng_verdict(saved: dict, got: dict, every_rank: list, rank: int, before: dict) -> list:
+    """``saved``: the generators as save_snapshot left them (where the run goes on from), ``before``: as they were
+    when it was called."""
     lost = [k for k in saved if got.get(k) != saved[k]]
     if not lost:
         return [True, "restored: " + ", ".join(GENERATORS[k] for k in saved)]
@@ -79,6 +81,11 @@ def rng_verdict(saved: dict, got: dict, every_rank: list, rank: int) -> list:
         return [False, f"rank {rank}'s generators got rank 0's state: each rank has its own (here each draws "
                        "its own dropout masks); gather them all to rank 0 (dist.all_gather_object) and give "
                        "each rank its own back"]
+    if all(got.get(k) == before.get(k) for k in lost):
+        return [False, f"save_snapshot drew from {', '.join(GENERATORS[k] for k in lost)} on rank {rank} after "
+                       "taking the generators' state: the run goes on from the state after that draw, a resumed "
+                       "run from the state before it, so their numbers differ. Draw nothing in save_snapshot "
+                       "(tempfile and os.replace need no random name), or take the generators' state last"]
     kept = [GENERATORS[k] for k in saved if k not in lost]
     return [False, "not restored: " + ", ".join(GENERATORS[k] for k in lost)
             + (f" (restored: {', '.join(kept)})" if kept else "")
@@ -86,10 +93,10 @@ def rng_verdict(saved: dict, got: dict, every_rank: list, rank: int) -> list:
 
 
 def restored(truth: dict, truth_rng: dict, got: dict, got_rng: dict, position, expected, every_rank: list,
-             rank: int) -> dict:
+             rank: int, rng_before: dict) -> dict:
     """{piece: [ok, message]} for model, optimizer, scheduler, position and RNG states."""
     return {"model": model_verdict(truth["model"], got["model"]),
             "optimizer": optimizer_verdict(truth["optimizer"], got["optimizer"]),
             "scheduler": scheduler_verdict(truth["scheduler"], got["scheduler"]),
             "position": position_verdict(position, expected),
-            "RNG states": rng_verdict(truth_rng, got_rng, every_rank, rank)}
+            "RNG states": rng_verdict(truth_rng, got_rng, every_rank, rank, rng_before)}

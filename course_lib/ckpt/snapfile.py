@@ -87,3 +87,22 @@ def write_problem(renames: list, snapshot: str) -> str | None:
                 "crash the file system may have stored the rename before the bytes (delayed allocation), and the "
                 "snapshot is then empty or short. f.flush() and os.fsync(f.fileno()) before os.replace()")
     return None
+
+
+def gap_problem(states: list, before: str | None, after: str | None, snapshot: str) -> str | None:
+    """The first moment of a save, watched call by call ([(call, sha or None)], audit.PathWatch), at which
+    ``snapshot`` held neither the old snapshot (``before``) nor the new one (``after``); None if there was none."""
+    whole = {before, after} - {None}
+    name = os.path.basename(snapshot)
+    for i, (call, sha) in enumerate(states):
+        if sha in whole:
+            continue
+        until = next((c for c, s in states[i + 1:] if s in whole), None)
+        state, left = ((f"no {name}", "no snapshot to resume from: the restart begins again at step 1")
+                       if sha is None else (f"a {name} that was neither the old snapshot nor the new one",
+                                            "a snapshot that does not load"))
+        return (f"a second save_snapshot, watched call by call: after {call} there was {state}"
+                + (f" until {until}" if until else "") + f"; a crash or a kill in that moment leaves {left}. "
+                "os.replace(tmp, path) puts the new file in place of the old one in one atomic step: neither delete "
+                "nor move the old one first")
+    return None

@@ -122,3 +122,35 @@ CASES += [
            expect={"atomic write": ("fail", r"snapshot\.pt was written in place, not renamed into place"),
                    "rank 0 writes": PASS}),
 ]
+
+# What a single good save cannot show: a writer chosen per node, a moment of the save without a whole snapshot, and a
+# save that changes the state it has just taken (the loop draws nothing from Python's random: the curve cannot show it).
+CASES += [
+    Faulty("local_rank_writes", why="the writer is chosen by its local rank: one writer per node, on a shared disk",
+           edits=[(RANK0_ONLY, '    if int(os.environ.get("LOCAL_RANK", os.environ.get("SLURM_LOCALID", "0"))) != 0:'
+                               '\n        return')],
+           options=QUICK,     # the two writers race for snapshot.pt.tmp: model may fail too, or not
+           expect={"rank 0 writes": ("fail", r"^rank 1 wrote too .*as 2 nodes of one rank each.*dist\.get_rank\(\)")}),
+    Faulty("remove_then_rename", why="the old snapshot deleted before the new one is renamed into place",
+           edits=[(REPLACE, "    if os.path.exists(path):\n        os.remove(path)\n    os.rename(tmp, path)")],
+           options=QUICK,
+           expect={"atomic write": ("fail", r"after os\.remove\(snapshot\.pt\) there was no snapshot\.pt until "
+                                            r"os\.rename\(snapshot\.pt\.tmp, snapshot\.pt\); a crash or a kill"),
+                   "rank 0 writes": PASS, "model": PASS}),
+    Faulty("draws_after_taking_rng", why="a random name for the temporary file, drawn after the generators were taken",
+           edits=[('    tmp = f"{path}.tmp"', '    tmp = f"{path}.{random.randrange(10**9)}.tmp"')],
+           options=QUICK,
+           expect={"RNG states": ("fail", r"^rank 0: save_snapshot drew from Python's random on rank 0 after taking"),
+                   "model": PASS, "atomic write": PASS}),
+]
+
+# Right in another style: a random name drawn before the generators are taken (the state saved is the state the run
+# goes on from), tempfile.mkstemp in the snapshot's folder, pathlib's replace, a barrier that ends every rank's save.
+RIGHT = [("    states = [None] * dist.get_world_size()\n",
+          "    nonce = random.randrange(10**9)\n    states = [None] * dist.get_world_size()\n"),
+         (RANK0_ONLY, "    if dist.get_rank() != 0:\n        dist.barrier()\n        return"),
+         ('    tmp = f"{path}.tmp"\n    with open(tmp, "wb") as f:',
+          '    import pathlib\n    import tempfile\n'
+          '    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=f".{nonce}")\n'
+          '    with os.fdopen(fd, "wb") as f:'),
+         (REPLACE, "    pathlib.Path(tmp).replace(path)\n    dist.barrier()")]

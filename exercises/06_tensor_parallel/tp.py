@@ -127,7 +127,9 @@ def _divide(n, tp, what):
 
 
 def _init_like_linear(weight, bias, fan_in):
-    """nn.Linear's default initialisation, with the fan-in of the whole (unsplit) layer."""
+    """nn.Linear's default initialisation, with the fan-in of the whole (unsplit) layer. Each rank draws its shard from
+    its own generator, so ranks seeded alike draw alike shards: course_lib.tp.train copies the serial model's weights
+    into the shards instead, as Megatron's CPU initialisation splits one master weight."""
     bound = 1 / math.sqrt(fan_in)
     nn.init.uniform_(weight, -bound, bound)
     if bias is not None:

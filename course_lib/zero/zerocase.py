@@ -74,7 +74,8 @@ def _zero(c, stage, opt_cls, kw, collectives, model):
 
 def _one_step(c, ref, ref_opt, mine, zero, step):
     """One step of both; returns (learner's collective counts, full-size gradient bytes left after step, what the
-    learner's side holds after step (measure.held), bytes it handed to point-to-point sends)."""
+    learner's side holds after step (measure.held), what it sent: (bytes handed to point-to-point sends, the library
+    collectives that ran (measure.Collectives)))."""
     import torch.nn.functional as F
     x, y = batch(step, c.rank)
     F.mse_loss(ref(x), y).backward()
@@ -82,7 +83,7 @@ def _one_step(c, ref, ref_opt, mine, zero, step):
     ref_opt.zero_grad()
     F.mse_loss(mine(x), y).backward()
     c.take_counts()
-    with P2PMeter() as sent, measure.NewTensors() as made:
+    with P2PMeter() as sent, measure.Collectives() as lib, measure.NewTensors() as made:
         zero.step()
     counts = c.take_counts()
     left = sum(measure.nbytes(p.grad) for p in mine.parameters())
@@ -90,13 +91,10 @@ def _one_step(c, ref, ref_opt, mine, zero, step):
     held = measure.held({"zero": zero, "model": mine}, params)
     held.update(measure.kept_elsewhere(made.tensors, held, params))
     zero.zero_grad()
-    return counts, left, held, sent.bytes
+    return counts, left, held, (sent.bytes, lib)
 
 
-def _stage2_problem(counts, left, total_bytes):
-    if counts.get("all_reduce"):
-        return ("stage 2 all-reduces the whole gradient (dist.all_reduce): reduce-scatter it instead, so that each "
-                "rank receives only its shard's gradient")
+def _stage2_problem(left, total_bytes):
     if left:
         return (f"stage 2 keeps the full-size gradients after step() ({left} of {total_bytes} bytes on this rank): "
                 "once reduce-scattered, free them (p.grad = None); the shard's gradient is all a rank needs")
@@ -126,14 +124,24 @@ def state_over(mine: int, ddp: int, n: int, world: int) -> bool:
 
 
 def sent_problem(c, sent, n, elem):
-    """Bytes handed to sends in one step against the rings' count: reduce-scatter and all-gather each send W-1
-    chunks of at most ceil(n/W) elements, 2 (W-1)/W n in all, what DDP's ring all-reduce sends."""
+    """Bytes sent in one step against the rings' count: reduce-scatter and all-gather each send W-1 chunks of at
+    most ceil(n/W) elements, 2 (W-1)/W n in all, what DDP's ring all-reduce sends. ``sent``: (bytes handed to
+    point-to-point sends, measure.Collectives), the library's counted as a ring sends them."""
+    p2p, lib = sent
+    total = p2p + lib.ring_bytes(c.world)
     allowed = 2 * (c.world - 1) * -(-n // c.world) * elem
-    if sent <= allowed:
-        return None
-    return (f"rank {c.r} sent {sent:,} B in one step(); a reduce-scatter and an all-gather of the {n} "
-            f"elements send at most {allowed:,} B (2 (W-1)/W n elements of {elem} B, W = {c.world}): the same as "
-            f"DDP's all-reduce, and ZeRO-1/2 must not send more ({sent / allowed:.1f}x here)")
+    if total <= allowed * (1 + 1e-9):
+        return None, total
+    calls = [f"dist.{name} of {k} elements ({b:,} B)" for name, k, b in lib.calls]
+    measured = "; ".join(([f"{p2p:,} B handed to point-to-point sends"] if p2p else []) + calls)
+    hint = (" An all-reduce sends twice what a reduce-scatter does: reduce-scatter the gradient, so that each rank "
+            "receives only its shard's sum, and all-gather the updated shards" if any(
+                name.startswith("all_reduce") for name, _, _ in lib.calls) else "")
+    return (f"rank {c.r} sent {total:,.0f} B in one step() (measured: {measured}; the library's collectives counted "
+            f"as a ring sends them: an all-reduce 2 (W-1)/W of its bytes, the others (W-1)/W); a reduce-scatter and "
+            f"an all-gather of the {n} elements send at most {allowed:,} B (2 (W-1)/W n elements of {elem} B, "
+            f"W = {c.world}): the same as DDP's all-reduce, and ZeRO-1/2 must not send more "
+            f"({total / allowed:.1f}x here).{hint}"), total
 
 
 def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
@@ -158,14 +166,14 @@ def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
             problem = diagnose(c, before, flat(mine.parameters()), flat(ref.parameters()), shards,
                                step, opt_name)
             if problem is None and stage == 2:
-                problem = _stage2_problem(counts, left, elem * n)
+                problem = _stage2_problem(left, elem * n)
             if problem is None and not state_over(measure.state_bytes(zero.optimizer), measure.state_bytes(ref_opt),
                                                   n, c.world):   # that has its own message
                 problem, total = held_problem(c, stage, held, n, elem, measure.state_bytes(ref_opt))
                 seen["held"] = max(seen["held"], total)
-                if problem is None and not counts:      # the bytes of the library's collectives are not seen
-                    problem = sent_problem(c, sent, n, elem)
-                    seen["sent"] = max(seen["sent"], sent)
+                if problem is None:
+                    problem, total = sent_problem(c, sent, n, elem)
+                    seen["sent"] = max(seen["sent"], round(total))
             c.agree_or_fail(problem)
         return measure.state_bytes(zero.optimizer), measure.state_bytes(ref_opt), seen
     finally:
@@ -184,6 +192,24 @@ def ran_text(collectives, ran: dict) -> str:
     return f"on the library's collectives ({names})"
 
 
+def float32_problem(c, stage, collectives):
+    """What one SGD step() sends with the model in float32 against the count for 4-byte elements, or None: the float64
+    runs sent within theirs, so more here comes from the size of the elements sent."""
+    import torch
+    import torch.nn.functional as F
+    model = make_model().float()
+    zero = _zero(c, stage, torch.optim.SGD, {"lr": 0.1}, collectives, model)
+    x, y = batch(0, c.rank)
+    F.mse_loss(model(x.float()), y.float()).backward()
+    with P2PMeter() as p2p, measure.Collectives() as lib:
+        zero.step()
+    c.take_counts()
+    problem, _ = sent_problem(c, (p2p.bytes, lib), sum(p.numel() for p in model.parameters()), 4)
+    return problem and (f"with the model in float32 (the same step() sent no more than its count in float64): "
+                        f"{problem} Send the gradients and parameters in their own dtype: converted to float64 "
+                        "they cost twice the bytes")
+
+
 def case_zero(c, stage):
     collectives = c.collectives()
     figures, ran, held, sent = [], {}, 0, 0
@@ -196,10 +222,11 @@ def case_zero(c, stage):
         figures.append((opt_name, mine, ddp))
         ran.update(seen["ran"])
         held, sent = max(held, seen["held"]), max(sent, seen["sent"])
+    c.agree_or_fail(float32_problem(c, stage, collectives))
     ratios = ", ".join(f"{name.split('(')[0]} {m}/{d} B = {m / d:.2f}" for name, m, d in figures)
     measured = f"held after step() beyond the parameters: at most {held:,} B"
-    measured += f"; sent in one step(): at most {sent:,} B" if not ran else ""
+    measured += f"; sent in one step(): at most {sent:,} B"
     return (f"equals DDP within {ATOL:g} for {STEPS} steps with SGD(momentum) and AdamW ({ran_text(collectives, ran)})"
             f"; optimizer state on rank {c.r}: {ratios} of DDP's; {measured}"), {
                 "ratio": figures[-1][1] / figures[-1][2], "collectives": collectives, "ran": sorted(ran),
-                "held": held, "sent": None if ran else sent}
+                "held": held, "sent": sent}

@@ -61,11 +61,16 @@ CASES = [
            expect={"reduce_scatter": ("fail", r"reduce_scatter calls dist\.all_reduce: write it with point-to-point"),
                    "all_gather": PASS,
                    "ZeRO-1": ("pass", "the library's collectives"), "ZeRO-2": ("pass", "the library's collectives")}),
-    Faulty("stage2_all_reduce", options=W2, why="the optimizer all-reduces the whole gradient, then takes its shard",
+    # measured: the all-reduce's bytes (library collectives counted as a ring sends them) and the all-gather's
+    Faulty("stage2_all_reduce", options=W2, why="the optimizer all-reduces the whole gradient, then takes its shard: "
+                                                "1.5x DDP's traffic, at stage 1 as at stage 2",
            edits=[("        grad = self.reduce_scatter(grads, self.group)\n",
                    "        dist.all_reduce(grads, group=self.group)\n"
                    "        grad = grads[self.start:self.stop].clone()\n")],
-           expect={"ZeRO-1": PASS, "ZeRO-2": ("fail", r"stage 2 all-reduces the whole gradient")}),
+           expect={"ZeRO-1": ("fail", r"rank \d sent 1,208 B in one step\(\) \(measured: 400 B handed to "
+                                      r"point-to-point sends; dist\.all_reduce of 101 elements \(808 B\).*at most "
+                                      r"816 B.*\(1\.5x here\)\. An all-reduce sends twice what a reduce-scatter does: reduce-scatter"),
+                   "ZeRO-2": ("fail", r"dist\.all_reduce of 101 elements.*\(1\.5x here\)")}),
     Faulty("stage2_keeps_grads", options=W2, why="stage 2 never frees the full-size gradients",
            edits=[(FREE, "")],
            expect={"ZeRO-1": PASS,
@@ -129,6 +134,41 @@ CASES += [
                    "ZeRO-2": ("fail", r"\(1\.5x here\)"), "reduce_scatter": PASS, "all_gather": PASS}),
 ]
 
+# Right values, more bytes on the wire than ZeRO's reduce-scatter + all-gather: measured, the library's collectives too.
+CASES += [
+    Faulty("gather_by_all_reduce", options=W2,
+           why="the parameters are gathered by all-reducing a zero-padded full vector: each rank sends all of it",
+           edits=[(GATHER, "        flat = self.shard.new_zeros(self.numel)\n"
+                           "        flat[self.start:self.stop] = self.shard\n"
+                           "        dist.all_reduce(flat, group=self.group)\n")],
+           expect={"ZeRO-1": ("fail", r"sent 1,216 B in one step\(\) \(measured: 408 B handed to point-to-point sends; "
+                                      r"dist\.all_reduce of 101 elements \(808 B\)"),
+                   "ZeRO-2": ("fail", r"dist\.all_reduce of 101 elements"), "all_gather": PASS}),
+    Faulty("gathers_optimizer_state", options=W2,
+           why="step() all-gathers the optimizer state too (with the library's all-gather), then drops it",
+           edits=[(GATHER, GATHER + "        for v in self.optimizer.state[self.shard].values():\n"
+                                    "            if torch.is_tensor(v) and v.dim():\n"
+                                    "                torch_all_gather(v, v.new_zeros(self.numel), self.group)\n")],
+           expect={"ZeRO-1": ("fail", r"sent 1,216 B .*dist\.all_gather_into_tensor of 102 elements \(816 B\).*"
+                                      r"\(1\.5x here\)\.$"),
+                   "ZeRO-2": ("fail", r"dist\.all_gather_into_tensor of 102 elements")}),
+    Faulty("reduce_scatters_twice", options=W2,
+           why="the gradient is reduce-scattered twice (the first result unused), once by the library",
+           edits=[("        grad = self.reduce_scatter(grads, self.group)\n",
+                   "        torch_reduce_scatter(grads.clone(), self.group)\n"
+                   "        grad = self.reduce_scatter(grads, self.group)\n")],
+           expect={"ZeRO-1": ("fail", r"dist\.reduce_scatter_tensor of 102 elements \(816 B\).*\(1\.5x here\)"),
+                   "ZeRO-2": ("fail", r"dist\.reduce_scatter_tensor of 102 elements")}),
+    # the checker's model is float64: a float32 step() shows a conversion to float64 on the way
+    Faulty("sends_float64", options=W2, why="the gradient is reduce-scattered in float64 whatever the model's dtype",
+           edits=[("        grad = self.reduce_scatter(grads, self.group)\n",
+                   "        grad = self.reduce_scatter(grads.double(), self.group).to(grads.dtype)\n")],
+           expect={"ZeRO-1": ("fail", r"with the model in float32 \(the same step\(\) sent no more than its count in "
+                                      r"float64\): rank \d sent 608 B .*at most 408 B \(2 \(W-1\)/W n elements of 4 B.*"
+                                      r"converted to float64 they cost twice the bytes"),
+                   "ZeRO-2": ("fail", r"with the model in float32"), "reduce_scatter": PASS}),
+]
+
 # Right values, but a claim the check must not make: these pass, and the verdict says what really ran.
 HONEST = [
     Faulty("calls_torch_collectives", options=W2,
@@ -155,4 +195,21 @@ HONEST = [
                    "            if p.dim() == 2:\n"
                    "                p.data = p.data.t().contiguous().t()\n")],
            expect={"ZeRO-1": ("pass", r"AdamW state on rank 0 / DDP's"), "ZeRO-2": ("pass", r"AdamW state")}),
+    Faulty("reduce_and_broadcast_per_shard", options=W2,
+           why="right, on the library's reduce and broadcast, one call per shard: the bytes of a reduce-scatter and "
+               "an all-gather",
+           edits=[("        grad = self.reduce_scatter(grads, self.group)\n",
+                   "        grad = None\n"
+                   "        for r, (a, b) in enumerate(shards(self.numel, self.world)):\n"
+                   "            piece = grads[a:b].clone()\n"
+                   "            dist.reduce(piece, peer(self.group, r), group=self.group)\n"
+                   "            grad = piece if r == self.rank else grad\n"),
+                  (GATHER, "        flat = self.shard.new_empty(self.numel)\n"
+                           "        flat[self.start:self.stop] = self.shard\n"
+                           "        for r, (a, b) in enumerate(shards(self.numel, self.world)):\n"
+                           "            piece = flat[a:b].clone()\n"
+                           "            dist.broadcast(piece, peer(self.group, r), group=self.group)\n"
+                           "            flat[a:b] = piece\n")],
+           expect={"ZeRO-1": ("pass", r"dist\.broadcast, dist\.reduce.*sent by rank 0 in one step\(\): W=2: 808 B"),
+                   "ZeRO-2": ("pass", r"sent by rank 0 in one step\(\): W=2: 808 B")}),
 ]

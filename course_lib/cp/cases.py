@@ -7,8 +7,9 @@ import functools
 from course_lib import checking, gridrun
 from course_lib.checking.case import Case, Fail
 from course_lib.cp import reference
-from course_lib.cp.cases_attention import case_attention, case_gather, case_ring, case_unshard
+from course_lib.cp.cases_attention import case_attention, case_gather, case_unshard
 from course_lib.cp.cases_grads import case_reduce, case_train_step
+from course_lib.cp.cases_ring import case_ring
 from course_lib.tp import numerics
 from course_lib.tp.numerics import close, diff, rand
 
@@ -19,8 +20,10 @@ ITEMS = ("split_positions", "unshard_sequence", "gather_sequence", "cp_attention
 FIRST_WORLDS, WORLDS = (1,), (2, 3, 4)
 PARALLEL = 2
 CASE_TIMEOUT = 20.0
+# every collective that moves data, so that ring_attention is held to send/recv (a gather then a scatter is an
+# all-gather too)
 COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-           "broadcast", "all_to_all", "all_to_all_single")
+           "broadcast", "all_to_all", "all_to_all_single", "gather", "scatter", "reduce")
 GUARD = (COUNTED, "count")
 BUILT_ON = {"cp_attention": ("gather_sequence",), "ring_attention": ("merge_partials",)}
 HANG_HINTS = {

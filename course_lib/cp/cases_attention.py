@@ -1,15 +1,11 @@
-"""Distributed cases: ``unshard_sequence``, ``gather_sequence``, ``cp_attention``, ``ring_attention``. The whole
-sequence is made in every rank from the setting's seed and rank r of the cp group takes its shard at the checker's
-own positions, so a case never builds on the learner's split."""
-import contextlib
-
+"""Distributed cases: ``unshard_sequence``, ``gather_sequence``, ``cp_attention`` (``ring_attention`` is in
+cases_ring). The whole sequence is made in every rank from the setting's seed and rank r of the cp group takes
+its shard at the checker's own positions, so a case never builds on the learner's split."""
 from course_lib.checking.case import Fail
-from course_lib.checking.p2p import RECV, P2PMeter
 from course_lib.cp import reference
 from course_lib.tp.numerics import as_tensor, close, diff, judge, rand
 
 B, F = 2, 4
-USED = "block_attention"   # in P2PMeter.events: a block went into the attention
 
 
 def _mode(balanced):
@@ -76,7 +72,8 @@ def case_attention(c, balanced):
     fn = c.need("cp_attention")
     seq_len, full, pos = _inputs(c, balanced)
     q, k, v = (t[:, pos].clone().requires_grad_() for t in full)
-    out = as_tensor(fn(q, k, v, pos.clone(), **c.kw), "cp_attention")
+    with _AllGathered() as gathered:
+        out = as_tensor(fn(q, k, v, pos.clone(), **c.kw), "cp_attention")
     serial_in = [t.clone().requires_grad_() for t in full]
     serial = reference.serial(*serial_in)
     where = f"seq_len={seq_len}, cp={c.cp}, {_mode(balanced)}, this rank's positions {pos.tolist()}"
@@ -93,7 +90,46 @@ def case_attention(c, balanced):
                                f"the gather's backward must reduce-scatter")] if c.cp > 1 else (),
             f"{where}: {name}.grad is None: the gather of k and v must be differentiable (gather_sequence, not a "
             f"bare dist.all_gather)")
+    _gathered_bytes(c, gathered.bytes, k, v, where)
     return None
+
+
+def _gathered_bytes(c, sent, k, v, where):
+    """Each rank computes its own queries' rows, so its forward all-gathers only k and v (and the positions, not
+    floating point). Judged from half a k block more on, so that a float copy of the positions beside them passes:
+    q or the output gathered as well is a whole block more."""
+    need = k.nbytes + v.nbytes
+    if c.cp > 1 and sent >= need + k.nbytes // 2:
+        raise Fail(f"{where}: cp_attention gave {sent} bytes of floating-point tensors to all-gathers in forward; "
+                   f"the keys and values need only this rank's k and v, {need} bytes: each rank computes only its "
+                   f"own queries' rows, so gather k and v (and the positions), not q, and compute no other rank's "
+                   f"output")
+
+
+class _AllGathered:
+    """``with _AllGathered() as g:`` -> ``g.bytes``: the floating-point bytes this rank gave to all-gathers, measured
+    where every all-gather reaches gloo (the ProcessGroup's methods, whatever wraps them)."""
+    NAMES = ("allgather", "_allgather_base", "allgather_coalesced", "allgather_into_tensor_coalesced")
+
+    def __enter__(self):
+        import torch.distributed.distributed_c10d as c10d
+        self.bytes, self._cls = 0, c10d.ProcessGroup
+        self._real = {n: vars(self._cls)[n] for n in self.NAMES if n in vars(self._cls)}
+        for name, real in self._real.items():
+            setattr(self._cls, name, self._metered(real))
+        return self
+
+    def _metered(self, real):
+        def metered(pg, output, inputs, *args, **kwargs):   # inputs: this rank's tensor, or a list of them
+            flat = inputs if isinstance(inputs, list) else [inputs]
+            self.bytes += sum(t.numel() * t.element_size() for t in flat if t.is_floating_point())
+            return real(pg, output, inputs, *args, **kwargs)
+        return metered
+
+    def __exit__(self, *exc):
+        for name, real in self._real.items():
+            setattr(self._cls, name, real)
+        return False
 
 
 def _forward_problem(c, out, serial, full, pos, where, balanced):
@@ -110,81 +146,3 @@ def _forward_problem(c, out, serial, full, pos, where, balanced):
                 f"gathered keys): the query at global position p sees the keys at global positions <= p; compare "
                 f"`positions` with the gathered keys' positions (all-gather them too)")
     return f"{where}: the output differs from causal attention in one process; {diff(out.detach(), serial[:, pos])}"
-
-
-def _ring_peers(c, p2p, where):
-    """In a ring a rank sends only to the next rank and receives only from the previous one, one block at a time,
-    so that it holds at most two key/value blocks; exchanging blocks with every rank holds all cp of them, the memory
-    ring attention exists to save. (At cp = 2 the next rank is the previous one: only cp >= 3 shows it.)"""
-    me = c.r
-    nxt, prev = (me + 1) % c.cp, (me - 1) % c.cp
-    if p2p.off_ring(me, c.cp):
-        raise Fail(f"{where}: rank {me} of the cp group sent to ranks {sorted(p2p.sent_to, key=str)} and received "
-                   f"from {sorted(p2p.received_from, key=str)}; in a ring each rank sends only to the next (rank "
-                   f"{nxt}) and receives only from the previous (rank {prev}), one block per step, so that it holds "
-                   f"at most two key/value blocks: exchanging blocks with every rank holds all {c.cp}")
-
-
-def _ring_holds(c, p2p, where):
-    """What the peers cannot show: a ring that first receives every block and only then computes holds all cp of
-    them too. Each call of the file's block_attention uses a block; a ring uses each one as it arrives, so it never
-    has two received blocks waiting. Judged when every block went through block_attention and every receive was
-    waited for (a receive counts when its wait returns); only cp >= 3 has two blocks to receive."""
-    recvs = sum(1 for kind, *_ in p2p.events if kind == RECV)
-    if (c.cp < 3 or p2p.unwaited or recvs % (c.cp - 1)
-            or sum(1 for kind, *_ in p2p.events if kind == USED) < c.cp):
-        return
-    per_block, waiting, most = recvs // (c.cp - 1), 0, 0
-    for kind, *_ in p2p.events:
-        if kind == RECV:
-            waiting += 1
-            most = max(most, -(-waiting // per_block))
-        elif kind == USED:
-            waiting = max(0, waiting - per_block)
-    if most >= 2:
-        raise Fail(f"{where}: rank {c.r} of the cp group received {most} key/value blocks before it used one of them "
-                   f"(block_attention); a ring computes with each block as it arrives and then passes it on, so "
-                   f"that it holds at most two: receiving them all first holds all {c.cp}, the memory ring "
-                   f"attention exists to save")
-
-
-@contextlib.contextmanager
-def _noting_uses(mod, events: list):
-    """The file's block_attention, each call noted in ``events`` (ring_attention looks it up at each call)."""
-    real = getattr(mod, "block_attention", None)
-
-    def block_attention(*args, **kwargs):
-        events.append((USED, None, None))
-        return real(*args, **kwargs)
-    if real is not None:
-        mod.block_attention = block_attention
-    try:
-        yield
-    finally:
-        if real is not None:
-            mod.block_attention = real
-
-
-def case_ring(c, balanced):
-    import torch
-    fn = c.need("ring_attention")
-    seq_len, full, pos = _inputs(c, balanced)
-    with torch.no_grad():
-        blocks = [[t[:, reference.positions(seq_len, c.cp, r, balanced)] for t in full[1:]]
-                  + [reference.positions(seq_len, c.cp, r, balanced)] for r in range(c.cp)]
-        c.take_counts()
-        with P2PMeter() as p2p, _noting_uses(c.mod, p2p.events):
-            out = as_tensor(fn(*(t[:, pos].clone() for t in full), pos.clone(), **c.kw), "ring_attention")
-        used = {k: n for k, n in c.take_counts().items() if n}
-        want = reference.serial(*full)[:, pos]
-        where = f"seq_len={seq_len}, cp={c.cp}, {_mode(balanced)}"
-        if used:
-            raise Fail(f"{where}: ring_attention called {', '.join(f'{n} x {k}' for k, n in used.items())}: pass the "
-                       f"key/value blocks around the ring with send/recv (isend/irecv), no collective")
-        _ring_peers(c, p2p, where)
-        _ring_holds(c, p2p, where)
-        judge(out, want, f"{where}: the output differs from causal attention in one process", [
-            (reference.ring_order(full[0][:, pos], blocks, c.r, reference.average),
-             f"{where}: ring attention without the log-sum-exp correction: the partial results are averaged; merge "
-             f"them with merge_partials (weights exp(lse_x - lse))")] if c.cp > 1 else ())
-        return None

@@ -11,6 +11,11 @@ RING_STEP = ("        ops = [dist.P2POp(dist.isend, t, nxt, group) for t in bloc
              "        ops += [dist.P2POp(dist.irecv, t, prev, group) for t in incoming]\n"
              "        for request in dist.batch_isend_irecv(ops):\n"
              "            request.wait()\n")
+RING_LOOP = ("    for _ in range(cp - 1):\n        incoming = [torch.empty_like(t) for t in block]\n"
+             "        # post every send and receive before waiting on any: blocking sends on every rank would all wait\n"
+             + RING_STEP + "        block = incoming\n"
+             "        out_b, lse_b = block_attention(q, block[0], block[1], positions, block[2])\n"
+             "        out, lse = merge_partials(out, lse, out_b, lse_b)\n")
 
 CASES = [
     Faulty("mask_at_local_indices", options=CP2,
@@ -110,6 +115,71 @@ CASES = [
            expect={"ring_attention": ("fail", r"cp=3: .*rank 0 of the cp group received 2 key/value blocks before it "
                                               r"used one of them \(block_attention\); a ring computes with each block "
                                               r"as it arrives"),
+                   "cp_attention": PASS}),
+    Faulty("attention_gathers_q_too", options=CP2,
+           why="q gathered as well, the whole sequence's attention computed on every rank and its shard kept",
+           edits=[("    keys, values = gather_sequence(k, group), gather_sequence(v, group)\n",
+                   "    keys, values = gather_sequence(k, group), gather_sequence(v, group)\n"
+                   "    queries = gather_sequence(q, group)\n"),
+                  ("    scores = q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+                   "    future = key_positions[None, :] > positions[:, None]\n"
+                   "    return scores.masked_fill(future, float(\"-inf\")).softmax(dim=-1) @ values\n",
+                   "    scores = queries @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])\n"
+                   "    future = key_positions[None, :] > key_positions[:, None]\n"
+                   "    whole = scores.masked_fill(future, float(\"-inf\")).softmax(dim=-1) @ values\n"
+                   "    me, s = dist.get_rank(group), q.shape[1]\n"
+                   "    return whole[:, me * s:(me + 1) * s]\n")],
+           expect={"cp_attention": ("fail", r"cp=2: .*cp_attention gave 768 bytes of floating-point tensors to "
+                                            r"all-gathers in forward; the keys and values need only this rank's k and "
+                                            r"v, 512 bytes"),
+                   "gather_sequence": PASS, "ring_attention": PASS}),
+    Faulty("ring_gathers_then_scatters", options=CP2,
+           why="no ring: the blocks gathered on rank 0 and the whole sequence scattered back, an all-gather in two",
+           edits=[(RING_LOOP,
+                   "    root = 0 if group is None else dist.get_global_rank(group, 0)\n"
+                   "    for i, t in enumerate(block):\n"
+                   "        parts = [torch.empty_like(t) for _ in range(cp)]\n"
+                   "        dist.gather(t, parts if me == 0 else None, dst=root, group=group)\n"
+                   "        whole = torch.cat(parts, dim=1 if t.dim() > 1 else 0)\n"
+                   "        dist.scatter(whole, [whole] * cp if me == 0 else None, src=root, group=group)\n"
+                   "        block[i] = whole\n"
+                   "    out, lse = block_attention(q, block[0], block[1], positions, block[2])\n")],
+           expect={"ring_attention": ("fail", r"ring_attention called 3 x gather, 3 x scatter: pass the key/value "
+                                              r"blocks around the ring with send/recv"),
+                   "cp_attention": PASS}),
+    Faulty("ring_sends_q_too", options=CP2,
+           why="the ring passes q around with k, v and positions: right values, a third more bytes every step",
+           edits=[("    block = [k.contiguous(), v.contiguous(), positions.contiguous()]\n",
+                   "    block = [k.contiguous(), v.contiguous(), positions.contiguous(), q.contiguous()]\n")],
+           expect={"ring_attention": ("fail", r"cp=2: .*rank [01] of the cp group sent 800 bytes to other ranks; a ring "
+                                              r"sends its key/value block and their positions to the next rank cp-1 = "
+                                              r"1 times: 544 bytes here"),
+                   "cp_attention": PASS}),
+    Faulty("ring_goes_round_cp_steps", options=CP2,
+           why="cp steps round the ring, not cp-1: the last one brings the rank's own block back, and is not used",
+           edits=[("    for _ in range(cp - 1):\n", "    for step in range(cp if cp > 1 else 0):\n"),
+                  ("        block = incoming\n        out_b", "        block = incoming\n        if step == cp - 1:\n"
+                   "            break\n        out_b")],
+           expect={"ring_attention": ("fail", r"cp=2: .*sent 1088 bytes to other ranks; a ring sends .*: 544 bytes "
+                                              r"here"),
+                   "merge_partials": PASS}),
+    Faulty("ring_keeps_used_blocks", options={"world_sizes": (4,)},
+           why="the ring computes with each block as it comes but keeps every received block in a list",
+           edits=[("        block = incoming\n", "        block = incoming\n        kept.append(block)\n"),
+                  ("    block = [k.contiguous(), v.contiguous(), positions.contiguous()]\n",
+                   "    block = [k.contiguous(), v.contiguous(), positions.contiguous()]\n    kept = []\n")],
+           expect={"ring_attention": ("fail", r"cp=4: .*rank [0-3] of the cp group still held 3 received key/value "
+                                              r"blocks .* when it called block_attention; a ring holds at most two"),
+                   "cp_attention": PASS}),
+    Faulty("ring_keeps_partial_outputs", options={"world_sizes": (4,)},
+           why="block_attention on each block as it comes, every partial result kept and merged at the end",
+           edits=[("        out, lse = merge_partials(out, lse, out_b, lse_b)\n    return out\n",
+                   "        parts.append((out_b, lse_b))\n    for out_b, lse_b in parts:\n"
+                   "        out, lse = merge_partials(out, lse, out_b, lse_b)\n    return out\n"),
+                  ("    out, lse = block_attention(q, k, v, positions, positions)\n",
+                   "    out, lse = block_attention(q, k, v, positions, positions)\n    parts = []\n")],
+           expect={"ring_attention": ("fail", r"cp=4: .*rank [0-3] of the cp group still held 3 partial outputs of "
+                                              r"earlier blocks when it called block_attention"),
                    "cp_attention": PASS}),
     Faulty("split_loses_tokens+unshard_equal_shards", options=CP2,
            why="split_positions cuts S // cp tokens per rank; unshard_sequence assumes equal, contiguous shards",

@@ -1,0 +1,160 @@
+"""``ring_attention``: its output against one process, and what values cannot show, measured on each rank while it
+runs: no collective (the guard's counts), whom it sends to and receives from and when each block came (P2PMeter), the
+bytes it sends, and the received blocks and partial outputs it still holds each time it calls the file's
+``block_attention`` (weak references to their storages: a storage counts while anything holds it, a view included)."""
+from course_lib.checking.case import Fail
+from course_lib.checking.p2p import RECV, P2PMeter
+from course_lib.cp import reference
+from course_lib.cp.cases_attention import _inputs, _mode
+from course_lib.tp.numerics import as_tensor, judge
+
+USED = "block_attention"   # in P2PMeter.events: a block went into the attention
+
+
+def _ring_peers(c, p2p, where):
+    """In a ring a rank sends only to the next rank and receives only from the previous one, one block at a time,
+    so that it holds at most two key/value blocks; exchanging blocks with every rank holds all cp of them, the memory
+    ring attention exists to save. (At cp = 2 the next rank is the previous one: only cp >= 3 shows it.)"""
+    me = c.r
+    nxt, prev = (me + 1) % c.cp, (me - 1) % c.cp
+    if p2p.off_ring(me, c.cp):
+        raise Fail(f"{where}: rank {me} of the cp group sent to ranks {sorted(p2p.sent_to, key=str)} and received "
+                   f"from {sorted(p2p.received_from, key=str)}; in a ring each rank sends only to the next (rank "
+                   f"{nxt}) and receives only from the previous (rank {prev}), one block per step, so that it holds "
+                   f"at most two key/value blocks: exchanging blocks with every rank holds all {c.cp}")
+
+
+def _ring_holds(c, p2p, where):
+    """What the peers cannot show: a ring that first receives every block and only then computes holds all cp of
+    them too. Each call of the file's block_attention uses a block; a ring uses each one as it arrives, so it never
+    has two received blocks waiting. Judged when every block went through block_attention and every receive was
+    waited for (a receive counts when its wait returns); only cp >= 3 has two blocks to receive."""
+    recvs = sum(1 for kind, *_ in p2p.events if kind == RECV)
+    if (c.cp < 3 or p2p.unwaited or recvs % (c.cp - 1)
+            or sum(1 for kind, *_ in p2p.events if kind == USED) < c.cp):
+        return
+    per_block, waiting, most = recvs // (c.cp - 1), 0, 0
+    for kind, *_ in p2p.events:
+        if kind == RECV:
+            waiting += 1
+            most = max(most, -(-waiting // per_block))
+        elif kind == USED:
+            waiting = max(0, waiting - per_block)
+    if most >= 2:
+        raise Fail(f"{where}: rank {c.r} of the cp group received {most} key/value blocks before it used one of them "
+                   f"(block_attention); a ring computes with each block as it arrives and then passes it on, so "
+                   f"that it holds at most two: receiving them all first holds all {c.cp}, the memory ring "
+                   f"attention exists to save")
+
+
+def _ring_bytes(c, p2p, shard, where):
+    """The bytes it gave to sends: a ring sends its key/value block and their positions cp-1 times. Judged from one
+    k block more on, so that a few bytes of bookkeeping (a shard size) pass: q as well, a block twice, one step more
+    round the ring or the blocks already passed on each send at least that."""
+    block = sum(t.nbytes for t in shard)
+    right = (c.cp - 1) * block
+    if p2p.bytes >= right + shard[0].nbytes:
+        raise Fail(f"{where}: rank {c.r} of the cp group sent {p2p.bytes} bytes to other ranks; a ring sends its "
+                   f"key/value block and their positions to the next rank cp-1 = {c.cp - 1} times: {right} bytes "
+                   f"here. Send k, v and the positions once per step (not q, not a block twice, not the blocks it "
+                   f"already passed on) and stop after cp-1 steps")
+
+
+def _ring_memory(c, held, shard, where):
+    """What it still held at a call of block_attention (``_Held``): a ring holds the block it computes with and
+    the one in flight, and one running output; only cp >= 4 has more than two blocks to keep."""
+    block = sum(t.nbytes for t in shard)
+    if held.blocks >= 2 * block + block // 2:      # half a block over two: a bigger receive buffer is no third
+        raise Fail(f"{where}: rank {c.r} of the cp group still held {held.blocks / block:.3g} received key/value "
+                   f"blocks ({held.blocks} bytes) when it called block_attention; a ring holds at most two (the one "
+                   f"it computes with and the one in flight): drop each block once it is used and passed on (keep "
+                   f"no list of them), or it holds all {c.cp}, the memory ring attention exists to save")
+    if held.outputs >= 3:
+        raise Fail(f"{where}: rank {c.r} of the cp group still held {held.outputs} partial outputs of earlier blocks "
+                   f"when it called block_attention; merge each block's (out, lse) into the running one with "
+                   f"merge_partials as it comes and keep only that: keeping them all to merge at the end holds one "
+                   f"per block, {c.cp} here, growing with cp")
+
+
+class _Held:
+    """``with _Held(mod, events) as held:`` each call of the file's block_attention noted in ``events``
+    (ring_attention looks it up at each call), and at each call the most bytes of received blocks still held
+    (``held.blocks``: the storages of the receives whose wait returned, each storage once however many views) and
+    of earlier calls' outputs still held (``held.outputs``). Entered inside P2PMeter, whose recv and wait it wraps."""
+
+    def __init__(self, mod, events):
+        self.mod, self.events, self.blocks, self.outputs = mod, events, 0, 0
+        self._posted, self._came, self._made = {}, [], []
+
+    def __enter__(self):
+        import torch
+        import torch.distributed.distributed_c10d as c10d
+        from torch.multiprocessing.reductions import StorageWeakRef
+        self._pg, self._work = c10d.ProcessGroup, c10d.Work
+        recv, wait = vars(self._pg)["recv"], vars(self._work)["wait"]
+        attend = getattr(self.mod, "block_attention", None)
+        self._real = recv, wait, attend
+
+        def ref(t):
+            s = t.untyped_storage()
+            return StorageWeakRef(s), s.nbytes()
+
+        def noted_recv(pg, tensors, *args, **kwargs):
+            work = recv(pg, tensors, *args, **kwargs)
+            self._posted[id(work)] = (work, [ref(t) for t in tensors])   # the work kept: its id stays its own
+            return work
+
+        def noted_wait(work, *args, **kwargs):
+            done = wait(work, *args, **kwargs)
+            self._came += self._posted.pop(id(work), (None, []))[1]
+            return done
+
+        def block_attention(*args, **kwargs):
+            self.events.append((USED, None, None))
+            alive = {r.cdata: n for r, n in self._came if not r.expired()}
+            self.blocks = max(self.blocks, sum(alive.values()))
+            self.outputs = max(self.outputs, len({r.cdata for r in self._made if not r.expired()}))
+            out = attend(*args, **kwargs)
+            if isinstance(out, tuple) and out and torch.is_tensor(out[0]):
+                self._made.append(ref(out[0])[0])
+            return out
+        self._pg.recv, self._work.wait = noted_recv, noted_wait
+        if attend is not None:
+            self.mod.block_attention = block_attention
+        return self
+
+    def __exit__(self, *exc):
+        recv, wait, attend = self._real
+        self._pg.recv, self._work.wait = recv, wait
+        if attend is not None:
+            self.mod.block_attention = attend
+        self._posted.clear()
+        return False
+
+
+def case_ring(c, balanced):
+    import torch
+    fn = c.need("ring_attention")
+    seq_len, full, pos = _inputs(c, balanced)
+    with torch.no_grad():
+        blocks = [[t[:, reference.positions(seq_len, c.cp, r, balanced)] for t in full[1:]]
+                  + [reference.positions(seq_len, c.cp, r, balanced)] for r in range(c.cp)]
+        c.take_counts()
+        with P2PMeter() as p2p, _Held(c.mod, p2p.events) as held:
+            out = as_tensor(fn(*(t[:, pos].clone() for t in full), pos.clone(), **c.kw), "ring_attention")
+        used = {k: n for k, n in c.take_counts().items() if n}
+        want = reference.serial(*full)[:, pos]
+        where = f"seq_len={seq_len}, cp={c.cp}, {_mode(balanced)}"
+        if used:
+            raise Fail(f"{where}: ring_attention called {', '.join(f'{n} x {k}' for k, n in used.items())}: pass the "
+                       f"key/value blocks around the ring with send/recv (isend/irecv), no collective")
+        _ring_peers(c, p2p, where)
+        _ring_holds(c, p2p, where)
+        judge(out, want, f"{where}: the output differs from causal attention in one process", [
+            (reference.ring_order(full[0][:, pos], blocks, c.r, reference.average),
+             f"{where}: ring attention without the log-sum-exp correction: the partial results are averaged; merge "
+             f"them with merge_partials (weights exp(lse_x - lse))")] if c.cp > 1 else ())
+        shard = [full[1][:, pos], full[2][:, pos], pos]
+        _ring_bytes(c, p2p, shard, where)
+        _ring_memory(c, held, shard, where)
+        return None

@@ -27,6 +27,9 @@ def install(rec) -> None:
         optimizers.add(self)
 
     def backward(self, *args, **kwargs):
+        if rec.data["optimizer_steps"] == 0:   # what scales the loss, before the graph is freed
+            prints["backwards"] = prints.get("backwards", 0) + 1
+            prints["loss_factor"] = _factor(self)
         result = original_backward(self, *args, **kwargs)
         if rec.data["optimizer_steps"] == 0 and len(optimizers) == 1:
             prints["backward"] = _fingerprint(next(iter(optimizers)))
@@ -39,6 +42,50 @@ def install(rec) -> None:
     torch.optim.Optimizer.__init__ = init
     torch.Tensor.backward = backward
     register_optimizer_step_pre_hook(before_step)
+
+
+def _factor(loss) -> float | None:
+    """The constant the tensor given to backward was last multiplied or divided by (``loss / world_size``, ``0.5 *
+    loss``): the product of the constant factors at the top of its graph; None when there is none."""
+    node, factor = loss.grad_fn, None
+    try:
+        for _ in range(4):
+            name = node.name() if node is not None else ""
+            if name not in ("MulBackward0", "DivBackward0"):
+                break
+            saved = [getattr(node, a, None) for a in ("_saved_other", "_saved_self")]
+            constant = next((t for t in saved if t is not None and t.numel() == 1 and not t.requires_grad), None)
+            if constant is None:
+                break
+            value = float(constant)
+            factor = (factor or 1.0) * (1.0 / value if name == "DivBackward0" else value)
+            node = next((f for f, _ in node.next_functions if f is not None), None)
+    except Exception:  # noqa: BLE001 - an odd graph: no factor, no verdict from it
+        return None
+    return factor
+
+
+def _divided(records: list) -> bool:
+    """Every rank divided the loss of its one backward before the first step by the world size (gradient
+    accumulation, several backwards per step, divides by their count: left out)."""
+    n = len(records)
+    prints = [r.get(KEY) or {} for r in records]
+    return n > 1 and all(p.get("backwards") == 1 and p.get("loss_factor") is not None
+                         and abs(p["loss_factor"] * n - 1) < 1e-6 for p in prints)
+
+
+def loss_divided(records: list, more: list) -> str | None:
+    """Step 2's failure when the ranks of both runs (``more``: the run with more ranks) divided the loss by their
+    world size under DDP, which divides each gradient by it too: seen on two world sizes, the factor is no constant
+    of the loss's own (0.5 * loss equals 1/W only with 2 ranks)."""
+    if not (_divided(records) and _divided(more)):
+        return None
+    n, m = len(records), len(more)
+    return (f"the parameters are identical on all {n} ranks, but every rank divided its loss by the world size before "
+            f"backward (by {n}, and by {m} with {m} ranks), and DDP divides each gradient by it again as it averages "
+            f"them (the sum of the {n} divided gradients is their mean): every step's gradient is {n} times too "
+            f"small (with plain SGD, a learning rate {n} times smaller). Drop the division: backward on the loss "
+            "itself.")
 
 
 def _fingerprint(optimizer) -> list | None:

@@ -161,7 +161,7 @@ def _jobs(styles: tuple, more_ranks, simulate: bool) -> tuple[list, list]:
 def judge(report: Report, seen: Seen) -> None:
     """One verdict per step from what the launches showed (a failure is placed at the step it stopped in)."""
     script, runs, primary, more, sims = seen.script, seen.runs, seen.primary, seen.more, seen.sims
-    judged = {1: step1(primary), 2: step2(primary), 3: step3(primary, more),
+    judged = {1: step1(primary), 2: step2(primary, more), 3: step3(primary, more),
               4: step4(primary, cluster.devices(sims.get("gpus"))), 5: step5(primary)}
     m = step1(more) if more is not None and not works(more) else None
     _fail(judged, 1, m and not m[0] and (False, f"with {more.nprocs} ranks: {m[1]}"))

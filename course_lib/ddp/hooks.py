@@ -8,7 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from course_lib.ddp import averaging
+from course_lib.ddp import averaging, traffic
 from course_lib.ddp.recorder import COLLECTIVES, Recorder, called
 
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID",
@@ -123,6 +123,8 @@ def _count_collectives(rec: Recorder):
             c[_name] = c.get(_name, 0) + 1
             numel = sum(a.numel() for a in args if isinstance(a, torch.Tensor))
             c[_name + ":numel"] = c.get(_name + ":numel", 0) + numel
+            if rec.current_iter is not None and numel:   # inside a loop over a DataLoader: ddp.traffic judges it
+                traffic.note(rec.current_iter, _name, numel, lambda: rec.place(traceback.extract_stack()))
 
         wrapped = called(name, fn, rec, count)
         setattr(c10d, name, wrapped)

@@ -5,7 +5,7 @@ step was there (the failure is then reported at the step it stopped in).
 """
 from pathlib import Path
 
-from course_lib.ddp import averaging
+from course_lib.ddp import averaging, traffic
 from course_lib.ddp.hooks import loads_into_net, stat_of
 from course_lib.ddp.messages import ENV_HELP, first, short
 from course_lib.ddp.runs import EPOCHS, Run, group
@@ -121,7 +121,9 @@ def trained(run: Run, rank: int) -> bool:
     return bool(loader) and sum(it["done"] for it in loader["iters"]) >= EPOCHS and rec.get("optimizer_steps", 0) > 0
 
 
-def step2(run: Run):
+def step2(run: Run, more: Run | None = None):
+    """``more``: the run with more ranks, where it ran to its end (a loss divided by the world size is judged on
+    both world sizes: a constant factor that equals 1/W on one of them may be the loss's own)."""
     if not all(trained(run, r) for r in range(run.nprocs)):
         return None
     n = run.nprocs
@@ -144,19 +146,31 @@ def step2(run: Run):
                     "device).")
         return False, (f"after {steps[0]} steps the parameters differ between ranks (largest difference {diff:.2e}): "
                        f"{why}")
-    if all(ddp_made) and all(ddp_used):
+    # DDP averaged in backward unless every training forward ran inside no_sync() (then the script averaged itself)
+    ddp_averaged = all(ddp_used) and all(f[1] < f[0] for f in (run.rec(r)["ddp_grad_forward"] for r in range(n)))
+    summed = averaging.judge([run.rec(r) for r in range(n)]) == "summed"
+    extra = traffic.judge([train_loader(run.rec(r)) for r in range(n)], params[0].size, ddp_averaged, summed)
+    if extra:
+        return False, extra
+    divided = ddp_averaged and more is not None and more.finished() and averaging.loss_divided(
+        [run.rec(r) for r in range(n)], [more.rec(r) for r in range(more.nprocs)])
+    if divided:
+        return False, divided
+    if all(ddp_made) and ddp_averaged:
         return True, (f"parameters identical on all {n} ranks after {steps[0]} optimizer steps: "
                       "DDP averaged the gradients")
     reduced = [run.rec(r)["collectives"].get("all_reduce:numel", 0)
                + run.rec(r)["collectives"].get("reduce_scatter:numel", 0) for r in range(n)]
     if all(x >= params[0].size for x in reduced):
-        if averaging.judge([run.rec(r) for r in range(n)]) == "summed":
+        if summed:
             return False, (f"the parameters are identical on all {n} ranks, but the first step used the sum of the "
                            f"ranks' gradients, not their mean: all_reduce sums by default, so every step's gradient "
                            f"is {n} times too large (with plain SGD, a learning rate {n} times larger). Divide the "
                            "reduced gradients by the world size, or wrap the model in DistributedDataParallel.")
         return True, (f"parameters identical on all {n} ranks after {steps[0]} optimizer steps: "
-                      "the gradients were averaged with all_reduce")
+                      "the gradients were averaged with all_reduce"
+                      + (" (DDP averaged none of them: every training forward ran inside model.no_sync())"
+                         if all(ddp_used) else ""))
     return False, ("the parameters are identical on all ranks only because every rank trained on the same data "
                    "in the same order; nothing averaged the gradients between ranks. "
                    + (_built_not_used(ddp_made, ddp_used) or "Wrap the model in DistributedDataParallel, so that "

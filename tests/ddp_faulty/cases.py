@@ -177,6 +177,75 @@ CASES = [
                                         "            dist.all_reduce(p.grad)\n"
                                         "            p.grad /= dist.get_world_size()\n")],
            expect={f"Step {n}": PASS for n in range(1, 7)}),
+    # what the values cannot show: identical parameters, but traffic or a step size the checker measures
+    Faulty("ddp_grads_reduced_again", why="DDP, and after backward the script all-reduces every gradient again and "
+                                          "divides by the world size: the values are unchanged, the traffic doubled",
+           edits=[(BACKWARD, BACKWARD + "        for p in model.parameters():  # average the gradients\n"
+                                        "            dist.all_reduce(p.grad)\n"
+                                        "            p.grad /= dist.get_world_size()\n")],
+           expect={"Step 2": ("fail", r"DistributedDataParallel already averages every gradient inside backward, but "
+                                      r"rank \d's own collectives in the training loop sent 1.0 times the model's "
+                                      r"1,199,882 parameters per optimizer step \(all_reduce 1.0; the largest at line "
+                                      r"{line:dist.all_reduce(p.grad)}.*values are unchanged, but about 2 times the "
+                                      r"traffic.*Drop them"), "Step 3": PASS}),
+    Faulty("ddp_grads_summed_again", why="the same without the division: DDP's average summed again, each step W "
+                                         "times too large, while the ranks still agree",
+           edits=[(BACKWARD, BACKWARD + "        for p in model.parameters():  # share the gradients\n"
+                                        "            dist.all_reduce(p.grad)\n")],
+           expect={"Step 2": ("fail", r"already averages every gradient.*all_reduce 1.0.*the first step used 2 times "
+                                      r"the averaged gradient: the script summed DDP's average again")}),
+    Faulty("ddp_params_broadcast_every_step", why="DDP, and the script broadcasts rank 0's parameters after every "
+                                                  "step to keep the copies in step: they already are",
+           edits=[("        scaler.update()\n", "        scaler.update()\n"
+                                                "        for p in model.parameters():  # keep the copies in step\n"
+                                                "            dist.broadcast(p.data, 0)\n")],
+           expect={"Step 2": ("fail", r"already averages every gradient.*\(broadcast 1.0; the largest at line "
+                                      r"{line:dist.broadcast(p.data, 0)}.*without any broadcast")}),
+    Faulty("ddp_loss_gathered_for_log", why="correct: every step all_gathers the loss for the log line, a scalar per "
+                                            "rank, not the model's worth: no traffic worth a verdict",
+           edits=[("        total_loss += loss.item() * len(data)\n",
+                   "        losses = [torch.zeros_like(loss) for _ in range(dist.get_world_size())]\n"
+                   "        dist.all_gather(losses, loss.detach())  # every rank's loss, for the log\n"
+                   "        total_loss += torch.stack(losses).mean().item() * len(data)\n")],
+           expect={**{f"Step {n}": PASS for n in range(1, 7)}, "Step 2": ("pass", r"DDP averaged the gradients")}),
+    Faulty("no_sync_own_average", why="correct, if roundabout: every forward inside model.no_sync(), and the script "
+                                      "averages the gradients itself: one all_reduce of each, divided; the verdict "
+                                      "says DDP averaged none",
+           edits=[("        with autocast():\n            output = model(data)\n"
+                   "            loss = F.nll_loss(output.float(), target)\n" + BACKWARD,
+                   "        with model.no_sync():  # I average myself\n            with autocast():\n"
+                   "                output = model(data)\n                loss = F.nll_loss(output.float(), target)\n"
+                   "            scaler.scale(loss).backward()\n"
+                   "        for p in model.parameters():\n            dist.all_reduce(p.grad)\n"
+                   "            p.grad /= dist.get_world_size()\n")],
+           expect={**{f"Step {n}": PASS for n in range(1, 7)},
+                   "Step 2": ("pass", r"averaged with all_reduce \(DDP averaged none of them: every training forward "
+                                      r"ran inside model.no_sync\(\)\)")}),
+    Faulty("loss_divided_by_world_size", options=NODES,
+           why="the loss divided by the world size \"because DDP sums\": DDP divides already, so each step is W times "
+               "too small while the ranks agree; seen on 2 and 3 ranks",
+           edits=[("            loss = F.nll_loss(output.float(), target)\n",
+                   "            loss = F.nll_loss(output.float(), target) / dist.get_world_size()  # DDP sums\n")],
+           expect={"Step 2": ("fail", r"every rank divided its loss by the world size before backward \(by 2, and by 3 "
+                                      r"with 3 ranks\).*2 times too small.*Drop the division"), "Step 3": PASS}),
+    Faulty("loss_halved", options=NODES,
+           why="correct for DDP: the loss times a constant 0.5, which is 1/W with 2 ranks but not with 3",
+           edits=[("            loss = F.nll_loss(output.float(), target)\n",
+                   "            loss = 0.5 * F.nll_loss(output.float(), target)\n")],
+           expect={f"Step {n}": PASS for n in range(1, 7)}),
+    Faulty("own_average_and_broadcast", why="no DDP: the script averages each gradient with all_reduce (right), then "
+                                            "also broadcasts the parameters after every step: twice the traffic",
+           edits=[(DDP_WRAP + "  # Step 2: same start, averaged gradients\n", ""),
+                  (SAVE, SAVE.replace("model.module.", "model.")),
+                  (BACKWARD, BACKWARD + "        for p in model.parameters():  # average the gradients\n"
+                                        "            dist.all_reduce(p.grad)\n"
+                                        "            p.grad /= dist.get_world_size()\n"),
+                  ("        scaler.update()\n", "        scaler.update()\n"
+                                                "        for p in model.parameters():  # keep the copies in step\n"
+                                                "            dist.broadcast(p.data, 0)\n")],
+           expect={"Step 2": ("fail", r"the script averages the gradients itself, which takes one all_reduce of each "
+                                      r"gradient per step, but rank \d's own collectives in the training loop sent 2.0 "
+                                      r"times .*\((all_reduce 1.0, broadcast 1.0|broadcast 1.0, all_reduce 1.0)")}),
     Faulty("crash_rank1", why="rank 1 crashes in the second epoch",
            edits=[(START, START + "        if rank == 1 and epoch == 2:\n"
                                   '            raise RuntimeError("simulated failure on rank 1")\n')],

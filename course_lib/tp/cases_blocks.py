@@ -2,8 +2,9 @@
 output, where it differs from serial, is compared with the usual mistakes (the scale, a missing transpose of the
 heads), each computed on the same weights shard by shard as the ranks do."""
 from course_lib.checking.case import Fail
+from course_lib.checking.collectives import Collectives, ring
 from course_lib.tp.cases_linear import N_IN, ONE_F
-from course_lib.tp.meter import check_held, check_sent, ring, wire
+from course_lib.tp.meter import check_held, check_sent
 from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, judge, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
 
@@ -33,7 +34,7 @@ def case_mlp(c):
     x0 = rand(c.seed + 13, 3, 5, h)   # [batch, sequence, hidden]
     x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
     c.take_counts()
-    with wire() as fwd_sent:
+    with Collectives() as fwd_sent:
         y = as_tensor(mlp(x), "ParallelMLP")
     fwd = c.take_counts()
     want = fc2(F.gelu(fc1(xs)))
@@ -41,7 +42,7 @@ def case_mlp(c):
         (fc2(F.relu(fc1(xs))).detach(), "ParallelMLP uses ReLU; the course's MLP (and its serial twin) uses GELU: "
                                         "F.gelu")])
     grad_out = rand(c.seed + 14, 3, 5, h)
-    with wire() as bwd_sent:
+    with Collectives() as bwd_sent:
         (y * grad_out).sum().backward()
     bwd = c.take_counts()
     (want * grad_out).sum().backward()
@@ -78,7 +79,7 @@ def case_attention(c):
     load_row(attn.proj, serial["proj"], c.tp, c.r)
     x0 = rand(c.seed + 25, b, t, h)
     x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
-    with wire() as fwd:
+    with Collectives() as fwd:
         y = as_tensor(attn(x), "ParallelSelfAttention")
     want = sharded(serial, xs, (b, t, h, heads), 1)   # one rank: serial multi-head attention
     if not close(y.detach(), want.detach()):
@@ -87,7 +88,7 @@ def case_attention(c):
         raise Fail(f"ParallelSelfAttention: forward output differs from serial multi-head attention with "
                    f"{heads} heads ({diff(y.detach(), want.detach())}); {why}")
     grad_out = rand(c.seed + 26, b, t, h)
-    with wire() as bwd:
+    with Collectives() as bwd:
         (y * grad_out).sum().backward()
     (want * grad_out).sum().backward()
     sl = slice(c.r * h // c.tp, (c.r + 1) * h // c.tp)

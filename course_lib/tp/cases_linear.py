@@ -2,7 +2,8 @@
 layers: ColumnParallelLinear (and gather_output=True), RowParallelLinear (and input_is_parallel=False), each against
 the serial ``nn.Linear`` whose shard it is given."""
 from course_lib.checking.case import Fail
-from course_lib.tp.meter import check_held, check_sent, ring, wire
+from course_lib.checking.collectives import Collectives, ring
+from course_lib.tp.meter import check_held, check_sent
 from course_lib.tp.numerics import as_tensor, close, compare_grads, judge, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
 
@@ -16,7 +17,7 @@ def case_f(c):
     fn = c.need("copy_to_parallel_region")
     x0 = rand(c.seed + 1, 4, 6)
     x = x0.clone().requires_grad_()
-    with wire() as fwd:
+    with Collectives() as fwd:
         y = as_tensor(fn(x, **c.kw), "copy_to_parallel_region")
     judge(y.detach(), x0, "forward of copy_to_parallel_region must return its input unchanged", [
         (c.tp * x0, "forward of copy_to_parallel_region must be the identity: it returned tp times the input "
@@ -25,7 +26,7 @@ def case_f(c):
         raise Fail("the output of copy_to_parallel_region does not require grad: make it a torch.autograd.Function "
                    "(call it with .apply) and return the result of forward")
     grads = [rand(c.seed + 100 + i, 4, 6) for i in range(c.tp)]   # rank i's upstream gradient
-    with wire() as bwd:
+    with Collectives() as bwd:
         (y * grads[c.r]).sum().backward()
     want = sum(grads)
     judge(x.grad, want, "backward of copy_to_parallel_region must return the sum of the ranks' gradients", [
@@ -43,7 +44,7 @@ def case_g(c):
     fn = c.need("reduce_from_parallel_region")
     parts = [rand(c.seed + 10 + i, 4, 6) for i in range(c.tp)]   # rank i's partial result
     x = parts[c.r].clone().requires_grad_()
-    with wire() as fwd:
+    with Collectives() as fwd:
         y = as_tensor(fn(x.clone(), **c.kw), "reduce_from_parallel_region")
     want = sum(parts)
     judge(y.detach(), want, "forward of reduce_from_parallel_region must return the sum over the group", [
@@ -55,7 +56,7 @@ def case_g(c):
         raise Fail("the output of reduce_from_parallel_region does not require grad: make it a "
                    "torch.autograd.Function (call it with .apply)")
     grads = [rand(c.seed + 200 + i, 4, 6) for i in range(c.tp)]
-    with wire() as bwd:
+    with Collectives() as bwd:
         (y * grads[c.r]).sum().backward()
     judge(x.grad, grads[c.r], "backward of reduce_from_parallel_region must pass the gradient through unchanged", [
         (sum(grads), "backward of reduce_from_parallel_region must be the identity: it all-reduces the gradient "
@@ -79,7 +80,7 @@ def case_column(c, gather):
     o, sl = N_OUT // c.tp, slice(c.r * N_OUT // c.tp, (c.r + 1) * N_OUT // c.tp)
     x0 = rand(c.seed + 4, 5, N_IN)
     x, xs = x0.clone().requires_grad_(), x0.clone().requires_grad_()
-    with wire() as fwd:
+    with Collectives() as fwd:
         y = as_tensor(layer(x), name)
     full = serial(xs)
     want = (full if gather else full[:, sl]).detach()
@@ -93,7 +94,7 @@ def case_column(c, gather):
     judge(y.detach(), want, f"{name}: forward output differs from the serial layer's {part}",
           [(want - (serial.bias if gather else serial.bias[sl]).detach(), f"{name}: the bias is not added")])
     grad_full = rand(c.seed + 5, 5, N_OUT)
-    with wire() as bwd:
+    with Collectives() as bwd:
         (y * (grad_full if gather else grad_full[:, sl])).sum().backward()
     (full * grad_full).sum().backward()
     partial = grad_full[:, sl] @ serial.weight.detach()[sl]
@@ -142,7 +143,7 @@ def case_row(c, parallel_input):
     xs = x0.clone().requires_grad_()
     x = (x0[:, sl] if parallel_input else x0).clone().requires_grad_()
     try:
-        with wire() as fwd:
+        with Collectives() as fwd:
             y = as_tensor(layer(x), name)
     except RuntimeError as e:   # a shape error with a whole input is explained
         if not parallel_input and "shape" in str(e):
@@ -159,7 +160,7 @@ def case_row(c, parallel_input):
         (partial + bias, unreduced), (partial, unreduced),
         (want.detach() - bias, f"{name}: the bias is not added (add it once, after the all-reduce)")])
     grad_out = rand(c.seed + 8, 5, n_out)
-    with wire() as bwd:
+    with Collectives() as bwd:
         (y * grad_out).sum().backward()
     (want * grad_out).sum().backward()
     want_x = xs.grad[:, sl] if parallel_input else xs.grad

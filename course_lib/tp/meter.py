@@ -1,9 +1,11 @@
 """Measures of what the values cannot show: the numbers a rank sends in collectives, and the bytes a layer keeps.
 
-``wire`` records the kind and size of every collective the learner's code calls, however it calls it; ``held`` adds
-up the storage behind every tensor a module keeps, so a shard that is a view of the whole weight counts as the whole.
+``check_sent`` judges the calls ``checking.collectives.Collectives`` recorded (every collective the learner's code
+calls, however it calls it); ``check_held`` adds up the storage behind every tensor a module keeps, so a shard that
+is a view of the whole weight counts as the whole.
 """
 from course_lib.checking.case import Fail
+from course_lib.checking.collectives import ring
 
 # the op's name without underscores, by prefix (reduce_scatter before reduce, all_gather before gather) -> kind
 KINDS = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
@@ -12,73 +14,16 @@ KINDS = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatt
 RING = "per rank as a ring sends them: an all-reduce of n numbers 2(tp-1)/tp x n, any other collective (tp-1)/tp x n"
 
 
-def ring(kind: str, n: int, tp: int) -> float:
-    """Numbers one rank sends for a collective over ``n`` numbers (the all-gather's whole output) in a ring."""
-    return (2 if kind == "all_reduce" else 1) * (tp - 1) / tp * n
-
-
-def _numel(x) -> int:
-    import torch
-    from torch.utils._pytree import tree_leaves
-    return sum(t.numel() for t in tree_leaves(x) if isinstance(t, torch.Tensor))
-
-
-class wire:
-    """``with wire() as w: ...``: ``w.calls`` gets (kind, numbers) for each collective, where it reaches a process
-    group object or the dispatcher's ops (the innermost ways in, so that each collective is seen once, however it was
-    called: ``dist.*``, a ProcessGroup object, the functional collectives, inside autograd's backward). numbers: the
-    larger of its input and output."""
-
-    def __init__(self):
-        self.calls: list[tuple[str, int]] = []
-        self._saved: list = []
-
-    def _record(self, owner, name: str, fn):
-        kind = next((k for prefix, k in KINDS if name.replace("_", "").startswith(prefix)), None)
-        functional_gather = kind == "all_gather" and getattr(owner, "name", "") == "_c10d_functional"
-
-        def recorded(*args, **kwargs):
-            if kind:
-                n = max([_numel(a) for a in args] + [_numel(v) for v in kwargs.values()])
-                if functional_gather and "out" not in kwargs:
-                    n = _numel(args[0]) * args[1]   # (input, group_size, group_name): the output is tp inputs
-                self.calls.append((kind, n))
-            return fn(*args, **kwargs)
-        return recorded
-
-    def __enter__(self):
-        for owner, attr, name in _innermost():
-            fn = vars(owner)[attr]   # the guard's counting function while it is active: it goes on counting
-            self._saved.append((owner, attr, fn))
-            setattr(owner, attr, self._record(owner, name, fn))
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        for owner, attr, fn in reversed(self._saved):
-            setattr(owner, attr, fn)
-        self._saved = []
-        return False
-
-
-_INNERMOST: list = []
-
-
-def _innermost():
-    """(owner, attribute, torch.distributed name) of the methods of ProcessGroup and its backends and of the ops
-    torch.ops.c10d / _c10d_functional (the functional collectives' Python functions call those ops)."""
-    if not _INNERMOST:
-        import torch.distributed._functional_collectives as funcol
-
-        from course_lib.checking.guard import other_ways
-        _INNERMOST.extend(w for w in other_ways() if w[0] is not funcol)
-    return _INNERMOST
+def kind(name: str) -> str:
+    """A torch.distributed name as the messages say it: all_gather_into_tensor is an all_gather."""
+    return next(k for prefix, k in KINDS if name.replace("_", "").startswith(prefix))
 
 
 def check_sent(name: str, when: str, calls, need: float, tp: int, advice: str) -> None:
-    """Fail when ``calls`` send more numbers per rank than ``need``."""
-    sent = sum(ring(kind, n, tp) for kind, n in calls)
+    """Fail when ``calls`` (``Collectives.calls``) send more numbers per rank than ``need``."""
+    sent = sum(ring(op, n, tp) for op, n, _ in calls)
     if sent > need * (1 + 1e-9):
-        listed = ", ".join(f"{kind} of {n} numbers" for kind, n in calls)
+        listed = ", ".join(f"{kind(op)} of {n} numbers" for op, n, _ in calls)
         raise Fail(f"{name}: values and gradients are right, but its {when} sends {sent:g} numbers per rank where "
                    f"{need:g} are enough: {advice} (measured: {listed}; {RING})")
 

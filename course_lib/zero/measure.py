@@ -1,7 +1,7 @@
 """What a ZeroOptimizer holds and sends, measured rather than inferred from its values (the ZeRO case, zerocase.py):
 a full-size gradient kept in an attribute of any name is seen, and one kept where no attribute leads (a global, a
 class attribute, a closure) by the tensors that step() made and left alive; the bytes sent: ``checking.p2p.P2PMeter``
-sees point-to-point sends, ``Collectives`` the library's collectives (they move their bytes inside gloo) by size.
+sees point-to-point sends, ``checking.collectives.Collectives`` the library's collectives by size.
 """
 import gc
 import types
@@ -142,61 +142,3 @@ def largest(found: dict, count: int = 2) -> str:
     """The biggest held tensors, in words: 'zero.grads (101 elements, 808 B)'."""
     top = sorted(found.values(), key=lambda v: -v[0])[:count]
     return ", ".join(f"{path} ({n:,} elements, {b:,} B)" for b, n, path in top)
-
-
-class Collectives:
-    """``with Collectives() as lib: zero.step()`` -> ``lib.calls``: (torch.distributed name, elements, bytes) of each
-    library collective, seen where it reaches a process group or the dispatcher's ops (``guard.other_ways``: each
-    once, however it was called); bytes: its larger side, the input or the output (an all-gather's whole output).
-    gloo moves them where ``P2PMeter`` does not see: ``ring_bytes`` is what one rank sends of them in a ring."""
-
-    def __enter__(self) -> "Collectives":
-        self.calls, self._saved = [], []
-        for owner, attr, name in _ways():
-            fn = vars(owner)[attr]   # the guard's counting function: it goes on counting
-            self._saved.append((owner, attr, fn))
-            setattr(owner, attr, self._record(name, fn))
-        return self
-
-    def _record(self, name, fn):
-        def recorded(*args, **kwargs):
-            sides = [_tensors(a) for a in (*args, *kwargs.values())]
-            numel, size = max(sides, default=(0, 0), key=lambda s: s[1])
-            if size and name not in ("barrier", "monitored_barrier"):
-                self.calls.append((name, numel, size))
-            return fn(*args, **kwargs)
-        return recorded
-
-    def __exit__(self, *exc) -> bool:
-        for owner, attr, fn in reversed(self._saved):
-            setattr(owner, attr, fn)
-        return False
-
-    def ring_bytes(self, world: int) -> float:
-        """Bytes one rank sends for these calls in a ring: an all-reduce 2 (W-1)/W of them, the others (W-1)/W."""
-        return sum((2 if name.startswith("all_reduce") else 1) * (world - 1) / world * size
-                   for name, _, size in self.calls)
-
-
-_WAYS: list = []
-
-
-def _ways():
-    """guard.other_ways without the functional collectives' Python functions: they call the ops, seen there."""
-    if not _WAYS:
-        import torch.distributed._functional_collectives as funcol
-
-        from course_lib.checking.guard import other_ways
-        _WAYS.extend(w for w in other_ways() if w[0] is not funcol)
-    return _WAYS
-
-
-def _tensors(x) -> tuple[int, int]:
-    """(elements, bytes) of the tensors in ``x`` (a tensor, or lists of them, as ProcessGroup methods take)."""
-    import torch
-    if isinstance(x, torch.Tensor):
-        return x.numel(), x.numel() * x.element_size()
-    if isinstance(x, (list, tuple)):
-        parts = [_tensors(v) for v in x]
-        return sum(p[0] for p in parts), sum(p[1] for p in parts)
-    return 0, 0

@@ -5,6 +5,7 @@ every rank: the optimizer state, the bytes held and sent (measure.py).
 import copy
 
 from course_lib.checking.case import Fail, flat, need
+from course_lib.checking.collectives import Collectives
 from course_lib.checking.p2p import P2PMeter
 from course_lib.zero import measure
 
@@ -75,7 +76,7 @@ def _zero(c, stage, opt_cls, kw, collectives, model):
 def _one_step(c, ref, ref_opt, mine, zero, step):
     """One step of both; returns (learner's collective counts, full-size gradient bytes left after step, what the
     learner's side holds after step (measure.held), what it sent: (bytes handed to point-to-point sends, the library
-    collectives that ran (measure.Collectives)))."""
+    collectives that ran (checking.collectives.Collectives)))."""
     import torch.nn.functional as F
     x, y = batch(step, c.rank)
     F.mse_loss(ref(x), y).backward()
@@ -83,7 +84,7 @@ def _one_step(c, ref, ref_opt, mine, zero, step):
     ref_opt.zero_grad()
     F.mse_loss(mine(x), y).backward()
     c.take_counts()
-    with P2PMeter() as sent, measure.Collectives() as lib, measure.NewTensors() as made:
+    with P2PMeter() as sent, Collectives() as lib, measure.NewTensors() as made:
         zero.step()
     counts = c.take_counts()
     left = sum(measure.nbytes(p.grad) for p in mine.parameters())
@@ -126,7 +127,7 @@ def state_over(mine: int, ddp: int, n: int, world: int) -> bool:
 def sent_problem(c, sent, n, elem):
     """Bytes sent in one step against the rings' count: reduce-scatter and all-gather each send W-1 chunks of at
     most ceil(n/W) elements, 2 (W-1)/W n in all, what DDP's ring all-reduce sends. ``sent``: (bytes handed to
-    point-to-point sends, measure.Collectives), the library's counted as a ring sends them."""
+    point-to-point sends, checking.collectives.Collectives), the library's counted as a ring sends them."""
     p2p, lib = sent
     total = p2p + lib.ring_bytes(c.world)
     allowed = 2 * (c.world - 1) * -(-n // c.world) * elem
@@ -201,7 +202,7 @@ def float32_problem(c, stage, collectives):
     zero = _zero(c, stage, torch.optim.SGD, {"lr": 0.1}, collectives, model)
     x, y = batch(0, c.rank)
     F.mse_loss(model(x.float()), y.float()).backward()
-    with P2PMeter() as p2p, measure.Collectives() as lib:
+    with P2PMeter() as p2p, Collectives() as lib:
         zero.step()
     c.take_counts()
     problem, _ = sent_problem(c, (p2p.bytes, lib), sum(p.numel() for p in model.parameters()), 4)

@@ -12,12 +12,16 @@ SEND, RECV = 1, 2
 class P2PMeter:
     """``with P2PMeter() as m: ...`` -> ``m.bytes`` given to sends, ``m.sent_to`` and ``m.received_from``: the peers
     (``"any"`` for a receive from any source); ``m.events``: (SEND or RECV, peer, tag) in the order this rank did
-    them, a send when it was posted, a receive when its wait() returned (its data is there only then)."""
+    them, a send when it was posted, a receive when its wait() returned (its data is there only then); ``m.arrived``:
+    (weak reference to its storage, bytes) of each tensor received, from when its wait() returned (what a rank still
+    holds of what it received: those not ``expired()``)."""
 
     def __enter__(self) -> "P2PMeter":
         import torch.distributed.distributed_c10d as c10d  # deferred: the launcher, which imports no torch, reads this
-        self.bytes, self.sent_to, self.received_from, self.events = 0, set(), set(), []
-        self._pending: dict = {}   # id(work) -> (work, its RECV event): a receive posted, not yet waited for
+        from torch.multiprocessing.reductions import StorageWeakRef
+        self.bytes, self.sent_to, self.received_from, self.events, self.arrived = 0, set(), set(), [], []
+        # id(work) -> (work, its RECV event, its tensors' storages): a receive posted, not yet waited for
+        self._pending: dict = {}
         self._cls, self._work = c10d.ProcessGroup, c10d.Work
         self._real = {name: vars(self._cls)[name] for name in ("send", "recv", "recv_anysource")}
         send, recv, anysource = self._real.values()
@@ -32,7 +36,8 @@ class P2PMeter:
         def metered_recv(pg, tensors, src, tag=0, *args, **kwargs):
             self.received_from.add(src)
             work = recv(pg, tensors, src, tag, *args, **kwargs)
-            self._pending[id(work)] = (work, (RECV, src, tag))
+            storages = [(StorageWeakRef(s), s.nbytes()) for s in (t.untyped_storage() for t in tensors)]
+            self._pending[id(work)] = (work, (RECV, src, tag), storages)
             return work
 
         def metered_anysource(pg, *args, **kwargs):
@@ -42,7 +47,9 @@ class P2PMeter:
         def metered_wait(work, *args, **kwargs):
             done = wait(work, *args, **kwargs)
             if id(work) in self._pending:
-                self.events.append(self._pending.pop(id(work))[1])
+                _, event, storages = self._pending.pop(id(work))
+                self.events.append(event)
+                self.arrived += storages
             return done
 
         self._cls.send, self._cls.recv, self._cls.recv_anysource = metered_send, metered_recv, metered_anysource
@@ -54,7 +61,8 @@ class P2PMeter:
             setattr(self._cls, name, real)
         self._work.wait = self._wait
         self.unwaited = len(self._pending)   # receives never waited for: when their data came is not known
-        self.events += [event for _, event in self._pending.values()]
+        self.events += [event for _, event, _ in self._pending.values()]
+        self._pending.clear()
         return False
 
     def off_ring(self, me: int, world: int) -> bool:

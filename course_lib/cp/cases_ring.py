@@ -77,58 +77,36 @@ def _ring_memory(c, held, shard, where):
 
 
 class _Held:
-    """``with _Held(mod, events) as held:`` each call of the file's block_attention noted in ``events``
-    (ring_attention looks it up at each call), and at each call the most bytes of received blocks still held
-    (``held.blocks``: the storages of the receives whose wait returned, each storage once however many views) and
-    of earlier calls' outputs still held (``held.outputs``). Entered inside P2PMeter, whose recv and wait it wraps."""
+    """``with _Held(mod, p2p) as held:`` each call of the file's block_attention noted in ``p2p.events`` (ring_attention
+    looks it up at each call), and at each call the most bytes of received blocks still held (``held.blocks``: the
+    storages of the receives whose wait returned, ``p2p.arrived``, each storage once however many views) and of
+    earlier calls' outputs still held (``held.outputs``). Entered inside the P2PMeter ``p2p``."""
 
-    def __init__(self, mod, events):
-        self.mod, self.events, self.blocks, self.outputs = mod, events, 0, 0
-        self._posted, self._came, self._made = {}, [], []
+    def __init__(self, mod, p2p):
+        self.mod, self.p2p, self.blocks, self.outputs = mod, p2p, 0, 0
+        self._made = []
 
     def __enter__(self):
         import torch
-        import torch.distributed.distributed_c10d as c10d
         from torch.multiprocessing.reductions import StorageWeakRef
-        self._pg, self._work = c10d.ProcessGroup, c10d.Work
-        recv, wait = vars(self._pg)["recv"], vars(self._work)["wait"]
-        attend = getattr(self.mod, "block_attention", None)
-        self._real = recv, wait, attend
-
-        def ref(t):
-            s = t.untyped_storage()
-            return StorageWeakRef(s), s.nbytes()
-
-        def noted_recv(pg, tensors, *args, **kwargs):
-            work = recv(pg, tensors, *args, **kwargs)
-            self._posted[id(work)] = (work, [ref(t) for t in tensors])   # the work kept: its id stays its own
-            return work
-
-        def noted_wait(work, *args, **kwargs):
-            done = wait(work, *args, **kwargs)
-            self._came += self._posted.pop(id(work), (None, []))[1]
-            return done
+        attend = self._real = getattr(self.mod, "block_attention", None)
 
         def block_attention(*args, **kwargs):
-            self.events.append((USED, None, None))
-            alive = {r.cdata: n for r, n in self._came if not r.expired()}
+            self.p2p.events.append((USED, None, None))
+            alive = {r.cdata: n for r, n in self.p2p.arrived if not r.expired()}
             self.blocks = max(self.blocks, sum(alive.values()))
             self.outputs = max(self.outputs, len({r.cdata for r in self._made if not r.expired()}))
             out = attend(*args, **kwargs)
             if isinstance(out, tuple) and out and torch.is_tensor(out[0]):
-                self._made.append(ref(out[0])[0])
+                self._made.append(StorageWeakRef(out[0].untyped_storage()))
             return out
-        self._pg.recv, self._work.wait = noted_recv, noted_wait
         if attend is not None:
             self.mod.block_attention = block_attention
         return self
 
     def __exit__(self, *exc):
-        recv, wait, attend = self._real
-        self._pg.recv, self._work.wait = recv, wait
-        if attend is not None:
-            self.mod.block_attention = attend
-        self._posted.clear()
+        if self._real is not None:
+            self.mod.block_attention = self._real
         return False
 
 
@@ -140,7 +118,7 @@ def case_ring(c, balanced):
         blocks = [[t[:, reference.positions(seq_len, c.cp, r, balanced)] for t in full[1:]]
                   + [reference.positions(seq_len, c.cp, r, balanced)] for r in range(c.cp)]
         c.take_counts()
-        with P2PMeter() as p2p, _Held(c.mod, p2p.events) as held:
+        with P2PMeter() as p2p, _Held(c.mod, p2p) as held:
             out = as_tensor(fn(*(t[:, pos].clone() for t in full), pos.clone(), **c.kw), "ring_attention")
         used = {k: n for k, n in c.take_counts().items() if n}
         want = reference.serial(*full)[:, pos]

@@ -108,6 +108,16 @@ def test_a_rank_leaves_as_python_script_does(server, tmp_path, case):
     assert case != "teardown abort" or warm_.ranks[0].returncode == -signal.SIGABRT
 
 
+@pytest.mark.parametrize("case", ["atexit", "teardown abort", "non-daemon thread"])
+def test_a_torchrun_rank_forked_by_its_agent_leaves_as_under_torchrun(server, tmp_path, case):
+    path = script(tmp_path, LEAVING[case])
+    cold, warm_ = (launch([path], 2, style="torchrun", timeout=60, on_line=None, warm=w) for w in (False, True))
+    assert [r.returncode for r in warm_.ranks] == [r.returncode for r in cold.ranks], warm_.summary()
+    for rank in (0, 1):
+        assert warm_.ranks[rank].lines == cold.ranks[rank].lines, (warm_.output(rank), cold.output(rank))
+    assert case != "teardown abort" or warm_.ranks[0].returncode == -signal.SIGABRT
+
+
 def test_real_gloo_all_reduce(server, tmp_path):
     body = """
     import os, torch, torch.distributed as dist
@@ -258,9 +268,9 @@ def test_what_the_server_imported_is_frozen_out_of_a_ranks_collections(server, t
 
 
 TORCHRUN_SHOW = """
-import os, sys
+import os, sys, psutil
 rank = int(os.environ["RANK"])
-print("ppid", os.getppid(), "pid", os.getpid())
+print("ppid", os.getppid(), "pid", os.getpid(), "agents_parent", psutil.Process(os.getppid()).ppid())
 print("env", os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"], "COURSE_WARM_SOCKET" in os.environ,
       "SLURM_PROCID" in os.environ)
 print("err", rank, file=sys.stderr)
@@ -268,11 +278,14 @@ sys.exit(rank * 5)
 """
 
 
-def test_torchrun_in_a_session_forks_its_agent_and_ranks_from_the_server(server, tmp_path):
-    res = launch([script(tmp_path, TORCHRUN_SHOW)], 2, style="torchrun", timeout=120, on_line=None)
+def test_torchrun_in_a_session_forks_its_agent_from_the_server_and_the_agent_its_ranks(server, tmp_path):
+    agent: list = []
+    res = launch([script(tmp_path, TORCHRUN_SHOW)], 2, style="torchrun", timeout=120, on_line=None,
+                 on_start=agent.append)
     assert res.failed_rank == 1 and res.ranks[1].returncode == 5, res.summary()   # from torchrun's summary
-    for rank in (0, 1):
-        assert int(lines_of(res, rank, "ppid")[0][0]) == server.proc.pid, res.output()
+    for rank in (0, 1):   # as under torchrun: the agent is the rank's parent; the server forked the agent
+        parent, _, _, _, agents_parent = lines_of(res, rank, "ppid")[0]
+        assert [int(parent), int(agents_parent)] == [*agent, server.proc.pid], res.output()
         assert lines_of(res, rank, "env") == [["2", str(rank), "False", "False"]]
         assert lines_of(res, rank, "err") == [[str(rank)]]   # stderr: torchrun's own log file, teed
 

@@ -47,34 +47,41 @@ def serve():
     listener.bind(path)
     listener.listen(64)
     print("ready", flush=True)
-    conns: dict = {}      # connection -> its child's pid (None until forked)
+    rank = serve_forks(listener, 0, _fork)
+    if rank is None:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # the private dir the launcher made for us
+        os._exit(0)
+    return rank
+
+
+def serve_forks(listener, end: int, start):
+    """Start a rank for each request on ``listener`` (``start(req, fds, inherited)``: its pid, and in a child forked
+    there, (0, what ``run()`` needs)), report each one's exit code, until ``end`` (a descriptor) reads EOF; then stop
+    what still runs. Returns None, or in a forked rank what ``run()`` needs."""
+    conns: dict = {}      # connection -> its child's pid (None until started)
     children: dict = {}   # pid -> connection to report its exit code on (None: the launcher left)
     server = os.getpid()
     try:
-        rank = _loop(listener, conns, children)
+        return _loop(listener, conns, children, end, start)
     finally:
         if os.getpid() == server:   # not a forked rank on its way to run()
             for pid in children:   # the launcher is gone: nothing of ours stays (each rank leads its own group)
                 stop_tree([pid], group=pid)
             _reap(children)
-            shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # the private dir the launcher made for us
-    if rank is None:
-        os._exit(0)
-    return rank
 
 
-def _loop(listener, conns, children):
+def _loop(listener, conns, children, end, start):
     """None when the server is to end; in a forked rank, its request (``run()``)."""
     while True:
-        ready, _, _ = select.select([0, listener, *conns], [], [], 0.05)
-        if 0 in ready and not os.read(0, 4096):
+        ready, _, _ = select.select([end, listener, *conns], [], [], 0.05)
+        if end in ready and not os.read(end, 4096):
             return None
         if listener in ready:
             conn, _ = listener.accept()
             conns[conn] = None
         for conn in [c for c in ready if c in conns]:
             if conns[conn] is None:
-                rank = _request(conn, listener, conns, children)
+                rank = _request(conn, listener, conns, children, start)
                 if rank is not None:
                     return rank
             elif not conn.recv(16):   # the launcher left: a child still running must not outlive it
@@ -86,50 +93,57 @@ def _loop(listener, conns, children):
         _reap(children)
 
 
-def _request(conn, listener, conns, children):
-    """Fork the rank a request asks for; returns only in the child: (request, its fds, the started pipe)."""
+def _request(conn, listener, conns, children, start):
+    """Start the rank a request asks for; returns only in a child forked here: what ``run()`` needs."""
     fds: list = []
     try:
         msg, fds, _, _ = socket.recv_fds(conn, MAX_MSG, 2)
-        req = json.loads(msg)
-        started_r, started_w = os.pipe()
-        pid = os.fork()
-    except (OSError, ValueError) as e:
+        pid, rank = start(json.loads(msg), fds, [listener, *conns])
+    except (OSError, ValueError, IndexError) as e:
         for fd in fds:
             os.close(fd)
         conns.pop(conn)
         with suppress(OSError):
-            conn.send(json.dumps({"error": str(e)}).encode())
+            conn.send(json.dumps({"error": str(e) or type(e).__name__}).encode())
         conn.close()
         return None
     if pid == 0:
-        for c in (listener, *conns):
-            c.close()
-        os.close(started_r)
-        return req, fds, started_w
+        return rank
     for fd in fds:
         os.close(fd)
-    os.close(started_w)
-    os.read(started_r, 1)   # EOF once the child leads its own session: the launcher may kill its group now
-    os.close(started_r)
     conns[conn], children[pid] = pid, conn
     with suppress(OSError):
         conn.send(json.dumps({"pid": pid}).encode())
     return None
 
 
+def _fork(req, fds, inherited):
+    """The server's start: a fork; the parent waits until the child leads its own session (the launcher may kill
+    its group then)."""
+    started_r, started_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for c in inherited:
+            c.close()
+        os.close(started_r)
+        return 0, (req, fds, started_w)
+    os.close(started_w)
+    os.read(started_r, 1)   # EOF once the child has called setsid()
+    os.close(started_r)
+    return pid, None
+
+
 def _reap(children) -> None:
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        conn = children.pop(pid, None)
-        if conn is not None:
-            with suppress(OSError):
-                conn.send(json.dumps({"code": os.waitstatus_to_exitcode(status)}).encode())
+    """Report the exit of each child that ended (by pid: under torchrun the process has children of its own)."""
+    for pid in list(children):
+        with suppress(ChildProcessError):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done == 0:
+                continue
+            conn = children.pop(pid)
+            if conn is not None:
+                with suppress(OSError):
+                    conn.send(json.dumps({"code": os.waitstatus_to_exitcode(status)}).encode())
 
 
 # ----- in the forked child -----
@@ -159,9 +173,10 @@ def run(rank) -> None:
 
 def script_frames(tb):
     """The traceback of what a rank raised as ``python script.py`` prints it: from the script's first frame (not
-    the server's ``-c`` code, this module or runpy)."""
+    the server's ``-c`` code, runpy or this package: under torchrun, warm_agent too)."""
     tb = tb and tb.tb_next   # the -c code's own frame
-    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
+    while tb is not None and (tb.tb_frame.f_code.co_filename in (runpy.__file__, "<frozen runpy>")
+                              or os.path.dirname(tb.tb_frame.f_code.co_filename) == os.path.dirname(__file__)):
         tb = tb.tb_next
     return tb
 

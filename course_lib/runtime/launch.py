@@ -132,12 +132,12 @@ def _cut(result: LaunchResult, cutting: list) -> LaunchResult:
 
 
 def _start_torchrun(script_args, nprocs: int, log_dir: str, torchrun_args, base: dict, cwd, server) -> proc.Started:
-    """torchrun's agent for ``nprocs`` ranks; warm, the server forks the agent, whose worker for each rank
-    (warm_rank) has the server fork the rank."""
-    run = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nprocs}", "--tee=3",
-           f"--log-dir={log_dir}", *torchrun_args]
-    worker = [*run, "-m", "course_lib.runtime.warm_rank", *script_args]
-    return _start([*run, *script_args], base, cwd, server, (worker, {**base, SOCKET_VAR: server and server.path}))
+    """torchrun's agent for ``nprocs`` ranks; warm, the server forks the agent (warm_agent), whose worker for each
+    rank (warm_rank) has the agent start the rank, its child, forked ahead."""
+    args = ["--standalone", f"--nproc_per_node={nprocs}", "--tee=3", f"--log-dir={log_dir}", *torchrun_args]
+    agent = ["-m", "course_lib.runtime.warm_agent", *args, "-m", "course_lib.runtime.warm_rank", *script_args]
+    return _start(["-m", "torch.distributed.run", *args, *script_args], base, cwd, server,
+                  (agent, {**base, SOCKET_VAR: server and server.path}))
 
 
 def _start(argv: list, env: dict, cwd, server, warm: tuple | None = None) -> proc.Started:

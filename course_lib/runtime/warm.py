@@ -3,7 +3,8 @@ costs a fork instead of an interpreter's start and torch's import (seconds of CP
 
 A request on the server's Unix socket carries argv, env, cwd and the rank's output pipe; the reply is the pid, and
 later, on the same connection, the exit code (a forked rank is the server's child, not the launcher's). Under
-torchrun the server forks torchrun's agent, whose workers (``course_lib.runtime.warm_rank``) ask it for their ranks.
+torchrun the server forks torchrun's agent (``course_lib.runtime.warm_agent``), which forks its ranks, its children as
+under torchrun, and hands each to the worker (``course_lib.runtime.warm_rank``) that asks for one.
 A session's server is kept ``COURSE_WARM_KEEP`` seconds (default 120) for the next check with the same start-up
 variables (IMPORT_TIME) and preloads; it ends at its stdin's EOF. ``COURSE_WARM=0``: every rank a fresh python.
 Not multiprocessing's forkserver: course_lib.runtime.forkserver says why.

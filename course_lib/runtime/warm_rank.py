@@ -1,7 +1,8 @@
-"""torchrun's worker in a warm launch: ``python -m course_lib.runtime.warm_rank ARGS`` has the warm server
-(``course_lib.runtime.warm``) fork the rank ``python ARGS`` with this process's environment, cwd and output, passes
-on every signal torchrun sends it to the rank's group, and exits as the rank did (code or signal), so torchrun's
-restarts, failure summary and shutdown see the rank as their own worker. It imports neither torch nor the rest of
+"""torchrun's worker in a warm launch: ``python -m course_lib.runtime.warm_rank ARGS`` has torchrun's agent
+(``course_lib.runtime.warm_agent``) start the rank ``python ARGS``, the agent's child, with this process's environment,
+cwd and output (the request a warm server serves: ``course_lib.runtime.warm``), passes on every signal torchrun
+sends it to the rank's group, and exits as the rank did (code or signal), so torchrun's restarts, failure summary and
+shutdown see the rank as their own worker. It imports neither torch nor the rest of
 course_lib (it starts in tens of milliseconds); with no server it becomes the cold rank (exec ``python -u ARGS``).
 """
 import contextlib

@@ -135,8 +135,11 @@ def sent_problem(c, sent, n, elem):
         return None, total
     calls = [f"dist.{name} of {k} elements ({b:,} B)" for name, k, b in lib.calls]
     measured = "; ".join(([f"{p2p:,} B handed to point-to-point sends"] if p2p else []) + calls)
-    hint = (" An all-reduce sends twice what a reduce-scatter does: reduce-scatter the gradient, so that each rank "
-            "receives only its shard's sum, and all-gather the updated shards" if any(
+    # the step needs one reduce-scatter and one all-gather; an all-reduce may stand in for either (of gradients or
+    # of zero-padded parameters): the sizes alone do not say which, so the hint names both
+    hint = (" An all-reduce of a tensor sends twice what a reduce-scatter or an all-gather of it does, and a step "
+            "needs one of each: the gradient reduce-scattered (each rank receives only its shard's sum), then the "
+            "updated shards all-gathered" if any(
                 name.startswith("all_reduce") for name, _, _ in lib.calls) else "")
     return (f"rank {c.r} sent {total:,.0f} B in one step() (measured: {measured}; the library's collectives counted "
             f"as a ring sends them: an all-reduce 2 (W-1)/W of its bytes, the others (W-1)/W); a reduce-scatter and "

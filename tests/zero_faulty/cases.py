@@ -69,8 +69,17 @@ CASES = [
                    "        grad = grads[self.start:self.stop].clone()\n")],
            expect={"ZeRO-1": ("fail", r"rank \d sent 1,208 B in one step\(\) \(measured: 400 B handed to "
                                       r"point-to-point sends; dist\.all_reduce of 101 elements \(808 B\).*at most "
-                                      r"816 B.*\(1\.5x here\)\. An all-reduce sends twice what a reduce-scatter does: reduce-scatter"),
+                                      r"816 B.*\(1\.5x here\)\. An all-reduce of a tensor sends twice what a "
+                                      r"reduce-scatter or an all-gather of it does"),
                    "ZeRO-2": ("fail", r"dist\.all_reduce of 101 elements.*\(1\.5x here\)")}),
+    Faulty("gather_by_all_reduce", options=W2, why="the updated shards gathered by an all-reduce of a zero-padded "
+                                                   "vector: 1.5x DDP's traffic",
+           edits=[(GATHER, "        flat = self.shard.new_zeros(self.numel)\n"
+                           "        flat[self.start:self.stop] = self.shard\n"
+                           "        dist.all_reduce(flat, group=self.group)\n")],
+           expect={"ZeRO-1": ("fail", r"dist\.all_reduce of 101 elements \(808 B\).*\(1\.5x here\)\. An all-reduce "
+                                      r"of a tensor sends twice what a reduce-scatter or an all-gather of it does"),
+                   "ZeRO-2": ("fail", r"\(1\.5x here\)")}),
     Faulty("stage2_keeps_grads", options=W2, why="stage 2 never frees the full-size gradients",
            edits=[(FREE, "")],
            expect={"ZeRO-1": PASS,

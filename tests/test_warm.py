@@ -108,14 +108,17 @@ def test_a_rank_leaves_as_python_script_does(server, tmp_path, case):
     assert case != "teardown abort" or warm_.ranks[0].returncode == -signal.SIGABRT
 
 
-@pytest.mark.parametrize("case", ["atexit", "teardown abort", "non-daemon thread"])
+@pytest.mark.parametrize("case", ["atexit", "teardown abort"])   # the srun-style test above has the rest
 def test_a_torchrun_rank_forked_by_its_agent_leaves_as_under_torchrun(server, tmp_path, case):
-    path = script(tmp_path, LEAVING[case])
+    # the abort on rank 1 only: torchrun reports the first worker to fail and stops the others, so which of two
+    # aborting ranks it names is a race, cold as warm
+    body = LEAVING[case].replace("last = Last()", "last = Last() if os.environ['RANK'] == '1' else None")
+    path = script(tmp_path, body)
     cold, warm_ = (launch([path], 2, style="torchrun", timeout=60, on_line=None, warm=w) for w in (False, True))
     assert [r.returncode for r in warm_.ranks] == [r.returncode for r in cold.ranks], warm_.summary()
     for rank in (0, 1):
         assert warm_.ranks[rank].lines == cold.ranks[rank].lines, (warm_.output(rank), cold.output(rank))
-    assert case != "teardown abort" or warm_.ranks[0].returncode == -signal.SIGABRT
+    assert case != "teardown abort" or warm_.ranks[1].returncode == -signal.SIGABRT
 
 
 def test_real_gloo_all_reduce(server, tmp_path):

@@ -273,7 +273,10 @@ def test_what_the_server_imported_is_frozen_out_of_a_ranks_collections(server, t
 TORCHRUN_SHOW = """
 import os, sys, psutil
 rank = int(os.environ["RANK"])
-print("ppid", os.getppid(), "pid", os.getpid(), "agents_parent", psutil.Process(os.getppid()).ppid())
+agent = psutil.Process(os.getppid())
+print("ppid", os.getppid(), "pid", os.getpid(), "agents_parent", agent.ppid())
+shown = " ".join(agent.cmdline())   # as ps shows it
+print("agent", *shown.split()[1:3], "warm_agent" in shown, shown.split()[-1] == sys.argv[0])
 print("env", os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"], "COURSE_WARM_SOCKET" in os.environ,
       "SLURM_PROCID" in os.environ)
 print("err", rank, file=sys.stderr)
@@ -289,6 +292,7 @@ def test_torchrun_in_a_session_forks_its_agent_from_the_server_and_the_agent_its
     for rank in (0, 1):   # as under torchrun: the agent is the rank's parent; the server forked the agent
         parent, _, _, _, agents_parent = lines_of(res, rank, "ppid")[0]
         assert [int(parent), int(agents_parent)] == [*agent, server.proc.pid], res.output()
+        assert lines_of(res, rank, "agent") == [["-m", "torch.distributed.run", "False", "True"]], res.output()
         assert lines_of(res, rank, "env") == [["2", str(rank), "False", "False"]]
         assert lines_of(res, rank, "err") == [[str(rank)]]   # stderr: torchrun's own log file, teed
 

@@ -154,7 +154,7 @@ def run(rank) -> None:
     req, fds, started = rank
     os.setsid()
     os.close(started)   # the launcher may kill the rank's group now
-    _title(req["argv"])
+    title(req["argv"])
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -181,7 +181,7 @@ def script_frames(tb):
     return tb
 
 
-def _title(argv: list) -> None:
+def title(argv: list) -> None:
     """Show the rank's own command line in ps, top and /proc/PID/cmdline (a forked rank would show the
     server's). setproctitle writes it over the memory of the server's argv and environment, before the rank's
     environment is set."""

@@ -27,6 +27,8 @@ MAX_WAITING = 16   # children forked ahead at most (a --max-restarts of hundreds
 def main(argv: list[str]):
     """Run torchrun (its exit is this process's); in a child forked ahead, return what ``forkserver.run()`` needs."""
     args = torchrun.parse_args(argv)
+    worker = argv.index("course_lib.runtime.warm_rank")   # ps and top show the command a cold launch runs
+    forkserver.title(["-m", "torch.distributed.run", *argv[:worker - 1], *argv[worker + 1:]])
     server = os.environ.pop(SOCKET_VAR, "")
     path = os.path.join(os.path.dirname(server), f"a{os.getpid()}")   # in the server's private folder
     waiting: list = []

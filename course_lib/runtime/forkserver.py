@@ -35,7 +35,7 @@ def serve():
             importlib.import_module(name)
         except ImportError:
             pass   # the rank imports it itself (and says why it cannot)
-    if len(os.listdir("/proc/self/task")) != 1:
+    if not one_thread():
         print("threads", flush=True)   # fork would copy one thread of several: the launcher starts cold
         return 1
     # What is imported now lives as long as every rank: out of the collector's sight (the gc docs' advice for
@@ -43,15 +43,26 @@ def serve():
     gc.collect()
     gc.freeze()
     path = sys.argv[1]
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(path)
-    listener.listen(64)
+    listener = listen(path)
     print("ready", flush=True)
     rank = serve_forks(listener, 0, _fork)
     if rank is None:
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)   # the private dir the launcher made for us
         os._exit(0)
     return rank
+
+
+def one_thread() -> bool:
+    """Whether this process has one thread, so that a fork copies all of it (locks held by no one)."""
+    return len(os.listdir("/proc/self/task")) == 1
+
+
+def listen(path: str) -> socket.socket:
+    """The Unix socket a launcher (or torchrun's worker) sends its requests to."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(64)
+    return listener
 
 
 def serve_forks(listener, end: int, start):

@@ -32,16 +32,14 @@ def main(argv: list[str]):
     server = os.environ.pop(SOCKET_VAR, "")
     path = os.path.join(os.path.dirname(server), f"a{os.getpid()}")   # in the server's private folder
     waiting: list = []
-    if not server or len(os.fsencode(path)) > SOCKET_PATH_MAX or len(os.listdir("/proc/self/task")) != 1:
+    if not server or len(os.fsencode(path)) > SOCKET_PATH_MAX or not forkserver.one_thread():
         torchrun.main(argv)   # no socket: every worker starts cold
         return None
     for _ in range(min(MAX_WAITING, _workers(args))):
         rank = _fork_waiting(waiting)
         if rank is not None:
             return rank
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(path)
-    listener.listen(64)
+    listener = forkserver.listen(path)
     os.environ[SOCKET_VAR] = path   # torchrun starts its workers with this process's environment
     end_r, end_w = os.pipe()
     hand = threading.Thread(target=forkserver.serve_forks, args=(listener, end_r, _hand_over(waiting)), daemon=True)

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 from conftest import ROOT
-from cp_faulty.cases import CASES
-from faulty import assert_every_case_applies, ids
+from cp_faulty.cases import CASES, RIGHT
+from faulty import Faulty, assert_every_case_applies, ids
 
 from course_lib.cp import cases as cp_check
 from course_lib.cp import reference
@@ -42,8 +42,20 @@ def test_faulty_named_with_reason_and_nothing_survives(tmp_path, case):
     case.assert_checked(cp_check.check, SOLUTION, FOLDER, tmp_path)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RIGHT))
+def test_right_in_another_style_passes(tmp_path, name):
+    """A ring may turn either way, and may post the next transfer before computing with the block it has: the rules
+    on whom a rank talks to and when it posts its sends must not fail those (cp = 3 and 4 show the direction)."""
+    path = Faulty(name, {}, edits=RIGHT[name]).write(SOLUTION, FOLDER, tmp_path)
+    report = cp_check.check(str(path), world_sizes=(3, 4))
+    assert report.passed, report.text()
+
+
 def test_every_case_applies():
     assert_every_case_applies(CASES, SOLUTION, FOLDER)
+    for name, edits in RIGHT.items():
+        Faulty(name, {}, edits=edits).source(SOLUTION, FOLDER)
 
 
 def test_reference_split_keeps_every_token_and_balances_causal_work():

@@ -1,7 +1,8 @@
 """The cases of ``course check cp`` (course_lib.checking runs them), each against one process in float64 within
 ``course_lib.tp.numerics.TOL``: ``split_positions`` and ``merge_partials`` in one process, the rest on cp = 1..4
-gloo ranks and dp=2 x cp=2 (``group=`` honoured, different data per dp replica), every rank given its shard at the
-checker's own positions (plain and load-balanced)."""
+gloo ranks, dp=2 x cp=2 and tp=2 x cp=2 (``group=`` honoured, different data per dp replica; with tp fastest a cp
+group is not ranks 0..cp-1 and dp x cp not the world), every rank given its shard at the checker's own positions
+(plain and load-balanced)."""
 import functools
 
 from course_lib import checking, gridrun
@@ -11,6 +12,7 @@ from course_lib.cp.cases_attention import case_attention, case_gather, case_unsh
 from course_lib.cp.cases_grads import case_reduce, case_train_step
 from course_lib.cp.cases_ring import case_ring
 from course_lib.tp import numerics
+from course_lib.tp.grid import reference_rank_groups
 from course_lib.tp.numerics import close, diff, rand
 
 FILE = LOAD_ITEM = "cp.py"
@@ -20,10 +22,11 @@ ITEMS = ("split_positions", "unshard_sequence", "gather_sequence", "cp_attention
 FIRST_WORLDS, WORLDS = (1,), (2, 3, 4)
 PARALLEL = 2
 CASE_TIMEOUT = 20.0
-# every collective that moves data, so that ring_attention is held to send/recv (a gather then a scatter is an
-# all-gather too)
+# every collective, so that ring_attention is held to send/recv (a gather then a scatter is an all-gather too; a
+# barrier moves no data, but it is a collective: every rank of the group waits for the slowest at every step)
 COUNTED = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-           "broadcast", "all_to_all", "all_to_all_single", "gather", "scatter", "reduce")
+           "broadcast", "all_to_all", "all_to_all_single", "gather", "scatter", "reduce", "barrier",
+           "monitored_barrier")
 GUARD = (COUNTED, "count")
 BUILT_ON = {"cp_attention": ("gather_sequence",), "ring_attention": ("merge_partials",)}
 HANG_HINTS = {
@@ -43,6 +46,11 @@ DIST_CASES = [("unshard_sequence", "unshard", functools.partial(case_unshard, ba
               ("ring_attention", "ring_bal", functools.partial(case_ring, balanced=True)),
               ("reduce_shared_grads", "reduce", case_reduce),
               ("reduce_shared_grads", "train", case_train_step)]
+# the 4-rank grids, on Megatron's order (tp fastest, then cp, then dp): label, sizes. dp x cp is every rank, cp groups
+# [0, 1] and [2, 3]; with tp fastest the cp groups are [0, 2] and [1, 3] and dp x cp is half the world, so that a
+# group ignored, or a group rank taken for a global one, shows
+GRIDS = {"dp2cp2": ("4 ranks, dp=2 x cp=2, group= given", {"cp": 2, "dp": 2}),
+         "tp2cp2": ("4 ranks, tp=2 x cp=2 (cp groups [0, 2] and [1, 3]), group= given", {"tp": 2, "cp": 2})}
 check = functools.partial(checking.check, "cp")   # course check cp PATH, from Python
 
 
@@ -51,23 +59,28 @@ def cases(world: int) -> list[Case]:
     if world == 1:
         out += [Case("split_positions", "split_positions", case_split, "one process"),
                 Case("merge_partials", "merge_partials", case_merge, "one process")]
-    for grid in (True, False) if world == 4 else (False,):   # dp x cp first: it names dp-only mistakes
-        name, label = ("dp2cp2", "4 ranks, dp=2 x cp=2, group= given") if grid else (f"cp{world}", f"cp={world}")
-        out += [Case(f"{item}:{name}:{short}", item, functools.partial(in_setting, grid, fn), label)
+    for name in (*GRIDS, None) if world == 4 else (None,):   # the grids first: they name the group mistakes
+        label = GRIDS[name][0] if name else f"cp={world}"
+        out += [Case(f"{item}:{name or f'cp{world}'}:{short}", item, functools.partial(in_setting, name, fn), label)
                 for item, short, fn in DIST_CASES]
     return out
 
 
-def in_setting(grid: bool, fn, ctx):
-    """Run ``fn`` with ctx given this rank's cp and dp groups, their sizes, its indices in them and a seed per dp
-    replica (different data in different replicas); every rank creates every group once per launch, in order."""
+def in_setting(grid: str | None, fn, ctx):
+    """Run ``fn`` with ctx given this rank's cp and dp groups, their sizes, its indices in them, the ranks that share
+    its weights (``ctx.shared``: its dp x cp block) and a seed per dp replica (different data in different
+    replicas); every rank creates every group once per launch, in order. ``grid``: a name of GRIDS, or None: dp = 1,
+    every rank one cp group."""
     import torch.distributed as dist
-    key = "grid" if grid else "flat"
-    if key not in ctx.cache:   # grid: 4 ranks, cp fastest (Megatron's order); flat: dp = 1, every rank one cp group
-        sizes = {"cp": 2, "dp": 2} if grid else {"cp": ctx.world, "dp": 1}
+    key = grid or "flat"
+    if key not in ctx.cache:
+        sizes = GRIDS[grid][1] if grid else {"cp": ctx.world, "dp": 1}
         mine = gridrun.grid_groups(ctx.rank, ctx.world, ("cp", "dp") if grid else ("dp",), "tp-cp-dp-pp", **sizes)
-        ctx.cache[key] = (mine["cp"][1] if grid else dist.group.WORLD, mine["dp"][1])
-    ctx.cp_group, ctx.dp_group = ctx.cache[key]
+        everyone = reference_rank_groups(ctx.world, order="tp-cp-dp-pp", **sizes)
+        cp_ranks = mine["cp"][0] if grid else list(range(ctx.world))
+        shared = sorted({m for g in everyone["dp"] if set(g) & set(cp_ranks) for m in g})
+        ctx.cache[key] = (mine["cp"][1] if grid else dist.group.WORLD, mine["dp"][1], shared)
+    ctx.cp_group, ctx.dp_group, ctx.shared = ctx.cache[key]
     ctx.kw = {"group": ctx.cp_group} if grid else {}     # what the learner's cp functions get
     ctx.cp, ctx.r = dist.get_world_size(ctx.cp_group), dist.get_rank(ctx.cp_group)
     ctx.dp, ctx.dp_rank = dist.get_world_size(ctx.dp_group), dist.get_rank(ctx.dp_group)
@@ -80,11 +93,13 @@ def pass_text(item: str, recs) -> str:
     texts = {
         "split_positions": "every token on exactly one rank for S = cp..13, cp = 1..4; plain contiguous with sizes "
                            "within one; balanced chunks r and 2cp-1-r",
-        "merge_partials": "equals softmax over both blocks within 1e-10, a fully masked block included",
+        "merge_partials": "equals softmax over both blocks within 1e-10, a fully masked block and lse values near "
+                          "1000 (exp overflows) included",
         "unshard_sequence": f"the whole sequence on every rank, S not divisible by cp, plain and balanced ({where})",
-        "gather_sequence": f"forward all-gathers, backward reduce-scatters, within 1e-10 ({where})",
+        "gather_sequence": f"within 1e-10; forward sends an all-gather's bytes, backward a reduce-scatter's ({where})",
         "cp_attention": f"output and q, k, v grads equal one process within 1e-10, plain and balanced ({where})",
-        "ring_attention": f"output equals one process within 1e-10 with send/recv only ({where})",
+        "ring_attention": f"output equals one process within 1e-10 with send/recv only, to one neighbour and from the "
+                          f"other, one shard's keys at a time ({where})",
         "reduce_shared_grads": f"grads averaged over dp x cp; a training step's grads equal one process ({where})",
     }
     return texts[item]
@@ -93,13 +108,15 @@ def pass_text(item: str, recs) -> str:
 def hint(item: str, first, recs) -> str:
     flat = [not r.failed for r in recs if r.label.startswith("cp=")]
     if first.label.startswith("4 ranks") and flat and all(flat):
-        return ("\n(it passes when the group is every rank but not with dp=2 x cp=2: pass group=... to every "
-                "collective, and use dist.get_world_size(group) / dist.get_rank(group) / dist.get_global_rank)")
+        grid = first.label.split(", group=")[0].removeprefix("4 ranks, ")
+        return (f"\n(it passes when the group is every rank but not with {grid}: pass group=... to every "
+                f"collective, and use dist.get_world_size(group) / dist.get_rank(group) / dist.get_global_rank)")
     return ""
 
 
 # The cases run in one process: split_positions (every rank's share, asked rank by rank) and merge_partials.
 MAX_SEQ = 13
+LARGE_LSE = 1000.0   # added to every lse: exp of it is inf in float64
 
 
 def _as_positions(got, what):
@@ -194,4 +211,18 @@ def case_merge(ctx):
     if not close(lse, want_lse):
         raise Fail(f"merge_partials: lse must be the log of the joint denominator, logaddexp(lse_a, lse_b); "
                    f"{diff(lse, want_lse)}")
+    _merge_large(fn, out_a, lse_a, out_b, lse_b, want, want_lse)
     return None
+
+
+def _merge_large(fn, out_a, lse_a, out_b, lse_b, want, want_lse):
+    """Large scores: every lse raised by the same LARGE_LSE leaves the merged output as it was and raises the
+    merged lse by as much, but exp(lse) itself overflows (float64 beyond ~709, float32 beyond ~88, float16 ~11)."""
+    got = fn(out_a.clone(), (lse_a + LARGE_LSE).clone(), out_b.clone(), (lse_b + LARGE_LSE).clone())
+    out, lse = got if isinstance(got, tuple) and len(got) == 2 else (None, None)
+    if out is None or not close(out, want) or not close(lse, want_lse + LARGE_LSE):
+        broken = "nan or inf" if out is not None and not bool(out.isfinite().all()) else "a wrong result"
+        raise Fail(f"merge_partials gives {broken} when the lse values are large (the same blocks, every lse "
+                   f"{LARGE_LSE:g} higher: the output must not change): exp(lse) overflows (float64 beyond ~709, "
+                   f"float32 beyond ~88, large attention scores get there); subtract the maximum before taking exp: "
+                   f"lse = torch.logaddexp(lse_a, lse_b), weights exp(lse_a - lse) and exp(lse_b - lse)")

@@ -2,6 +2,8 @@
 cases_ring). The whole sequence is made in every rank from the setting's seed and rank r of the cp group takes
 its shard at the checker's own positions, so a case never builds on the learner's split."""
 from course_lib.checking.case import Fail
+from course_lib.checking.collectives import Collectives
+from course_lib.checking.guard import GROUP_METHODS
 from course_lib.cp import reference
 from course_lib.tp.numerics import as_tensor, close, diff, judge, rand
 
@@ -39,7 +41,8 @@ def case_gather(c):
     s = 3
     parts = [rand(c.seed + 10 + r, B, s, F) for r in range(c.cp)]
     t = parts[c.r].clone().requires_grad_()
-    got = as_tensor(fn(t, **c.kw), "gather_sequence")
+    with Collectives() as fwd:
+        got = as_tensor(fn(t, **c.kw), "gather_sequence")
     want = torch.cat(parts, dim=1)
     c.agree_or_fail(None if close(got.detach(), want) else
                     f"forward of gather_sequence must concatenate every rank's shard along dim 1 in rank order "
@@ -49,7 +52,9 @@ def case_gather(c):
                    "keys' and values' gradients never reach the other ranks; write a torch.autograd.Function (call "
                    "it with .apply) whose backward reduce-scatters")
     grads = [rand(c.seed + 100 + r, B, c.cp * s, F) for r in range(c.cp)]   # rank r's upstream gradient
-    (got * grads[c.r]).sum().backward()
+    loss = (got * grads[c.r]).sum()
+    with Collectives() as bwd:
+        loss.backward()
     mine = slice(c.r * s, (c.r + 1) * s)
     want_grad = sum(g[:, mine] for g in grads)
     judge(t.grad, want_grad, "backward of gather_sequence must return the sum over the group of this rank's slice", [
@@ -59,6 +64,27 @@ def case_gather(c):
         (want_grad / c.cp, "backward of gather_sequence averages over the group; it must sum (the gradient of a copy "
                            "used on cp ranks is the sum of the cp gradients)")] if c.cp > 1 else (),
         "backward of gather_sequence: no gradient reached the input")
+    if c.cp > 1:
+        _gather_traffic(c, fwd, "forward", "an all-gather", "dist.all_gather of the shards", t.nbytes)
+        _gather_traffic(c, bwd, "backward", "a reduce-scatter", "dist.reduce_scatter of grad_output's cp slices "
+                                                                "(this rank gets the sum of its own)", t.nbytes)
+    return None
+
+
+def _gather_traffic(c, lib, way, right, how, shard):
+    """What one rank sends in a ring for the collectives gather_sequence called one way (``Collectives``, measured
+    where they reach the process group): an all-gather of the shards, or a reduce-scatter of the slices of the
+    whole gradient, sends cp-1 shards. An all-reduce of a zero-padded whole sends 2(cp-1)/cp of the whole, twice
+    that. Judged from half a shard more on (a few bytes of bookkeeping pass)."""
+    need, sent = (c.cp - 1) * shard, lib.ring_bytes(c.cp)
+    if sent >= need + shard // 2:
+        calls = ", ".join(f"{name} of {size} bytes" for name, _, size in lib.calls)
+        reduced = any(name.startswith("all_reduce") for name, *_ in lib.calls)
+        raise Fail(f"{way} of gather_sequence called {calls}: in a ring a rank sends {sent:.0f} bytes for that, "
+                   f"{sent / need:.3g} times the {need} bytes of {right} (cp-1 = {c.cp - 1} x {shard} bytes); "
+                   f"gather_sequence's {way} is {right}, {how}"
+                   + (": an all-reduce of the whole [B, cp*s, F] tensor sends about twice that, 2(cp-1)/cp of the "
+                      "whole against (cp-1)/cp" if reduced else ""))
 
 
 def _inputs(c, balanced):
@@ -72,7 +98,7 @@ def case_attention(c, balanced):
     fn = c.need("cp_attention")
     seq_len, full, pos = _inputs(c, balanced)
     q, k, v = (t[:, pos].clone().requires_grad_() for t in full)
-    with _AllGathered() as gathered:
+    with _AllGathered(c.mod) as gathered:
         out = as_tensor(fn(q, k, v, pos.clone(), **c.kw), "cp_attention")
     serial_in = [t.clone().requires_grad_() for t in full]
     serial = reference.serial(*serial_in)
@@ -91,6 +117,7 @@ def case_attention(c, balanced):
             f"{where}: {name}.grad is None: the gather of k and v must be differentiable (gather_sequence, not a "
             f"bare dist.all_gather)")
     _gathered_bytes(c, gathered.bytes, k, v, where)
+    _other_bytes(c, gathered, q, where)
     return None
 
 
@@ -106,30 +133,73 @@ def _gathered_bytes(c, sent, k, v, where):
                    f"output")
 
 
+def _other_bytes(c, given, q, where):
+    """Besides gather_sequence's (judged in its own case), cp_attention needs no collective of floating-point
+    tensors: the queries it attends with are its own shard. Judged from half a q block on (as above)."""
+    sent = sum(given.other.values())
+    if c.cp > 1 and sent >= q.nbytes // 2:
+        calls = ", ".join(f"{n} bytes of floating-point tensors to {name}" for name, n in given.other.items())
+        raise Fail(f"{where}: cp_attention gave {calls} in forward, besides gather_sequence's gathers of k and v "
+                   f"(the whole sequence's queries are {c.cp * q.nbytes} bytes): the queries it attends with are "
+                   f"its own shard only, q as given; it computes only its own queries' rows, so it needs no other "
+                   f"rank's queries (unshard_sequence is for logging a whole output, not for attention): gather k "
+                   f"and v (and the positions), nothing else")
+
+
 class _AllGathered:
-    """``with _AllGathered() as g:`` -> ``g.bytes``: the floating-point bytes this rank gave to all-gathers, measured
-    where every all-gather reaches gloo (the ProcessGroup's methods, whatever wraps them)."""
+    """``with _AllGathered(mod) as g:`` -> ``g.bytes``: the floating-point bytes this rank gave to all-gathers;
+    ``g.other``: {collective: floating-point bytes} given to every other collective outside ``mod``'s
+    gather_sequence (whose own traffic is its case's to judge). Measured where every collective reaches gloo (the
+    ProcessGroup's methods, whatever wraps them)."""
     NAMES = ("allgather", "_allgather_base", "allgather_coalesced", "allgather_into_tensor_coalesced")
+    IN_PLACE = ("allreduce", "allreduce_coalesced", "broadcast", "reduce")   # the tensors given: the first argument
+
+    def __init__(self, mod):
+        self.mod, self.bytes, self.other, self._inside = mod, 0, {}, 0
 
     def __enter__(self):
         import torch.distributed.distributed_c10d as c10d
-        self.bytes, self._cls = 0, c10d.ProcessGroup
-        self._real = {n: vars(self._cls)[n] for n in self.NAMES if n in vars(self._cls)}
+        self._cls = c10d.ProcessGroup
+        self._real = {n: vars(self._cls)[n] for n in GROUP_METHODS if n in vars(self._cls)}
         for name, real in self._real.items():
-            setattr(self._cls, name, self._metered(real))
+            setattr(self._cls, name, self._metered(name, real))
+        self._gather = gather = getattr(self.mod, "gather_sequence", None)
+
+        def gather_sequence(*args, **kwargs):
+            self._inside += 1
+            try:
+                return gather(*args, **kwargs)
+            finally:
+                self._inside -= 1
+        if callable(gather):
+            self.mod.gather_sequence = gather_sequence
         return self
 
-    def _metered(self, real):
-        def metered(pg, output, inputs, *args, **kwargs):   # inputs: this rank's tensor, or a list of them
-            flat = inputs if isinstance(inputs, list) else [inputs]
-            self.bytes += sum(t.numel() * t.element_size() for t in flat if t.is_floating_point())
-            return real(pg, output, inputs, *args, **kwargs)
+    def _metered(self, method, real):
+        def metered(pg, *args, **kwargs):
+            given = args[0] if method in self.IN_PLACE else args[1] if len(args) > 1 else None
+            n = _float_bytes(given)
+            if method in self.NAMES:
+                self.bytes += n
+            elif n and not self._inside:
+                self.other[GROUP_METHODS[method]] = self.other.get(GROUP_METHODS[method], 0) + n
+            return real(pg, *args, **kwargs)
         return metered
 
     def __exit__(self, *exc):
         for name, real in self._real.items():
             setattr(self._cls, name, real)
+        if callable(self._gather):
+            self.mod.gather_sequence = self._gather
         return False
+
+
+def _float_bytes(x) -> int:
+    """The bytes of the floating-point tensors in ``x`` (a tensor, or lists of them, as ProcessGroup methods take)."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size() if x.is_floating_point() else 0
+    return sum(map(_float_bytes, x)) if isinstance(x, (list, tuple)) else 0
 
 
 def _forward_problem(c, out, serial, full, pos, where, balanced):

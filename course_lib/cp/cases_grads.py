@@ -26,7 +26,7 @@ def case_reduce(c):
     if params[2].grad is not None:
         raise Fail("reduce_shared_grads gave a parameter without a grad one: skip those (p.grad is None)")
     members = {"dp": dist.get_process_group_ranks(c.dp_group), "cp": dist.get_process_group_ranks(c.cp_group)}
-    everyone = list(range(world))                      # dp * cp = every rank, in both settings
+    everyone = c.shared                                # this rank's dp x cp block: the ranks with its weights
 
     def mean_over(ranks, divide):
         return [sum(grads[r][i] for r in ranks) / divide for i in range(len(SHAPES))]
@@ -45,7 +45,11 @@ def case_reduce(c):
               "S / cp tokens; all-reduce over cp_group as well", mean_over(members["dp"], c.dp)),
              ("averaged over cp only: all-reduce over dp_group too", mean_over(members["cp"], c.cp)),
              (f"reduced over dp and cp but divided by dp = {c.dp} only", mean_over(everyone, c.dp)),
-             (f"reduced over dp and cp but divided by cp = {c.cp} only", mean_over(everyone, c.cp))]
+             (f"reduced over dp and cp but divided by cp = {c.cp} only", mean_over(everyone, c.cp)),
+             (f"averaged over all {world} ranks of the world, not over this rank's dp x cp ranks {everyone}: here "
+              f"dp x cp is not the whole world (the other ranks hold other weights, e.g. another tensor-parallel "
+              f"shard); all-reduce over dp_group and over cp_group (group=...) and divide by dp * cp = {n}",
+              mean_over(range(world), world))]
     for text, values in named:
         if n > 1 and all(close(g, w) for g, w in zip(got, values)):
             raise Fail(f"the gradients are {text}")

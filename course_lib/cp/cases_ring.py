@@ -1,27 +1,60 @@
 """``ring_attention``: its output against one process, and what values cannot show, measured on each rank while it
-runs: no collective (the guard's counts), whom it sends to and receives from and when each block came (P2PMeter), the
-bytes it sends, and the received blocks and partial outputs it still holds each time it calls the file's
-``block_attention`` (weak references to their storages: a storage counts while anything holds it, a view included)."""
+runs: no collective, a barrier included (the guard's counts), whom it sends to and receives from and when each block
+came (P2PMeter), whether each send was posted before that step's receive returned and waited for at all (_Sends),
+the bytes it sends, and at each call of the file's ``block_attention`` the keys it is given and the received blocks
+and partial outputs it still holds (weak references to their storages: a storage counts while anything holds it, a
+view included)."""
 from course_lib.checking.case import Fail
-from course_lib.checking.p2p import RECV, P2PMeter
+from course_lib.checking.p2p import RECV, SEND, P2PMeter
 from course_lib.cp import reference
 from course_lib.cp.cases_attention import _inputs, _mode
 from course_lib.tp.numerics import as_tensor, judge
 
 USED = "block_attention"   # in P2PMeter.events: a block went into the attention
+NEVER_WAITED: list = []    # sends the code never waited for (_Sends): a dropped request may cancel its send
 
 
 def _ring_peers(c, p2p, where):
-    """In a ring a rank sends only to the next rank and receives only from the previous one, one block at a time,
-    so that it holds at most two key/value blocks; exchanging blocks with every rank holds all cp of them, the memory
-    ring attention exists to save. (At cp = 2 the next rank is the previous one: only cp >= 3 shows it.)"""
+    """In a ring a rank sends only to one neighbour and receives only from the other (the next and the previous rank,
+    or the other way round), one block at a time, so that it holds at most two key/value blocks; exchanging blocks
+    with every rank holds all cp of them, the memory ring attention exists to save. (At cp = 2 the next rank is the
+    previous one: only cp >= 3 shows it.)"""
     me = c.r
     nxt, prev = (me + 1) % c.cp, (me - 1) % c.cp
-    if p2p.off_ring(me, c.cp):
-        raise Fail(f"{where}: rank {me} of the cp group sent to ranks {sorted(p2p.sent_to, key=str)} and received "
-                   f"from {sorted(p2p.received_from, key=str)}; in a ring each rank sends only to the next (rank "
-                   f"{nxt}) and receives only from the previous (rank {prev}), one block per step, so that it holds "
-                   f"at most two key/value blocks: exchanging blocks with every rank holds all {c.cp}")
+    sent, got = p2p.sent_to, p2p.received_from
+    if not (sent <= {nxt} and got <= {prev} or sent <= {prev} and got <= {nxt}):
+        raise Fail(f"{where}: rank {me} of the cp group sent to ranks {sorted(sent, key=str)} and received from "
+                   f"{sorted(got, key=str)}; in a ring each rank sends only to the next (rank {nxt}) and receives "
+                   f"only from the previous (rank {prev}), or the other way round, the same two every step, one "
+                   f"block per step, so that it holds at most two key/value blocks: exchanging blocks with every "
+                   f"rank holds all {c.cp}")
+
+
+def _ring_posts_first(c, p2p, where):
+    """Each step posts its send before it waits for its receive: a rank whose receive returned before it posted
+    the send of that step (blocking send/recv, some ranks receiving first) makes its neighbour wait for it, and the
+    step's transfers run one after another round the ring instead of all at once."""
+    sends = [i for i, (kind, *_) in enumerate(p2p.events) if kind == SEND]
+    recvs = [i for i, (kind, *_) in enumerate(p2p.events) if kind == RECV]
+    pairs = list(zip(sends, recvs)) if len(sends) == len(recvs) else list(zip(sends, recvs))[:1]
+    if any(r < s for s, r in pairs):
+        raise Fail(f"{where}: rank {c.r} of the cp group received a block (its wait returned) before it posted its "
+                   f"own send of that step: a rank that receives first waits for its neighbour's send, so the "
+                   f"transfers of a step run one after another round the ring instead of at once (blocking send/"
+                   f"recv ordered by rank does this); post the isend and the irecv together, then wait on both "
+                   f"(dist.batch_isend_irecv with P2POp, or isend + irecv and wait)")
+
+
+def _ring_keys(c, held, shard, where):
+    """The keys block_attention is given at once: a ring attends to one rank's block at a time, so never more than
+    a shard's (the case's shards are equal); more is the blocks that came put together, the whole sequence's keys
+    on one rank, which ring attention exists never to hold."""
+    s = shard[0].shape[-2]
+    if held.keys > s:
+        raise Fail(f"{where}: rank {c.r} of the cp group gave block_attention {held.keys} keys at once, the keys of "
+                   f"{held.keys / s:.3g} ranks (a shard is S/cp = {s} tokens); ring attention never holds the whole "
+                   f"sequence's keys: call block_attention on each block alone as it arrives and merge its (out, "
+                   f"lse) into the running one with merge_partials, instead of concatenating the blocks that came")
 
 
 def _ring_holds(c, p2p, where):
@@ -80,10 +113,11 @@ class _Held:
     """``with _Held(mod, p2p) as held:`` each call of the file's block_attention noted in ``p2p.events`` (ring_attention
     looks it up at each call), and at each call the most bytes of received blocks still held (``held.blocks``: the
     storages of the receives whose wait returned, ``p2p.arrived``, each storage once however many views) and of
-    earlier calls' outputs still held (``held.outputs``). Entered inside the P2PMeter ``p2p``."""
+    earlier calls' outputs still held (``held.outputs``), and the most keys given at once (``held.keys``). Entered
+    inside the P2PMeter ``p2p``."""
 
     def __init__(self, mod, p2p):
-        self.mod, self.p2p, self.blocks, self.outputs = mod, p2p, 0, 0
+        self.mod, self.p2p, self.blocks, self.outputs, self.keys = mod, p2p, 0, 0, 0
         self._made = []
 
     def __enter__(self):
@@ -96,6 +130,9 @@ class _Held:
             alive = {r.cdata: n for r, n in self.p2p.arrived if not r.expired()}
             self.blocks = max(self.blocks, sum(alive.values()))
             self.outputs = max(self.outputs, len({r.cdata for r in self._made if not r.expired()}))
+            k = args[1] if len(args) > 1 else kwargs.get("k")
+            if torch.is_tensor(k) and k.dim() >= 2:
+                self.keys = max(self.keys, k.shape[-2])
             out = attend(*args, **kwargs)
             if isinstance(out, tuple) and out and torch.is_tensor(out[0]):
                 self._made.append(StorageWeakRef(out[0].untyped_storage()))
@@ -110,6 +147,59 @@ class _Held:
         return False
 
 
+class _Sends:
+    """``with _Sends() as sends:`` each send the code posts kept until its wait() is called (``sends.unwaited()``:
+    those it never waited for; a waited one is let go, so that its tensor is held no longer than the code holds
+    it), and a send or receive to the rank itself refused with what it means (gloo's own error names a pair of
+    sockets). Kept, an unwaited send still leaves, so that its partner is not left waiting for a block dropped in
+    flight: the verdict names the mistake, not a hang."""
+
+    def __enter__(self):
+        import torch.distributed.distributed_c10d as c10d
+        self.works, self._cls, self._work = {}, c10d.ProcessGroup, c10d.Work
+        self._real = {name: vars(self._cls)[name] for name in ("send", "recv")}
+        self._wait = vars(self._work)["wait"]
+        send, recv, wait = self._real["send"], self._real["recv"], self._wait
+
+        def checked_send(pg, tensors, dst, *args, **kwargs):
+            _not_itself(pg, dst, "sends to")
+            work = send(pg, tensors, dst, *args, **kwargs)
+            self.works[id(work)] = work
+            return work
+
+        def checked_recv(pg, tensors, src, *args, **kwargs):
+            _not_itself(pg, src, "receives from")
+            return recv(pg, tensors, src, *args, **kwargs)
+
+        def noted_wait(work, *args, **kwargs):
+            self.works.pop(id(work), None)
+            return wait(work, *args, **kwargs)
+        self._cls.send, self._cls.recv, self._work.wait = checked_send, checked_recv, noted_wait
+        return self
+
+    def __exit__(self, *exc):
+        for name, real in self._real.items():
+            setattr(self._cls, name, real)
+        self._work.wait = self._wait
+        return False
+
+    def unwaited(self) -> int:
+        """How many sends were never waited for. Each is kept for the rest of the process, so that gloo still delivers
+        it to a partner waiting for it; none is waited for here (one that no rank receives would wait forever)."""
+        left, self.works = list(self.works.values()), {}
+        NEVER_WAITED.extend(left)
+        return len(left)
+
+
+def _not_itself(pg, peer, what):
+    import torch.distributed as dist
+    if peer == pg.rank():
+        raise ValueError(f"ring_attention {what} its own rank (rank {peer} of the cp group, global rank "
+                         f"{dist.get_rank()}): its place in the ring is its rank in the group, dist.get_rank(group) "
+                         f"(dist.get_rank() is the global rank, the same only when the group is ranks 0..cp-1), and "
+                         f"send/recv take the neighbours' global ranks, dist.get_global_rank(group, r)")
+
+
 def case_ring(c, balanced):
     import torch
     fn = c.need("ring_attention")
@@ -118,21 +208,32 @@ def case_ring(c, balanced):
         blocks = [[t[:, reference.positions(seq_len, c.cp, r, balanced)] for t in full[1:]]
                   + [reference.positions(seq_len, c.cp, r, balanced)] for r in range(c.cp)]
         c.take_counts()
-        with P2PMeter() as p2p, _Held(c.mod, p2p) as held:
+        with P2PMeter() as p2p, _Sends() as sends, _Held(c.mod, p2p) as held:
             out = as_tensor(fn(*(t[:, pos].clone() for t in full), pos.clone(), **c.kw), "ring_attention")
         used = {k: n for k, n in c.take_counts().items() if n}
-        want = reference.serial(*full)[:, pos]
         where = f"seq_len={seq_len}, cp={c.cp}, {_mode(balanced)}"
+        unwaited = sends.unwaited()
         if used:
             raise Fail(f"{where}: ring_attention called {', '.join(f'{n} x {k}' for k, n in used.items())}: pass the "
-                       f"key/value blocks around the ring with send/recv (isend/irecv), no collective")
+                       f"key/value blocks around the ring with send/recv (isend/irecv), no collective"
+                       + (" (a barrier is one too: every rank of the group waits for the slowest; waiting on its own "
+                          "send and receive is all a step needs)" if {"barrier", "monitored_barrier"} & set(used)
+                          else ""))
+        if unwaited:
+            raise Fail(f"{where}: rank {c.r} of the cp group returned from ring_attention without waiting for "
+                       f"{unwaited} of its sends: a send not waited for may not have left, and once its request and "
+                       f"tensor are dropped the next rank waits for a block that never comes; wait on every request, "
+                       f"the sends' too, before going on")
         _ring_peers(c, p2p, where)
+        _ring_posts_first(c, p2p, where)
         _ring_holds(c, p2p, where)
+        shard = [full[1][:, pos], full[2][:, pos], pos]
+        _ring_keys(c, held, shard, where)
+        want = reference.serial(*full)[:, pos]
         judge(out, want, f"{where}: the output differs from causal attention in one process", [
             (reference.ring_order(full[0][:, pos], blocks, c.r, reference.average),
              f"{where}: ring attention without the log-sum-exp correction: the partial results are averaged; merge "
              f"them with merge_partials (weights exp(lse_x - lse))")] if c.cp > 1 else ())
-        shard = [full[1][:, pos], full[2][:, pos], pos]
         _ring_bytes(c, p2p, shard, where)
         _ring_memory(c, held, shard, where)
         return None

@@ -11,6 +11,10 @@ RING_STEP = ("        ops = [dist.P2POp(dist.isend, t, nxt, group) for t in bloc
              "        ops += [dist.P2POp(dist.irecv, t, prev, group) for t in incoming]\n"
              "        for request in dist.batch_isend_irecv(ops):\n"
              "            request.wait()\n")
+GATHER_BACKWARD = ("        parts = [p.contiguous() for p in grad_output.chunk(cp, dim=1)]\n"
+                   "        grad = torch.empty_like(parts[0])\n"
+                   "        dist.reduce_scatter(grad, parts, group=ctx.group)   # sum over ranks of each rank's slice\n"
+                   "        return grad, None\n")
 RING_LOOP = ("    for _ in range(cp - 1):\n        incoming = [torch.empty_like(t) for t in block]\n"
              "        # post every send and receive before waiting on any: blocking sends on every rank would all wait\n"
              + RING_STEP + "        block = incoming\n"
@@ -201,4 +205,124 @@ CASES = [
            expect={"split_positions": ("fail", r"seq_len=3, cp=2, plain: the split duplicates tokens \[1\] "
                                                r"\(token 1 is on ranks \[0, 1\]\)"),
                    "merge_partials": PASS}),
+    Faulty("ring_concatenates_every_block", options=CP2,
+           why="the ring passes blocks on, but grows the keys and values by concatenation and attends once at the end",
+           edits=[("    out, lse = block_attention(q, k, v, positions, positions)\n",
+                   "    all_k, all_v, all_pos = k, v, positions\n"),
+                  ("        block = incoming\n        out_b, lse_b = block_attention(q, block[0], block[1], positions, "
+                   "block[2])\n        out, lse = merge_partials(out, lse, out_b, lse_b)\n    return out\n",
+                   "        block = incoming\n        all_k = torch.cat([all_k, block[0]], dim=1)\n"
+                   "        all_v = torch.cat([all_v, block[1]], dim=1)\n"
+                   "        all_pos = torch.cat([all_pos, block[2]])\n"
+                   "    out, lse = block_attention(q, all_k, all_v, positions, all_pos)\n    return out\n")],
+           expect={"ring_attention": ("fail", r"cp=2: .*rank [01] of the cp group gave block_attention 8 keys at once"
+                                              r".*ring attention never holds the whole sequence's keys"),
+                   "merge_partials": PASS}),
+    Faulty("gather_backward_all_reduces", options=CP2,
+           why="the gather's backward all-reduces the whole gradient and keeps its slice: twice a reduce-scatter's "
+               "bytes",
+           edits=[(GATHER_BACKWARD,
+                   "        total = grad_output.contiguous().clone()\n"
+                   "        dist.all_reduce(total, group=ctx.group)\n"
+                   "        return total.chunk(cp, dim=1)[dist.get_rank(ctx.group)].contiguous(), None\n")],
+           expect={"gather_sequence": ("fail", r"cp=2: .*backward of gather_sequence called all_reduce of 384 bytes.*2 "
+                                               r"times the 192 bytes of a reduce-scatter"),
+                   "cp_attention": PASS}),
+    Faulty("gather_forward_all_reduces", options=CP2,
+           why="the gather's forward all-reduces a zero-padded whole sequence (unshard's way): twice an all-gather's",
+           edits=[("        parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]\n"
+                   "        dist.all_gather(parts, t.contiguous(), group=group)\n"
+                   "        return torch.cat(parts, dim=1)\n",
+                   "        cp, r, s = dist.get_world_size(group), dist.get_rank(group), t.shape[1]\n"
+                   "        full = t.new_zeros(t.shape[0], cp * s, *t.shape[2:])\n"
+                   "        full[:, r * s:(r + 1) * s] = t\n"
+                   "        dist.all_reduce(full, group=group)\n        return full\n")],
+           expect={"gather_sequence": ("fail", r"cp=2: .*forward of gather_sequence called all_reduce.*an all-reduce "
+                                               r"of the whole \[B, cp\*s, F\] tensor sends about twice that"),
+                   "cp_attention": PASS}),
+    Faulty("attention_unshards_q", options=CP2,
+           why="every rank's queries put together with unshard_sequence (an all-reduce), the whole S x S attention "
+               "computed and this rank's rows kept",
+           edits=[("    scores = q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])\n",
+                   "    whole = unshard_sequence(q, positions, keys.shape[1], group)\n"
+                   "    scores = whole[:, positions] @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])\n")],
+           expect={"cp_attention": ("fail", r"cp=2: .*cp_attention gave 512 bytes of floating-point tensors to "
+                                            r"all_reduce in forward.*the queries it attends with are its own shard"),
+                   "unshard_sequence": PASS, "gather_sequence": PASS}),
+    Faulty("grads_over_the_world", options=GRID,
+           why="the grads all-reduced over every rank and divided by the world size, the groups ignored",
+           edits=[("    ranks = dist.get_world_size(dp_group) * dist.get_world_size(cp_group)\n",
+                   "    ranks = dist.get_world_size()\n"),
+                  ("        dist.all_reduce(p.grad, group=dp_group)\n" + ALL_REDUCE_CP,
+                   "        dist.all_reduce(p.grad)\n")],
+           expect={"reduce_shared_grads": ("fail", r"4 ranks, tp=2 x cp=2 \(cp groups \[0, 2\] and \[1, 3\]\), group= "
+                                                   r"given: .*averaged over all 4 ranks of the world, not over this "
+                                                   r"rank's dp x cp ranks"),
+                   "gather_sequence": PASS}),
+    Faulty("ring_global_rank", options=GRID,
+           why="the ring's place taken from the global rank (dist.get_rank() without the group)",
+           edits=[("    cp, me = dist.get_world_size(group), dist.get_rank(group)\n",
+                   "    cp, me = dist.get_world_size(group), dist.get_rank()\n")],
+           expect={"ring_attention": ("fail", r"4 ranks, tp=2 x cp=2 .*ValueError: ring_attention sends to its own "
+                                              r"rank .*dist\.get_rank\(group\)"),
+                   "cp_attention": PASS}),
+    Faulty("merge_exp_overflows", options={"world_sizes": ()},
+           why="merge_partials takes exp of the lse values themselves: inf for large scores",
+           edits=[("    lse = torch.logaddexp(lse_a, lse_b)\n"
+                   "    # each part was divided by its own denominator exp(lse_x); rescale both to the joint one\n"
+                   "    out = torch.exp(lse_a - lse).unsqueeze(-1) * out_a + torch.exp(lse_b - lse).unsqueeze(-1) * "
+                   "out_b\n",
+                   "    den_a, den_b = torch.exp(lse_a), torch.exp(lse_b)\n    lse = torch.log(den_a + den_b)\n"
+                   "    out = (den_a.unsqueeze(-1) * out_a + den_b.unsqueeze(-1) * out_b)\n"
+                   "    out = out / (den_a + den_b).unsqueeze(-1)\n")],
+           expect={"merge_partials": ("fail", r"merge_partials gives nan or inf when the lse values are large"
+                                              r".*subtract the maximum"),
+                   "split_positions": PASS}),
+    Faulty("ring_barrier_each_step", options=CP2, why="a barrier on the cp group at every step of the ring",
+           edits=[("        block = incoming\n        out_b",
+                   "        dist.barrier(group=group)\n        block = incoming\n        out_b")],
+           expect={"ring_attention": ("fail", r"cp=2: .*ring_attention called 1 x barrier: .*no collective \(a barrier "
+                                              r"is one too"),
+                   "cp_attention": PASS}),
+    Faulty("ring_blocking_by_parity", options=CP2,
+           why="blocking send and recv, even ranks sending first and odd ones receiving first: no deadlock, but the "
+               "transfers of a step run one after another",
+           edits=[(RING_STEP, "        if me % 2 == 0:\n"
+                              "            for t in block:\n                dist.send(t, nxt, group)\n"
+                              "            for t in incoming:\n                dist.recv(t, prev, group)\n"
+                              "        else:\n"
+                              "            for t in incoming:\n                dist.recv(t, prev, group)\n"
+                              "            for t in block:\n                dist.send(t, nxt, group)\n")],
+           expect={"ring_attention": ("fail", r"cp=2: rank 1: .*received a block \(its wait returned\) before it "
+                                              r"posted its own send of that step"),
+                   "cp_attention": PASS}),
+    Faulty("ring_sends_never_waited", options=CP2, why="the ring waits on its receives only, never on its sends",
+           edits=[("        for request in dist.batch_isend_irecv(ops):\n            request.wait()\n",
+                   "        for request in dist.batch_isend_irecv(ops)[len(block):]:   # the receives\n"
+                   "            request.wait()\n")],
+           expect={"ring_attention": ("fail", r"cp=2: .*rank 0 of the cp group returned from ring_attention without "
+                                              r"waiting for 3 of its sends"),
+                   "cp_attention": PASS}),
 ]
+
+# Right in another style, that must pass: the ring turned the other way (each rank sends to the previous and receives
+# from the next); a ring that posts the next transfer before computing with the block it has, then waits.
+RIGHT = {
+    "ring_reverse_direction": [
+        ("    nxt, prev = [r if group is None else dist.get_global_rank(group, r) for r in ((me + 1) % cp, (me - 1) % "
+         "cp)]\n",
+         "    nxt, prev = [r if group is None else dist.get_global_rank(group, r) for r in ((me - 1) % cp, (me + 1) % "
+         "cp)]\n")],
+    "ring_overlaps_compute": [
+        ("    out, lse = block_attention(q, k, v, positions, positions)\n", "    out = lse = None\n"),
+        (RING_LOOP + "    return out\n",
+         "    for step in range(cp):\n        requests, incoming = [], None\n"
+         "        if step < cp - 1:   # pass this block on before computing with it\n"
+         "            incoming = [torch.empty_like(t) for t in block]\n"
+         "            requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, nxt, group) for t in block]\n"
+         "                                              + [dist.P2POp(dist.irecv, t, prev, group) for t in incoming])\n"
+         "        out_b, lse_b = block_attention(q, block[0], block[1], positions, block[2])\n"
+         "        out, lse = (out_b, lse_b) if out is None else merge_partials(out, lse, out_b, lse_b)\n"
+         "        for request in requests:\n            request.wait()\n"
+         "        requests = None\n        block = incoming\n    return out\n")],
+}

@@ -7,7 +7,7 @@ gloo processes on 2 and 4 ranks, one pipeline stage each.
 import pytest
 from conftest import ROOT
 from faulty import assert_every_case_applies, ids
-from pp_faulty.cases import CASES
+from pp_faulty.cases import CASES, RIGHT
 
 from course_lib.pp import cases as pp_check
 from course_lib.pp import pipe as pp
@@ -43,8 +43,15 @@ def test_faulty_named_with_reason_and_nothing_survives(tmp_path, case):
     case.assert_checked(pp_check.check, SOLUTION, FOLDER, tmp_path)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("case", RIGHT, ids=ids(RIGHT))
+def test_right_variant_passes(tmp_path, case):
+    report = pp_check.check(str(case.write(SOLUTION, FOLDER, tmp_path)), **case.options)
+    assert report.passed, f"{case.name}: {case.why}\n{report.text()}"
+
+
 def test_every_case_applies():
-    assert_every_case_applies(CASES, SOLUTION, FOLDER)
+    assert_every_case_applies(CASES + RIGHT, SOLUTION, FOLDER)
 
 
 def test_reference_equals_the_sum_of_micro_batches():

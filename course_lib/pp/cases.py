@@ -5,8 +5,10 @@ forward_step and backward_step watched (the module's names swapped while the sch
 with one process with the whole batch. The watcher tells micro-batches apart by value (against each micro-batch's
 serial activation and gradient at this stage), counts those in flight, and notes the first thing out of order but
 lets the schedule go on: a rank that stopped would leave its neighbours waiting. What values cannot show is measured:
-the tensors each micro-batch leaves alive after its backward and after the step (held.py), and the messages each
-stage sends, to whom and when against its forwards and backwards (traffic.py)."""
+the tensors each micro-batch leaves alive after its backward and after the step (held.py), the messages each
+stage sends and receives, to whom and when against its forwards and backwards (traffic.py, received.py), how
+communicate posts them (peers.py; also on a pipeline whose stage s is rank p - 1 - s, as in a dp x pp grid), and
+what the schedule returns and leaves (outcome.py)."""
 import functools
 
 from course_lib import checking
@@ -14,7 +16,7 @@ from course_lib.checking.case import Case, Fail
 from course_lib.checking.learner import error_where, explain
 from course_lib.checking.p2p import P2PMeter
 from course_lib.checking.worker import peer_gone
-from course_lib.pp import held, traffic
+from course_lib.pp import held, outcome, peers, traffic
 from course_lib.pp import pipe as pp
 
 FILE = LOAD_ITEM = "pp.py"
@@ -30,13 +32,15 @@ WIDTH, MICRO = 6, 2
 HANG_HINTS = {None: "with gloo a send waits for its matching receive. In 1F1B's steady state stage s sends an "
                     "activation to s+1 while s+1 sends a gradient back to s: if both send first, each waits for the "
                     "other's receive. In communicate post every send and receive at once (dist.P2POp + "
-                    "dist.batch_isend_irecv, then wait on each request), and check that every send has a receive "
-                    "on the stage it names",
+                    "dist.batch_isend_irecv), wait on every request it returns, sends included (gloo may drop a "
+                    "send whose request is never waited on), and check that every send has a receive on the stage "
+                    "it names",
               "one_f_one_b": "in the steady state stage s sends y forward while stage s+1 sends a gradient back: "
                              "send y and receive its gradient in ONE communicate(pipe, send_next=y, recv_next=True), "
                              "and check that each stage runs as many forwards (and backwards) as its neighbours "
                              "expect: warm-up p - stage - 1, then m - warm-up steady steps, then the cool-down"}
 TOL = dict(rtol=1e-9, atol=1e-12)
+hint = peers.crash_hint
 check = functools.partial(checking.check, "pp")   # course check pp PATH, from Python
 
 
@@ -45,6 +49,8 @@ def cases(world: int) -> list[Case]:
                 f"p={world}, activations forward and gradients back along the chain"),
            Case("communicate:steady", "communicate", functools.partial(case_communicate, "steady"),
                 f"p={world}, 1F1B's steady state: stage s sends forward while stage s+1 sends back"),
+           Case("communicate:reversed", "communicate", functools.partial(case_communicate, "reversed"),
+                f"p={world}, stage s on global rank {world - 1} - s"),
            Case("forward_step", "forward_step", case_forward, f"p={world}, m=3"),
            Case("backward_step", "backward_step", case_backward, f"p={world}, m=2")]
     for name in ("afab", "one_f_one_b"):
@@ -57,15 +63,18 @@ def cases(world: int) -> list[Case]:
 def pass_text(item: str, recs) -> str:
     worlds = ", ".join(str(w) for w in dict.fromkeys(r.world for r in recs))
     if item == "communicate":
-        return f"p={worlds}: along the chain both ways, and 1F1B's steady-state exchange (both directions at once)"
+        return (f"p={worlds}: along the chain both ways, 1F1B's steady-state exchange (both directions at once), "
+                f"and stage s on rank p - 1 - s")
     return f"p={worlds}: " + next((v["message"] for r in recs for v in r.verdicts.values() if v["message"]), "")
 
 
-def setting(ctx, m: int):
-    """This rank's Pipe, the micro-batches and the serial reference (the same on every rank)."""
+def setting(ctx, m: int, ranks: list | None = None):
+    """This rank's Pipe, the micro-batches and the serial reference (the same on every rank); ``ranks``: the global
+    rank of each stage (default: stage s on rank s)."""
     model = pp.make_model(2 * ctx.world, WIDTH)
     xs, ys = pp.make_batch(m, MICRO, WIDTH)
-    return pp.make_pipe(model, ctx.world, ctx.rank, m, MICRO), xs, ys, pp.reference(model, ctx.world, xs, ys)
+    stage = ranks.index(ctx.rank) if ranks else ctx.rank
+    return (pp.make_pipe(model, ctx.world, stage, m, MICRO, ranks), xs, ys, pp.reference(model, ctx.world, xs, ys))
 
 
 def pattern(sender: int, tag: int):
@@ -75,9 +84,10 @@ def pattern(sender: int, tag: int):
 
 
 def case_communicate(part: str, ctx):
-    pipe = setting(ctx, 3)[0]
+    ranks = list(range(ctx.world))[::-1] if part == "reversed" else None
+    pipe = setting(ctx, 3, ranks)[0]
     fn = ctx.need("communicate")
-    s = ctx.rank
+    s = pipe.stage
     # 1: activations forward along the chain; 2: gradients backward; 3: 1F1B's steady state, pairs (s, s+1) with
     # s even: s sends forward and receives backward while s+1 does the opposite (then the odd pairs)
     steps = [("forward", dict(send_next=None if pipe.last else pattern(s, 1), recv_prev=not pipe.first)),
@@ -91,12 +101,18 @@ def case_communicate(part: str, ctx):
             kw = {}
         steps.append((f"steady state (stage s sends forward while s+1 sends back{', odd s' if parity else ''})", kw))
     for tag, (what, kw) in enumerate(steps, 1):
-        if (part == "chain") != (tag <= 2):
+        if part != "reversed" and (part == "chain") != (tag <= 2):
             continue
-        got = fn(pipe, **kw)
-        ctx.agree_or_fail(judge_exchange(got, kw, s, tag, what, pipe))
-    return ("forward and backward along the chain" if part == "chain"
-            else "1F1B's steady-state exchange: both directions at once")
+        try:
+            with peers.Posted(pipe, ranks) as posted:
+                got = fn(pipe, **kw)
+        except peers.Refused as e:
+            ctx.agree_or_fail(f"{what}: {e}")
+        # separate sends and receives run on gloo along the chain: only the steady state's exchange tells
+        ctx.agree_or_fail(peers.problem(posted, s, loose=part != "chain")
+                          or judge_exchange(got, kw, s, tag, what, pipe))
+    return {"chain": "forward and backward along the chain", "reversed": "stage s on rank p - 1 - s",
+            "steady": "1F1B's steady-state exchange: both directions at once"}[part]
 
 
 def judge_exchange(got, kw, s, tag, what, pipe) -> str | None:
@@ -131,6 +147,10 @@ def case_forward(ctx):
     y = fn(pipe, x, ys[1] if pipe.last else None)
     if not isinstance(y, torch.Tensor):
         raise Fail(f"stage {pipe.stage}: forward_step returned {type(y).__name__}, not a tensor")
+    if pipe.first and x.requires_grad:
+        raise Fail("first stage: forward_step made its input x require its gradient: autograd then computes and "
+                   "stores the gradient of the caller's data, for nothing. Call x.requires_grad_() only when not "
+                   "pipe.first: only a received activation's gradient is sent back")
     if not pipe.first and not x.requires_grad:
         raise Fail(f"stage {pipe.stage}: x does not require its gradient after forward_step: call "
                    f"x.requires_grad_() before the forward, so that backward_step can return x.grad")
@@ -144,7 +164,8 @@ def case_forward(ctx):
                        f"micro-batch losses, so each gradient would come out m times too large")
         if not torch.allclose(y.detach(), loss / pipe.m, **TOL):
             raise Fail(f"last stage: forward_step returned {y.detach().reshape(-1)[:3].tolist()}, expected the loss "
-                       f"pipe.loss_fn(y, target) / pipe.m = {float(loss / pipe.m):.6g}")
+                       f"pipe.loss_fn(y, target) / pipe.m = {float(loss / pipe.m)!r}"
+                       + outcome.unlike(y, [loss / pipe.m]))
     elif tuple(y.shape) != tuple(out.shape) or not torch.allclose(y.detach(), out, **TOL):
         raise Fail(f"stage {pipe.stage}: forward_step's output differs from pipe.module(x)")
     return "the stage's output; on the last stage the micro-batch's loss / m"
@@ -251,8 +272,8 @@ class Watcher:
                 self.note(f"the gradient of micro-batch {i} that stage {s} received is m = {self.pipe.m} times one "
                           f"process's: each micro-batch's loss must be divided by the number of micro-batches m")
             elif j is None:
-                self.note(f"stage {s}'s backward of micro-batch {i} got a gradient that is no micro-batch's "
-                          f"(shape {tuple(grad.shape)}; expected {tuple(self.ref.out_grads[s][i].shape)})")
+                self.note(f"stage {s}'s backward of micro-batch {i} got a gradient that is no micro-batch's"
+                          + outcome.unlike(grad, self.ref.out_grads[s]))
             elif j != i:
                 self.note(f"stage {s} applied the gradient of micro-batch {j} (received from stage {s + 1}) to the "
                           f"activations of micro-batch {i}: it received the wrong micro-batch; backwards go in the "
@@ -286,7 +307,8 @@ def case_schedule(name: str, m: int, ctx):
                    where=error_where(e, ctx.path)) from e
     finally:
         ctx.mod.forward_step, ctx.mod.backward_step = watcher.originals.values()
-    problem = (watcher.problem or order_problem(name, watcher, m) or result_problem(pipe, ref, loss, TOL, m)
+    problem = (watcher.problem or order_problem(name, watcher, m) or outcome.result_problem(pipe, ref, loss, TOL, m)
+               or outcome.problem(pipe, xs, loss, [i for kind, i in watcher.events if kind == "B"])
                or traffic.problem(pipe, watcher.events, watcher.sent, watcher.meter)
                or watcher.held_problem or left_problem(pipe, watcher))
     if problem:
@@ -298,7 +320,9 @@ def case_schedule(name: str, m: int, ctx):
 
 def left_problem(pipe, w: Watcher) -> str | None:
     left = w.kept.after_backward(0)   # the schedule has returned: none of its tensors should be alive
-    return held.after_text(pipe.stage, left) if left else None
+    if left:
+        return held.after_text(pipe.stage, left)
+    return held.reused_text(pipe.stage, w.kept.reused()) if w.kept.reused() else None
 
 
 def figures(w: Watcher) -> dict:
@@ -347,33 +371,4 @@ def order_problem(name: str, w: Watcher, m: int) -> str | None:
     if steady != "FB" * (m - want):
         return (f"stage {s}'s steady state ran {steady}: after the {want} warm-up forwards, one forward then one "
                 f"backward per step ({'FB' * (m - want)})")
-    return None
-
-
-def result_problem(pipe, ref, loss, tol, m) -> str | None:
-    import torch
-    if pipe.last:
-        if not isinstance(loss, (float, int)) and not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
-            return f"the last stage returned {loss!r}, not the step's loss (the sum of the m returned losses)"
-        got = float(loss)
-        if abs(got - ref.loss * m) <= 1e-9 * abs(ref.loss * m) and m > 1:
-            return (f"the step's loss is {got:.6g}, m = {m} times one process's {ref.loss:.6g}: each micro-batch's "
-                    f"loss must be divided by the number of micro-batches m")
-        if abs(got - ref.loss) > 1e-9 * max(1.0, abs(ref.loss)):
-            return f"the step's loss is {got:.6g}, one process with the whole batch has {ref.loss:.6g}"
-    for k, (p, want) in enumerate(zip(pipe.module.parameters(), ref.grads[pipe.stage])):
-        if p.grad is None:
-            return f"parameter {k} of this stage has no gradient after the step"
-        if torch.allclose(p.grad, want, **tol):
-            continue
-        if m > 1 and torch.allclose(p.grad, want * m, **tol):
-            return (f"every gradient is m = {m} times one process's: each micro-batch's loss must be divided by "
-                    f"the number of micro-batches m")
-        if m > 1 and torch.allclose(p.grad, ref.last_share[pipe.stage][k], **tol):
-            return (f"parameter {k}'s gradient is the last micro-batch's share alone: the gradients were zeroed "
-                    f"between micro-batches (zero_grad or .grad = None inside the schedule or backward_step). The m "
-                    f"micro-batches' gradients must add up in .grad; zero them once per step, before the schedule")
-        return (f"parameter {k}'s gradient differs from one process with the whole batch (max |difference| "
-                f"{float((p.grad - want).abs().max()):.3g}): the gradients of the m micro-batches must add up in "
-                f".grad (zeroed once per step, never between micro-batches)")
     return None

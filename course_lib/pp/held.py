@@ -30,7 +30,23 @@ class Kept:
             self.done.append(i)
 
     def _alive(self) -> list:
-        return [i for i in self.done if any(not r.expired() for r in self.refs.get(i, ()))]
+        """The micro-batches done that still hold a storage of their own: one that several micro-batches share (a
+        receive buffer reused) is one buffer, not each one's tensors (``reused`` tells it)."""
+        shared = self._shared()
+        return [i for i in self.done if any(not r.expired() and r.cdata not in shared for r in self.refs.get(i, ()))]
+
+    def _shared(self) -> dict:
+        """{storage (its cdata): the micro-batches whose tensors are in it} for the live storages of several."""
+        owners: dict = {}
+        for i, refs in self.refs.items():
+            for r in refs:
+                if not r.expired():
+                    owners.setdefault(r.cdata, set()).add(i)
+        return {k: sorted(v) for k, v in owners.items() if len(v) > 1}
+
+    def reused(self) -> list:
+        """The micro-batches whose tensors share one storage that is still alive (the largest such group)."""
+        return max(self._shared().values(), key=len, default=[])
 
     def after_backward(self, linger: int) -> list:
         """The micro-batches whose backward has run and a tensor of which is still alive, when more than
@@ -57,3 +73,11 @@ def after_text(stage: int, left: list) -> str:
             f"(measured: their x, y or gradients at this stage): something keeps them past the step (a module-level "
             f"list or dict, an attribute of pipe, a loss kept with its graph). Memory then grows with every step; "
             f"nothing of a micro-batch should outlive its backward, except the loss as a number (loss.detach())")
+
+
+def reused_text(stage: int, shared: list) -> str:
+    return (f"stage {stage}: micro-batches {shared} received into one and the same buffer, still alive after the "
+            f"step (measured: one storage under their tensors): the buffer is kept and reused. Every receive must "
+            f"get a new buffer, torch.empty(pipe.shape, dtype=pipe.dtype) inside communicate: a reused one is "
+            f"overwritten by the next receive while the tensor returned before may still be in use (on a GPU, "
+            f"with asynchronous receives, before its backward has read it)")

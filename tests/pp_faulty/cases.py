@@ -11,6 +11,9 @@ POSTED_TOGETHER = """    if ops:
 STEADY = """        y = forward(i)
         backward(None if pipe.last else communicate(pipe, send_next=y, recv_next=True)[1])
 """
+AFAB_RECEIVE = """    for i in range(pipe.m):
+        x = inputs[i] if pipe.first else communicate(pipe, recv_prev=True)[0]
+"""
 
 CASES = [
     Faulty("blocking_sends_first", options=P2,
@@ -141,4 +144,110 @@ CASES = [
                                            r"micro-batches before it.*input's gradient to the previous stage as soon "
                                            r"as it is computed"),
                    "afab": PASS}),
+    Faulty("afab_receives_every_activation_first", options=P2,
+           why="AFAB receives all m activations before its first forward: the stages run one after another",
+           edits=[(AFAB_RECEIVE, "    xs = inputs if pipe.first else [communicate(pipe, recv_prev=True)[0]\n"
+                                 "                                    for _ in range(pipe.m)]\n"
+                                 "    for i in range(pipe.m):\n        x = xs[i]\n")],
+           expect={"afab": ("fail", r"stage 1 started the forward of micro-batch 0 having received 4 activations "
+                                    r"from the previous stage that no forward had used yet.*one after another"),
+                   "one_f_one_b": PASS}),
+    Faulty("output_sent_after_backward", options=P2,
+           why="1F1B's steady state sends the forward's output only after the backward in between",
+           edits=[(STEADY, "        y = forward(i)\n"
+                           "        backward(None if pipe.last else communicate(pipe, recv_next=True)[1])\n"
+                           "        if not pipe.last:\n            communicate(pipe, send_next=y)\n")],
+           expect={"one_f_one_b": ("fail", r"stage 0 started the backward of micro-batch 0 with the output of its "
+                                           r"last forward not yet sent to the next stage.*in ONE communicate"),
+                   "afab": PASS}),
+    Faulty("gradient_sent_after_next_forward", options=P2,
+           why="1F1B sends each input's gradient back only after the stage's next forward",
+           edits=[("    warmup = min(pipe.stages - pipe.stage - 1, pipe.m)\n",
+                   "    warmup = min(pipe.stages - pipe.stage - 1, pipe.m)\n    owed = []\n"),
+                  ("            communicate(pipe, send_prev=dx)\n\n    for i in range(warmup):",
+                   "            owed.append(dx)                      # sent after the next forward\n\n"
+                   "    for i in range(warmup):"), ("        losses.append(y.detach())\n        return y\n",
+       "        losses.append(y.detach())\n        while owed:\n"
+       "            communicate(pipe, send_prev=owed.pop(0))\n        return y\n"),
+                  ("        backward(communicate(pipe, recv_next=True)[1])\n    return",
+                   "        backward(communicate(pipe, recv_next=True)[1])\n    while owed:\n"
+                   "        communicate(pipe, send_prev=owed.pop(0))\n    return")],
+           expect={"one_f_one_b": ("fail", r"stage 1 started the forward of micro-batch 1 with the input's gradient "
+                                           r"of its last backward not yet sent to the previous stage"),
+                   "afab": PASS}),
+    Faulty("peers_are_stage_numbers", options=P2,
+           why="communicate's peers are pipe.stage +- 1, not pipe.prev / pipe.next: right only where stage s is "
+               "rank s",
+           edits=[(f"{op}, pipe.{side}, pipe.group))", f"{op}, pipe.stage {sign} 1, pipe.group))")
+                  for op, side, sign in (("from_prev", "prev", "-"), ("from_next", "next", "+"),
+                                         ("send_next.detach().contiguous()", "next", "+"),
+                                         ("send_prev.detach().contiguous()", "prev", "-"))],
+           expect={"communicate": ("fail", r"stage s on global rank 1 - s: .*stage 1 \(global rank 0\) posted a "
+                                           r"receive from rank 0, which is itself.*not pipe\.stage \+- 1"),
+                   "afab": PASS, "one_f_one_b": PASS}),
+    Faulty("isend_irecv_unbatched", options=P2,
+           why="communicate posts dist.isend and dist.irecv one by one, not through batch_isend_irecv",
+           edits=[(POSTED_TOGETHER, "    reqs = [op.op(op.tensor, op.peer, op.group) for op in ops]   # one by one\n"
+                                    "    for request in reqs:\n        request.wait()\n")],
+           expect={"communicate": ("fail", r"1F1B's steady state.*communicate made 1 sends and 1 receives outside "
+                                           r"dist\.batch_isend_irecv"),
+                   "afab": PASS}),
+    Faulty("sends_not_waited", options=P2, why="communicate waits on its receives' requests only",
+           edits=[(POSTED_TOGETHER, "    if ops:\n        for op, request in zip(ops, dist.batch_isend_irecv(ops)):\n"
+                                    "            if op.op is dist.irecv:\n                request.wait()\n")],
+           expect={"communicate": ("fail", r"along the chain.*returned without waiting on 1 of its send requests")}),
+    Faulty("receive_buffer_float32", options=P2,
+           why="communicate's receive buffers are float32 (no dtype=) while the stages send float64",
+           edits=[(f"        from_{side} = torch.empty(pipe.shape, dtype=pipe.dtype)",
+                   f"        from_{side} = torch.empty(pipe.shape)") for side in ("prev", "next")],
+           expect={"communicate": ("fail", r"received into a torch\.float32 buffer while the stages send "
+                                           r"torch\.float64.*torch\.empty\(pipe\.shape, dtype=pipe\.dtype\)"),
+                   "afab": ("fail", r"hint: gloo aborted the receiving process: a message of 96 B arrived for a "
+                                    r"receive buffer of 48 B.*dtype=pipe\.dtype")}),
+    Faulty("afab_backwards_newest_first", options=P2, why="AFAB runs its backwards newest first",
+           edits=[("        x, y = saved.pop(0)                      # the oldest first: micro-batch order, as the next "
+                   "stage sends", "        x, y = saved.pop()")],
+           expect={"afab": ("fail", r"ran its backwards in the order \[3, 2, 1, 0\]: every stage runs them in "
+                                    r"micro-batch order"),
+                   "one_f_one_b": PASS}),
+    Faulty("first_stage_input_requires_grad", options=P2,
+           why="forward_step makes x require its gradient on the first stage too: the caller's data",
+           edits=[("    if not pipe.first:\n        x.requires_grad_()\n", "    x.requires_grad_()\n")],
+           expect={"forward_step": ("fail", r"first stage: forward_step made its input x require its gradient"),
+                   "afab": ("fail", r"the caller's inputs require their gradient after the step")}),
+    Faulty("returns_zero_not_none", options=P2, why="AFAB returns 0.0 on the stages without the loss, not None",
+           edits=[("    return float(sum(losses)) if pipe.last else None\n\n\ndef one_f_one_b",
+                   "    return float(sum(losses))\n\n\ndef one_f_one_b")],
+           expect={"afab": ("fail", r"stage 0 returned 0\.0: the schedules return the step's loss on the last "
+                                    r"stage only, None on every other stage"),
+                   "one_f_one_b": PASS}),
+    Faulty("loss_scale_float32", options=P2, why="the loss is scaled by a float32 tensor 1 / m: off by rounding",
+           edits=[("        return pipe.loss_fn(y, target) / pipe.m", 
+                   "        return pipe.loss_fn(y, target) * torch.tensor(1 / pipe.m)")],
+           expect={"forward_step": ("fail", r"pipe\.m = 0\.196367514\d+ \(a relative difference of 3\.0e-08 from "
+                                            r"the nearest: float32 rounding")}),
+    Faulty("gradient_buffer_reused", options=P2,
+           why="communicate receives every gradient into one buffer kept on pipe: the stub asks for a new one each",
+           edits=[("        from_next = torch.empty(pipe.shape, dtype=pipe.dtype)",
+                   "        if getattr(pipe, 'grad_buffer', None) is None:\n"
+                   "            pipe.grad_buffer = torch.empty(pipe.shape, dtype=pipe.dtype)\n"
+                   "        from_next = pipe.grad_buffer")],
+           expect={"afab": ("fail", r"micro-batches \[0, 1, 2, 3\] received into one and the same buffer.*kept "
+                                    r"and reused"),
+                   "communicate": PASS}),
+]
+
+# right submissions written otherwise than the solution: they must pass (test_pp_checker.py)
+RIGHT = [
+    Faulty("afab_receives_next_activation_early", options=P4,
+           why="right: AFAB receives the next activation right after a forward, before sending its output (the "
+               "middle stages of p=4 hold one received ahead, as Megatron's 1F1B does)",
+           edits=[(AFAB_RECEIVE, "    nxt = None if pipe.first else communicate(pipe, recv_prev=True)[0]\n"
+                                 "    for i in range(pipe.m):\n        x = inputs[i] if pipe.first else nxt\n"),
+                  ("        saved.append((x, y))\n        if pipe.last:\n            losses.append(y.detach())\n"
+                   "        else:\n",
+                   "        saved.append((x, y))\n        if not pipe.first and i + 1 < pipe.m:\n"
+                   "            nxt = communicate(pipe, recv_prev=True)[0]\n        if pipe.last:\n"
+                   "            losses.append(y.detach())\n        else:\n")],
+           expect={}),
 ]

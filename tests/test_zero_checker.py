@@ -58,7 +58,9 @@ def test_solution_passes_with_state_about_one_over_w(request, world):
 
 # Checked alone: a hang stops its launch (check relaunches after it); a load error ends check early.
 ALONE = {"all_gather_blocking_send", "syntax_error"}
-BATCH = [c for c in CASES if c.name not in ALONE] + HONEST
+FOUR = {"world_sizes": (4,)}
+BATCH4 = [c for c in CASES if c.options == FOUR]          # only W=4 shows them: checked together, in one launch
+BATCH = [c for c in CASES if c.name not in ALONE and c.options != FOUR] + HONEST
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +80,17 @@ def batch(tmp_path_factory):
     return dict(zip(["solution", "starter"] + [c.name for c in BATCH], zip(paths, reports)))
 
 
+@pytest.fixture(scope="module")
+def batch4(tmp_path_factory):
+    """{case name: (path, report)} of the W=4 cases, from one check_many run on W=4."""
+    paths = [c.write(SOLUTION, FOLDER, tmp_path_factory.mktemp(c.name)) for c in BATCH4]
+    reports = checking.check_many("zero", paths, world_sizes=(4,))
+    for path, report in zip(paths, reports):
+        print(report.text())
+        assert not live_processes(str(path)), f"a worker process for {path} survived the check"
+    return dict(zip([c.name for c in BATCH4], zip(paths, reports)))
+
+
 @pytest.mark.slow
 def test_starter_fails_every_piece(batch):
     report = batch["starter"][1]
@@ -94,7 +107,7 @@ def test_faulty_named_with_reason_and_nothing_survives(request, tmp_path, case):
         path = case.write(SOLUTION, FOLDER, tmp_path)
         report = zero_check.check(str(path), **case.options)
     else:
-        path, report = request.getfixturevalue("batch")[case.name]
+        path, report = request.getfixturevalue("batch4" if case.options == FOUR else "batch")[case.name]
     print(report.text())
     case.assert_reported(report, path.read_text(), re.S)
     assert not live_processes(str(path)), "a worker process survived the check"

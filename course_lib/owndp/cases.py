@@ -14,6 +14,7 @@ from course_lib.checking import case as harness
 from course_lib.checking.case import Case, Fail, flat, need
 from course_lib.checking.learner import explain
 from course_lib.checking.summary import first_text
+from course_lib.owndp.order import FINISH, early_launch_problem, reordered_model
 from course_lib.owndp.record import Recorder, held
 
 FILE = LOAD_ITEM = "own_ddp.py"
@@ -29,9 +30,10 @@ ATOL = 1e-9
 LR = 0.1
 MIB = 2 ** 20
 # bucket caps in bytes for the plain model (203 float64 parameters: the last layer's 27, the middle one's 104,
-# the first one's 72): 1, 2 and 3 buckets; half an element under an exact fit, so that closing a bucket at
-# ">= cap" or at "> cap" agree
-CAPS = {1: 25 * MIB, 2: 1044, 3: 212}
+# the first one's 72): 1, 2 and 3 buckets; half an element off an exact fit, so that closing a bucket at
+# ">= cap" or at "> cap" agree. 1052 B (the parameters from the last up to 0.bias: 1048 B, 1144 B with it) gives
+# buckets of 143 and 60 elements; read as 1e6-byte MB (1003 B), 131 and 72
+CAPS = {1: 25 * MIB, 2: 1052, 3: 212}
 TIED_CAP = 212       # tied model: 3 buckets, the first holding the unused layer (sent only by the flush)
 HINT_HOOK = "register hooks only on parameters with requires_grad (self.params): a frozen one cannot take a hook"
 HINT_NONE = ("a parameter that forward did not use (the tied model has one) has no gradient on any rank: its .grad "
@@ -92,7 +94,7 @@ def batch(kind, step, world):
     """The global batch of ``step``: 4 samples per rank, rank r's are rows 4r..4r+3."""
     import torch
     g = torch.Generator().manual_seed(1000 + step)
-    if kind == "plain":
+    if kind != "tied":
         return torch.randn(4 * world, 5, generator=g, dtype=torch.float64), \
             torch.randn(4 * world, 3, generator=g, dtype=torch.float64)
     return torch.randint(0, 11, (4 * world, 5), generator=g), torch.randint(0, 11, (4 * world, 5), generator=g)
@@ -100,7 +102,7 @@ def batch(kind, step, world):
 
 def loss_of(kind, model, x, y):
     import torch.nn.functional as F
-    if kind == "plain":
+    if kind != "tied":
         return F.mse_loss(model(x), y)
     return F.cross_entropy(model(x).reshape(-1, 11), y.reshape(-1))
 
@@ -152,7 +154,7 @@ def train(c, variant, kind, cap):
     first and the last step, the sizes of the parameters that require a gradient, the same with 0 for those that got
     none)."""
     import torch
-    make = plain_model if kind == "plain" else tied_model
+    make = {"plain": plain_model, "tied": tied_model, "reordered": reordered_model}[kind]
     c.model_kind = kind
     ref = make(100)                          # rank 0's initial model: what every rank must start from
     model = make(100 + c.r)
@@ -169,6 +171,7 @@ def train(c, variant, kind, cap):
         before, ref_before = flat(model.parameters()), flat(ref.parameters())
         c.rec.take()
         loss_of(kind, ddp, x[mine], y[mine]).backward()
+        c.rec.log.append(FINISH)
         _finish(c, ddp)
         unwaited = c.rec.unwaited()
         logs.append(c.rec.take())
@@ -176,12 +179,13 @@ def train(c, variant, kind, cap):
         opt.zero_grad()
         loss_of(kind, ref, x, y).backward()
         sizes = [p.numel() if p.grad is not None else 0 for p in ref.parameters() if p.requires_grad]
+        every = [p.numel() for p in ref.parameters() if p.requires_grad]
         ref_opt.step()
         ref_opt.zero_grad()
         kept.append(held(ddp))
-        problem = wait_problem(unwaited, f"{kind} model, W={c.world}, step {step + 1}")
+        label = f"{kind} model, W={c.world}, step {step + 1}"
+        problem = wait_problem(unwaited, label) or early_launch_problem(logs[-1], label, sum(every) - sum(sizes))
         wrong = params_differ(c, model, ref)
-        every = [p.numel() for p in ref.parameters() if p.requires_grad]
         if wrong and not problem:
             ratio = update_ratio(flat(model.parameters()) - before, flat(ref.parameters()) - ref_before)
             problem = _step_problem(c, kind, step, wrong, ratio)
@@ -285,6 +289,10 @@ def broadcast_step_problem(logs, buffer_elements, label):
     forward; the parameters, only once)."""
     for step, log in enumerate(logs, 1):
         sent = [e[1] for e in log if e[0] == "broadcast"]
+        if sum(sent) > buffer_elements and any(e[0] == "reduce" for e in log):
+            return (f"{label}, step {step}: {sum(e[0] == 'reduce' for e in log)} reduces and {len(sent)} broadcasts "
+                    "during the step: a reduce to rank 0 then a broadcast from it is what one all-reduce does "
+                    "(every rank gets the sum), in one call per gradient: use dist.all_reduce")
         if sum(sent) > buffer_elements:
             return (f"{label}, step {step}: {len(sent)} broadcasts of {sum(sent)} elements during the step: broadcast "
                     "once, in NaiveDDP.__init__; after that the averaged gradients keep every rank's parameters "
@@ -311,6 +319,9 @@ def bucket_problem(log, sizes, cap, label):
         return None
     text = (f"{label}, bucket_size_mb={cap / MIB:.6g} ({cap} bytes): {len(got)} all-reduces of {got} elements; "
             f"expected {len(want)} buckets of {want}")
+    if sorted(got) == sorted(reference_buckets(sizes, cap * 1e6 / MIB)):
+        return text + (f": those are the buckets of a cap of bucket_size_mb * 1e6 bytes ({cap * 1e6 / MIB:.1f}); "
+                       "bucket_size_mb is in MiB, as torch's bucket_cap_mb: the cap is bucket_size_mb * 2**20 bytes")
     if sorted(got) == sorted(reference_buckets(sizes[::-1], cap)):
         return text + (": those are buckets built from the first parameter; build them from the last "
                        "(reversed(self.params)), the order in which backward produces the gradients")
@@ -325,7 +336,7 @@ def case_variant(c, variant):
     """Every check of one variant; returns the pass text."""
     runs = [("plain", CAPS[3]), ("tied", TIED_CAP)] if variant == "bucketed" else [("plain", 0), ("tied", 0)]
     if variant == "bucketed":
-        runs += [("plain", CAPS[1]), ("plain", CAPS[2])]
+        runs += [("plain", CAPS[1]), ("plain", CAPS[2]), ("reordered", CAPS[1])]
     for kind, cap in runs:
         (first, log), sizes, used = train(c, variant, kind, cap)
         label = f"{kind} model, W={c.world}"
@@ -340,6 +351,7 @@ def case_variant(c, variant):
         c.agree_or_fail(problem)
     what = {"naive": "one all-reduce per gradient", "flat": "one all-reduce of all gradients",
             "overlapped": "one async all-reduce per gradient, the first during backward",
-            "bucketed": "one async all-reduce per bucket (1, 2, 3 buckets as sized), the first during backward"}
+            "bucketed": "one async all-reduce per bucket (1, 2, 3 buckets as sized), the first during backward, "
+                        "none before its gradients (also with parameters used in another order than registered)"}
     return (f"equals one process on the whole batch for {STEPS} steps (plain model; tied weights, frozen "
             f"and unused parameters, a buffer); {what[variant]}")

@@ -25,12 +25,13 @@ class Handle:
 
 
 class Recorder:
-    """Replaces dist.all_reduce and dist.broadcast with functions that log ("all_reduce", numel, async) /
-    ("broadcast", numel) and call the real ones (calls on the harness's own group ``sync`` are not logged);
-    ``grads(model)`` logs ("grad",) each time backward finishes a gradient (a hook registered before the
-    learner's, so it runs first). ``works``: the handles of the async all-reduces since the last ``take``."""
+    """Replaces dist.all_reduce, dist.broadcast and dist.reduce with functions that log ("all_reduce", numel,
+    async) / ("broadcast", numel) / ("reduce", numel) and call the real ones (calls on the harness's own group
+    ``sync`` are not logged); ``grads(model)`` logs ("grad", numel) each time backward finishes a gradient (a hook
+    registered before the learner's, so it runs first). ``works``: the handles of the async all-reduces since the
+    last ``take``."""
 
-    NAMES = ("all_reduce", "broadcast")
+    NAMES = ("all_reduce", "broadcast", "reduce")   # reduce: a reduce + broadcast in place of an all-reduce
     current: "Recorder | None" = None    # one per rank process: a second would log every call twice
 
     def __init__(self, sync):
@@ -79,7 +80,7 @@ class Recorder:
     def grads(self, model):
         for p in model.parameters():
             if p.requires_grad:
-                p.register_post_accumulate_grad_hook(lambda _p: self.log.append(("grad",)))
+                p.register_post_accumulate_grad_hook(lambda p: self.log.append(("grad", p.numel())))
 
     def unwaited(self) -> tuple[int, int, int]:
         """(async all-reduces since the last ``take`` that nothing was called on, those whose tensor was changed in

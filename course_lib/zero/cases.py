@@ -8,7 +8,8 @@ import functools
 from course_lib import checking
 from course_lib.checking import case as harness
 from course_lib.checking.case import Case, Fail
-from course_lib.zero.zerocase import case_zero
+from course_lib.checking.p2p import P2PMeter
+from course_lib.zero.groups import case_zero_on_groups
 
 FILE = LOAD_ITEM = "zero.py"
 LOAD_TEXT = "{file} does not load: {error}{at}"
@@ -22,7 +23,8 @@ BUILT_ON = {"reduce_scatter": ("shard_range",), "all_gather": ("shard_range",), 
             "ZeRO-2": ("shard_range",)}
 HANG_HINTS = {None: "with gloo a send waits for its matching receive: if every rank sends first, nobody receives. "
                     "Post both at once (sendrecv, batch_isend_irecv) and check that every send has a receive on the "
-                    "rank it names"}
+                    "rank it names; and keep each isend's handle and wait() on it: a send never waited on may "
+                    "never leave (a receive waited on does not complete the send that matches it)"}
 TOL = {"float64": (1e-12, 1e-12), "float32": (1e-5, 1e-6)}
 check = functools.partial(checking.check, "zero")   # course check zero PATH, from Python
 
@@ -30,7 +32,8 @@ check = functools.partial(checking.check, "zero")   # course check zero PATH, fr
 def cases(world: int) -> list[Case]:
     return [Case(item, item, run, f"W={world}") for item, run in (
         ("shard_range", case_shard_range), ("reduce_scatter", case_reduce_scatter), ("all_gather", case_all_gather),
-        ("ZeRO-1", functools.partial(case_zero, stage=1)), ("ZeRO-2", functools.partial(case_zero, stage=2)))]
+        ("ZeRO-1", functools.partial(case_zero_on_groups, stage=1)),
+        ("ZeRO-2", functools.partial(case_zero_on_groups, stage=2)))]
 
 
 class Ctx(harness.Ctx):
@@ -137,6 +140,19 @@ RING_05 = ("Notebook 05's ring ends with rank r holding the sum of chunk (r+1) %
            "chunk (r-step-1) % W at step `step`) so that the last chunk each rank adds is its own")
 
 
+def ring_problem(c, p2p, fname):
+    """None when this rank sent only to its right neighbour and received only from its left (a ring, as the
+    exercise asks: at W = 2 they are one rank, so only W >= 3 shows it); else whom it talked to."""
+    if not p2p.off_ring(c.r, c.world):
+        return None
+    right, left = (c.r + 1) % c.world, (c.r - 1) % c.world
+    half = "first" if fname == "reduce_scatter" else "second"
+    return (f"{fname}, W={c.world}: the values are right, but rank {c.r} sent to ranks {sorted(p2p.sent_to, key=str)} "
+            f"and received from {sorted(p2p.received_from, key=str)}: {fname} is the {half} half of your ring "
+            f"all-reduce, where each rank sends only to its right neighbour (rank {right}) and receives only from its "
+            f"left (rank {left}), W-1 steps of one chunk each (sendrecv): no rank waits on one owner after another")
+
+
 def _rs_problem(c, got, inputs, b, dtype, scratch):
     """Why ``got`` is not this rank's shard of the sum, in words; None when it is. ``scratch``: the flat the
     learner's function was given (used as scratch space, it may hold a finished sum in the wrong place)."""
@@ -172,9 +188,10 @@ def case_reduce_scatter(c):
             b = c.shards(n)
             c.take_counts()
             scratch = inputs[c.r].clone()
-            got = fn(scratch, **c.kw)
+            with P2PMeter() as p2p:
+                got = fn(scratch, **c.kw)
             no_collectives(c, "reduce_scatter")
-            c.agree_or_fail(_rs_problem(c, got, inputs, b, dtype, scratch))
+            c.agree_or_fail(_rs_problem(c, got, inputs, b, dtype, scratch) or ring_problem(c, p2p, "reduce_scatter"))
     return f"this rank's shard of the sum (n = {', '.join(map(str, sizes(c.world)))}; float64, float32)"
 
 
@@ -201,11 +218,12 @@ def case_all_gather(c):
         flat = torch.full((n,), float("nan"), dtype=torch.float64)
         a0, b0 = b[c.r]
         c.take_counts()
-        ret = fn(full[a0:b0].clone(), flat, **c.kw)
+        with P2PMeter() as p2p:
+            ret = fn(full[a0:b0].clone(), flat, **c.kw)
         no_collectives(c, "all_gather")
         label = f"W={c.world}, {n:,} elements, rank {c.r}"
         problem = _ag_problem(c, flat, full, b, label)
         if problem and isinstance(ret, torch.Tensor) and ret.numel() == n and _close(ret.reshape(-1), full, "float64"):
             problem = f"{label}: returned the gathered vector but left flat unchanged: write into flat, in place"
-        c.agree_or_fail(problem)
+        c.agree_or_fail(problem or ring_problem(c, p2p, "all_gather"))
     return f"every rank's shard in its place (n = {', '.join(map(str, sizes(c.world)))})"

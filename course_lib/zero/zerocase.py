@@ -102,6 +102,37 @@ def _stage2_problem(left, total_bytes):
     return None
 
 
+def _stage1_problem(left):
+    # the exercise: stage 1 shards the optimizer state only; freeing the full-size gradients is what stage 2 adds
+    if left:
+        return None
+    return ("stage 1 freed the full-size gradients in step(): that is stage 2's job (the exercise: stage 2 *also* "
+            "shards the gradients, freeing the full-size ones); with stage=1 leave p.grad as backward made it, so "
+            "that ZeRO-1 and ZeRO-2 differ as they should")
+
+
+# the work of a step: one reduce-scatter and one all-gather; a reduce or a broadcast per shard (W of them) does the
+# same work with the same bytes, so those are counted as pieces of them
+FAMILIES = (("reduce_scatter", "reduce_scatter", 1), ("all_gather", "all_gather", 1), ("reduce", "reduce", None),
+            ("broadcast", "broadcast", None))
+
+
+def other_collectives(c, lib):
+    """None when the library collectives step() ran (``lib``: checking.collectives.Collectives) are at most one
+    reduce-scatter, one all-gather and a reduce and a broadcast per rank; else the ones beyond, named."""
+    counts, extra = {}, []
+    for name, numel, size in lib.calls:
+        family, most = next(((f, m) for prefix, f, m in FAMILIES if name.startswith(prefix)), (None, 0))
+        counts[family] = counts.get(family, 0) + 1
+        if family is None or counts[family] > (most or c.world):
+            extra.append(f"dist.{name} of {numel} element{'s' * (numel != 1)} ({size:,} B)")
+    if not extra:
+        return None
+    return (f"rank {c.r}: step() ran {', '.join(extra)} besides the reduce-scatter and the all-gather: a ZeRO step "
+            "needs only those two (the gradients reduce-scattered, the updated shards all-gathered into every "
+            "rank's parameters, which leaves them equal on every rank); remove the extra collective")
+
+
 def held_problem(c, stage, held, n, elem, ddp_state):
     """Bytes held after step() beyond the parameters against ZeRO's count (Rajbhandari et al., 2020, sec. 5):
     stage 1: the full gradient (n), this rank's shard and its gradient (2 n/W) and the optimizer state of the shard
@@ -169,8 +200,8 @@ def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
                 seen["ran"][name] = seen["ran"].get(name, 0) + k
             problem = diagnose(c, before, flat(mine.parameters()), flat(ref.parameters()), shards,
                                step, opt_name)
-            if problem is None and stage == 2:
-                problem = _stage2_problem(left, elem * n)
+            if problem is None:
+                problem = _stage2_problem(left, elem * n) if stage == 2 else _stage1_problem(left)
             if problem is None and not state_over(measure.state_bytes(zero.optimizer), measure.state_bytes(ref_opt),
                                                   n, c.world):   # that has its own message
                 problem, total = held_problem(c, stage, held, n, elem, measure.state_bytes(ref_opt))
@@ -178,6 +209,7 @@ def run_optimizer(c, stage, opt_name, opt_cls, kw, collectives):
                 if problem is None:
                     problem, total = sent_problem(c, sent, n, elem)
                     seen["sent"] = max(seen["sent"], round(total))
+                    problem = problem or other_collectives(c, sent[1])
             c.agree_or_fail(problem)
         return measure.state_bytes(zero.optimizer), measure.state_bytes(ref_opt), seen
     finally:

@@ -139,6 +139,28 @@ CASES = [
            expect={"overlapped": ("fail", r"plain model, W=2, step 1: the tensors of 6 of the 6 async all-reduces "
                                           r"launched in the step were changed in place before their wait\(\)"),
                    "naive": PASS, "bucketed": PASS}),
+    # what the test models' registration order hides: a model used in another order, a cap in MiB, not MB
+    Faulty("launch_on_last_entry", options=W2,
+           why="bucketed: a bucket goes out when its last entry's gradient is ready, as if that came last: true only "
+               "when forward uses the parameters in the order they were registered",
+           edits=[("        self.ready[i] += 1\n        if self.ready[i] == len(self.buckets[i]):\n",
+                   "        if param is self.buckets[i][-1]:   # backward reaches a bucket's last parameter last\n")],
+           expect={"bucketed": ("fail", r"reordered model, W=2, step 1: an all-reduce of 75 elements started during "
+                                        r"backward when backward had produced 27 elements.*Count the gradients that "
+                                        r"arrived in each bucket"),
+                   "overlapped": PASS}),
+    Faulty("bucket_cap_in_mb", options=W2, why="bucketed: the cap is bucket_size_mb * 1e6 bytes, not MiB",
+           edits=[("    cap = bucket_size_mb * MIB\n", "    cap = bucket_size_mb * 1e6             # MB\n")],
+           expect={"bucketed": ("fail", r"\(1052 bytes\): 2 all-reduces of \[131, 72\] elements; expected 2 buckets of "
+                                        r"\[143, 60\]: .*bucket_size_mb \* 1e6 bytes.*bucket_size_mb \* 2\*\*20"),
+                   "overlapped": PASS}),
+    Faulty("reduce_then_broadcast", options=W2,
+           why="naive: each gradient reduced to rank 0, then broadcast from it: right values, two calls for one",
+           edits=[("                dist.all_reduce(p.grad)\n",
+                   "                dist.reduce(p.grad, dst=0)\n                dist.broadcast(p.grad, src=0)\n")],
+           expect={"naive": ("fail", r"plain model, W=2, step 1: 6 reduces and 6 broadcasts during the step: .*use "
+                                     r"dist\.all_reduce"),
+                   "flat": PASS, "bucketed": PASS}),
     # the checker's own case deadline: the deadlock is reported by the ranks (every rank waits on another) within
     # seconds, well before it; "a deadlock" is said only then, not when a deadline fired
     Faulty("rank0_only_reduce", options={"world_sizes": (2,)},

@@ -178,6 +178,52 @@ CASES += [
                    "ZeRO-2": ("fail", r"with the model in float32"), "reduce_scatter": PASS}),
 ]
 
+# Right values, more collectives than the step needs, or the wrong stage: counted and measured.
+CASES += [
+    Faulty("extra_all_reduce", options=W2,
+           why="step() all-reduces one number more (a check that every rank holds the same parameters): it fits in "
+               "the byte count's slack, but is a collective the step does not need",
+           edits=[("        unflatten_into(flat, self.params)\n",
+                   "        unflatten_into(flat, self.params)\n"
+                   "        dist.all_reduce(flat.sum().reshape(1), group=self.group)   # every rank the same?\n")],
+           expect={"ZeRO-1": ("fail", r"step\(\) ran dist\.all_reduce of 1 element \(8 B\) besides the "
+                                      r"reduce-scatter and the all-gather"),
+                   "ZeRO-2": ("fail", r"dist\.all_reduce of 1 element"), "reduce_scatter": PASS, "all_gather": PASS}),
+    Faulty("stage1_frees_grads", options=W2, why="stage 1 frees the full-size gradients too, as only stage 2 should",
+           edits=[("        if self.stage == 2:\n", "        if self.stage >= 1:\n")],
+           expect={"ZeRO-1": ("fail", r"stage 1 freed the full-size gradients in step\(\): that is stage 2's"),
+                   "ZeRO-2": PASS}),
+]
+
+# Only W = 4 shows these: a rank's two ring neighbours differ, and the world splits into two groups of 2.
+W4 = {"world_sizes": (4,)}
+CASES += [
+    Faulty("group_ignored", options=W4, why="step() calls reduce_scatter and all_gather without self.group",
+           edits=[("        grad = self.reduce_scatter(grads, self.group)\n",
+                   "        grad = self.reduce_scatter(grads)\n"),
+                  ("        self.all_gather(self.shard, flat, self.group)\n",
+                   "        self.all_gather(self.shard, flat)\n")],
+           expect={"ZeRO-1": ("fail", r"W=4: .*two groups of 2, rank \d in \[\d, \d\]: rank \d sent to or received from "
+                                      r"rank \d of the whole world, outside its group.*pass self\.group"),
+                   "ZeRO-2": ("fail", r"outside its group"), "reduce_scatter": PASS, "all_gather": PASS}),
+    Faulty("reduce_scatter_owner_by_owner", options=W4,
+           why="reduce_scatter: each owner in turn receives every other rank's chunk, blocking send/recv: right "
+               "values and bytes, not a ring",
+           edits=[(RS_STEP + "        sendrecv(chunks[send_i], right, buf, left, group)\n        chunks[recv_i] += buf\n",
+                   "        pass\n"
+                   "    for owner in range(world):\n"
+                   "        for src in range(world):\n"
+                   "            if rank == owner and src != rank and chunks[owner].numel():\n"
+                   "                buf = incoming[: chunks[owner].numel()]\n"
+                   "                dist.recv(buf, peer(group, src), group=group)\n"
+                   "                chunks[owner] += buf\n"
+                   "            elif rank == src and src != owner and chunks[owner].numel():\n"
+                   "                dist.send(chunks[owner].contiguous(), peer(group, owner), group=group)\n")],
+           expect={"reduce_scatter": ("fail", r"reduce_scatter, W=4: the values are right, but rank 0 sent to ranks "
+                                              r"\[1, 2, 3\] and received from \[1, 2, 3\]: .*ring"),
+                   "all_gather": PASS}),
+]
+
 # Right values, but a claim the check must not make: these pass, and the verdict says what really ran.
 HONEST = [
     Faulty("calls_torch_collectives", options=W2,

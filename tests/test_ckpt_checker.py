@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from ckpt_faulty.cases import CASES, RIGHT
+from ckpt_faulty.cases import CASES, RIGHT, RIGHT_BYTES
 from conftest import ROOT
 from faulty import Faulty, assert_every_case_applies, ids
 
@@ -56,6 +56,16 @@ def test_right_in_another_style_passes(tmp_path):
     path = Faulty("right", {}, edits=RIGHT).write(SOLUTION, FOLDER, tmp_path)
     report = ckpt_check.check(str(path), resume=False)
     assert report.passed, report.text()
+
+
+@pytest.mark.slow
+def test_bytes_written_then_renamed_passes(tmp_path):
+    """Serialised into a BytesIO, the bytes written to path.tmp, flushed, fsynced and renamed: the crash comes at that
+    write, not only at a torch.save into a file, and the restart after it loads the old snapshot."""
+    path = Faulty("right_bytes", {}, edits=RIGHT_BYTES).write(SOLUTION, FOLDER, tmp_path)
+    report = ckpt_check.check(str(path), resume=False)
+    assert report.passed, report.text()
+    assert "a restart's load_snapshot went on from it" in verdicts(report)["atomic write"].message, report.text()
 
 
 def test_every_case_applies():

@@ -1,15 +1,13 @@
-"""What a rank writes, and a crash in the middle of a write: the tools of the checkpoint checker's worker.
+"""What a rank writes and reads: the tools of the checkpoint checker's worker (the crash itself: crash.py).
 
 Each also rebinds names the learner's module took at import (``from torch import save``, ``from os import replace``).
 """
 import builtins
-import contextlib
 import hashlib
 import io
 import os
-import sys
+import pickle
 
-CRASH_CODE = 86
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -24,7 +22,7 @@ def is_file(f) -> bool:
     return True
 
 
-def _target(f) -> str:
+def target(f) -> str:
     if isinstance(f, (str, bytes, os.PathLike)):
         return os.fsdecode(f)
     name = getattr(f, "name", type(f).__name__)
@@ -36,7 +34,7 @@ def _target(f) -> str:
     return str(name)
 
 
-class _Patch:
+class Patch:
     """Replace attributes (module, name) -> function while active; also in the learner's module namespace."""
 
     def __init__(self, learner):
@@ -68,46 +66,51 @@ class _Patch:
         return False
 
 
-class WriteAudit(_Patch):
+class WriteAudit(Patch):
     """``with WriteAudit(learner) as audit: ...`` -> ``audit.writes``: [(how, path)] in order (open, os.open,
-    torch.save, renames), and ``audit.renames``: where each rename came from and whether it was fsynced first (a
-    write judged for a cluster's file system, not only for this disk)."""
+    torch.save, renames), and ``audit.renames``: [(from, to, fsync, bytes at the fsync, bytes at the rename)], fsync
+    "yes" when the file was fsynced after its last write, "early" when it changed after its last fsync, "no" when
+    never: a write judged for a node's crash and a cluster's file system, not only for this disk."""
 
     def __enter__(self) -> "WriteAudit":
         self.writes: list[tuple[str, str]] = []
-        self.renames: list[tuple[str, str, bool]] = []     # (from, to, fsynced before the rename)
-        synced: set[str] = set()
+        self.renames: list[tuple] = []
+        synced: dict[str, tuple] = {}     # path -> (size, mtime) at its last fsync: a later write changes them
         real_open, real_os_open, real_fsync = builtins.open, os.open, os.fsync
 
         def moving(how, real):          # os.replace and os.rename: a write of ``dst``, and where it came from
             def audited_move(src, dst, *args, **kwargs):
-                self.writes.append((how, _target(dst)))
-                source = os.path.realpath(_target(src))
-                self.renames.append((source, os.path.realpath(_target(dst)), source in synced))
+                self.writes.append((how, target(dst)))
+                source = os.path.realpath(target(src))
+                now, then = _size_and_time(source), synced.get(source)
+                state = "no" if then is None else "yes" if then == now else "early"
+                self.renames.append((source, os.path.realpath(target(dst)), state, then and then[0], now and now[0]))
                 return real(src, dst, *args, **kwargs)
             return audited_move
 
         def audited_fsync(fd):
             fd = fd if isinstance(fd, int) else fd.fileno()
+            done = real_fsync(fd)
             try:
-                synced.add(os.path.realpath(os.readlink(f"/proc/self/fd/{fd}")))
+                st = os.fstat(fd)
+                synced[os.path.realpath(os.readlink(f"/proc/self/fd/{fd}"))] = (st.st_size, st.st_mtime_ns)
             except OSError:            # no /proc (not Linux): a rename then counts as not fsynced
                 pass
-            return real_fsync(fd)
+            return done
 
         def audited_open(file, mode="r", *args, **kwargs):
             if any(c in mode for c in "wax+") and not isinstance(file, int):
-                self.writes.append(("open", _target(file)))
+                self.writes.append(("open", target(file)))
             return real_open(file, mode, *args, **kwargs)
 
         def audited_os_open(path, flags, *args, **kwargs):
             if flags & WRITE_FLAGS:
-                self.writes.append(("os.open", _target(path)))
+                self.writes.append(("os.open", target(path)))
             return real_os_open(path, flags, *args, **kwargs)
 
         def audited_save(obj, f, *args, **kwargs):
             if is_file(f):
-                self.writes.append(("torch.save", _target(f)))
+                self.writes.append(("torch.save", target(f)))
             return real_save(obj, f, *args, **kwargs)
 
         for module, name, fn in ((builtins, "open", audited_open), (io, "open", audited_open),
@@ -118,23 +121,41 @@ class WriteAudit(_Patch):
         return self
 
 
-class LoadAudit(_Patch):
+def _size_and_time(path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+class LoadAudit(Patch):
     """``with LoadAudit(learner) as audit: ...`` -> ``audit.weights_only``: the ``weights_only`` of each torch.load
-    (None where it was left to torch's default, True since torch 2.6)."""
+    (None where it was left to torch's default, True since torch 2.6), ``audit.read``: the files torch.load read,
+    ``audit.unpickled``: the files pickle.load read (it runs whatever code the file holds)."""
 
     def __enter__(self) -> "LoadAudit":
         self.weights_only: list = []
+        self.read: list[str] = []
+        self.unpickled: list[str] = []
 
         def audited_load(f, *args, **kwargs):
             if is_file(f):
                 self.weights_only.append(kwargs.get("weights_only"))
+                self.read.append(target(f))
             return real_load(f, *args, **kwargs)
 
+        def audited_unpickle(f, *args, **kwargs):
+            if is_file(f):
+                self.unpickled.append(target(f))
+            return real_unpickle(f, *args, **kwargs)
+
         real_load = self._set_torch("load", audited_load)
+        real_unpickle = self._set(pickle, "load", audited_unpickle)
         return self
 
 
-class PathWatch(_Patch):
+class PathWatch(Patch):
     """``with PathWatch(learner, path) as watch: ...`` -> ``watch.states``: [(call, sha256 of ``path`` or None where
     there was no file)], taken right after each call that named ``path`` (open, os.open, os.remove/unlink, a rename
     from or onto it, torch.save): what a crash at that moment would have left there."""
@@ -160,7 +181,7 @@ class PathWatch(_Patch):
 
         def watched(name, real, where):
             def call(*args, **kwargs):
-                named = [_target(args[i]) for i in where
+                named = [target(args[i]) for i in where
                          if i < len(args) and isinstance(args[i], (str, bytes, os.PathLike))]
                 try:
                     return real(*args, **kwargs)
@@ -174,53 +195,4 @@ class PathWatch(_Patch):
             label = "open" if name == "open" and module is not os else f"os.{name}"
             self._set(module, name, watched(label, getattr(module, name), where))
         self._set_torch("save", watched("torch.save", torch.save, (1,)))
-        return self
-
-
-@contextlib.contextmanager
-def one_rank_per_node(rank: int, world: int):
-    """The environment of rank ``rank`` in a job of ``world`` nodes with one rank each, as torchrun and srun set it:
-    the local rank is 0 on every node, so a writer chosen by its local rank writes on every node."""
-    env = {"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": str(rank), "SLURM_LOCALID": "0",
-           "SLURM_NODEID": str(rank), "SLURM_NNODES": str(world), "SLURM_JOB_NUM_NODES": str(world),
-           "SLURM_NTASKS_PER_NODE": "1"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-class CrashingSave(_Patch):
-    """While active, ``torch.save`` writes half of its bytes, calls ``on_crash(target)``, and the process dies (as
-    if the node went down mid-write: what is left on disk shows whether the write was atomic)."""
-
-    def __init__(self, learner, on_crash):
-        super().__init__(learner)
-        self.on_crash = on_crash
-
-    def __enter__(self) -> "CrashingSave":
-        def crashing_save(obj, f, *args, **kwargs):
-            if not is_file(f):
-                return real_save(obj, f, *args, **kwargs)
-            buf = io.BytesIO()
-            real_save(obj, buf, *args, **kwargs)
-            data = buf.getvalue()
-            half = data[: len(data) // 2]
-            if isinstance(f, (str, bytes, os.PathLike)):
-                with builtins.open(f, "wb") as out:
-                    out.write(half)
-            else:
-                f.write(half)
-                f.flush()
-            self.on_crash(_target(f))
-            sys.stdout.flush()
-            os._exit(CRASH_CODE)
-
-        real_save = self._set_torch("save", crashing_save)
         return self

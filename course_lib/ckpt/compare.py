@@ -3,7 +3,8 @@ import hashlib
 import os
 
 GENERATORS = {"torch": "torch's (torch.get_rng_state(): dropout)", "python": "Python's random",
-              "numpy": "NumPy's", "cuda": "CUDA's"}
+              "numpy": "NumPy's", "cuda": "CUDA's",
+              "numpy_gauss": "NumPy's cached normal draw"}
 
 
 def file_hash(path) -> str | None:
@@ -70,14 +71,24 @@ def position_verdict(got, expected) -> list:
     return [False, msg]
 
 
-def rng_verdict(saved: dict, got: dict, every_rank: list, rank: int, before: dict) -> list:
+def borrowed(saved: dict, got: dict, every_rank: list, rank: int) -> bool:
+    """Rank ``rank`` (not 0) got rank 0's generators back instead of its own."""
+    lost = [k for k in saved if got.get(k) != saved[k]]
+    return bool(lost) and rank != 0 and all(got.get(k) == every_rank[0][k] for k in lost)
+
+
+def rng_verdict(saved: dict, got: dict, every_rank: list, rank: int, before: dict, by_local: bool = False) -> list:
     """``saved``: the generators as save_snapshot left them (where the run goes on from), ``before``: as they were
-    when it was called."""
+    when it was called; ``by_local``: this rank got its own back once its local rank was its rank."""
     lost = [k for k in saved if got.get(k) != saved[k]]
     if not lost:
         return [True, "restored: " + ", ".join(GENERATORS[k] for k in saved)]
-    mine = rank != 0 and all(got.get(k) == every_rank[0][k] for k in lost)
-    if mine:
+    if borrowed(saved, got, every_rank, rank) and by_local:
+        return [False, f"rank {rank}'s generators got rank 0's state when LOCAL_RANK and SLURM_LOCALID were 0 on "
+                       "every rank (2 nodes of one rank each), and its own when they were its rank (one node): the "
+                       "gathered states are picked by the local rank, which starts at 0 on every node. Pick them "
+                       "by the global rank: states[dist.get_rank()]"]
+    if borrowed(saved, got, every_rank, rank):
         return [False, f"rank {rank}'s generators got rank 0's state: each rank has its own (here each draws "
                        "its own dropout masks); gather them all to rank 0 (dist.all_gather_object) and give "
                        "each rank its own back"]
@@ -89,14 +100,16 @@ def rng_verdict(saved: dict, got: dict, every_rank: list, rank: int, before: dic
     kept = [GENERATORS[k] for k in saved if k not in lost]
     return [False, "not restored: " + ", ".join(GENERATORS[k] for k in lost)
             + (f" (restored: {', '.join(kept)})" if kept else "")
+            + (". np.random.get_state() has five fields, the last two (has_gauss, cached) the second normal of a "
+               "pair, drawn but not used yet: set_state needs all five back" if "numpy_gauss" in lost else "")
             + ". Save each generator's state with the snapshot and set it back last in load_snapshot"]
 
 
 def restored(truth: dict, truth_rng: dict, got: dict, got_rng: dict, position, expected, every_rank: list,
-             rank: int, rng_before: dict) -> dict:
+             rank: int, rng_before: dict, by_local: bool = False) -> dict:
     """{piece: [ok, message]} for model, optimizer, scheduler, position and RNG states."""
     return {"model": model_verdict(truth["model"], got["model"]),
             "optimizer": optimizer_verdict(truth["optimizer"], got["optimizer"]),
             "scheduler": scheduler_verdict(truth["scheduler"], got["scheduler"]),
             "position": position_verdict(position, expected),
-            "RNG states": rng_verdict(truth_rng, got_rng, every_rank, rank, rng_before)}
+            "RNG states": rng_verdict(truth_rng, got_rng, every_rank, rank, rng_before, by_local)}

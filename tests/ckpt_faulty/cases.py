@@ -144,6 +144,71 @@ CASES += [
                    "model": PASS, "atomic write": PASS}),
 ]
 
+# What only a restart after the crash, a second environment or the order of the calls shows (course check ckpt measures
+# each: what load_snapshot read after the crash, which ranks wrote, when the fsync came, where the temporary file was).
+LOAD = '    snapshot = torch.load(path, map_location="cpu", weights_only=True)\n'
+CASES += [
+    Faulty("loads_the_newest_file", why="load_snapshot loads whichever of path.tmp and path is newer",
+           edits=[(LOAD, '    found = [p for p in (f"{path}.tmp", path) if os.path.exists(p)]\n'
+                         '    snapshot = torch.load(max(found, key=os.path.getmtime), map_location="cpu", '
+                         'weights_only=True)\n')],
+           options=QUICK,
+           expect={"atomic write": ("fail", r"the restart's load_snapshot read snapshot\.pt\.tmp, which the crash "
+                                            r"left half written"), "model": PASS}),
+    Faulty("fsync_before_write", why="os.fsync before torch.save writes anything, and not after",
+           edits=[(ATOMIC, '    tmp = f"{path}.tmp"\n    with open(tmp, "wb") as f:\n        os.fsync(f.fileno())\n'
+                           '        torch.save(snapshot, f)')],
+           options=QUICK,
+           expect={"atomic write": ("fail", r"fsynced before its last write \(0 bytes when os\.fsync\(\) ran"),
+                   "model": PASS}),
+    Faulty("tmp_in_current_folder", why="the temporary file made in the current folder, not the snapshot's",
+           edits=[('    tmp = f"{path}.tmp"', '    tmp = f"{os.path.basename(path)}.tmp"')],
+           options=QUICK,
+           expect={"atomic write": ("fail", r"in another folder than snapshot\.pt: the folder the run started in"),
+                   "rank 0 writes": PASS}),
+    Faulty("slurm_procid_writer", why="the writer picked by SLURM_PROCID, 0 on every rank of torchrun in sbatch",
+           edits=[(RANK0_ONLY, '    if int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0"))) != 0:\n'
+                               '        return')],
+           options=QUICK,
+           expect={"rank 0 writes": ("fail", r"^rank 1 wrote too .*torchrun inside an sbatch script.*SLURM_PROCID"),
+                   "atomic write": ("fail", "^not tested")}),
+    Faulty("local_rank_rng", why="each rank restores states[SLURM_LOCALID], 0 on every node",
+           edits=[(RESTORE_RNG, '    set_rng_states(states[int(os.environ.get("SLURM_LOCALID", "0"))])')],
+           options=QUICK,
+           expect={"RNG states": ("fail", r"^rank 1: .*picked by the local rank.*states\[dist\.get_rank\(\)\]"),
+                   "model": PASS}),
+    Faulty("rng_in_a_side_pickle", why="the RNG states pickled into path.rng in place, read back with pickle.load",
+           edits=[('"epoch": epoch, "step": step, "rng": states}',
+                   '"epoch": epoch, "step": step}\n    import pickle\n    with open(f"{path}.rng", "wb") as g:\n'
+                   '        pickle.dump(states, g)'),
+                  ('    states = snapshot["rng"]\n',
+                   '    import pickle\n    with open(f"{path}.rng", "rb") as g:\n        states = pickle.load(g)\n')],
+           options=QUICK,
+           expect={"model": ("fail", r"reads snapshot\.pt\.rng with pickle\.load"),
+                   "atomic write": ("fail", r"also wrote snapshot\.pt\.rng in place")}),
+    Faulty("bytes_written_in_place", why="serialised in memory, then the bytes written straight onto the snapshot",
+           edits=[(ATOMIC, '    import io\n    buf = io.BytesIO()\n    torch.save(snapshot, buf)\n'
+                           '    with open(path, "wb") as f:\n        f.write(buf.getvalue())'), (REPLACE, "    pass")],
+           options=QUICK,
+           expect={"atomic write": ("fail", r"now half a file.*snapshot\.pt was written in place")}),
+    Faulty("first_save_in_place", why="the first snapshot written in place (no old one to protect), later ones atomic",
+           edits=[(ATOMIC, '    if not os.path.exists(path):\n        torch.save(snapshot, path)\n        return\n'
+                           + ATOMIC)],
+           options=QUICK,
+           expect={"atomic write": ("fail", r"survived, but the first save_snapshot was not atomic: snapshot\.pt was "
+                                            r"written in place")}),
+    Faulty("deletes_after_loading", why="rank 0 deletes the snapshot once every rank has read it",
+           edits=[(RETURN, '    dist.barrier()\n    if dist.get_rank() == 0:\n        os.remove(path)\n' + RETURN)],
+           options=QUICK,
+           expect={"model": ("fail", r"no snapshot\.pt: load_snapshot deleted it"), "atomic write": PASS}),
+    Faulty("numpy_state_without_gauss", why="np.random.set_state with three fields: the cached normal is lost",
+           edits=[("np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))",
+                   "np.random.set_state((name, keys.numpy().astype(np.uint32), pos))")],
+           options=QUICK,
+           expect={"RNG states": ("fail", r"not restored: NumPy's cached normal draw.*set_state needs all five"),
+                   "model": PASS}),
+]
+
 # Right in another style: a random name drawn before the generators are taken (the state saved is the state the run
 # goes on from), tempfile.mkstemp in the snapshot's folder, pathlib's replace, a barrier that ends every rank's save.
 RIGHT = [("    states = [None] * dist.get_world_size()\n",
@@ -154,3 +219,8 @@ RIGHT = [("    states = [None] * dist.get_world_size()\n",
           '    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=f".{nonce}")\n'
           '    with os.fdopen(fd, "wb") as f:'),
          (REPLACE, "    pathlib.Path(tmp).replace(path)\n    dist.barrier()")]
+
+# Right, serialised in memory first: the bytes written to a temporary file in one go, flushed, fsynced and renamed.
+RIGHT_BYTES = [(ATOMIC, '    import io\n    buf = io.BytesIO()\n    torch.save(snapshot, buf)\n'
+                        '    tmp = f"{path}.tmp"\n    with open(tmp, "wb") as f:\n        f.write(buf.getvalue())\n'
+                        '        f.flush()\n        os.fsync(f.fileno())')]

@@ -8,7 +8,7 @@ import inspect
 import re
 
 from course_lib import checking
-from course_lib.allreduce.traffic import TRAFFIC, ring_traffic, tree_depth, tree_traffic
+from course_lib.allreduce.traffic import DEPTH, TRAFFIC, naive_traffic, ring_traffic, tree_traffic
 from course_lib.checking.case import Case, Fail, Missing
 from course_lib.checking.guard import ForbiddenCollective
 from course_lib.checking.learner import error_where
@@ -36,7 +36,8 @@ GUARD = (COLLECTIVES, "forbid")
 HANG_HINTS = {None: "a send or recv without its partner waits forever. With gloo a send waits for the matching "
                     "recv, so if every rank sends first nobody receives: post sends and receives together "
                     "(isend/irecv, batch_isend_irecv) or order them (even ranks send first, odd ranks receive "
-                    "first) -- and check that every send has a recv on the rank it names"}
+                    "first) -- and check that every send has a recv on the rank it names, and that every isend's "
+                    "work is kept and waited: gloo may never deliver a send whose work was dropped unwaited"}
 check = functools.partial(checking.check, "allreduce")   # course check allreduce PATH, from Python
 
 
@@ -206,9 +207,9 @@ def subgroup(ctx, ranks: list[int]):
 
 
 def run(name: str, case: dict, ctx) -> str:
-    """Call the learner's function on this rank's input (the collective guard is on) and judge the tensor; a tree
-    also on its rounds, from every rank's messages (``traffic.tree_depth``)."""
-    if name != "tree_allreduce":
+    """Call the learner's function on this rank's input (the collective guard is on) and judge the tensor; a ring
+    and a tree also on their rounds, from every rank's messages (``traffic.DEPTH``)."""
+    if name not in DEPTH:
         call(name, case, ctx)
         return ""
     p2p = None
@@ -217,7 +218,7 @@ def run(name: str, case: dict, ctx) -> str:
     finally:   # every rank, whatever its call did: a rank that passed waits for its partners' events
         post_events(ctx, p2p)
     members = case.get("group") or list(range(ctx.world))
-    if p2p is not None and (problem := tree_depth(events_of(ctx, members))):
+    if p2p is not None and (problem := DEPTH[name](events_of(ctx, members))):
         raise Fail(problem)
     return ""
 
@@ -255,6 +256,8 @@ def call(name: str, case: dict, ctx):
     if ctx.guard.used:   # the learner caught our exception and went on
         raise Fail(f"calls dist.{ctx.guard.used[0]}: only point-to-point operations are allowed")
     problem = judge(x, ret, original, expected, ptr, world, inputs, name == "ring_allreduce")
+    if problem is None and name == "naive_allreduce":
+        problem = naive_traffic(p2p, me, world)
     if problem is None and name == "ring_allreduce":
         problem = ring_traffic(p2p, me, world, x)
     if problem is None and name == "tree_allreduce":

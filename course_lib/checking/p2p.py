@@ -10,8 +10,9 @@ SEND, RECV = 1, 2
 
 
 class P2PMeter:
-    """``with P2PMeter() as m: ...`` -> ``m.bytes`` given to sends, ``m.sent_to`` and ``m.received_from``: the peers
-    (``"any"`` for a receive from any source); ``m.events``: (SEND or RECV, peer, tag) in the order this rank did
+    """``with P2PMeter() as m: ...`` -> ``m.bytes`` given to sends (``m.largest``: the most one send was given),
+    ``m.sent_to`` and ``m.received_from``: the peers (a receive from any source: the rank it came from, read when its
+    wait() returned; ``"any"`` if it never was); ``m.events``: (SEND or RECV, peer, tag) in the order this rank did
     them, a send when it was posted, a receive when its wait() returned (its data is there only then); ``m.arrived``:
     (weak reference to its storage, bytes) of each tensor received, from when its wait() returned (what a rank still
     holds of what it received: those not ``expired()``)."""
@@ -19,7 +20,8 @@ class P2PMeter:
     def __enter__(self) -> "P2PMeter":
         import torch.distributed.distributed_c10d as c10d  # deferred: the launcher, which imports no torch, reads this
         from torch.multiprocessing.reductions import StorageWeakRef
-        self.bytes, self.sent_to, self.received_from, self.events, self.arrived = 0, set(), set(), [], []
+        self.bytes, self.largest, self.events, self.arrived = 0, 0, [], []
+        self.sent_to, self.received_from = set(), set()
         # id(work) -> (work, its RECV event, its tensors' storages): a receive posted, not yet waited for
         self._pending: dict = {}
         self._cls, self._work = c10d.ProcessGroup, c10d.Work
@@ -28,27 +30,32 @@ class P2PMeter:
         self._wait = wait = vars(self._work)["wait"]
 
         def metered_send(pg, tensors, dst, tag=0, *args, **kwargs):
-            self.bytes += sum(t.numel() * t.element_size() for t in tensors)
+            size = sum(t.numel() * t.element_size() for t in tensors)
+            self.bytes, self.largest = self.bytes + size, max(self.largest, size)
             self.sent_to.add(dst)
             self.events.append((SEND, dst, tag))
             return send(pg, tensors, dst, tag, *args, **kwargs)
 
-        def metered_recv(pg, tensors, src, tag=0, *args, **kwargs):
-            self.received_from.add(src)
-            work = recv(pg, tensors, src, tag, *args, **kwargs)
+        def pend(work, tensors, src, tag):
             storages = [(StorageWeakRef(s), s.nbytes()) for s in (t.untyped_storage() for t in tensors)]
             self._pending[id(work)] = (work, (RECV, src, tag), storages)
             return work
 
-        def metered_anysource(pg, *args, **kwargs):
-            self.received_from.add("any")
-            return anysource(pg, *args, **kwargs)
+        def metered_recv(pg, tensors, src, tag=0, *args, **kwargs):
+            self.received_from.add(src)
+            return pend(recv(pg, tensors, src, tag, *args, **kwargs), tensors, src, tag)
+
+        def metered_anysource(pg, tensors, tag=0, *args, **kwargs):
+            return pend(anysource(pg, tensors, tag, *args, **kwargs), tensors, "any", tag)
 
         def metered_wait(work, *args, **kwargs):
             done = wait(work, *args, **kwargs)
             if id(work) in self._pending:
-                _, event, storages = self._pending.pop(id(work))
-                self.events.append(event)
+                _, (op, src, tag), storages = self._pending.pop(id(work))
+                if src == "any":   # known once it came: a chain or a partner must not hide behind a missing src=
+                    src = work._source_rank()
+                    self.received_from.add(src)
+                self.events.append((op, src, tag))
                 self.arrived += storages
             return done
 
@@ -62,6 +69,7 @@ class P2PMeter:
         self._work.wait = self._wait
         self.unwaited = len(self._pending)   # receives never waited for: when their data came is not known
         self.events += [event for _, event, _ in self._pending.values()]
+        self.received_from |= {src for _, (_, src, _), _ in self._pending.values() if src == "any"}
         self._pending.clear()
         return False
 
@@ -101,9 +109,9 @@ def longest_chain(logs: list) -> list[int] | None:
 
 
 def post_events(ctx, p2p) -> None:
-    """This rank's ``p2p.events`` (None: idle, failed, or a receive from any source, which cannot be paired) for the
-    other ranks of this case, on the launch's store: a set waits for no one, and a collective on the harness's
-    group here would pair with another rank's end-of-case agreement when this one failed."""
+    """This rank's ``p2p.events`` (None: idle, failed, or a receive from any source never waited for, which cannot be
+    paired) for the other ranks of this case, on the launch's store: a set waits for no one, and a collective on the
+    harness's group here would pair with another rank's end-of-case agreement when this one failed."""
     events = p2p.events if p2p is not None and all(peer != "any" for _, peer, _ in p2p.events) else None
     store().set(f"p2p/{ctx.current['case']}/{ctx.rank}", json.dumps(events))
 

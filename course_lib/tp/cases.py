@@ -9,6 +9,7 @@ from course_lib.tp import numerics
 from course_lib.tp.cases_blocks import case_attention, case_mlp
 from course_lib.tp.cases_groups import case_init_groups, case_rank_groups
 from course_lib.tp.cases_linear import case_column, case_f, case_g, case_row
+from course_lib.tp.cases_nobias import case_column_no_bias, case_mlp_no_bias, case_row_no_bias
 
 FILE = LOAD_ITEM = "tp.py"
 Ctx = numerics.Ctx       # the cases compute in float64
@@ -35,6 +36,9 @@ LAYER_CASES = [("copy_to_parallel_region", "f", case_f), ("reduce_from_parallel_
                ("RowParallelLinear", "row", functools.partial(case_row, parallel_input=True)),
                ("RowParallelLinear", "rowscatter", functools.partial(case_row, parallel_input=False)),
                ("ParallelMLP", "mlp", case_mlp), ("ParallelSelfAttention", "attn", case_attention)]
+# bias=False, after the cases with a bias: tp=2 only (no communication depends on it)
+NO_BIAS_CASES = [("ColumnParallelLinear", "colnobias", case_column_no_bias),
+                 ("RowParallelLinear", "rownobias", case_row_no_bias), ("ParallelMLP", "mlpnobias", case_mlp_no_bias)]
 check = functools.partial(checking.check, "tp")   # course check tp PATH, from Python
 
 
@@ -43,7 +47,7 @@ def cases(world: int) -> list[Case]:
         return [Case("rank_groups", "rank_groups", case_rank_groups)]
     settings = {2: ["tp2"], 4: ["tp4", "tp2of4"]}.get(world, [])
     out = [Case(f"{item}:{setting}:{short}", item, functools.partial(in_setting, setting, fn), SETTING_TEXT[setting])
-           for setting in settings for item, short, fn in LAYER_CASES]
+           for setting in settings for item, short, fn in LAYER_CASES + (NO_BIAS_CASES if setting == "tp2" else [])]
     if world == 4:   # last: a wrong init_rank_groups may leave the default group's store bad
         out.append(Case("init_rank_groups:grid4", "init_rank_groups", case_init_groups, SETTING_TEXT["grid4"]))
     return out

@@ -3,7 +3,7 @@ output, where it differs from serial, is compared with the usual mistakes (the s
 heads), each computed on the same weights shard by shard as the ranks do."""
 from course_lib.checking.case import Fail
 from course_lib.checking.collectives import Collectives, ring
-from course_lib.tp.cases_linear import N_IN, ONE_F
+from course_lib.tp.cases_linear import BIAS_SHARE, N_IN, ONE_F
 from course_lib.tp.meter import check_held, check_sent
 from course_lib.tp.numerics import as_tensor, close, compare_grads, diff, judge, rand
 from course_lib.tp.shards import check_column_shapes, check_row_shapes, load_column, load_row, serial_linear
@@ -52,7 +52,7 @@ def case_mlp(c):
         ("fc1 weight grads", w1.grad, fc1.weight.grad[s1], None, "is fc1 used?"),
         ("fc1 bias grads", b1.grad, fc1.bias.grad[s1], None, "is fc1's bias used?"),
         ("fc2 weight grads", w2.grad, fc2.weight.grad[:, s1], None, "is fc2 used?"),
-        ("fc2 bias grads", b2.grad, fc2.bias.grad, None, "is fc2's bias used?"),
+        ("fc2 bias grads", b2.grad, fc2.bias.grad, (1 / c.tp, BIAS_SHARE), "is fc2's bias used?"),
     ])
     _mlp_communication(fwd, bwd)
     one = ring("all_reduce", x0.numel(), c.tp)
@@ -97,7 +97,8 @@ def case_attention(c):
         pairs.append((f"{nm} weight grads", getattr(attn, nm).weight.grad, serial[nm].weight.grad[sl], None,
                       "unused?"))
     pairs.append(("proj weight grads", attn.proj.weight.grad, serial["proj"].weight.grad[:, sl], None, "unused?"))
-    pairs.append(("proj bias grads", attn.proj.bias.grad, serial["proj"].bias.grad, None, "unused?"))
+    pairs.append(("proj bias grads", attn.proj.bias.grad, serial["proj"].bias.grad, (1 / c.tp, BIAS_SHARE),
+                  "unused?"))
     compare_grads("ParallelSelfAttention", pairs)
     _attention_costs(c, attn, fwd.calls, bwd.calls, x0.numel(), h)
 
@@ -114,10 +115,11 @@ def _attention_costs(c, attn, fwd, bwd, n, h):
     check_held(name, attn, {**shards, "proj.weight": [h, h // c.tp], "proj.bias": [h]})
 
 
-def sharded(serial, xs, shape, tp: int, scale=None, split_t: bool = True, merge_t: bool = True):
+def sharded(serial, xs, shape, tp: int, scale=None, split_t: bool = True, merge_t: bool = True,
+            causal: bool = False):
     """Attention as ``tp`` ranks compute it with ``serial``'s weights (rank r: heads r*H/tp ..; q, k, v column
-    shards, proj a row shard, its bias once), ``scale`` and the two transposes as given; ``tp`` = 1: the serial
-    layer."""
+    shards, proj a row shard, its bias once), ``scale``, the two transposes and a causal mask as given; ``tp`` = 1:
+    the serial layer."""
     import torch.nn.functional as F
     b, t, h, heads = shape
     d, lh = h // heads, heads // tp
@@ -127,7 +129,7 @@ def sharded(serial, xs, shape, tp: int, scale=None, split_t: bool = True, merge_
         q, k, v = (F.linear(xs, serial[n].weight[sl], serial[n].bias[sl]).view(b, t, lh, d) for n in "qkv")
         if split_t:
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        o = F.scaled_dot_product_attention(q, k, v, scale=scale)
+        o = F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
         o = o.transpose(1, 2) if merge_t else o
         out = out + F.linear(o.reshape(b, t, lh * d), serial["proj"].weight[:, sl])
     return out
@@ -162,7 +164,9 @@ def mistakes(shape, tp: int) -> list[tuple[str, dict]]:
         ("the heads split without .transpose(1, 2) (and merged back with it): attention runs across the heads, "
          "not the sequence", {"split_t": False}),
         ("the heads merged back without .transpose(1, 2) before .reshape(b, t, ...): the reshape mixes heads and "
-         "positions", {"merge_t": False})]
+         "positions", {"merge_t": False}),
+        ("a causal mask (is_causal=True or a triangular attn_mask): the exercise's attention has none, every "
+         "position attends to every other", {"causal": True})]
 
 
 def explain(y, serial, xs, shape, tp: int) -> str:
@@ -172,5 +176,5 @@ def explain(y, serial, xs, shape, tp: int) -> str:
         if close(y, sharded(serial, xs, shape, tp, **how).detach()):
             return f"{reference(shape, tp)}. Your output matches {what}"
     return (f"{reference(shape, tp)}. Usual causes: the scale (1/sqrt(head_dim), not 1/sqrt(hidden_size)), a "
-            f"missing .transpose(1, 2) when splitting q, k, v into heads or merging them back, or this rank's heads "
-            f"taken from the wrong slice")
+            f"missing .transpose(1, 2) when splitting q, k, v into heads or merging them back, a mask (there is "
+            f"none), or this rank's heads taken from the wrong slice")

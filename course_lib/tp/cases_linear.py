@@ -11,6 +11,9 @@ N_IN, N_OUT = 8, 12   # divisible by 2 and 4; different, so a transposed weight 
 F_IDENTITY = ("f's forward is the identity: every rank of the group already holds the same input, so it needs no "
               "communication (no all-reduce, average or broadcast)")
 ONE_F = "its backward needs ONE all-reduce of the input gradient (f's)"
+# a row-parallel bias whose gradient is 1/tp of serial: the forward's sum hid it
+BIAS_SHARE = ("the bias reaches the output as 1/tp of it on each rank (divided by tp, added before the all-reduce): "
+              "add the whole bias once, after reduce_from_parallel_region (g)")
 
 
 def case_f(c):
@@ -170,7 +173,7 @@ def case_row(c, parallel_input):
     compare_grads(name, [
         ("input grads", x.grad, want_x, g_hint, "no gradient reached the input"),
         ("weight grads", w.grad, serial.weight.grad[:, sl], g_hint, "is the output computed from .weight?"),
-        ("bias grads", b.grad, serial.bias.grad, None,
+        ("bias grads", b.grad, serial.bias.grad, (1 / c.tp, BIAS_SHARE),
          "this rank's bias gets no gradient: add the bias on every rank, after the reduction (adding it on one "
          "rank only leaves the replicas' gradients different)"),
     ])

@@ -55,7 +55,8 @@ def judge(got, want, otherwise: str, mistakes=(), none: str = ""):
 
 
 def compare_grads(cls, pairs):
-    """pairs: (what, got, want, (tp, hint for tp times serial) or None, hint for None)."""
+    """pairs: (what, got, want, (tp or 1/tp, hint for that times serial) or None, hint for None)."""
     for what, got, want, tp_times, none_hint in pairs:
-        tp_mistake = [(tp_times[0] * want, f"{cls}: {what} are tp times serial: {tp_times[1]}")] if tp_times else []
+        times = "tp times" if tp_times and tp_times[0] > 1 else "1/tp of"
+        tp_mistake = [(tp_times[0] * want, f"{cls}: {what} are {times} serial: {tp_times[1]}")] if tp_times else []
         judge(got, want, f"{cls}: {what} differ from serial", tp_mistake, f"{cls}: {what} is None: {none_hint}")

@@ -190,6 +190,79 @@ CASES = [
            expect={"tree_allreduce": ("fail", r"W=4, .*the sum is right, but it takes 6 rounds, each message sent "
                                               r"only after the one before it arrived: 3 -> 2 -> 1 -> 0 -> 1 -> 2 -> 3 "
                                               r"\(group ranks\)\. A tree takes at most 2 ceil\(log2 W\) = 4 at W = 4")}),
+    Faulty("naive_swaps_with_every_rank", options=worlds(3),
+           why="'naive' as an all-to-all: every rank swaps its own tensor with every other rank and adds what comes, "
+               "where the naive algorithm sends every tensor to rank 0, which sends the sum back",
+           edits=[(NAIVE_BODY, "    if world == 1 or tensor.numel() == 0:\n        return\n"
+                               "    mine = tensor.clone()\n"
+                               "    for step in range(1, world):\n"
+                               "        src = peer(group, (rank - step) % world)\n"
+                               "        buf = torch.empty_like(tensor)\n"
+                               "        sendrecv(mine, peer(group, (rank + step) % world), buf, src, group)\n"
+                               "        tensor += buf\n")],
+           expect={"naive_allreduce": ("fail", r"W=3, .*the sum is right, but group rank 1 exchanged with ranks "
+                                               r"\[0, 2\]: in the naive all-reduce every rank sends its tensor to "
+                                               r"rank 0 and receives the sum back from it")}),
+    Faulty("ring_blocking_chain", options=worlds(3),
+           why="ring with blocking send/recv, rank 0 sending first and every other rank receiving first: right "
+               "neighbours and bytes, but each step is a chain of W messages round the ring",
+           edits=[("        sendrecv(chunks[send_i], right, buf, left, group)\n",
+                   "        if rank == 0:   # rank 0 starts each step, the others pass it on\n"
+                   "            dist.send(chunks[send_i], right, group)\n"
+                   "            dist.recv(buf, left, group)\n"
+                   "        else:\n"
+                   "            dist.recv(buf, left, group)\n"
+                   "            dist.send(chunks[send_i], right, group)\n"),
+                  (RING_GATHER, "        if rank == 0:\n"
+                                "            dist.send(chunks[send_i], right, group)\n"
+                                "            dist.recv(chunks[recv_i], left, group)\n"
+                                "        else:\n"
+                                "            dist.recv(chunks[recv_i], left, group)\n"
+                                "            dist.send(chunks[send_i], right, group)\n")],
+           expect={"ring_allreduce": ("fail", r"W=3, 1,009 elements, float32: .*the sum is right, but it takes 12 "
+                                              r"rounds.*3 messages per step\. A ring takes 2 \(W-1\) = 4 at W = 3.*"
+                                              r"post each step's send and receive together")}),
+    Faulty("ring_even_odd_blocking", options=worlds(3, 4), expect={},
+           why="the control for the ring's rounds: blocking send/recv ordered even/odd (the hang hint's advice) "
+               "takes two rounds a step, which passes",
+           edits=[("        sendrecv(chunks[send_i], right, buf, left, group)\n",
+                   "        if rank % 2 == 0:\n"
+                   "            dist.send(chunks[send_i], right, group)\n"
+                   "            dist.recv(buf, left, group)\n"
+                   "        else:\n"
+                   "            dist.recv(buf, left, group)\n"
+                   "            dist.send(chunks[send_i], right, group)\n"),
+                  (RING_GATHER, "        if rank % 2 == 0:\n"
+                                "            dist.send(chunks[send_i], right, group)\n"
+                                "            dist.recv(chunks[recv_i], left, group)\n"
+                                "        else:\n"
+                                "            dist.recv(chunks[recv_i], left, group)\n"
+                                "            dist.send(chunks[send_i], right, group)\n")]),
+    Faulty("ring_cuts_rows", options=worlds(2),
+           why="ring cuts a 2-D tensor along its rows (tensor_split): the chunks are uneven, one holds 6 of 9 elements",
+           edits=[(RING_BOUNDS + RING_CHUNKS, "    chunks = list(tensor.tensor_split(world))   # along dim 0\n"),
+                  ("        buf = incoming[: chunks[recv_i].numel()]\n",
+                   "        buf = incoming[: chunks[recv_i].numel()].view(chunks[recv_i].shape)\n")],
+           expect={"ring_allreduce": ("fail", r"W=2, a 2-D tensor of shape \(3, 3\), float32: .*sent a message of 6 "
+                                              r"elements; a ring's chunks hold at most ceil\(n/W\) = 5.*flattened "
+                                              r"elements")}),
+    Faulty("tree_chain_any_source", options=worlds(4),
+           why="'tree' as a chain whose receives name no source (dist.recv without src): the rounds are measured "
+               "from where each message came from",
+           edits=[("    mask = 1\n    while mask < world:                               # reduce towards rank 0\n",
+                   "    if rank + 1 < world:\n"
+                   "        dist.recv(incoming, group=group)   # from any source\n"
+                   "        tensor += incoming\n"
+                   "    if rank > 0:\n"
+                   "        dist.send(tensor, dst=peer(group, rank - 1), group=group)\n"
+                   "        dist.recv(tensor, group=group)\n"
+                   "    if rank + 1 < world:\n"
+                   "        dist.send(tensor, dst=peer(group, rank + 1), group=group)\n"
+                   "    return\n"
+                   "    mask = 1\n    while mask < world:                               # reduce towards rank 0\n")],
+           expect={"tree_allreduce": ("fail", r"W=4, .*the sum is right, but it takes 6 rounds, each message "
+                                              r"sent only after the one before it arrived: 3 -> 2 -> 1 -> 0 -> 1 -> 2 "
+                                              r"-> 3")}),
     Faulty("ring_overwrites_in_reduce_scatter", options=worlds(2),
            why="ring's reduce-scatter copies the received chunk instead of adding it: every element is wrong",
            edits=[("        chunks[recv_i] += buf\n", "        chunks[recv_i].copy_(buf)\n")],

@@ -116,6 +116,37 @@ CASES = [
            edits=[("        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None",
                    "        self.bias = nn.Parameter(torch.empty(out_features // tp)) if bias else None")],
            expect={"RowParallelLinear": ("fail", "bias is split"), "ColumnParallelLinear": PASS}),
+    # bias=False: the cases with a bias cannot show these
+    Faulty("column_ignores_bias_false", options=TP2, why="ColumnParallelLinear makes a bias whatever bias= says",
+           edits=[("        self.bias = nn.Parameter(torch.empty(out_per_rank)) if bias else None\n",
+                   "        self.bias = nn.Parameter(torch.empty(out_per_rank))\n")],
+           expect={"ColumnParallelLinear": ("fail", r"ColumnParallelLinear\(bias=False\): \.bias is \[6\]; with "
+                                                    r"bias=False there is none"),
+                   "RowParallelLinear": PASS, "ParallelSelfAttention": PASS}),
+    Faulty("row_adds_none_bias", options=TP2, why="RowParallelLinear adds its bias without asking whether it has one",
+           edits=[(ROW_BIAS_ONCE, "        y = y + self.bias\n")],
+           expect={"RowParallelLinear": ("fail", r"RowParallelLinear\(bias=False\): forward raised TypeError.*"
+                                                 r"tp\.py:{line:        y = y + self.bias}.*if self\.bias is not None"),
+                   "ColumnParallelLinear": PASS, "ParallelSelfAttention": PASS}),
+    Faulty("mlp_ignores_bias", options=TP2, why="ParallelMLP does not pass bias on to its layers",
+           edits=[("ffn_hidden_size, bias=bias, gather_output=False", "ffn_hidden_size, gather_output=False"),
+                  ("hidden_size, bias=bias, input_is_parallel=True", "hidden_size, input_is_parallel=True")],
+           expect={"ParallelMLP": ("fail", r"ParallelMLP\(bias=False\): \.fc1\.bias is \[8\]; .*must pass bias on "
+                                           r"to both layers"),
+                   "ColumnParallelLinear": PASS, "RowParallelLinear": PASS}),
+    Faulty("row_bias_shared_before_g", options=TP2,
+           why="RowParallelLinear adds bias/tp on every rank before the all-reduce: the forward is right, the bias "
+               "grad is 1/tp of serial",
+           edits=[(ROW_PARTIAL, "        partial = F.linear(x, self.weight, None if self.bias is None else "
+                                "self.bias / dist.get_world_size(self.group))"),
+                  (ROW_BIAS_ONCE, "")],
+           expect={"RowParallelLinear": ("fail", r"bias grads are 1/tp of serial: .*add the whole bias once, after "
+                                                 r"reduce_from_parallel_region"),
+                   "ColumnParallelLinear": PASS}),
+    Faulty("attention_causal", options=TP2, why="attention with a causal mask: the exercise's has none",
+           edits=[(ATTENTION_SDPA, ATTENTION_SDPA.replace("heads(self.v(x)))", "heads(self.v(x)), is_causal=True)"))],
+           expect={"ParallelSelfAttention": ("fail", r"Your output matches a causal mask"),
+                   "ParallelMLP": PASS}),
     Faulty("mlp_gathers+attention_heads", options=TP2,
            why="the MLP gathers between its layers; attention mixes up the head and head_dim axes",
            edits=[("gather_output=False, group=group)\n        self.fc2 = RowParallelLinear(ffn_hidden_size, "

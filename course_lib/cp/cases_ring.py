@@ -39,10 +39,11 @@ def _ring_posts_first(c, p2p, where):
     pairs = list(zip(sends, recvs)) if len(sends) == len(recvs) else list(zip(sends, recvs))[:1]
     if any(r < s for s, r in pairs):
         raise Fail(f"{where}: rank {c.r} of the cp group received a block (its wait returned) before it posted its "
-                   f"own send of that step: a rank that receives first waits for its neighbour's send, so the "
-                   f"transfers of a step run one after another round the ring instead of at once (blocking send/"
-                   f"recv ordered by rank does this); post the isend and the irecv together, then wait on both "
-                   f"(dist.batch_isend_irecv with P2POp, or isend + irecv and wait)")
+                   f"own send of that step: a rank that receives first waits for its neighbour's send, so a step "
+                   f"takes the time of two or more transfers in turn instead of one for all (blocking send/recv "
+                   f"ordered by rank parity does this, and a ring of blocking calls in rank order serialises the "
+                   f"whole step); post the isend and the irecv together, then wait on both (dist.batch_isend_irecv "
+                   f"with P2POp, or isend + irecv and wait), as the exercise asks")
 
 
 def _ring_keys(c, held, shard, where):

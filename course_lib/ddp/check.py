@@ -12,7 +12,8 @@ It runs in a temporary folder (nothing of the learner's is touched) with ``--dat
 3. data: disjoint shards that cover the data set each epoch, a new order each epoch (set_epoch)
 4. device: the inputs on the model's device; each rank on its own GPU (verifiable only with GPUs)
 5. checkpoint: written by rank 0 only, loads with ``strict=True`` into the plain ``Net``
-6. launch: which launch styles work (srun's SLURM_* variables, torchrun's RANK/...), a clean shutdown;
+6. launch: which launch styles work (srun's SLURM_* variables, torchrun's RANK/...), a clean shutdown, no barrier
+   at every step (barriers only to time);
    a script for one launcher passes under the launcher it reads (``strict_launchers=True``: both required)
 
 The extra ranks run as that many nodes of one rank each, and three short launches simulate a cluster on CPU
@@ -27,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.core.report import Report
-from course_lib.ddp import cluster
+from course_lib.ddp import cluster, traffic
 from course_lib.ddp.cluster import launch_all, launch_one
+from course_lib.ddp.datajudge import train_loader
 from course_lib.ddp.failures import describe_failure, waiting_in_init
 from course_lib.ddp.launchers import step6
 from course_lib.ddp.runs import Run, grouped, start_env, works
@@ -183,6 +185,8 @@ def judge(report: Report, seen: Seen) -> None:
     target = _place_failure(judged, failure, primary) if failure is not None else None
     also = ("`srun torchrun`",) if sims.get("srun-torchrun") and works(sims["srun-torchrun"]) else ()
     judged[6] = step6(runs, primary, more, script, failure, target, seen.strict, also)
+    if primary.finished():   # barriers at every step: the notebook's Step 6 keeps them for timing
+        _fail(judged, 6, traffic.barriers([train_loader(primary.rec(r)) for r in range(primary.nprocs)]))
     for s in range(1, 7):
         ok, message = judged[s]
         report.add(f"Step {s}", ok, message)

@@ -3,6 +3,7 @@ whole epoch), ``set_epoch`` calls, DataLoader errors (``shuffle=True`` with a sa
 as ``SUBSET``, a small subset made when this module is imported."""
 import itertools
 
+from course_lib.ddp.datajudge import combined
 from course_lib.ddp.recorder import Recorder, called, describe
 
 MAX_INDICES = 1_000_000     # a sampler longer than this is recorded only in part (an infinite sampler)
@@ -53,30 +54,55 @@ def _take_epoch(it) -> list:
         return []
 
 
+def _in_base(dataset, indices: list):
+    """(the data set under any ``Subset``s, ``indices`` as its own): a static shard (``Subset(train_set,
+    range(rank, N, W))``) is judged by the images it holds, not by its positions 0..len-1."""
+    import torch.utils.data as tud
+
+    try:
+        while isinstance(dataset, tud.Subset):
+            indices, dataset = [int(dataset.indices[i]) for i in indices], dataset.dataset
+    except (TypeError, ValueError, IndexError):
+        return dataset, []   # odd indices: none recorded, no verdict from them
+    return dataset, indices
+
+
+def _described(loader, base) -> dict:
+    """A loader's record, but for its iterations: the size of the data set under it and its sampler."""
+    try:
+        n = len(base)
+    except TypeError:
+        n = None
+    return {"dataset_len": n, "sampler": type(loader.sampler).__name__,
+            # a DistributedSampler's share: node-local numbers are right on one node only
+            "replicas": _int_or_none(getattr(loader.sampler, "num_replicas", None)),
+            "sampler_rank": _int_or_none(getattr(loader.sampler, "rank", None)),
+            "sampler_seed": _int_or_none(getattr(loader.sampler, "seed", None))}
+
+
 def _hook_iterations(rec: Recorder):
     """Each iteration over a DataLoader: its indices at the start, its batches, its end (the epoch's params)."""
     import torch.utils.data as tud
     from torch.utils.data import dataloader as dl
 
     numbers = {}   # id(loader) -> its key in the record: "0", "1", ... in the order of their first iteration
+    datasets = {}  # id(base data set) -> (its number, the data set): held, so that no other one gets its id
 
     def record_epoch(it, loader):
         """Materialise this iteration's indices (the sampler's whole epoch) and note them under its loader's key."""
         if isinstance(loader.dataset, tud.IterableDataset):
             return   # no indices to record: the data set yields the samples itself
-        entry = {"indices": _take_epoch(it), "steps": 0, "done": False}
+        base, indices = _in_base(loader.dataset, _take_epoch(it))
+        # its place among the rank's iterations, and the collectives that combine values made so far: what the
+        # ranks combined after a test loop (``datajudge.test_shards``)
+        rec.data["iterations"] = rec.data.get("iterations", 0) + 1
+        entry = {"indices": indices, "steps": 0, "done": False, "seq": rec.data["iterations"],
+                 "combined": combined(rec.data["collectives"])}
         key = numbers.setdefault(id(loader), str(len(numbers)))
         if key not in rec.data["loaders"]:
-            try:
-                n = len(loader.dataset)
-            except TypeError:
-                n = None
-            rec.data["loaders"][key] = {
-                "dataset_len": n, "sampler": type(loader.sampler).__name__,
-                # a DistributedSampler's share: node-local numbers are right on one node only
-                "replicas": _int_or_none(getattr(loader.sampler, "num_replicas", None)),
-                "sampler_rank": _int_or_none(getattr(loader.sampler, "rank", None)),
-                "sampler_seed": _int_or_none(getattr(loader.sampler, "seed", None)), "iters": []}
+            # a loader built anew each epoch on the same data set continues its epochs (``ddp.datajudge``)
+            number = datasets.setdefault(id(base), (len(datasets), base))[0]
+            rec.data["loaders"][key] = {"dataset": number, **_described(loader, base), "iters": []}
         rec.data["loaders"][key]["iters"].append(entry)
         it._course_probe_entry = entry
         rec.write()

@@ -8,7 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from course_lib.ddp import averaging, traffic
+from course_lib.ddp import averaging, logged, traffic
 from course_lib.ddp.recorder import COLLECTIVES, Recorder, called
 
 LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID",
@@ -18,7 +18,7 @@ LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PR
 
 def install(rec: Recorder):
     for hook in (_note_env_reads, _wrap_init_and_destroy, _count_collectives, _note_spawn, _wrap_ddp,
-                 averaging.install, _note_optimizer_steps, _note_devices, _note_save):
+                 averaging.install, _note_optimizer_steps, _note_devices, _note_save, logged.install):
         hook(rec)
 
 
@@ -125,8 +125,14 @@ def _count_collectives(rec: Recorder):
             c[_name + ":numel"] = c.get(_name + ":numel", 0) + numel
             if rec.current_iter is not None and numel:   # inside a loop over a DataLoader: ddp.traffic judges it
                 traffic.note(rec.current_iter, _name, numel, lambda: rec.place(traceback.extract_stack()))
+            elif rec.current_iter is not None and _name == "barrier":
+                traffic.note_barrier(rec.current_iter, lambda: rec.place(traceback.extract_stack()))
+            return logged.scalar(args, kwargs) if _name == "all_reduce" else None   # a loss for the log?
 
-        wrapped = called(name, fn, rec, count)
+        def after(_result, before, *args, **kwargs):
+            logged.note_reduce(rec, before, *args, **kwargs)
+
+        wrapped = called(name, fn, rec, count, after if name == "all_reduce" else None)
         setattr(c10d, name, wrapped)
         if getattr(dist, name, None) is fn:
             setattr(dist, name, wrapped)
@@ -191,6 +197,8 @@ def _note_optimizer_steps(rec: Recorder):
     optimizers = {}   # id(optimizer) -> its number, in order of the first step
 
     def after_step(optimizer, _args, _kwargs):
+        if id(optimizer) not in optimizers:
+            averaging.note_optimizer(rec, optimizer)
         number = optimizers.setdefault(id(optimizer), len(optimizers))
         try:
             with torch.no_grad():

@@ -15,7 +15,6 @@ writing (a file name that repeats on every node) are noted.
 import builtins
 import json
 import os
-import weakref
 from pathlib import Path
 
 from course_lib.core.rankkit import exit_now
@@ -23,6 +22,9 @@ from course_lib.ddp.recorder import Recorder, initialized
 
 NODE0_ADDR = "127.0.0.2"    # "node 0" of a simulated layout: Linux routes all of 127/8 to the loopback
 SETTINGS = "simulate.json"
+# set on a module the script sent to a simulated GPU: an attribute, so that copy.deepcopy(model) is on that GPU too,
+# as it would be
+MOVED = "_course_sim_on_gpu"
 WRITES = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES")
 
 
@@ -120,12 +122,11 @@ def _virtual_cuda(rec: Recorder, gpus: int):
     torch.cuda.current_device = lambda: state["current"]
     torch.cuda.set_device = set_device
     torch.cuda.synchronize = lambda device=None: None
-    moved = weakref.WeakSet()   # the modules the script sent to a (simulated) GPU
-    _redirect_to(torch, nn, pick, moved)
-    _constructors_on_cpu(torch, pick, moved, rec)
+    _redirect_to(torch, nn, pick)
+    _constructors_on_cpu(torch, pick, rec)
 
 
-def _constructors_on_cpu(torch, pick, moved, rec: Recorder):
+def _constructors_on_cpu(torch, pick, rec: Recorder):
     """init_process_group(device_id=), DDP(device_ids=) and pinned loaders: the pick recorded, the CPU kept. DDP
     given device_ids for a model still on the CPU raises ValueError, as it does with real GPUs."""
     import torch.distributed.distributed_c10d as c10d
@@ -146,7 +147,7 @@ def _constructors_on_cpu(torch, pick, moved, rec: Recorder):
     def ddp_on_cpu(self, module, device_ids=None, output_device=None, *args, **kwargs):
         for d in device_ids or []:
             pick("DDP(device_ids=...)", d)
-        if device_ids and module not in moved:
+        if device_ids and not getattr(module, "__dict__", {}).get(MOVED):
             rec.data["ddp_before_move"] = repr(device_ids)
             rec.write()
             raise ValueError("DistributedDataParallel device_ids and output_device arguments only work with "
@@ -165,9 +166,9 @@ def _constructors_on_cpu(torch, pick, moved, rec: Recorder):
     torch.utils.data.DataLoader.__init__ = loader_on_cpu
 
 
-def _redirect_to(torch, nn, pick, moved):
+def _redirect_to(torch, nn, pick):
     """``.to(cuda...)``/``.cuda()`` of tensors and modules: the pick is recorded, the CPU is kept; a module sent
-    to a GPU joins ``moved``."""
+    to a GPU is marked ``MOVED``."""
     tensor_to, module_to = torch.Tensor.to, nn.Module.to
 
     def t_to(self, *args, **kwargs):
@@ -176,7 +177,7 @@ def _redirect_to(torch, nn, pick, moved):
 
     def m_to(self, *args, **kwargs):
         if any(_cuda(a) for a in (*args, kwargs.get("device"))):
-            moved.add(self)
+            self.__dict__[MOVED] = True
         args, kwargs = _cpu_args(pick, "model.to", args, kwargs)
         return module_to(self, *args, **kwargs)
 
@@ -186,7 +187,7 @@ def _redirect_to(torch, nn, pick, moved):
 
     def m_cuda(self, device=None):
         pick("model.cuda", "cuda" if device is None else device)
-        moved.add(self)
+        self.__dict__[MOVED] = True
         return self
 
     torch.Tensor.to, torch.Tensor.cuda, nn.Module.to, nn.Module.cuda = t_to, t_cuda, m_to, m_cuda

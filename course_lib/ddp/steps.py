@@ -5,7 +5,8 @@ step was there (the failure is then reported at the step it stopped in).
 """
 from pathlib import Path
 
-from course_lib.ddp import averaging, traffic
+from course_lib.ddp import averaging, logged, traffic
+from course_lib.ddp.datajudge import set_epoch_differs, test_shards, train_loader
 from course_lib.ddp.hooks import loads_into_net, stat_of
 from course_lib.ddp.messages import ENV_HELP, first, short
 from course_lib.ddp.runs import EPOCHS, Run, group
@@ -135,6 +136,9 @@ def step2(run: Run, more: Run | None = None):
         return False, "could not read the trained parameters of every rank"
     if len({p.size for p in params}) > 1:
         return False, f"the ranks trained models of different sizes ({[p.size for p in params]} parameters)"
+    detached = averaging.optimizer_off_ddp([run.rec(r) for r in range(n)])
+    if detached:
+        return False, detached
     diff = max(float(abs(params[0] - p).max()) for p in params[1:]) if n > 1 else 0.0
     scale = float(abs(params[0]).max()) or 1.0
     ddp_made = [bool(run.rec(r)["ddp"]) for r in range(n)]
@@ -152,10 +156,11 @@ def step2(run: Run, more: Run | None = None):
     extra = traffic.judge([train_loader(run.rec(r)) for r in range(n)], params[0].size, ddp_averaged, summed)
     if extra:
         return False, extra
-    divided = ddp_averaged and more is not None and more.finished() and averaging.loss_divided(
+    scaled = ddp_averaged and more is not None and more.finished() and averaging.step_scaled(
         [run.rec(r) for r in range(n)], [more.rec(r) for r in range(more.nprocs)])
-    if divided:
-        return False, divided
+    scaled = scaled or logged.judge([run.rec(r) for r in range(n)])
+    if scaled:
+        return False, scaled
     if all(ddp_made) and ddp_averaged:
         return True, (f"parameters identical on all {n} ranks after {steps[0]} optimizer steps: "
                       "DDP averaged the gradients")
@@ -199,15 +204,6 @@ def _in_no_sync(run: Run) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------ Step 3
-def train_loader(rec: dict):
-    """The loader the rank trained on: the one with the most optimizer steps (then the largest data set)."""
-    loaders = list(rec.get("loaders", {}).values())
-    if not loaders:
-        return None
-    trained = [ld for ld in loaders if sum(it["steps"] for it in ld["iters"]) > 0]
-    return max(trained or loaders, key=lambda ld: (sum(it["steps"] for it in ld["iters"]), ld["dataset_len"] or 0))
-
-
 def _shuffle_and_sampler(run: Run):
     for r in range(run.nprocs):
         for err in run.rec(r).get("loader_errors", []):
@@ -240,6 +236,9 @@ def step3(run: Run, more: Run | None = None):
     if all(ld["iters"][0]["indices"] == ld["iters"][1]["indices"] for ld in loaders):
         return False, ("each rank saw its images in exactly the same order in epoch 1 and epoch 2: "
                        f"{_no_new_order(run)}.")
+    tested = test_shards([run.rec(r) for r in range(run.nprocs)])
+    if tested:
+        return False, tested
     sizes = "+".join(str(len(ld["iters"][0]["indices"])) for ld in loaders)
     msg = (f"{run.nprocs} ranks saw disjoint shards ({sizes}) "
            f"covering all {loaders[0]['dataset_len']} images, in a new order each epoch")
@@ -269,10 +268,11 @@ def _shards(n: int, loaders: list, epochs: int):
                 return False, (f"every rank trained on all {size} images in epoch {e + 1}: the ranks repeat each "
                                "other's work. Give the training DataLoader a DistributedSampler, so that each rank "
                                "gets its own 1/world_size share.")
+            told = set_epoch_differs(loaders)
             return False, (f"the ranks' shards overlap in {overlap} images in epoch {e + 1} (shard sizes "
-                           f"{[len(s) for s in shards]} of {size}): each rank needs a disjoint share "
-                           "(DistributedSampler with the group's rank and world size)"
-                           + (f"; {built}" if built else ""))
+                           f"{[len(s) for s in shards]} of {size}): "
+                           + (told or "each rank needs a disjoint share (DistributedSampler with the group's rank "
+                                      "and world size)" + (f"; {built}" if built else "")))
         if size and len(union) < size - (n - 1):
             return False, (f"together the ranks saw only {len(union)} of the {size} training images in epoch "
                            f"{e + 1}: the shards must cover the data set (DistributedSampler with the group's rank "

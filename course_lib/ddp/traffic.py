@@ -6,7 +6,8 @@ the same as the solution's. Only the traffic doubles. The probe (``hooks``) adds
 the elements of the tensors handed to each collective the script calls (``note``); ``judge`` compares the training
 loader's per optimizer step with the model's parameter count: DDP needs none of the script's own (its all-reduce
 runs inside backward, out of Python's sight), a script that averages the gradients itself one parameter's worth.
-A scalar per step (a loss for the log) is far below either, and is not judged.
+A scalar per step (a loss for the log) is far below either, and is not judged. The barriers in the loop are
+counted too (``note_barrier``): one at every step only makes the faster ranks wait (Step 6, ``barriers``).
 """
 from course_lib.ddp.messages import where
 
@@ -20,6 +21,29 @@ def note(entry: dict, name: str, numel: int, place) -> None:
     if name not in sent:
         entry.setdefault("sent_at", {})[name] = place() or None
     sent[name] = sent.get(name, 0) + numel
+
+
+def note_barrier(entry: dict, place) -> None:
+    """A ``dist.barrier()`` inside a DataLoader iteration, counted; ``place()``: the line of the first."""
+    entry["barriers"] = entry.get("barriers", 0) + 1
+    if entry["barriers"] == 1:
+        entry["barrier_at"] = place() or None
+
+
+def barriers(loaders: list) -> tuple | None:
+    """Step 6's failure when a rank called a barrier at every optimizer step of its training loop (the notebook:
+    barriers only to time an epoch); ``loaders``: each rank's training loader record."""
+    for rank, loader in enumerate(loaders):
+        iters = (loader or {}).get("iters", [])
+        steps, calls = sum(it["steps"] for it in iters), sum(it.get("barriers", 0) for it in iters)
+        if steps and calls >= steps:
+            at = where(next((it["barrier_at"] for it in iters if it.get("barrier_at")), None))
+            return False, (f"rank {rank} called dist.barrier() {calls} times inside its training loop, at each of its "
+                           f"{steps} optimizer steps{f' (the first{at})' if at else ''}: DDP's all-reduce in every "
+                           "backward already keeps the ranks in step, so each barrier only makes the faster ranks "
+                           "wait. Barriers are for timing (one before the clock starts, one before it stops): drop "
+                           "this one.")
+    return None
 
 
 def judge(loaders: list, size: int, ddp_averaged: bool, summed: bool) -> str | None:

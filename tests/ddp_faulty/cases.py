@@ -246,6 +246,43 @@ CASES = [
            expect={"Step 2": ("fail", r"the script averages the gradients itself, which takes one all_reduce of each "
                                       r"gradient per step, but rank \d's own collectives in the training loop sent 2.0 "
                                       r"times .*\((all_reduce 1.0, broadcast 1.0|broadcast 1.0, all_reduce 1.0)")}),
+    Faulty("ddp_on_copy", options=GPUS,
+           why="DDP wraps a copy of the model, the optimizer holds the original's parameters: the gradients land on "
+               "the copy, nothing trains, and the ranks agree because nothing moves",
+           edits=[("import argparse\n", "import argparse\nimport copy\n"),
+                  (DDP_WRAP + "  # Step 2: same start, averaged gradients\n"
+                   "    optimizer = optim.Adadelta(model.parameters(), lr=args.lr)",
+                   "    net = model  # keep the plain Net for saving\n"
+                   "    model = DDP(copy.deepcopy(net), device_ids=[local_rank] if use_cuda else None)  # Step 2\n"
+                   "    optimizer = optim.Adadelta(net.parameters(), lr=args.lr)")],
+           # Step 4: a copy of a model on a (simulated) GPU is on that GPU too
+           expect={"Step 2": ("fail", r"the optimizer steps \d+ parameters, but none of them is a parameter of the "
+                                      r"model DistributedDataParallel wraps.*ever got a gradient.*nothing trains"),
+                   "Step 4": PASS}),
+    Faulty("loss_times_world_size", options=NODES,
+           why="the loss multiplied by the world size \"to undo DDP's average\": the step follows the sum of the "
+               "ranks' gradients, W times the global batch's; seen on 2 and 3 ranks",
+           edits=[("            loss = F.nll_loss(output.float(), target)\n",
+                   "            loss = F.nll_loss(output.float(), target) * dist.get_world_size()  # undo DDP's "
+                   "average\n")],
+           expect={"Step 2": ("fail", r"every rank multiplied its loss by the world size before backward \(by 2, and "
+                                      r"by 3 with 3 ranks\).*2 times too large.*Drop the factor"), "Step 3": PASS}),
+    Faulty("lr_scaled_twice", options=NODES,
+           why="the linear scaling rule applied twice: the learning rate grows with W squared; seen on 2 and 3 ranks",
+           edits=[(DEVICE, DEVICE.replace("    device =",
+                                          "    args.lr *= world_size  # W times the batch\n    device =")),
+                  ("    optimizer = optim.Adadelta(model.parameters(), lr=args.lr)",
+                   "    optimizer = optim.Adadelta(model.parameters(), lr=args.lr * world_size)")],
+           expect={"Step 2": ("fail", r"the learning rate grows with the square of the world size: 4 with 2 ranks, 9 "
+                                      r"with 3.*scaled by the world size twice")}),
+    Faulty("loss_summed_for_log", why="the epoch's loss all-reduced for the log line, not divided: the sum of the "
+                                      "ranks' losses is printed",
+           edits=[(STOP, STOP + "        loss_t = torch.tensor([train_loss])\n"
+                                "        dist.all_reduce(loss_t)  # the loss over all ranks, for the log\n"
+                                "        train_loss = loss_t.item()\n")],
+           expect={"Step 2": ("fail", r"rank 0 printed train_loss=\d+\.\d+, the result of its all_reduce of a scalar "
+                                      r"\(\d+\.\d+ on rank 0, summed over the 2 ranks\).*Divide the reduced value"),
+                   "Step 3": PASS}),
     Faulty("crash_rank1", why="rank 1 crashes in the second epoch",
            edits=[(START, START + "        if rank == 1 and epoch == 2:\n"
                                   '            raise RuntimeError("simulated failure on rank 1")\n')],
@@ -294,6 +331,44 @@ CASES = [
     Faulty("shuffle_and_sampler", why="shuffle=True and a DistributedSampler: the sampler shuffles already",
            edits=[(TRAIN_KWARGS, TRAIN_KWARGS[:-1] + ', "shuffle": True}')],
            expect={"Step 3": ("fail", r"shuffle=True together with sampler")}),
+    Faulty("set_epoch_rank0_only", why="only rank 0 calls set_epoch: the ranks shuffle with different epochs, and "
+                                       "their shares overlap",
+           edits=[(SET_EPOCH, "        if rank == 0:  # rank 0 drives the shuffle\n    " + SET_EPOCH)],
+           expect={"Step 3": ("fail", r"overlap in \d+ images in epoch 1 .*: rank 1 never called set_epoch \(rank 0 "
+                                      r"called it with \[1, 2\]\).*on every rank")}),
+    Faulty("test_loader_sharded",
+           why="the test loader given a DistributedSampler while test() divides by the whole test set: each rank "
+               "prints a fraction of its accuracy",
+           edits=[("    test_loader = torch.utils.data.DataLoader(test_set, **test_kwargs, **loader_kwargs)",
+                   "    test_sampler = DistributedSampler(test_set, shuffle=False)  # each rank tests its share\n"
+                   "    test_loader = torch.utils.data.DataLoader(test_set, **test_kwargs, sampler=test_sampler, "
+                   "**loader_kwargs)")],
+           expect={"Step 2": PASS, "Step 3": ("fail", r"different shares of the \d+ test images \(\d+\+\d+, a "
+                                                      r"DistributedSampler on the test DataLoader\), and no rank "
+                                                      r"combined the results")}),
+    Faulty("sampler_per_epoch", options=NODES,
+           why="correct: a new DistributedSampler and DataLoader each epoch, seeded with the epoch (no set_epoch): "
+               "the epochs of loaders built on one data set count together",
+           edits=[(SAMPLER + "  # Step 3: rank r gets every world_size-th image\n", ""),
+                  (TRAIN_KWARGS + "  # Step 3: the sampler shuffles\n", ""),
+                  ("    train_loader = torch.utils.data.DataLoader(train_set, **train_kwargs, **loader_kwargs)\n", ""),
+                  (SET_EPOCH, "        train_sampler = DistributedSampler(train_set, seed=args.seed + epoch)  # a new "
+                              "order each epoch\n"
+                              "        train_loader = torch.utils.data.DataLoader(\n"
+                              "            train_set, batch_size=args.batch_size, sampler=train_sampler, "
+                              "**loader_kwargs)\n")],
+           expect={f"Step {n}": PASS for n in range(1, 7)}),
+    Faulty("static_shard", why="correct: each rank's fixed Subset(range(rank, N, W)), reshuffled by its loader: the "
+                               "shards are judged by the images they hold, not by positions in the Subset",
+           edits=[(SAMPLER + "  # Step 3: rank r gets every world_size-th image\n",
+                   "    shard = torch.utils.data.Subset(train_set, range(rank, len(train_set), world_size))  # mine\n"),
+                  (TRAIN_KWARGS, '    train_kwargs = {"batch_size": args.batch_size, "shuffle": True}'),
+                  ("DataLoader(train_set, **train_kwargs", "DataLoader(shard, **train_kwargs"),
+                  (SET_EPOCH, ""),
+                  ("total = seen if args.dry_run else len(train_loader.dataset)",
+                   "total = seen if args.dry_run else len(train_set)")],
+           expect={**{f"Step {n}": PASS for n in range(1, 7)},
+                   "Step 3": ("pass", r"disjoint shards \(64\+64\) covering all 128 images")}),
     # ---- Step 4: the device
     Faulty("cuda_unguarded", options=CPU_ONLY, why="torch.cuda.set_device without asking whether there is a GPU",
            edits=[(SET_DEVICE, "    torch.cuda.set_device(local_rank)  # Step 1: set this rank's GPU before init\n")],
@@ -413,6 +488,13 @@ CASES = [
            expect={"Step 5": ("fail", r"ranks 0 \(local rank 0 on node 0\), 1 .* all wrote train_log_0.txt: a name "
                                       r"built from the local rank repeats on every node")}),
     # ---- Step 6: launchers and shutdown
+    Faulty("barrier_every_step", why="a dist.barrier() after every optimizer step \"to keep the ranks in step\": "
+                                     "DDP's all-reduce does that; barriers only to time",
+           edits=[("        scaler.update()\n",
+                   "        scaler.update()\n        dist.barrier()  # keep the ranks in step\n")],
+           expect={"Step 2": PASS, "Step 6": ("fail", r"rank \d called dist.barrier\(\) \d+ times inside its training "
+                                                      r"loop, at each of its \d+ optimizer steps \(the first at line "
+                                                      r"{line:keep the ranks in step}.*drop this one")}),
     Faulty("destroy_twice", why="it leaves the process group twice: the second call finds no group and raises",
            edits=[("    dist.destroy_process_group()\n",
                    "    dist.destroy_process_group()\n    dist.destroy_process_group()\n")],

@@ -8,11 +8,13 @@ import re
 
 from course_lib.jobs.diagnose import LOOPBACK
 from course_lib.sbatch.script import Script, integer
+from course_lib.sbatch.shell import single_quoted
 from course_lib.sbatch.training import torchrun_options
 
 NODELIST = re.compile(r"\$\{?SLURM_(?:JOB_)?NODELIST\b")
 EXPANDED = re.compile(r"scontrol\s+show\s+hostnames?\b|\bhostlist\b|\bnodeset\s+-e")
 FIRST = re.compile(r"\bhead\s+(?:-n\s*\+?1|-1)\b|\bsed\s+(?:-n\s+)?['\"]?1[pq]|NR\s*==\s*1|FIRST_OF\(|\|\s*head\s*\)")
+LAST = re.compile(r"\btail\s+(?:-n\s*)?-?1\b|\bsed\s+(?:-n\s+)?['\"]?\$p")     # the last name
 THIS_NODE = re.compile(r"\bhostname\b|\$\{?(?:HOSTNAME|SLURMD_NODENAME|SLURM_TOPOLOGY_ADDR)\b")
 REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(\[0\])?(?::-[^}]*)?\}?")
 FIRST_NODE = 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
@@ -66,6 +68,10 @@ def mistakes(s: Script, value: str, what: str, fix: str = FIRST_NODE) -> list[st
         return [f"{what}: the job's node list ($SLURM_JOB_NODELIST) is in Slurm's compressed form (node[1-2] on "
                 "two nodes), not a host name; it only looks right while the job has one node. Take the first host "
                 f"of the list: {fix}"]
+    if EXPANDED.search(text) and LAST.search(text) and not FIRST.search(text):
+        return [f"{what}: tail -n 1 keeps the last name that scontrol show hostnames prints, the job's last node; "
+                f"rank 0 runs on the first node, so on two or more nodes the ranks look for it where it is not; "
+                f"keep the first: ... | head -n 1 ({fix})"]
     if EXPANDED.search(text) and not FIRST.search(text) and not THIS_NODE.search(text):
         return [f"{what}: scontrol show hostnames prints every node of the job, one per line, so on two nodes this "
                 f"is two names, not a host; keep the first: ... | head -n 1 ({fix})"]
@@ -90,7 +96,8 @@ def rank0_mistakes(s: Script) -> list[str]:
     """Every mistake in where the ranks look for rank 0 (MASTER_ADDR, torchrun's endpoint)."""
     given, (line, value) = launch_env(s, "MASTER_ADDR"), s.exports.get("MASTER_ADDR", (0, None))
     msgs = (mistakes(s, given, f"MASTER_ADDR={given} (on the launch line)") if given is not None else
-            mistakes(s, value, f"line {line}: MASTER_ADDR={value}") if value is not None else [])
+            single_quoted(s, "MASTER_ADDR", FIRST_NODE) or mistakes(s, value, f"line {line}: MASTER_ADDR={value}")
+            if value is not None else [])
     options = torchrun_options(s)
     for key in ("rdzv_endpoint", "master_addr"):
         if options.get(key):

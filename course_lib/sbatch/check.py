@@ -136,9 +136,9 @@ def _refused(script, out) -> dict:
     if nodes > out.nodes if out.nodes else "node count" in out.refusal.lower():
         here = f"this Slurm has {out.nodes} node(s)" if out.nodes else "this Slurm has fewer nodes"
         return {"sbatch accepts it": (None, f"not run: {here} and the script asks for {why} (sbatch: "
-                                            f"{out.refusal}). The verdicts above come from the script's text; on "
-                                            f"{nodes} nodes (a cluster, or the course's two-node Slurm: "
-                                            "docs/two-node-slurm.md) the job would run"),
+                                            f"{out.refusal}). The verdicts above come only from the script's text; "
+                                            f"what the ranks do is known from a run on {nodes} nodes (a cluster, or "
+                                            "the course's two-node Slurm: docs/two-node-slurm.md)"),
                 "ranks": (None, "not run: the job could not start on this Slurm")}
     if UNPLACEABLE in out.refusal and out.unusable and nodes > out.nodes - len(out.unusable):
         down = ", ".join(f"{n}: {state}" for n, state in sorted(out.unusable.items()))
@@ -175,8 +175,11 @@ def _ranks(script, ranks) -> tuple:
                        "each numbered their own ranks (torchrun once per task? srun around a script that srun "
                        "starts again?)")
     if want is not None and len(seen) != want:
+        conflict = rules.task_conflict(script)
+        why = (f" ({conflict.split(': ', 1)[0]}: #SBATCH --ntasks={script.get('ntasks')} sets the job's tasks, see "
+               "directives)" if conflict else " (python without srun?)" if rules.launcher(script) == "python" else "")
         return False, (f"{len(seen)} rank(s) started (ranks {seen}, each told world size {worlds}), the script asks "
-                       f"for {want}: the others were never started (python without srun?)")
+                       f"for {want}: the others were never started{why}")
     return True, f"{len(seen)} rank(s), ranks {seen}, world size {worlds[0]}"
 
 
@@ -208,7 +211,11 @@ def _seen_master(ranks) -> tuple:
     if LOOPBACK.match(addr) and len(hosts) > 1:
         return False, (f"the ranks ran on {len(hosts)} nodes ({', '.join(hosts)}) and saw MASTER_ADDR={addr}, each "
                        f"node's own loopback: the ranks away from rank 0's node cannot reach it; {FIRST_NODE}")
-    return True, f"the ranks saw MASTER_ADDR={addr} MASTER_PORT={ranks[0]['env']['MASTER_PORT']}"
+    port = ranks[0]["env"]["MASTER_PORT"]
+    if not port.isdigit():
+        return False, (f"the ranks saw MASTER_PORT={port!r}: not a port number (bash works out arithmetic only inside "
+                       "$(( ))); export MASTER_PORT=$(( 10000 + SLURM_JOB_ID % 20000 ))")
+    return True, f"the ranks saw MASTER_ADDR={addr} MASTER_PORT={port}"
 
 
 def _seen_threads(ranks, agents) -> tuple:
@@ -221,6 +228,9 @@ def _seen_threads(ranks, agents) -> tuple:
         if not omp:
             return False, (f"rank {r['rank']} saw no OMP_NUM_THREADS: PyTorch then starts a thread per core of the "
                            "node in every rank; export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK")
+        if not omp.isdigit():
+            return False, (f"rank {r['rank']} saw OMP_NUM_THREADS={omp!r}, not a number: OpenMP ignores it and starts "
+                           "a thread per core of the node in every rank; export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK")
         # srun: each task has its own CPUs; torchrun: the node's ranks share the one task's CPUs
         sharing = sum(x["host"] == r["host"] for x in ranks) if agents else 1
         if cpus and omp.isdigit() and int(omp) * sharing > cpus:

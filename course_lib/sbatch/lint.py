@@ -8,7 +8,7 @@ import difflib
 import re
 
 from course_lib.core.site import Site
-from course_lib.sbatch import site_lines, values
+from course_lib.sbatch import shell, site_lines, values
 from course_lib.sbatch.address import FIRST_NODE, LOOPBACK, launch_env, rank0_mistakes
 from course_lib.sbatch.script import KNOWN, Script, gpu_count, integer
 from course_lib.sbatch.training import PYTHONS, gpu_bind_none, judge, local_rank_gpu, torchrun_options, words_run
@@ -30,7 +30,10 @@ def gpus_per_node(s: Script) -> int:
         if n is not None:
             return n
     per_task, tasks = gpu_count(s.get("gpus-per-task")), tasks_per_node(s)
-    return per_task * tasks if per_task and tasks else 0
+    if per_task and tasks:
+        return per_task * tasks
+    total, nodes = gpu_count(s.get("gpus")), integer(s.get("nodes", "1"))    # --gpus, -G: the job's total (sbatch(1))
+    return total // nodes if total and nodes and total % nodes == 0 else 0
 
 
 def launcher(s: Script) -> str:
@@ -57,6 +60,7 @@ def directives(s: Script) -> tuple:
             hint = difflib.get_close_matches(d.key, sorted(KNOWN), n=1)
             guess = f" (did you mean --{hint[0]}?)" if hint else ""
             msgs.append(f"line {d.line}: sbatch has no option --{d.key}{guess}; sbatch stops: 'unrecognized option'")
+    msgs += [m for m in [task_conflict(s)] if m]
     missing = [k for k in ("nodes", "time") if s.get(k) is None]
     if s.get("ntasks-per-node") is None and s.get("ntasks") is None:
         missing.append("ntasks-per-node")
@@ -65,6 +69,18 @@ def directives(s: Script) -> tuple:
                     + ": say how many nodes, how many tasks on each, and for how long (Slurm's defaults are "
                       "the site's, often 1 task and a short or a very long time limit)")
     return "directives", not msgs, "\n".join(msgs) or "nodes, tasks and time limit given"
+
+
+def task_conflict(s: Script) -> str | None:
+    """--ntasks beside --ntasks-per-node that disagree on the given --nodes: sbatch(1) lets --ntasks win (the
+    per-node count is then a maximum), so the job gets --ntasks tasks."""
+    ntasks, per_node, nodes = (integer(s.get(k)) for k in ("ntasks", "ntasks-per-node", "nodes"))
+    if not (ntasks and per_node and nodes) or ntasks == per_node * nodes:
+        return None
+    line = next(d.line for d in reversed(s.directives) if d.key == "ntasks")
+    return (f"line {line}: #SBATCH --ntasks={ntasks} beside --ntasks-per-node={per_node} on {nodes} node(s): "
+            f"--ntasks wins (sbatch(1): --ntasks-per-node is then a maximum), so the job has {ntasks} task(s), not "
+            f"{per_node * nodes}; delete the --ntasks line")
 
 
 def site_profile(s: Script, site: Site) -> tuple:
@@ -206,6 +222,8 @@ def _torchrun(s: Script, tasks, nodes) -> tuple:
     if nodes > 1 and "--standalone" in line:
         return "launch", False, ("--standalone is a rendezvous on this node only; with several nodes use "
                                  "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT")
+    if nodes > 1 and not rendezvous(s):
+        return "launch", False, NO_RENDEZVOUS
     nnodes = torchrun_options(s).get("nnodes", "")
     most = max((integer(n) or 0 for n in nnodes.split(":")), default=0)
     if most and most != nodes:
@@ -215,12 +233,33 @@ def _torchrun(s: Script, tasks, nodes) -> tuple:
     return "launch", True, "one torchrun per node, which starts the node's ranks"
 
 
+NO_RENDEZVOUS = ("torchrun on several nodes with no rendezvous options: its defaults are --rdzv_backend=static, "
+                 "--node_rank=0 and --master_addr=127.0.0.1 (torch.distributed.run), so the torchrun of every node "
+                 "is node 0 on its own loopback and the job waits until its time limit; give the c10d rendezvous "
+                 "on the job's first node (notebook 03): --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT")
+
+
+def rendezvous(s: Script) -> bool:
+    """torchrun is told where its nodes meet: a rendezvous backend other than static with an endpoint, or
+    --master_addr/--master_port with --node_rank (torchrun also reads its options from PET_* variables)."""
+    options = torchrun_options(s)
+
+    def given(key):
+        return options.get(key) or (s.exports.get("PET_" + key.upper(), (0, ""))[1])
+    backend = given("rdzv_backend") or "static"
+    return bool((backend != "static" and given("rdzv_endpoint"))
+                or (given("master_addr") and given("master_port") and given("node_rank")))
+
+
 def master(s: Script) -> tuple:
     """Where the ranks find rank 0: exported (or given on the launch line), and an address every node reaches."""
-    wrong = rank0_mistakes(s)
+    wrong = rank0_mistakes(s) + shell.after_launch(s, ("MASTER_ADDR", "MASTER_PORT"))
     line = " ".join(c for _, c in s.commands if "torchrun" in c or "torch.distributed.run" in c)
     if launcher(s) == "torchrun" and ("--standalone" in line or "MASTER" not in line):
         wrong += values.torchrun_port(s)
+        if (integer(s.get("nodes", "1")) or 1) > 1 and not rendezvous(s):
+            wrong.append("torchrun gives its ranks the master address of its rendezvous, here its default "
+                         "127.0.0.1 on every node (see launch)")
         return "MASTER_ADDR/PORT", not wrong, "\n".join(wrong) or "torchrun sets them for its ranks"
     msgs = [f"{name} is set but not exported: the ranks do not see it; export {name}=..." if name in s.assigned
             else f"no export {name}=...: the ranks must know where rank 0 waits; {name} is {hint}"
@@ -248,6 +287,14 @@ def threads(s: Script) -> tuple:
                                           "OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK (torchrun: CPUs per task / ranks per "
                                           "node)")
     line, value = s.exports["OMP_NUM_THREADS"]
+    late = shell.after_launch(s, ("OMP_NUM_THREADS",))
+    if late:
+        return "OMP_NUM_THREADS", False, late[0]
+    if values.not_a_number(s, value):
+        return "OMP_NUM_THREADS", False, (
+            f"line {line}: OMP_NUM_THREADS={value} is text to bash, not a number: bash reads a name without $ (and "
+            "works out arithmetic) only inside $(( )); OpenMP ignores a value it cannot read and starts a thread "
+            "per core of the node in every rank; export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK")
     if "SLURM_CPUS_PER_TASK" in value and s.get("cpus-per-task") is None:
         return "OMP_NUM_THREADS", False, (
             f"line {line}: OMP_NUM_THREADS={value}, but the script asks no #SBATCH --cpus-per-task, and Slurm "

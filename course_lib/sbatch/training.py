@@ -17,6 +17,10 @@ TORCHRUN_FLAGS = {"--standalone", "--no-python", "--no_python", "--run-path", "-
                   "--virtual-local-rank", "--virtual_local_rank"}
 DEFAULT = re.compile(r"^\$\{(\w+):?-([^}]*)\}$")     # ${SCRIPT:-exercises/...}
 PLAIN = re.compile(r"^\$\{?(\w+)\}?$")              # $SCRIPT, ${SCRIPT}
+NUMBER = re.compile(r"-?\d+(\.\d+)?")
+NOTHING = ("$@", "$*")      # the job's own arguments: none when submitted as the course does (sbatch FILE)
+# argparse actions that take no value (an option with nargs "?" or "*" may have none either)
+NO_VALUE = {"store_true", "store_false", "store_const", "append_const", "count", "help", "version"}
 
 
 def words_run(c: Simple) -> list[str]:
@@ -29,7 +33,7 @@ def words_run(c: Simple) -> list[str]:
     return words
 
 
-def _launches(s: Script):
+def launches(s: Script):
     """(line, "python", "python3" or "torchrun", the words after it) for the first python or torchrun (``python -m
     torch.distributed.run`` is torchrun) that each command starts, in the script's order."""
     for c in s.simple:
@@ -60,12 +64,12 @@ def torchrun_args(words: list[str]) -> tuple[dict, list[str]]:
 
 def torchrun_options(s: Script) -> dict:
     """The options of the script's first torchrun ({} where none runs)."""
-    return next((torchrun_args(rest)[0] for _, name, rest in _launches(s) if name == "torchrun"), {})
+    return next((torchrun_args(rest)[0] for _, name, rest in launches(s) if name == "torchrun"), {})
 
 
 def command_line(s: Script) -> tuple[int, str, list[str]] | None:
     """(line, the script as written, the words after it) of the first launch that runs python or torchrun."""
-    for line, name, rest in _launches(s):
+    for line, name, rest in launches(s):
         if name == "torchrun":
             script = torchrun_args(rest)[1]
             return (line, script[0], script[1:]) if script else None
@@ -108,6 +112,43 @@ def options_of(path: Path) -> list[str] | None:
             "add_argument" for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
 
 
+def valued_options(path: Path) -> set[str]:
+    """The --options of ``path``'s argparse calls that must be given a value (argparse's default action, store)."""
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    out = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"):
+            continue
+        kw = {k.arg: k.value for k in node.keywords}
+        action, nargs = kw.get("action"), kw.get("nargs")
+        if (isinstance(action, ast.Constant) and action.value in NO_VALUE) or (action is not None and not
+                isinstance(action, ast.Constant)) or (isinstance(nargs, ast.Constant) and nargs.value in ("?", "*", 0)):
+            continue
+        out |= {a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")}
+    return out
+
+
+def missing_values(line: int, path, args: list[str], valued: set[str], known: list[str]) -> list[str]:
+    """The options in ``args`` that take a value (``valued``) but are followed by nothing, the job's own arguments
+    (none as the course submits it) or another option: argparse stops every rank."""
+    msgs = []
+    for i, word in enumerate(args):
+        prefixes = [k for k in known if k.startswith(word)]
+        key = word if word in known else prefixes[0] if len(prefixes) == 1 else None
+        if not word.startswith("--") or key not in valued:
+            continue
+        after = args[i + 1] if i + 1 < len(args) else None
+        if after is None or after in NOTHING or (after.startswith("-") and not NUMBER.fullmatch(after)):
+            what = ("nothing" if after is None else f'"{after}", the job\'s own arguments (none when it is submitted '
+                    "as sbatch FILE)" if after in NOTHING else f"the option {after}")
+            msgs.append(f"line {line}: {path}'s option {word} takes a value, and the word after it is {what}: "
+                        f"argparse stops every rank with '{key}: expected one argument'; give it one")
+    return msgs
+
+
 def unknown_options(args: list[str], known: list[str]) -> list[str]:
     """The --options in ``args`` that the parser does not define (argparse accepts an unambiguous prefix)."""
     keys = [a.split("=", 1)[0] for a in args if a.startswith("--") and "$" not in a]
@@ -142,6 +183,9 @@ def judge(s: Script, workdir: Path) -> tuple[str, bool | None, str]:
     if known is not None and bad:
         return ITEM, False, (f"line {line}: {path} has no option {', '.join(bad)}: argparse stops every rank with "
                              f"'unrecognized arguments'. Its options: {' '.join(sorted(known))}")
+    empty = missing_values(line, path, args, valued_options(full), known or [])
+    if empty:
+        return ITEM, False, "\n".join(empty)
     told = " ".join(args) or "no arguments"
     return ITEM, True, f"line {line}: {path} exists in {where}; arguments: {told}"
 

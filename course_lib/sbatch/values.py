@@ -14,22 +14,34 @@ JOB_ID = re.compile(r"\$?\{?SLURM_JOB_?ID\}?")
 NODE_CPUS = re.compile(r"\bnproc\b|SLURM_CPUS_ON_NODE|SLURM_JOB_CPUS_PER_NODE")    # every CPU of the node, not a task's
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
        ast.Mod: operator.mod}
+ONE_VALUE = re.compile(r"\d+|\$\{?[A-Za-z_]\w*\}?")       # what bash leaves a number outside $(( ))
+# what bash gives as text, not a number: bare names or operators outside $(( )) (10000+SLURM_JOB_ID%20000)
+BARE_TEXT = re.compile(r"[A-Za-z_+\-*/%]")
 # job ids to try a formula with: small and large, across the moduli people write
 JOB_IDS = list(range(0, 70000, 7)) + [10 ** 6 + i for i in range(0, 70000, 13)] + [2 ** 31 - 1]
 
 
-def expression(s: Script, value: str, depth: int = 3) -> str | None:
+def word(value: str) -> str:
+    """``value`` as bash's one word: up to its closing quote, or up to a `` #`` comment."""
+    text = value.strip()
+    if text[:1] in ("'", '"') and text.find(text[0], 1) > 0:
+        return text[:text.find(text[0], 1) + 1]
+    return re.split(r"\s+#", text)[0]
+
+
+def expression(s: Script, value: str, depth: int = 3, arithmetic: bool = False) -> str | None:
     """``value`` as an arithmetic expression in the script's own variables (``$(( 10000 + SLURM_JOB_ID % 20000 ))``
-    -> ``10000 + SLURM_JOB_ID % 20000``); None where it is a command or text."""
-    text = value.strip().strip("\"'")
+    -> ``10000 + SLURM_JOB_ID % 20000``); None where it is a command or text. Outside ``$(( ))`` bash computes
+    nothing: only a number or one ``$NAME`` is a number there (``arithmetic``: the value is read inside one)."""
+    text = word(value).strip("\"'")
     m = re.fullmatch(r"\$\(\((.*)\)\)", text, re.S) or re.fullmatch(r"\$\[(.*)\]", text, re.S)
     text = m.group(1) if m else text
-    if "$(" in text or "`" in text:
+    if "$(" in text or "`" in text or not (m or arithmetic or ONE_VALUE.fullmatch(text)):
         return None
     text = re.sub(r"\$\{?([A-Za-z_]\w*)\}?", r"\1", text)
     for name in set(re.findall(r"[A-Za-z_]\w*", text)) if depth else ():
         if name in s.values and not name.startswith("SLURM_"):
-            inner = expression(s, s.values[name][1], depth - 1)
+            inner = expression(s, s.values[name][1], depth - 1, arithmetic=bool(m) or arithmetic)
             if inner is None:
                 return None
             text = re.sub(rf"\b{name}\b", f"({inner})", text)
@@ -63,6 +75,10 @@ def evaluate(expr: str, names: dict) -> int | None:
 def port_mistakes(s: Script, value: str, where: str) -> list[str]:
     """What is wrong with ``value`` as MASTER_PORT (``where``: how the script gives it); [] where it is right
     or cannot be worked out (then ``port_note`` says so)."""
+    if not_a_number(s, value):
+        return [f"{where}: MASTER_PORT={value} is text to bash, not a port: bash works out arithmetic, and reads a "
+                "name without $, only inside $(( )), so rank 0 cannot listen on it and every rank stops; export "
+                "MASTER_PORT=$(( 10000 + SLURM_JOB_ID % 20000 ))"]
     expr = expression(s, value)
     fixed = expr is not None and evaluate(expr, {}) is not None
     if fixed or (expr is None and not JOB_ID.search(value)) or (expr and "SLURM_JOB" not in expr):
@@ -113,3 +129,21 @@ def threads(s: Script, value: str, cpus: int, sharing: int) -> int | None:
     ``sharing`` ranks in a task (torchrun's ranks share its one task)."""
     expr = None if NODE_CPUS.search(value) else expression(s, value)
     return None if expr is None else evaluate(expr, {"SLURM_CPUS_PER_TASK": cpus, "SLURM_NTASKS_PER_NODE": sharing})
+
+
+def not_a_number(s: Script, value: str, depth: int = 3) -> bool:
+    """True where bash gives ``value`` as text that is not a number: a name without ``$`` or arithmetic outside
+    ``$(( ))`` (``SLURM_CPUS_PER_TASK``, ``10000+SLURM_JOB_ID%20000``), also through the script's own variable
+    (``$X``); a command's output, a variable of the job or a ``${X:-default}`` is not judged."""
+    text = word(value)
+    if text.startswith("'"):                  # single quotes: bash expands nothing inside
+        return not text.strip("'").isdigit()
+    text = text.strip('"')
+    if re.fullmatch(r"\$\(\(.*\)\)|\$\[.*\]", text, re.S) or "$(" in text or "`" in text or "${" in text \
+            or re.fullmatch(r"-?\d+", text):
+        return False
+    ref = re.fullmatch(r"\$([A-Za-z_]\w*)", text)
+    if ref:
+        name = ref.group(1)
+        return depth > 0 and name in s.values and not_a_number(s, s.values[name][1], depth - 1)
+    return bool(BARE_TEXT.search(re.sub(r"\$[A-Za-z_]\w*", "0", text)))

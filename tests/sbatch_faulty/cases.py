@@ -186,6 +186,53 @@ CASES = [
            edits=[("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH --cpus-per-task=4"),
                   (SRUN, TORCHRUN)],
            expect={"OMP_NUM_THREADS": ("fail", "2 rank\\(s\\) sharing the task's 4 CPU\\(s\\).*/ 2")}),
+    # what bash and sbatch make of the text (audit of the check: each passed before, on another Slurm or none)
+    Faulty("omp_missing_dollar", why="OMP_NUM_THREADS=SLURM_CPUS_PER_TASK: no $, so the ranks get that text, which "
+                                     "OpenMP ignores (a thread per core)",
+           edits=[(OMP, "export OMP_NUM_THREADS=SLURM_CPUS_PER_TASK\n")], options={"slurm": True},
+           expect={"OMP_NUM_THREADS": ("fail", "line {line:OMP_NUM_THREADS=SLURM}: OMP_NUM_THREADS=SLURM_CPUS_PER_TASK "
+                                               "is text to bash, not a number.*=\\$SLURM_CPUS_PER_TASK"),
+                   "ranks": PASS}),
+    Faulty("port_without_arithmetic", why="MASTER_PORT=10000+SLURM_JOB_ID%20000: no $(( )), so text, not a port",
+           edits=[(PORT, "export MASTER_PORT=10000+SLURM_JOB_ID%20000\n")], options={"slurm": True},
+           expect={"MASTER_ADDR/PORT": ("fail", "MASTER_PORT=10000\\+SLURM_JOB_ID%20000 is text to bash, not a port")}),
+    Faulty("port_exported_after_srun", why="the export below the srun line: bash runs it after the ranks started",
+           edits=[(PORT, ""), ('--epochs 1 "$@"\n', '--epochs 1 "$@"\n' + PORT)],
+           expect={"MASTER_ADDR/PORT": ("fail", "line {line:export MASTER_PORT}: export MASTER_PORT=... comes after "
+                                                "the line that starts the training \\(line {line:srun --label}\\)")}),
+    Faulty("leftover_ntasks_one", why="#SBATCH --ntasks=1 left from a serial job: --ntasks wins, one rank",
+           edits=[("#SBATCH --ntasks-per-node=2\n", "#SBATCH --ntasks-per-node=2\n#SBATCH --ntasks=1\n")],
+           options={"slurm": True},
+           expect={"directives": ("fail", "line {line:--ntasks=1}: #SBATCH --ntasks=1 beside --ntasks-per-node=2 on "
+                                          "1 node\\(s\\): --ntasks wins.*delete the --ntasks line"),
+                   "ranks": ("fail", "1 rank\\(s\\) started.*\\(line {line:--ntasks=1}: #SBATCH --ntasks=1 sets "
+                                     "the job's tasks, see directives\\)$")}),
+    Faulty("two_nodes_leftover_ntasks", why="--ntasks=2 on 2 nodes beside --ntasks-per-node=2: 2 ranks, not 4",
+           edits=[TWO_NODES, ("#SBATCH --ntasks-per-node=2\n", "#SBATCH --ntasks=2\n#SBATCH --ntasks-per-node=2\n")],
+           expect={"directives": ("fail", "#SBATCH --ntasks=2 beside --ntasks-per-node=2 on 2 node\\(s\\).*2 "
+                                          "task\\(s\\), not 4")}),
+    Faulty("master_single_quoted", why="MASTER_ADDR='$(scontrol ...)': single quotes, so the text, not the host",
+           edits=[(MASTER, "export MASTER_ADDR='" + MASTER.split("=", 1)[1] + "'")],
+           expect={"MASTER_ADDR/PORT": ("fail", "the single quotes stop bash from running or expanding what is "
+                                                "inside.*head -n 1")}),
+    Faulty("master_tail_two_nodes", why="tail -n 1: the job's last node, where rank 0 does not run",
+           edits=[TWO_NODES, (MASTER, MASTER.replace("head", "tail"))],
+           expect={"MASTER_ADDR/PORT": ("fail", "tail -n 1 keeps the last name.*the job's last node; rank 0 runs "
+                                                "on the first node.*head -n 1")}),
+    Faulty("epochs_without_value", why='--epochs "$@": the value left out; argparse stops every rank',
+           edits=[('--epochs 1 "$@"', '--epochs "$@"')],
+           expect={"training script": ("fail", "option --epochs takes a value, and the word after it is "
+                                               "\"\\$@\", the job's own arguments.*expected one argument")}),
+    Faulty("torchrun_two_nodes_no_rendezvous", why="srun torchrun on 2 nodes, no rendezvous options: each node's "
+                                                   "torchrun is node 0 of its own on 127.0.0.1",
+           edits=[TWO_NODES, ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2", "--ntasks-per-node=1\n#SBATCH "
+                                                                              "--cpus-per-task=4"),
+                  (OMP, "export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / 2 ))\n"),
+                  (SRUN, TORCHRUN.replace(" --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT", ""))],
+           expect={"launch": ("fail", "torchrun on several nodes with no rendezvous options.*--master_addr=127.0.0.1.*"
+                                      "notebook 03.*--rdzv_backend=c10d --rdzv_endpoint=\\$MASTER_ADDR:\\$MASTER_PORT"),
+                   "MASTER_ADDR/PORT": ("fail", "127.0.0.1 on every node"),
+                   "OMP_NUM_THREADS": PASS}),
 ]
 
 # Right ways that must pass (read only): the rules may not fail what works on a cluster.
@@ -207,4 +254,8 @@ CORRECT = [
                                , ('--epochs 1 "$@"', "--epochs 1'")]),
     Faulty("port_variable", {}, [(PORT, "BASE=10000\nexport MASTER_PORT=$(( BASE + SLURM_JOB_ID % 20000 ))\n")]),
     Faulty("omp_prefix_option", {}, [("--epochs 1", "--epoch 1")]),
+    # what the text rules on bash's reading must not take for a mistake
+    Faulty("omp_with_comment", {}, [(OMP, "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK   # one thread per CPU\n")]),
+    Faulty("python_c_before_exports", {}, [("set -eo pipefail\n", "set -eo pipefail\npython -c 'import torch'\n")]),
+    Faulty("epochs_then_flag", {}, [("--epochs 1", "--dry-run --epochs 1")]),
 ]

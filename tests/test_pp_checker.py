@@ -3,6 +3,10 @@ submission is named with its mistake, and nothing is left running.
 
 The faulty submissions are in tests/pp_faulty/cases.py (declared as tests/faulty.py describes). Every run is real:
 gloo processes on 2 and 4 ranks, one pipeline stage each.
+
+Each file is checked alone, not in one ``check_many`` launch as zero's and owndp's are: pp launches afresh after
+every failure that may leave messages in flight (FRESH_AFTER_FAILURE), and check_many then checks every file of its
+launch again, each alone.
 """
 import pytest
 from conftest import ROOT

@@ -21,7 +21,7 @@ def check(exercise: str, path: str, timeout: float | None = None, case_timeout: 
     from course_lib.runtime import warm
     spec, timeout, case_timeout, worlds = settings(exercise, timeout, case_timeout, world_sizes)
     start = time.monotonic()
-    with warm.session(spec.ENV or runner.ENV):   # one fork server for every launch of this check
+    with warm.session(spec.ENV or runner.ENV, spec.PRELOAD):   # one fork server for every launch of this check
         records, load, general = runner.run_worlds(exercise, spec, str(path), worlds, timeout, case_timeout)
     return report(exercise, spec, str(path), records, load, general, start)
 
@@ -34,7 +34,7 @@ def check_many(exercise: str, paths, timeout: float | None = None, case_timeout:
     from course_lib.runtime import warm
     spec, timeout, case_timeout, worlds = settings(exercise, timeout, case_timeout, world_sizes)
     paths, start = [str(p) for p in paths], time.monotonic()
-    with warm.session(spec.ENV or runner.ENV):
+    with warm.session(spec.ENV or runner.ENV, spec.PRELOAD):
         got = runner.run_many(exercise, spec, paths, worlds, timeout, case_timeout)
         if got is None:
             return [check(exercise, p, timeout, case_timeout, world_sizes) for p in paths]

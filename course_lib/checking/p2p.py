@@ -7,6 +7,7 @@ import datetime
 import json
 
 SEND, RECV = 1, 2
+NEVER_WAITED: list = []   # P2PMeter's keep_sends: gloo cancels a send whose request is dropped, and its partner hangs
 
 
 class P2PMeter:
@@ -15,7 +16,16 @@ class P2PMeter:
     wait() returned; ``"any"`` if it never was); ``m.events``: (SEND or RECV, peer, tag) in the order this rank did
     them, a send when it was posted, a receive when its wait() returned (its data is there only then); ``m.arrived``:
     (weak reference to its storage, bytes) of each tensor received, from when its wait() returned (what a rank still
-    holds of what it received: those not ``expired()``)."""
+    holds of what it received: those not ``expired()``); ``m.unwaited``: receives never waited for.
+
+    ``guard(SEND or RECV, peer, tensors, pg) -> tensors`` sees each send and receive from a named peer before gloo:
+    it may raise to refuse it or give other buffers to receive into. ``keep_sends`` (else a send dropped unwaited is
+    cancelled, as without the meter): each send kept until its wait(); ``m.unwaited_sends``: those never waited for,
+    kept for the rest of the process (NEVER_WAITED) so that they still leave (none is waited for here: one no rank
+    receives would wait forever)."""
+
+    def __init__(self, guard=None, keep_sends: bool = False):
+        self.guard, self.keep_sends = guard or (lambda kind, peer, tensors, pg: tensors), keep_sends
 
     def __enter__(self) -> "P2PMeter":
         import torch.distributed.distributed_c10d as c10d  # deferred: the launcher, which imports no torch, reads this
@@ -23,18 +33,21 @@ class P2PMeter:
         self.bytes, self.largest, self.events, self.arrived = 0, 0, [], []
         self.sent_to, self.received_from = set(), set()
         # id(work) -> (work, its RECV event, its tensors' storages): a receive posted, not yet waited for
-        self._pending: dict = {}
-        self._cls, self._work = c10d.ProcessGroup, c10d.Work
-        self._real = {name: vars(self._cls)[name] for name in ("send", "recv", "recv_anysource")}
-        send, recv, anysource = self._real.values()
-        self._wait = wait = vars(self._work)["wait"]
+        self._pending, self._sends = {}, {}     # and id(work) -> work: a send posted, not yet waited for
+        self._real = [(c10d.ProcessGroup, name, vars(c10d.ProcessGroup)[name])
+                      for name in ("send", "recv", "recv_anysource")] + [(c10d.Work, "wait", vars(c10d.Work)["wait"])]
+        send, recv, anysource, wait = (real for *_, real in self._real)
 
         def metered_send(pg, tensors, dst, tag=0, *args, **kwargs):
+            tensors = self.guard(SEND, dst, tensors, pg)
             size = sum(t.numel() * t.element_size() for t in tensors)
             self.bytes, self.largest = self.bytes + size, max(self.largest, size)
             self.sent_to.add(dst)
             self.events.append((SEND, dst, tag))
-            return send(pg, tensors, dst, tag, *args, **kwargs)
+            work = send(pg, tensors, dst, tag, *args, **kwargs)
+            if self.keep_sends:
+                self._sends[id(work)] = work      # kept: an id is unique only while its object lives
+            return work
 
         def pend(work, tensors, src, tag):
             storages = [(StorageWeakRef(s), s.nbytes()) for s in (t.untyped_storage() for t in tensors)]
@@ -42,6 +55,7 @@ class P2PMeter:
             return work
 
         def metered_recv(pg, tensors, src, tag=0, *args, **kwargs):
+            tensors = self.guard(RECV, src, tensors, pg)
             self.received_from.add(src)
             return pend(recv(pg, tensors, src, tag, *args, **kwargs), tensors, src, tag)
 
@@ -49,6 +63,7 @@ class P2PMeter:
             return pend(anysource(pg, tensors, tag, *args, **kwargs), tensors, "any", tag)
 
         def metered_wait(work, *args, **kwargs):
+            self._sends.pop(id(work), None)       # let go: its tensor is held no longer than the code holds it
             done = wait(work, *args, **kwargs)
             if id(work) in self._pending:
                 _, (op, src, tag), storages = self._pending.pop(id(work))
@@ -59,18 +74,19 @@ class P2PMeter:
                 self.arrived += storages
             return done
 
-        self._cls.send, self._cls.recv, self._cls.recv_anysource = metered_send, metered_recv, metered_anysource
-        self._work.wait = metered_wait
+        for (owner, name, _), metered in zip(self._real, (metered_send, metered_recv, metered_anysource, metered_wait)):
+            setattr(owner, name, metered)
         return self
 
     def __exit__(self, *exc) -> bool:
-        for name, real in self._real.items():
-            setattr(self._cls, name, real)
-        self._work.wait = self._wait
+        for owner, name, real in self._real:
+            setattr(owner, name, real)
         self.unwaited = len(self._pending)   # receives never waited for: when their data came is not known
         self.events += [event for _, event, _ in self._pending.values()]
         self.received_from |= {src for _, (_, src, _), _ in self._pending.values() if src == "any"}
-        self._pending.clear()
+        self.unwaited_sends = len(self._sends)
+        NEVER_WAITED.extend(self._sends.values())
+        self._pending, self._sends = {}, {}
         return False
 
     def off_ring(self, me: int, world: int) -> bool:

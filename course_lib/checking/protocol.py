@@ -34,6 +34,7 @@ class Plugin:
     FRESH_AFTER_FAILURE: bool = False  # after a failure that may leave messages in flight, launch afresh
     STOP_AT_FAILURE: bool = False      # each case builds on the one before: the first failure ends the run
     ENV: Any = None                    # the ranks' environment (default course_lib.checking.runner.ENV)
+    PRELOAD: tuple = ()                # modules the fork server imports once for every rank (runtime.warm.DDP_IMPORTS)
     FIRST_WORLDS: tuple = ()           # world sizes run before WORLDS (and before a caller's world_sizes)
     TIMEOUT: float = 180.0             # seconds for the runs on each world size
     CASE_TIMEOUT: float = 30.0         # seconds for each case
@@ -54,8 +55,8 @@ NAMES = tuple(f.name for f in fields(Plugin) if f.name != "module")
 # the types each attribute may have (a number may be an int; a sequence a list or a range)
 TYPES = {"FILE": str, "LOAD_ITEM": str, "LOAD_TEXT": str, "ITEMS": (tuple, list), "WORLDS": (tuple, list, range),
          "FIRST_WORLDS": (tuple, list), "GUARD": (tuple, list), "STOP_ITEM": bool, "FRESH_AFTER_FAILURE": bool,
-         "STOP_AT_FAILURE": bool, "ENV": dict, "TIMEOUT": (int, float), "CASE_TIMEOUT": (int, float),
-         "PARALLEL": int, "HANG_HINTS": dict, "BUILT_ON": dict, "Ctx": type}
+         "STOP_AT_FAILURE": bool, "ENV": dict, "PRELOAD": (tuple, list), "TIMEOUT": (int, float),
+         "CASE_TIMEOUT": (int, float), "PARALLEL": int, "HANG_HINTS": dict, "BUILT_ON": dict, "Ctx": type}
 CALLABLE = ("cases", "pass_text", "hint")
 
 _seen: dict[str, Plugin] = {}

@@ -44,9 +44,10 @@ def check(path: str, timeout: float = 240, resume: bool = True, call_timeout: fl
     from course_lib.ckpt.resume import resume_verdict
     from course_lib.runtime import warm
     start, path = time.monotonic(), str(path)
-    with warm.session(RANK_ENV), tempfile.TemporaryDirectory(prefix="ckpt-check-") as tmp:
-        # one fork server for the ranks, the reference and the torchrun runs; the crash ends the first launch, so
-        # the harness waits for the cases up to it, and the restart after it is a launch of its own
+    with warm.session(RANK_ENV, warm.DDP_IMPORTS), tempfile.TemporaryDirectory(prefix="ckpt-check-") as tmp:
+        # one fork server for the ranks, the reference and the torchrun runs, which imported what DDP imports once
+        # (torch._dynamo: most of a rank's CPU, in each launch, when every rank imported it); the crash ends the
+        # first launch, so the harness waits for the cases up to it, and the restart after it is a launch of its own
         before_crash = dataclasses.replace(plugin(SPEC), cases=lambda world: cases(world)[:-1])
         records, unloadable, general = runner.run_worlds("ckpt", before_crash, path, WORLDS, timeout, call_timeout,
                                                          cwd=tmp)

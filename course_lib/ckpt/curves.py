@@ -72,6 +72,7 @@ def run(snapshots=None, nprocs: int = 2, epochs: int = 3, every: int = 3, kill_a
     ``style="srun"`` starts the ranks without torchrun (no restarts): one process fewer, for a reference run."""
     from course_lib import runs
     from course_lib.ckpt.train import prepare_data
+    from course_lib.runtime.warm import DDP_IMPORTS
     curve = Curve()
     args = ["-m", "course_lib.ckpt.train", "--epochs", str(epochs), "--every", str(every)]
     if snapshots is not None:
@@ -81,7 +82,8 @@ def run(snapshots=None, nprocs: int = 2, epochs: int = 3, every: int = 3, kill_a
     with runs.workdir("ckpt-run-") if workdir is None else contextlib.nullcontext(_fresh(workdir)) as work:
         args += ["--data", prepare_data(os.path.join(work, "digits.pt"))]   # the digits subset, as a file
         torchrun_args = ["--max-restarts", str(restarts)] if style == "torchrun" else []
-        with runs.session(RANK_ENV):   # here: the ranks (and torchrun's agent) forked from a server with torch imported
+        # here: the ranks (and torchrun's agent) forked from a server that imported torch and what DDP imports once
+        with runs.session(RANK_ENV, DDP_IMPORTS):
             curve.result = runs.launch(args, nprocs=nprocs, style=style, timeout=timeout, cwd=work,
                                        on_line=curve.on_line, torchrun_args=torchrun_args, env=RANK_ENV)
     return curve

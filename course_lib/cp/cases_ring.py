@@ -1,8 +1,8 @@
 """``ring_attention``: its output against one process, and what values cannot show, measured on each rank while it
 runs: no collective, a barrier included (the guard's counts), whom it sends to and receives from and when each block
-came (P2PMeter), whether each send was posted before that step's receive returned and waited for at all (_Sends),
-the bytes it sends, and at each call of the file's ``block_attention`` the keys it is given and the received blocks
-and partial outputs it still holds (weak references to their storages: a storage counts while anything holds it, a
+came, whether each send was posted before that step's receive returned and waited for at all (P2PMeter), the
+bytes it sends, and at each call of the file's ``block_attention`` the keys it is given and the received blocks and
+partial outputs it still holds (weak references to their storages: a storage counts while anything holds it, a
 view included)."""
 from course_lib.checking.case import Fail
 from course_lib.checking.p2p import RECV, SEND, P2PMeter
@@ -11,7 +11,6 @@ from course_lib.cp.cases_attention import _inputs, _mode
 from course_lib.tp.numerics import as_tensor, judge
 
 USED = "block_attention"   # in P2PMeter.events: a block went into the attention
-NEVER_WAITED: list = []    # sends the code never waited for (_Sends): a dropped request may cancel its send
 
 
 def _ring_peers(c, p2p, where):
@@ -148,57 +147,17 @@ class _Held:
         return False
 
 
-class _Sends:
-    """``with _Sends() as sends:`` each send the code posts kept until its wait() is called (``sends.unwaited()``:
-    those it never waited for; a waited one is let go, so that its tensor is held no longer than the code holds
-    it), and a send or receive to the rank itself refused with what it means (gloo's own error names a pair of
-    sockets). Kept, an unwaited send still leaves, so that its partner is not left waiting for a block dropped in
-    flight: the verdict names the mistake, not a hang."""
-
-    def __enter__(self):
-        import torch.distributed.distributed_c10d as c10d
-        self.works, self._cls, self._work = {}, c10d.ProcessGroup, c10d.Work
-        self._real = {name: vars(self._cls)[name] for name in ("send", "recv")}
-        self._wait = vars(self._work)["wait"]
-        send, recv, wait = self._real["send"], self._real["recv"], self._wait
-
-        def checked_send(pg, tensors, dst, *args, **kwargs):
-            _not_itself(pg, dst, "sends to")
-            work = send(pg, tensors, dst, *args, **kwargs)
-            self.works[id(work)] = work
-            return work
-
-        def checked_recv(pg, tensors, src, *args, **kwargs):
-            _not_itself(pg, src, "receives from")
-            return recv(pg, tensors, src, *args, **kwargs)
-
-        def noted_wait(work, *args, **kwargs):
-            self.works.pop(id(work), None)
-            return wait(work, *args, **kwargs)
-        self._cls.send, self._cls.recv, self._work.wait = checked_send, checked_recv, noted_wait
-        return self
-
-    def __exit__(self, *exc):
-        for name, real in self._real.items():
-            setattr(self._cls, name, real)
-        self._work.wait = self._wait
-        return False
-
-    def unwaited(self) -> int:
-        """How many sends were never waited for. Each is kept for the rest of the process, so that gloo still delivers
-        it to a partner waiting for it; none is waited for here (one that no rank receives would wait forever)."""
-        left, self.works = list(self.works.values()), {}
-        NEVER_WAITED.extend(left)
-        return len(left)
-
-
-def _not_itself(pg, peer, what):
+def _not_itself(kind, peer, tensors, pg):
+    """P2PMeter's guard: a send or receive to the rank itself refused with what it means (gloo's own error names a
+    pair of sockets)."""
     import torch.distributed as dist
     if peer == pg.rank():
-        raise ValueError(f"ring_attention {what} its own rank (rank {peer} of the cp group, global rank "
-                         f"{dist.get_rank()}): its place in the ring is its rank in the group, dist.get_rank(group) "
-                         f"(dist.get_rank() is the global rank, the same only when the group is ranks 0..cp-1), and "
-                         f"send/recv take the neighbours' global ranks, dist.get_global_rank(group, r)")
+        raise ValueError(f"ring_attention {'sends to' if kind == SEND else 'receives from'} its own rank (rank {peer} "
+                         f"of the cp group, global rank {dist.get_rank()}): its place in the ring is its rank in the "
+                         f"group, dist.get_rank(group) (dist.get_rank() is the global rank, the same only when the "
+                         f"group is ranks 0..cp-1), and send/recv take the neighbours' global ranks, "
+                         f"dist.get_global_rank(group, r)")
+    return tensors
 
 
 def case_ring(c, balanced):
@@ -209,22 +168,23 @@ def case_ring(c, balanced):
         blocks = [[t[:, reference.positions(seq_len, c.cp, r, balanced)] for t in full[1:]]
                   + [reference.positions(seq_len, c.cp, r, balanced)] for r in range(c.cp)]
         c.take_counts()
-        with P2PMeter() as p2p, _Sends() as sends, _Held(c.mod, p2p) as held:
+        # its sends kept until waited for: one dropped unwaited would leave the next rank waiting, a hang instead of
+        # the verdict that names the mistake
+        with P2PMeter(_not_itself, keep_sends=True) as p2p, _Held(c.mod, p2p) as held:
             out = as_tensor(fn(*(t[:, pos].clone() for t in full), pos.clone(), **c.kw), "ring_attention")
         used = {k: n for k, n in c.take_counts().items() if n}
         where = f"seq_len={seq_len}, cp={c.cp}, {_mode(balanced)}"
-        unwaited = sends.unwaited()
         if used:
             raise Fail(f"{where}: ring_attention called {', '.join(f'{n} x {k}' for k, n in used.items())}: pass the "
                        f"key/value blocks around the ring with send/recv (isend/irecv), no collective"
                        + (" (a barrier is one too: every rank of the group waits for the slowest; waiting on its own "
                           "send and receive is all a step needs)" if {"barrier", "monitored_barrier"} & set(used)
                           else ""))
-        if unwaited:
+        if p2p.unwaited_sends:
             raise Fail(f"{where}: rank {c.r} of the cp group returned from ring_attention without waiting for "
-                       f"{unwaited} of its sends: a send not waited for may not have left, and once its request and "
-                       f"tensor are dropped the next rank waits for a block that never comes; wait on every request, "
-                       f"the sends' too, before going on")
+                       f"{p2p.unwaited_sends} of its sends: a send not waited for may not have left, and once its "
+                       f"request and tensor are dropped the next rank waits for a block that never comes; wait on "
+                       f"every request, the sends' too, before going on")
         _ring_peers(c, p2p, where)
         _ring_posts_first(c, p2p, where)
         _ring_holds(c, p2p, where)

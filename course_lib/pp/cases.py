@@ -103,13 +103,14 @@ def case_communicate(part: str, ctx):
     for tag, (what, kw) in enumerate(steps, 1):
         if part != "reversed" and (part == "chain") != (tag <= 2):
             continue
-        try:
-            with peers.Posted(pipe, ranks) as posted:
+        posted = peers.Posted(pipe, ranks)
+        try:   # its sends kept until waited for: the check names a dropped one before its partner hangs
+            with P2PMeter(posted, keep_sends=True) as meter:
                 got = fn(pipe, **kw)
         except peers.Refused as e:
             ctx.agree_or_fail(f"{what}: {e}")
         # separate sends and receives run on gloo along the chain: only the steady state's exchange tells
-        ctx.agree_or_fail(peers.problem(posted, s, loose=part != "chain")
+        ctx.agree_or_fail(peers.problem(posted, meter.unwaited_sends, s, loose=part != "chain")
                           or judge_exchange(got, kw, s, tag, what, pipe))
     return {"chain": "forward and backward along the chain", "reversed": "stage s on rank p - 1 - s",
             "steady": "1F1B's steady-state exchange: both directions at once"}[part]

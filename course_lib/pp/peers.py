@@ -1,4 +1,4 @@
-"""How communicate posts its operations, measured where gloo gets them (a ProcessGroup's send and recv): to which
+"""How communicate posts its operations, seen where gloo gets them (P2PMeter's guard): to which
 ranks, in which dtype, whether through dist.batch_isend_irecv, and whether every send's request was waited on. A peer
 that is not the stage's neighbour is stopped before gloo sees it (in the checker's reversed pipeline, where stage s
 is not rank s, pipe.stage +- 1 names the wrong rank); a receive buffer of another dtype than the stages send is
@@ -6,6 +6,8 @@ swapped for a right one (gloo would abort the process on the size mismatch), and
 import math
 import re
 import sys
+
+from course_lib.checking.p2p import SEND
 
 STUB = "torch.empty(pipe.shape, dtype=pipe.dtype)"
 
@@ -16,7 +18,7 @@ class Refused(Exception):
 
 def batched() -> bool:
     """Whether this send or receive was posted by dist.batch_isend_irecv (its frame is on the stack, however the
-    learner imported it)."""
+    learner imported it); called from Posted, which P2PMeter calls."""
     frame = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_name == "batch_isend_irecv" and "distributed" in frame.f_code.co_filename:
@@ -26,49 +28,20 @@ def batched() -> bool:
 
 
 class Posted:
-    """``with Posted(pipe) as p: communicate(pipe, ...)`` -> ``p.ops``: ("send" | "recv", peer, batched) in order;
-    ``p.unwaited_sends()``: send requests not waited on yet."""
+    """communicate's operations, seen as P2PMeter's guard: ``with P2PMeter(posted, keep_sends=True) as meter:
+    communicate(pipe, ...)`` -> ``posted.ops``: ("send" | "recv", peer, batched) in order; ``meter.unwaited_sends``:
+    send requests never waited on."""
 
     def __init__(self, pipe, ranks: list | None = None):
         # ranks: the global rank of each stage, when the check refuses any peer but the neighbours
-        self.pipe, self.ranks, self.ops, self._sends = pipe, ranks, [], {}
+        self.pipe, self.ranks, self.ops = pipe, ranks, []
         self.wrong_dtype = None      # the dtype of a receive buffer that was not pipe.dtype
 
-    def __enter__(self) -> "Posted":
-        import torch.distributed.distributed_c10d as c10d  # deferred: the launcher, which imports no torch, reads this
-        self._cls, self._work = c10d.ProcessGroup, c10d.Work
-        self._real = {name: vars(self._cls)[name] for name in ("send", "recv")}
-        self._wait = wait = vars(self._work)["wait"]
-        send, recv = self._real.values()
-
-        def posted_send(pg, tensors, dst, *args, **kwargs):
-            self.refuse("send", dst, tensors)
-            work = send(pg, tensors, dst, *args, **kwargs)
-            self._sends[id(work)] = work      # kept: an id is unique only while its object lives
-            return work
-
-        def posted_recv(pg, tensors, src, *args, **kwargs):
-            self.refuse("recv", src, tensors)
-            return recv(pg, self.buffers(tensors), src, *args, **kwargs)
-
-        def posted_wait(work, *args, **kwargs):
-            self._sends.pop(id(work), None)
-            return wait(work, *args, **kwargs)
-
-        self._cls.send, self._cls.recv, self._work.wait = posted_send, posted_recv, posted_wait
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        for name, real in self._real.items():
-            setattr(self._cls, name, real)
-        self._work.wait = self._wait
-        return False
-
-    def refuse(self, kind: str, peer: int, tensors) -> None:
+    def __call__(self, kind, peer: int, tensors, pg) -> list:
         pipe, ranks = self.pipe, self.ranks
-        self.ops.append((kind, peer, batched()))
+        self.ops.append(("send" if kind == SEND else "recv", peer, batched()))
         if ranks and peer not in (pipe.prev, pipe.next):
-            to = "sent to" if kind == "send" else "posted a receive from"
+            to = "sent to" if kind == SEND else "posted a receive from"
             which = ("itself" if peer == ranks[pipe.stage] else
                      f"stage {ranks.index(peer)}" if peer in ranks else "no stage")
             raise Refused(f"stage {pipe.stage} (global rank {ranks[pipe.stage]}) {to} rank {peer}, which is "
@@ -76,6 +49,7 @@ class Posted:
                           f"(pipeline ranks {ranks}), as in a dp x pp grid, stage s is not rank s: the peers of "
                           f"communicate are pipe.prev and pipe.next, the GLOBAL ranks of the neighbouring stages, "
                           f"not pipe.stage +- 1")
+        return tensors if kind == SEND else self.buffers(tensors)
 
     def buffers(self, tensors) -> list:
         """The receive's buffers; one of another dtype than the stages send is noted and replaced by a right one,
@@ -87,13 +61,10 @@ class Posted:
         self.wrong_dtype = self.wrong_dtype or tensors[0].dtype
         return [torch.empty(pipe.shape, dtype=pipe.dtype)]
 
-    def unwaited_sends(self) -> int:
-        return len(self._sends)
 
-
-def problem(posted: Posted, stage: int, loose: bool = True) -> str | None:
+def problem(posted: Posted, unwaited: int, stage: int, loose: bool = True) -> str | None:
     """communicate's way of posting, once an exchange has returned: every operation through batch_isend_irecv (when
-    ``loose``), every send's request waited on."""
+    ``loose``), every send's request waited on (``unwaited``: the meter's ``unwaited_sends``)."""
     if posted.wrong_dtype is not None:
         pipe = posted.pipe
         return (f"stage {stage} received into a {posted.wrong_dtype} buffer while the stages send {pipe.dtype} "
@@ -108,11 +79,10 @@ def problem(posted: Posted, stage: int, loose: bool = True) -> str | None:
                 f"but on NCCL a send and a receive to the same peer posted separately can deadlock in 1F1B's steady "
                 f"state. Post them together: a dist.P2POp(dist.isend | dist.irecv, tensor, peer, pipe.group) per "
                 f"operation, all in one dist.batch_isend_irecv(ops), then wait on every request it returns")
-    if posted.unwaited_sends():
-        return (f"stage {stage}: communicate returned without waiting on {posted.unwaited_sends()} of its send "
-                f"requests: a send is done only when its request's wait() returns (until then its buffer may not be "
-                f"sent yet, and gloo may drop it with the request). Wait on every request batch_isend_irecv returns, "
-                f"sends included")
+    if unwaited:
+        return (f"stage {stage}: communicate returned without waiting on {unwaited} of its send requests: a send is "
+                f"done only when its request's wait() returns (until then its buffer may not be sent yet, and gloo "
+                f"may drop it with the request). Wait on every request batch_isend_irecv returns, sends included")
     return None
 
 

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from course_lib import runs
 from course_lib.core.paths import out_dir
+from course_lib.runtime.warm import DDP_IMPORTS
 from course_lib.trace.timeline import Timeline, from_chrome_trace
 
 
@@ -39,7 +40,7 @@ def profile_steps(nprocs: int, caps, batch_size: int = 64, outs: dict | None = N
             old.unlink()
         outs[cap] = folder
         pairs += ["--trace", str(folder), "default" if cap is None else str(cap)]
-    with runs.session(env):   # here: ranks forked from a server that imported torch once
+    with runs.session(env, DDP_IMPORTS):   # here: ranks forked from a server that imported torch and DDP's imports once
         result = runs.launch(["-m", "course_lib.trace.step", *pairs, "--batch-size", str(batch_size)],
                              nprocs=nprocs, timeout=timeout, env=env, on_line=None, cwd=tempfile.gettempdir())
     if not result.ok:

@@ -9,6 +9,7 @@ from course_lib import checking
 from course_lib.checking import case as harness
 from course_lib.checking.case import Case, Fail
 from course_lib.checking.p2p import P2PMeter
+from course_lib.runtime.warm import DDP_IMPORTS
 from course_lib.zero.groups import case_zero_on_groups
 
 FILE = LOAD_ITEM = "zero.py"
@@ -19,6 +20,7 @@ COUNTED = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_t
            "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all", "all_to_all_single",
            "scatter", "gather")
 GUARD = (COUNTED, "count")
+PRELOAD = DDP_IMPORTS      # the reference is torch's DDP: the server imports what it imports once, not each rank
 BUILT_ON = {"reduce_scatter": ("shard_range",), "all_gather": ("shard_range",), "ZeRO-1": ("shard_range",),
             "ZeRO-2": ("shard_range",)}
 HANG_HINTS = {None: "with gloo a send waits for its matching receive: if every rank sends first, nobody receives. "

@@ -1,6 +1,7 @@
 """Notebook 09's side of the runs in demo.py: launch them (with a deadline), read their markers, show the results."""
 from course_lib import runs
 from course_lib.core import rankkit
+from course_lib.runtime.warm import DDP_IMPORTS
 
 KIB = 1024
 DEMO = "course_lib.zero.demo"
@@ -8,7 +9,8 @@ DEMO = "course_lib.zero.demo"
 
 def launch(module, args, nprocs, timeout):
     """``python -m MODULE ARGS`` as ``nprocs`` ranks: (its result, every rank's markers)."""
-    with runs.session():   # here: ranks forked from a server that imported torch once, kept for the next run
+    # here: ranks forked from a server that imported torch and what DDP imports once, kept for the next run
+    with runs.session(preload=DDP_IMPORTS):
         res = runs.launch(["-m", module, *args], nprocs=nprocs, timeout=timeout, on_line=None, grace=3.0)
     return res, [e for r in res.ranks for e in map(rankkit.parse, r.lines) if e]
 

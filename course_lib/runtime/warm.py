@@ -237,9 +237,9 @@ def for_launch(warm: bool | None, base: dict, argv, within: float = READY_TIMEOU
     if warm is False or not enabled() or not supported(argv):
         return None, False
     server, own = _active, _active is None and bool(warm)
-    if own:
+    if own:   # a launch of its own is a training run (a notebook's): its ranks build DDP
         with _lock:
-            server = _take_idle(base, ()) or Server(base)
+            server = _take_idle(base, DDP_IMPORTS) or Server(base, DDP_IMPORTS)
     if server is not None and server.starts_like(base) and server.ready(within):
         return server, own
     if own:

@@ -6,7 +6,7 @@ from conftest import ROOT
 from course_lib.instructor.release import solution_view
 from course_lib.jobs import load_site
 from course_lib.sbatch import check as sbatch_check
-from course_lib.sbatch import lint, site_lines, training, values
+from course_lib.sbatch import lint, shell, site_lines, training, values
 from course_lib.sbatch.run import Outcome
 from course_lib.sbatch.script import parse
 
@@ -88,3 +88,16 @@ def test_a_two_node_job_not_run_is_not_approved():
     got = sbatch_check.behaviour(script, Outcome(accepted=False, refusal="Node count specification invalid",
                                                  nodes=1))["sbatch accepts it"]
     assert got[0] is None and "would run" not in got[1] and "come only from the script's text" in got[1], got
+
+
+def test_a_per_task_variable_is_expanded_where_bash_reads_it():
+    """$SLURM_NODEID: the batch step's bash expands it unquoted or in double quotes; in single quotes (srun bash -c
+    '...') or escaped it is the bash srun starts on each node. A wrapper script reads it on each node too."""
+    batch = ["--node_rank=$SLURM_NODEID", 'bash -c "torchrun --node_rank=${SLURM_PROCID}"', "x='a' $SLURM_LOCALID"]
+    node = ["bash -c 'torchrun --node_rank=$SLURM_NODEID'", 'bash -c "torchrun --node_rank=\\$SLURM_NODEID"',
+            "--node_rank=$NODE_RANK"]
+    assert [c for c in batch if shell.per_task_in_batch(c) is None] == []
+    assert [c for c in node if shell.per_task_in_batch(c) is not None] == []
+    head = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --time=5\n"
+    assert lint.node_rank_once(parse(head + "srun bash run_node.sh\n")) is None
+    assert lint.node_rank_once(parse(head + f"srun torchrun --nnodes=2 --node_rank=$SLURM_NODEID {SCRIPT}\n"))

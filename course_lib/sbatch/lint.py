@@ -11,7 +11,7 @@ from course_lib.core.site import Site
 from course_lib.sbatch import shell, site_lines, values
 from course_lib.sbatch.address import FIRST_NODE, LOOPBACK, launch_env, rank0_mistakes
 from course_lib.sbatch.script import KNOWN, Script, gpu_count, integer
-from course_lib.sbatch.training import PYTHONS, gpu_bind_none, judge, local_rank_gpu, torchrun_options, words_run
+from course_lib.sbatch.training import PLAIN, PYTHONS, gpu_bind_none, judge, local_rank_gpu, torchrun_options, words_run
 
 LAUNCHERS = {"srun", "torchrun", "python", "python3", "mpirun", "mpiexec"}
 
@@ -37,9 +37,9 @@ def gpus_per_node(s: Script) -> int:
 
 
 def launcher(s: Script) -> str:
-    """"torchrun", "srun" (srun starts python, also through ``bash -c '...'``), "srun-without-script", "mpirun",
-    "python" (no srun) or "none"."""
-    if any("torchrun" in {w.rsplit("/", 1)[-1] for w in c.words} for c in s.simple) or \
+    """"torchrun", "srun" (srun starts python, also through ``bash -c '...'``, as torchrun), "srun-without-script",
+    "mpirun", "python" (no srun) or "none"."""
+    if any("torchrun" in {w.rsplit("/", 1)[-1] for w in words_run(c)} for c in s.simple) or \
             any("torch.distributed.run" in c for _, c in s.commands):
         return "torchrun"
     runs = [(c.name, {w.rsplit("/", 1)[-1] for w in words_run(c)}) for c in s.simple]
@@ -224,6 +224,9 @@ def _torchrun(s: Script, tasks, nodes) -> tuple:
                                  "--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT")
     if nodes > 1 and not rendezvous(s):
         return "launch", False, NO_RENDEZVOUS
+    once = node_rank_once(s) if nodes > 1 else None
+    if once:
+        return "launch", False, once
     nnodes = torchrun_options(s).get("nnodes", "")
     most = max((integer(n) or 0 for n in nnodes.split(":")), default=0)
     if most and most != nodes:
@@ -249,6 +252,44 @@ def rendezvous(s: Script) -> bool:
     backend = given("rdzv_backend") or "static"
     return bool((backend != "static" and given("rdzv_endpoint"))
                 or (given("master_addr") and given("master_port") and given("node_rank")))
+
+
+def node_rank_written(s: Script, options: dict) -> tuple | None:
+    """(line, as written, the text bash expands, where in it the value starts) of the node rank torchrun is given:
+    its --node_rank, the script's variable that holds it (set in the batch step), or an exported PET_NODE_RANK;
+    None where none is given."""
+    value = options.get("node_rank")
+    if value is None:
+        n, text = s.exports.get("PET_NODE_RANK", (0, None))
+        return (n, f"PET_NODE_RANK={text}", text, 0) if text else None
+    name = PLAIN.match(value)
+    if name and name.group(1) in s.values:
+        n, text = s.values[name.group(1)]
+        return n, f"{name.group(1)}={text}", text, 0
+    line, command = next(((n, c) for n, c in s.commands if re.search(r"torchrun|torch\.distributed\.(run|launch)", c)),
+                         (0, ""))
+    at = re.search(r"--node[-_]rank\b", command)
+    return (line, f"--node_rank={value}", command, at.end()) if at else None
+
+
+def node_rank_once(s: Script) -> str | None:
+    """A static rendezvous whose node rank reads $SLURM_NODEID, $SLURM_PROCID or $SLURM_LOCALID where the batch
+    step's bash expands it: once, on the first node, where each is 0 (sbatch(1)). c10d ignores --node_rank
+    (torch.distributed.run), and a value read on each node (srun bash -c '...', a wrapper script) is that node's."""
+    options = torchrun_options(s)
+    if (options.get("rdzv_backend") or s.exports.get("PET_RDZV_BACKEND", (0, "static"))[1]) != "static":
+        return None
+    found = node_rank_written(s, options)
+    name = shell.per_task_in_batch(*found[2:]) if found else None
+    if not name:
+        return None
+    return (f"line {found[0]}: {found[1]}: bash expands ${name} once, in the batch step, which runs on the first "
+            f"node of the job, where {name} is 0 (sbatch(1)); so every node's torchrun gets --node_rank=0, the "
+            "nodes all claim node 0 of the static rendezvous, and torchrun fails or waits there until the time "
+            "limit. Read it on each node: srun bash -c 'torchrun ... --node_rank=$SLURM_NODEID ...' (single "
+            "quotes: the bash that srun starts on each node expands it), or let the c10d rendezvous number the "
+            "nodes, with no --node_rank: --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT "
+            "--rdzv_id=$SLURM_JOB_ID")
 
 
 def master(s: Script) -> tuple:

@@ -36,3 +36,29 @@ def single_quoted(s: Script, name: str, fix: str) -> list[str]:
         return []
     return [f"line {line}: {name}={value}: the single quotes stop bash from running or expanding what is inside, so "
             f"the ranks get that text itself, not a host; drop the quotes (or use double quotes): {fix}"]
+
+
+# Slurm sets these per task; in the batch step (sbatch(1): the script runs as task 0 on the first node) each is 0
+PER_TASK = re.compile(r"\$\{?(SLURM_NODEID|SLURM_PROCID|SLURM_LOCALID)\b")
+
+
+def batch_expands(command: str, start: int) -> bool:
+    """Whether the batch step's bash expands the ``$`` at ``command[start]``: not between single quotes (outside
+    double ones) and not escaped. Inside ``srun bash -c '...'`` it is the bash srun starts on each node that does."""
+    single = double = escaped = False
+    for ch in command[:start]:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and not single:
+            escaped = True
+        elif ch == "'" and not double:
+            single = not single
+        elif ch == '"' and not single:
+            double = not double
+    return not single and not escaped
+
+
+def per_task_in_batch(command: str, after: int = 0) -> str | None:
+    """The first per-task variable (``$SLURM_NODEID``, ...) from ``command[after]`` on that the batch step's bash
+    expands."""
+    return next((m.group(1) for m in PER_TASK.finditer(command, after) if batch_expands(command, m.start())), None)

@@ -17,6 +17,22 @@ MASTER = 'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | h
 TWO_NODES = ("#SBATCH --nodes=1\n", "#SBATCH --nodes=2\n")
 TORCHRUN = ('srun --label torchrun --nnodes=$SLURM_JOB_NUM_NODES --nproc_per_node=2 --rdzv_backend=c10d '
             '--rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT "${SCRIPT:-exercises/02_ddp/mnist_classify_ddp.py}"')
+# torchrun's static rendezvous on two nodes, one torchrun (task) per node: the node rank is the script's to give
+STATIC = TORCHRUN.replace("--rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT",
+                          "--node_rank=$SLURM_NODEID --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT")
+ONE_TORCHRUN_PER_NODE = [TWO_NODES, ("--ntasks-per-node=2\n#SBATCH --cpus-per-task=2",
+                                     "--ntasks-per-node=1\n#SBATCH --cpus-per-task=4"),
+                         (OMP, "export OMP_NUM_THREADS=$(( SLURM_CPUS_PER_TASK / 2 ))\n")]
+IN_BATCH_STEP = ("bash expands \\$SLURM_{} once, in the batch step, which runs on the first node of the job, where "
+                 "SLURM_{} is 0.*--node_rank=0.*srun bash -c 'torchrun ... --node_rank=\\$SLURM_NODEID ...' \\(single "
+                 "quotes.*--rdzv_backend=c10d --rdzv_endpoint=\\$MASTER_ADDR:\\$MASTER_PORT --rdzv_id=\\$SLURM_JOB_ID")
+
+
+def per_node(torchrun: str) -> list:
+    """The edits that start ``torchrun`` (its words as one string) through srun bash -c '...' (single quotes)."""
+    return [(SRUN, "srun --label bash -c '" + torchrun.removeprefix("srun --label ")),
+            ('--epochs 1 "$@"', "--epochs 1'")]
+
 
 CASES = [
     Faulty("no_master_port", why="MASTER_PORT is never set: the ranks cannot meet (the DDP script's default "
@@ -233,6 +249,24 @@ CASES = [
                                       "notebook 03.*--rdzv_backend=c10d --rdzv_endpoint=\\$MASTER_ADDR:\\$MASTER_PORT"),
                    "MASTER_ADDR/PORT": ("fail", "127.0.0.1 on every node"),
                    "OMP_NUM_THREADS": PASS}),
+    # a node rank bash works out once, in the batch step (sbatch(1)), not on each node
+    Faulty("torchrun_node_rank_in_batch_step", why="srun torchrun --node_rank=$SLURM_NODEID: the batch step's bash "
+                                                   "expands it to 0 for every node's torchrun",
+           edits=ONE_TORCHRUN_PER_NODE + [(SRUN, STATIC)],
+           expect={"launch": ("fail", "line {line:srun --label torchrun}: --node_rank=\\$SLURM_NODEID: "
+                              + IN_BATCH_STEP.format("NODEID", "NODEID")),
+                   "MASTER_ADDR/PORT": PASS}),
+    Faulty("torchrun_node_rank_double_quoted", why='srun bash -c "torchrun --node_rank=$SLURM_PROCID": double quotes '
+                                                   "let the batch step's bash expand it first",
+           edits=ONE_TORCHRUN_PER_NODE + [(SRUN, 'srun --label bash -c "' + STATIC.removeprefix("srun --label ")
+                                           .replace("NODEID", "PROCID")), ('--epochs 1 "$@"', '--epochs 1"')],
+           expect={"launch": ("fail", "--node_rank=\\$SLURM_PROCID: " + IN_BATCH_STEP.format("PROCID", "PROCID"))}),
+    Faulty("torchrun_node_rank_variable", why="NODE_RANK=$SLURM_NODEID set in the batch script: 0, then given to "
+                                              "every node (single quotes later do not help)",
+           edits=ONE_TORCHRUN_PER_NODE + [(MASTER, MASTER + "\nexport NODE_RANK=$SLURM_NODEID")]
+           + per_node(STATIC.replace("$SLURM_NODEID", "$NODE_RANK")),
+           expect={"launch": ("fail", "line {line:NODE_RANK=}: NODE_RANK=\\$SLURM_NODEID: "
+                              + IN_BATCH_STEP.format("NODEID", "NODEID"))}),
 ]
 
 # Right ways that must pass (read only): the rules may not fail what works on a cluster.
@@ -258,4 +292,11 @@ CORRECT = [
     Faulty("omp_with_comment", {}, [(OMP, "export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK   # one thread per CPU\n")]),
     Faulty("python_c_before_exports", {}, [("set -eo pipefail\n", "set -eo pipefail\npython -c 'import torch'\n")]),
     Faulty("epochs_then_flag", {}, [("--epochs 1", "--dry-run --epochs 1")]),
+    # a node rank read on each node, or none needed (c10d numbers the nodes and ignores --node_rank)
+    Faulty("node_rank_single_quoted", {}, ONE_TORCHRUN_PER_NODE + per_node(STATIC)),
+    Faulty("node_rank_escaped", {}, ONE_TORCHRUN_PER_NODE + per_node(STATIC.replace("$SLURM", "\\$SLURM"))),
+    Faulty("node_rank_set_on_each_node", {}, ONE_TORCHRUN_PER_NODE + per_node(
+        STATIC.replace("torchrun", "NODE_RANK=$SLURM_NODEID; torchrun").replace("$SLURM_NODEID --", "$NODE_RANK --"))),
+    Faulty("node_rank_with_c10d", {}, ONE_TORCHRUN_PER_NODE + [
+        (SRUN, TORCHRUN.replace("--rdzv_backend", "--node_rank=$SLURM_NODEID --rdzv_id=$SLURM_JOB_ID --rdzv_backend"))]),
 ]

@@ -6,7 +6,7 @@ from conftest import ROOT
 from course_lib.instructor.release import solution_view
 from course_lib.jobs import load_site
 from course_lib.sbatch import check as sbatch_check
-from course_lib.sbatch import lint, shell, site_lines, training, values
+from course_lib.sbatch import lint, shell, site_lines, training, values, wrapper
 from course_lib.sbatch.run import Outcome
 from course_lib.sbatch.script import parse
 
@@ -101,3 +101,15 @@ def test_a_per_task_variable_is_expanded_where_bash_reads_it():
     head = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --time=5\n"
     assert lint.node_rank_once(parse(head + "srun bash run_node.sh\n")) is None
     assert lint.node_rank_once(parse(head + f"srun torchrun --nnodes=2 --node_rank=$SLURM_NODEID {SCRIPT}\n"))
+
+
+def test_the_wrapper_scripts_srun_runs_are_found():
+    """srun's command is a wrapper script in the forms people write; bash -c '...' and a program are not one."""
+    def found(line):
+        got = wrapper.wrapper_of(parse(f"#!/bin/bash\n{line}\n").simple[0])
+        return got and got[1]
+    assert [found(f"srun {w}") for w in ("bash run_node.sh", "--label -n 2 sh -x run_node.sh", "./run_node.sh",
+                                          "--ntasks-per-node=2 scripts/node.sh", 'bash "$DIR/run.sh"')] == \
+        ["run_node.sh", "run_node.sh", "./run_node.sh", "scripts/node.sh", "$DIR/run.sh"]
+    assert [found(w) for w in ("srun bash -c 'torchrun x.py'", "srun bash -lc 'python x.py'", "srun python x.sh",
+                               "srun --label hostname", "bash run_node.sh")] == [None] * 5

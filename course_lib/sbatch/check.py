@@ -16,7 +16,7 @@ from course_lib.core.site import load_site
 from course_lib.runtime.job import SubmitError
 from course_lib.runtime.slurm import UNPLACEABLE
 from course_lib.sbatch import lint as rules
-from course_lib.sbatch import training
+from course_lib.sbatch import training, wrapper
 from course_lib.sbatch.address import FIRST_NODE, LOOPBACK
 from course_lib.sbatch.run import refused, submit_and_wait, test_only
 from course_lib.sbatch.script import integer, parse
@@ -35,6 +35,7 @@ def check(path, timeout: float = TIMEOUT, run: bool | None = None, site=None, re
     report = Report("sbatch", str(path))
     site = load_site(site) if not hasattr(site, "cpus_per_node") else site
     script = parse(Path(path).read_text(errors="replace"))
+    script = wrapper.inline(script, [training.job_folder(script, workspace()), Path(path).resolve().parent])
     verdicts = {item: (ok, msg) for item, ok, msg in rules.lint(script, site, workspace())}
     mode, why = ("read", "read only, as asked") if read_only else _mode(site, run)
     if mode == "run":

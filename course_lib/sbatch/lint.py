@@ -37,8 +37,9 @@ def gpus_per_node(s: Script) -> int:
 
 
 def launcher(s: Script) -> str:
-    """"torchrun", "srun" (srun starts python, also through ``bash -c '...'``, as torchrun), "srun-without-script",
-    "mpirun", "python" (no srun) or "none"."""
+    """"torchrun", "srun" (srun starts python, also through ``bash -c '...'`` or a wrapper script, which
+    course_lib.sbatch.wrapper reads in as one; so does torchrun), "srun-without-script", "mpirun", "python" (no srun)
+    or "none"."""
     if any("torchrun" in {w.rsplit("/", 1)[-1] for w in words_run(c)} for c in s.simple) or \
             any("torch.distributed.run" in c for _, c in s.commands):
         return "torchrun"
@@ -187,6 +188,8 @@ def launch(s: Script) -> tuple:
     waits = backgrounded(s) + (srun_shrinks(s, tasks, nodes) if how in ("srun", "torchrun") else [])
     if waits:
         return "launch", False, "\n".join(waits)
+    if s.unread:
+        return unread_wrapper(*s.unread[0])
     if how == "none":
         return "launch", False, "no line starts the training: srun python SCRIPT (or srun torchrun ... SCRIPT)"
     if how == "srun-without-script":
@@ -207,6 +210,18 @@ def launch(s: Script) -> tuple:
     if how == "torchrun":
         return _torchrun(s, tasks, nodes)
     return "launch", True, {"srun": "srun starts one rank per task", "python": "one process"}[how]
+
+
+def unread_wrapper(line: int, written: str, folders) -> tuple:
+    """srun runs a wrapper script (course_lib.sbatch.wrapper) that is not in ``folders``: the check cannot see
+    what each task runs; a path it could not work out is not looked at, a file that is not there fails."""
+    where = " and in ".join(str(f) for f in dict.fromkeys(folders))
+    said = (f"line {line}: srun runs {written} on each task, and the check could not read it (it looked in {where}), "
+            "so it could not see what each task runs")
+    if "$" in written or "`" in written:
+        return "launch", None, f"{said}: the path comes from a variable (not looked at)"
+    return "launch", False, (f"{said}: no such file there, and bash would stop every task with 'No such file or "
+                             "directory'; keep it in the folder you submit from (the job's working directory)")
 
 
 def _torchrun(s: Script, tasks, nodes) -> tuple:

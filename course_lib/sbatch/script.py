@@ -47,6 +47,7 @@ class Script:
     commands: list = field(default_factory=list)       # [(line, text)]: logical command lines (continuations joined)
     values: dict = field(default_factory=dict)         # NAME -> (line, value) of the last NAME=... (export or not)
     simple: list = field(default_factory=list)         # [Simple]: the simple commands, in order
+    unread: list = field(default_factory=list)         # [(line, FILE, folders)]: srun's wrapper, not found there
 
     def get(self, key: str, default: str | None = None) -> str | None:
         """The value of the last directive ``key`` (sbatch takes the last one)."""

@@ -4,6 +4,8 @@
 
 Each is the reference (solutions/03_jobs/ddp.sbatch) with a mistake learners make typed in.
 """
+from dataclasses import dataclass, field
+
 from faulty import Faulty
 
 PASS = ("pass", "")
@@ -26,6 +28,27 @@ ONE_TORCHRUN_PER_NODE = [TWO_NODES, ("--ntasks-per-node=2\n#SBATCH --cpus-per-ta
 IN_BATCH_STEP = ("bash expands \\$SLURM_{} once, in the batch step, which runs on the first node of the job, where "
                  "SLURM_{} is 0.*--node_rank=0.*srun bash -c 'torchrun ... --node_rank=\\$SLURM_NODEID ...' \\(single "
                  "quotes.*--rdzv_backend=c10d --rdzv_endpoint=\\$MASTER_ADDR:\\$MASTER_PORT --rdzv_id=\\$SLURM_JOB_ID")
+
+# the whole launch line, for the edits that hand it to a wrapper script srun runs on each task
+LAUNCH = SRUN + ' --dataset auto --epochs 1 "$@"'
+
+
+@dataclass
+class Beside(Faulty):
+    """A case whose job script runs a second file (``srun bash run_node.sh``), written next to it."""
+    beside: dict = field(default_factory=dict)      # file name -> text
+
+    def write(self, solution, folder, dest):
+        path = super().write(solution, folder, dest)
+        for name, text in self.beside.items():
+            (path.parent / name).write_text(text)
+        return path
+
+
+def wrapper(command: str) -> dict:
+    """run_node.sh that runs ``command`` (srun's words left out) with the reference's arguments."""
+    return {"run_node.sh": "#!/bin/bash\n# srun runs this on each task\nset -e\n"
+                           + command.removeprefix("srun --label ") + " --dataset auto --epochs 1\n"}
 
 
 def per_node(torchrun: str) -> list:
@@ -267,6 +290,19 @@ CASES = [
            + per_node(STATIC.replace("$SLURM_NODEID", "$NODE_RANK")),
            expect={"launch": ("fail", "line {line:NODE_RANK=}: NODE_RANK=\\$SLURM_NODEID: "
                               + IN_BATCH_STEP.format("NODEID", "NODEID"))}),
+    # srun runs a wrapper script (run_node.sh): its lines are what each task runs
+    Beside("wrapper_torchrun_no_rendezvous", why="run_node.sh's torchrun on 2 nodes, no rendezvous options: each "
+                                                 "node's torchrun is node 0 of its own on 127.0.0.1",
+           edits=ONE_TORCHRUN_PER_NODE + [(LAUNCH, "srun --label sh run_node.sh")],
+           beside=wrapper(TORCHRUN.replace(" --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT", "")),
+           expect={"launch": ("fail", "torchrun on several nodes with no rendezvous options"),
+                   "MASTER_ADDR/PORT": ("fail", "127.0.0.1 on every node")}),
+    Faulty("wrapper_missing", why="srun bash run_node.sh, and no run_node.sh: bash stops every task",
+           edits=[(LAUNCH, "srun --label bash run_node.sh")],
+           expect={"launch": ("fail", "line {line:bash run_node.sh}: srun runs run_node.sh on each task, and the check "
+                                      "could not read it \\(it looked in .+ and in .+\\), so it could not see what "
+                                      "each task runs: no such file there"),
+                   "training script": ("skipped", "nothing to look at"), "OMP_NUM_THREADS": PASS}),
 ]
 
 # Right ways that must pass (read only): the rules may not fail what works on a cluster.
@@ -299,4 +335,9 @@ CORRECT = [
         STATIC.replace("torchrun", "NODE_RANK=$SLURM_NODEID; torchrun").replace("$SLURM_NODEID --", "$NODE_RANK --"))),
     Faulty("node_rank_with_c10d", {}, ONE_TORCHRUN_PER_NODE + [
         (SRUN, TORCHRUN.replace("--rdzv_backend", "--node_rank=$SLURM_NODEID --rdzv_id=$SLURM_JOB_ID --rdzv_backend"))]),
+    # a wrapper script that srun runs on each task: $SLURM_NODEID there is each node's own
+    Beside("wrapper_torchrun_static", {}, ONE_TORCHRUN_PER_NODE + [(LAUNCH, "srun --label bash run_node.sh")],
+           beside=wrapper(STATIC)),
+    Beside("wrapper_python_per_task", {}, [(LAUNCH, "srun --label --ntasks-per-node=2 ./run_node.sh")],
+           beside=wrapper("exec python exercises/02_ddp/mnist_classify_ddp.py")),
 ]

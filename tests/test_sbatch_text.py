@@ -72,7 +72,8 @@ def test_torchrun_on_several_nodes_needs_a_rendezvous():
 
 def test_a_training_option_without_its_value():
     full = ROOT / SCRIPT
-    valued, known = training.valued_options(full), training.options_of(full)
+    options = training.argparse_options(full)
+    valued, known = {o for o, v in options if v}, [o for o, _ in options]
     assert "--epochs" in valued and "--save-model" not in valued and "--dry-run" not in valued
 
     def empty(*args):

@@ -102,32 +102,22 @@ def job_folder(s: Script, workdir: Path) -> Path:
     return Path(chdir) if chdir and Path(chdir).is_absolute() else workdir
 
 
-def options_of(path: Path) -> list[str] | None:
-    """The --options that ``path``'s argparse parser defines (None: it cannot be read)."""
+def argparse_options(path: Path) -> list[tuple[str, bool]] | None:
+    """(option, whether it must be given a value) for each --option of ``path``'s argparse calls, in order (None: it
+    cannot be read). A value is owed under argparse's default action, store; not with a flag action or nargs ?/*."""
     try:
         tree = ast.parse(path.read_text(errors="replace"))
     except (OSError, SyntaxError, ValueError):
         return None
-    return [a.value for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "attr", "") ==
-            "add_argument" for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
-
-
-def valued_options(path: Path) -> set[str]:
-    """The --options of ``path``'s argparse calls that must be given a value (argparse's default action, store)."""
-    try:
-        tree = ast.parse(path.read_text(errors="replace"))
-    except (OSError, SyntaxError, ValueError):
-        return set()
-    out = set()
+    out = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"):
             continue
         kw = {k.arg: k.value for k in node.keywords}
         action, nargs = kw.get("action"), kw.get("nargs")
-        if (isinstance(action, ast.Constant) and action.value in NO_VALUE) or (action is not None and not
-                isinstance(action, ast.Constant)) or (isinstance(nargs, ast.Constant) and nargs.value in ("?", "*", 0)):
-            continue
-        out |= {a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")}
+        flag = (isinstance(action, ast.Constant) and action.value in NO_VALUE) or (action is not None and not
+                isinstance(action, ast.Constant)) or (isinstance(nargs, ast.Constant) and nargs.value in ("?", "*", 0))
+        out += [(a.value, not flag) for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
     return out
 
 
@@ -178,12 +168,13 @@ def judge(s: Script, workdir: Path) -> tuple[str, bool | None, str]:
     if written_for(s.text) is not None and not full.as_posix().endswith(TRAINING):
         return ITEM, False, (f"line {line}: {how}: the job would run {path}, not the exercise's training file "
                              f"(exercises/{TRAINING}, notebook 02's DDP program)")
-    known = options_of(full)
+    options = argparse_options(full)
+    known = None if options is None else [o for o, _ in options]
     bad = unknown_options(args, known or [])
     if known is not None and bad:
         return ITEM, False, (f"line {line}: {path} has no option {', '.join(bad)}: argparse stops every rank with "
                              f"'unrecognized arguments'. Its options: {' '.join(sorted(known))}")
-    empty = missing_values(line, path, args, valued_options(full), known or [])
+    empty = missing_values(line, path, args, {o for o, valued in options or [] if valued}, known or [])
     if empty:
         return ITEM, False, "\n".join(empty)
     told = " ".join(args) or "no arguments"

@@ -39,7 +39,9 @@ def single_quoted(s: Script, name: str, fix: str) -> list[str]:
 
 
 # Slurm sets these per task; in the batch step (sbatch(1): the script runs as task 0 on the first node) each is 0
-PER_TASK = re.compile(r"\$\{?(SLURM_NODEID|SLURM_PROCID|SLURM_LOCALID)\b")
+# ($SLURM_NODEID, ${SLURM_NODEID}, or the bare name inside $(( )), where bash reads it too)
+PER_TASK = re.compile(r"\$\{?(SLURM_NODEID|SLURM_PROCID|SLURM_LOCALID)\b"
+                      r"|\$\(\([^)]*?\b(SLURM_NODEID|SLURM_PROCID|SLURM_LOCALID)\b")
 
 
 def batch_expands(command: str, start: int) -> bool:
@@ -61,4 +63,5 @@ def batch_expands(command: str, start: int) -> bool:
 def per_task_in_batch(command: str, after: int = 0) -> str | None:
     """The first per-task variable (``$SLURM_NODEID``, ...) from ``command[after]`` on that the batch step's bash
     expands."""
-    return next((m.group(1) for m in PER_TASK.finditer(command, after) if batch_expands(command, m.start())), None)
+    return next((m.group(1) or m.group(2) for m in PER_TASK.finditer(command, after)
+                 if batch_expands(command, m.start())), None)

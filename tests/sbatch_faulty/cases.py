@@ -290,6 +290,12 @@ CASES = [
            + per_node(STATIC.replace("$SLURM_NODEID", "$NODE_RANK")),
            expect={"launch": ("fail", "line {line:NODE_RANK=}: NODE_RANK=\\$SLURM_NODEID: "
                               + IN_BATCH_STEP.format("NODEID", "NODEID"))}),
+    Faulty("torchrun_node_rank_arithmetic", why="NODE_RANK=$(( SLURM_NODEID )) in the batch script: bash reads the "
+                                                "name inside $(( )) there too, on the first node: 0 for every node",
+           edits=ONE_TORCHRUN_PER_NODE + [(MASTER, MASTER + "\nNODE_RANK=$(( SLURM_NODEID ))")]
+           + per_node(STATIC.replace("$SLURM_NODEID", "$NODE_RANK")),
+           expect={"launch": ("fail", "line {line:NODE_RANK=}: NODE_RANK=\\$\\(\\( SLURM_NODEID \\)\\): "
+                              + IN_BATCH_STEP.format("NODEID", "NODEID"))}),
     # srun runs a wrapper script (run_node.sh): its lines are what each task runs
     Beside("wrapper_torchrun_no_rendezvous", why="run_node.sh's torchrun on 2 nodes, no rendezvous options: each "
                                                  "node's torchrun is node 0 of its own on 127.0.0.1",
